@@ -1,0 +1,1091 @@
+//! The log handle: open and recovery, atomic appends, group commit,
+//! segment sealing, truncation for replication, and statistics.
+//!
+//! Locks, always taken in this order: `compaction` → `writer` → `segments` →
+//! `sync`. Appends take `writer` (and `sync` briefly); compaction works on
+//! sealed segments only and takes `segments` just to swap an entry, so it never
+//! waits for an append and an append never waits for it.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::compaction::{self, CompactionReport};
+use crate::lock::DirLock;
+use crate::meta::Meta;
+use crate::reader::LogReader;
+use crate::record::{self, NewRecord, RecordView, FLAG_BATCH_CONTINUES};
+use crate::segment::{
+    self, data_name, index_name, parse_data_name, ScanEnd, SegmentHeader, SegmentSummary,
+    SEGMENT_HEADER_LEN,
+};
+use crate::storage::{FsStorage, Storage, StorageFile};
+use crate::{
+    now_micros, Error, Lsn, Options, Result, SyncPolicy, MAX_BATCH_BYTES, MAX_BODY_BYTES,
+    MAX_KEY_BYTES,
+};
+
+/// The LSNs given to one appended batch, inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LsnRange {
+    pub first: Lsn,
+    pub last: Lsn,
+}
+
+/// What opening the log found and did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub records: u64,
+    pub first_lsn: Lsn,
+    pub last_lsn: Lsn,
+    /// Bytes of a torn record removed from the end of the log.
+    pub torn_bytes_truncated: u64,
+    /// Records of an incomplete batch removed from the end of the log.
+    pub incomplete_batch_records_dropped: u64,
+    pub indexes_rebuilt: usize,
+    /// Leftovers of interrupted compactions and merges that were removed.
+    pub leftovers_removed: usize,
+    pub elapsed: Duration,
+}
+
+/// One segment, as `aqueduct wal stat` shows it.
+#[derive(Clone, Debug)]
+pub struct SegmentStat {
+    pub base: Lsn,
+    pub name: String,
+    pub bytes: u64,
+    pub records: u64,
+    pub first_lsn: Lsn,
+    pub last_lsn: Lsn,
+    pub sealed: bool,
+}
+
+/// A sealed (immutable) segment as the log knows it.
+#[derive(Clone, Debug)]
+pub(crate) struct SealedSegment {
+    pub header: SegmentHeader,
+    pub summary: Arc<SegmentSummary>,
+}
+
+/// What readers may see: everything up to `lsn`, which ends at byte
+/// `active_len` of the active segment `active_base`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Visible {
+    pub lsn: Lsn,
+    pub active_base: Lsn,
+    pub active_len: u64,
+}
+
+pub(crate) struct Active {
+    pub header: SegmentHeader,
+    pub file: Arc<dyn StorageFile>,
+    pub summary: SegmentSummary,
+}
+
+pub(crate) struct Writer {
+    pub active: Active,
+    pub next_lsn: Lsn,
+    scratch: Vec<u8>,
+    offsets: Vec<(Lsn, u64, u64)>,
+}
+
+struct SyncState {
+    durable: Lsn,
+    syncing: bool,
+    visible: Visible,
+}
+
+pub(crate) struct Inner {
+    pub storage: Arc<dyn Storage>,
+    pub opts: Options,
+    pub writer: Mutex<Writer>,
+    /// Sealed segments in LSN order; replaced whole (copy on write).
+    pub segments: RwLock<Arc<Vec<SealedSegment>>>,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    poisoned: OnceLock<String>,
+    pub compaction: Mutex<()>,
+    pub meta: Mutex<Meta>,
+    pub generations: Mutex<u64>,
+    shutdown: Mutex<bool>,
+    shutdown_cv: Condvar,
+    _lock: Option<DirLock>,
+}
+
+/// A handle to an open log; clones share it.
+#[derive(Clone)]
+pub struct Log {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Log {
+    /// Opens (or creates) the log in directory `dir`, taking its lock.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<(Log, RecoveryReport)> {
+        let dir = dir.as_ref();
+        let lock = DirLock::acquire(dir)?;
+        let storage =
+            FsStorage::new(dir).map_err(|e| Error::io(format!("opening {}", dir.display()), e))?;
+        Log::open_inner(Arc::new(storage), opts, Some(lock))
+    }
+
+    /// Opens the log on any storage (tests use [`crate::sim::SimStorage`]).
+    pub fn open_with_storage(
+        storage: Arc<dyn Storage>,
+        opts: Options,
+    ) -> Result<(Log, RecoveryReport)> {
+        Log::open_inner(storage, opts, None)
+    }
+
+    fn open_inner(
+        storage: Arc<dyn Storage>,
+        opts: Options,
+        lock: Option<DirLock>,
+    ) -> Result<(Log, RecoveryReport)> {
+        let started = Instant::now();
+        let recovered = recover(storage.as_ref(), &opts)?;
+        let mut report = recovered.report;
+        report.elapsed = started.elapsed();
+        let last_lsn = recovered.next_lsn - 1;
+        let visible = Visible {
+            lsn: last_lsn,
+            active_base: recovered.active.header.base,
+            active_len: recovered.active.summary.data_len,
+        };
+        let inner = Arc::new(Inner {
+            storage,
+            writer: Mutex::new(Writer {
+                active: recovered.active,
+                next_lsn: recovered.next_lsn,
+                scratch: Vec::new(),
+                offsets: Vec::new(),
+            }),
+            segments: RwLock::new(Arc::new(recovered.sealed)),
+            sync: Mutex::new(SyncState {
+                durable: last_lsn,
+                syncing: false,
+                visible,
+            }),
+            sync_cv: Condvar::new(),
+            poisoned: OnceLock::new(),
+            compaction: Mutex::new(()),
+            meta: Mutex::new(recovered.meta),
+            generations: Mutex::new(recovered.max_generation),
+            shutdown: Mutex::new(false),
+            shutdown_cv: Condvar::new(),
+            opts,
+            _lock: lock,
+        });
+        if let SyncPolicy::Interval(period) = inner.opts.sync {
+            if !inner.opts.read_only {
+                spawn_interval_syncer(Arc::downgrade(&inner), period);
+            }
+        }
+        if report.torn_bytes_truncated > 0 || report.incomplete_batch_records_dropped > 0 {
+            tracing::warn!(
+                torn_bytes = report.torn_bytes_truncated,
+                dropped_records = report.incomplete_batch_records_dropped,
+                "the log ended in a torn write left by a crash; the unacknowledged tail was removed"
+            );
+        }
+        Ok((Log { inner }, report))
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
+    }
+
+    /// Appends one record; see [`Log::append`].
+    pub fn append_one(&self, record: NewRecord) -> Result<Lsn> {
+        Ok(self.append(std::slice::from_ref(&record))?.first)
+    }
+
+    /// Appends `batch` atomically: after a crash it is either wholly in the
+    /// log or wholly absent. Returns once the sync policy is satisfied.
+    pub fn append(&self, batch: &[NewRecord]) -> Result<LsnRange> {
+        let range = self.write_batch(batch, None)?;
+        if self.inner.opts.sync == SyncPolicy::Always {
+            self.inner.wait_durable(range.last)?;
+        }
+        Ok(range)
+    }
+
+    /// Appends `batch` only if its first LSN would be `first` (replication
+    /// appends entries at positions chosen by the leader).
+    pub fn append_at(&self, first: Lsn, batch: &[NewRecord]) -> Result<LsnRange> {
+        let range = self.write_batch(batch, Some(first))?;
+        if self.inner.opts.sync == SyncPolicy::Always {
+            self.inner.wait_durable(range.last)?;
+        }
+        Ok(range)
+    }
+
+    fn write_batch(&self, batch: &[NewRecord], expect_first: Option<Lsn>) -> Result<LsnRange> {
+        validate_batch(batch)?;
+        if self.inner.opts.read_only {
+            return Err(Error::Invalid("the log was opened read-only".into()));
+        }
+        if let Some(p) = self.inner.poisoned.get() {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        let now = now_micros();
+        let mut w = self.inner.writer.lock();
+        let first = w.next_lsn;
+        if let Some(expected) = expect_first {
+            if expected != first {
+                return Err(Error::Invalid(format!(
+                    "append at LSN {expected}, but the next LSN is {first}"
+                )));
+            }
+        }
+        let start = w.active.summary.data_len;
+        let Writer {
+            scratch, offsets, ..
+        } = &mut *w;
+        scratch.clear();
+        offsets.clear();
+        for (i, r) in batch.iter().enumerate() {
+            let lsn = first + i as u64;
+            let flags = if i + 1 < batch.len() {
+                FLAG_BATCH_CONTINUES
+            } else {
+                0
+            };
+            let at = start + scratch.len() as u64;
+            let ts = if r.timestamp_micros == 0 {
+                now
+            } else {
+                r.timestamp_micros
+            };
+            record::encode_parts(scratch, lsn, r.term, ts, r.kind, flags, &r.key, &r.body);
+            offsets.push((lsn, at, r.encoded_len() as u64));
+        }
+        if let Err(e) = w.active.file.write_at(&w.scratch, start) {
+            // Leave no partial batch behind; if even that fails, stop writing.
+            if let Err(t) = w.active.file.truncate(start) {
+                self.inner
+                    .poison(format!("could not undo a failed append: {t}"));
+            }
+            return Err(Error::io("appending to the log", e));
+        }
+        let Writer {
+            active, offsets, ..
+        } = &mut *w;
+        for &(lsn, at, len) in offsets.iter() {
+            active.summary.add(lsn, at, len);
+        }
+        let last = first + batch.len() as u64 - 1;
+        w.next_lsn = last + 1;
+        if self.inner.opts.sync != SyncPolicy::Always {
+            self.inner.publish(Visible {
+                lsn: last,
+                active_base: w.active.header.base,
+                active_len: w.active.summary.data_len,
+            });
+        }
+        if w.active.summary.data_len >= self.inner.opts.segment_bytes {
+            self.inner.seal(&mut w)?;
+        }
+        Ok(LsnRange { first, last })
+    }
+
+    /// Makes every appended record durable now.
+    pub fn sync(&self) -> Result<Lsn> {
+        let last = self.inner.writer.lock().next_lsn - 1;
+        self.inner.wait_durable(last)?;
+        Ok(last)
+    }
+
+    /// The LSN the next append will get.
+    pub fn next_lsn(&self) -> Lsn {
+        self.inner.writer.lock().next_lsn
+    }
+
+    /// The highest LSN known to be on stable storage.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.inner.sync.lock().durable
+    }
+
+    /// The highest LSN acknowledged to writers, hence visible to readers.
+    pub fn committed_lsn(&self) -> Lsn {
+        self.inner.sync.lock().visible.lsn
+    }
+
+    /// The lowest LSN still in the log (0 when empty).
+    pub fn first_lsn(&self) -> Lsn {
+        let segs = self.inner.segments.read().clone();
+        for s in segs.iter() {
+            if s.summary.record_count > 0 {
+                return s.summary.first_lsn;
+            }
+        }
+        let w = self.inner.writer.lock();
+        w.active.summary.first_lsn
+    }
+
+    /// Waits until `lsn` is committed or `timeout` passes; returns the committed LSN.
+    pub fn wait_for(&self, lsn: Lsn, timeout: Duration) -> Lsn {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.inner.sync.lock();
+        while st.visible.lsn < lsn {
+            if self.inner.sync_cv.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }
+        st.visible.lsn
+    }
+
+    /// A reader positioned at the first record with LSN >= `from`.
+    pub fn reader(&self, from: Lsn) -> LogReader {
+        LogReader::new(self.clone(), from)
+    }
+
+    /// Calls `f` for every committed record with LSN >= `from`, in order,
+    /// without copying. Verifies every checksum on the way.
+    pub fn replay(
+        &self,
+        from: Lsn,
+        mut f: impl FnMut(RecordView<'_>) -> Result<()>,
+    ) -> Result<u64> {
+        let mut reader = self.reader(from);
+        let mut n = 0u64;
+        loop {
+            let got = reader.read_with(usize::MAX, |r| {
+                n += 1;
+                f(r)
+            })?;
+            if got == 0 {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Segments in LSN order.
+    pub fn segments(&self) -> Vec<SegmentStat> {
+        let (active_header, active_summary) = {
+            let w = self.inner.writer.lock();
+            (w.active.header, w.active.summary.clone())
+        };
+        let sealed = self.inner.segments.read().clone();
+        let stat = |h: &SegmentHeader, s: &SegmentSummary, sealed: bool| SegmentStat {
+            base: h.base,
+            name: data_name(h.base),
+            bytes: s.data_len,
+            records: s.record_count,
+            first_lsn: s.first_lsn,
+            last_lsn: s.last_lsn,
+            sealed,
+        };
+        let mut out: Vec<SegmentStat> = sealed
+            .iter()
+            .map(|s| stat(&s.header, &s.summary, true))
+            .collect();
+        out.push(stat(&active_header, &active_summary, false));
+        out
+    }
+
+    /// Seals the active segment now (tests and the operator tool use this to
+    /// make the tail eligible for compaction).
+    pub fn seal_active(&self) -> Result<()> {
+        let mut w = self.inner.writer.lock();
+        if w.active.summary.record_count == 0 {
+            return Ok(());
+        }
+        self.inner.seal(&mut w)
+    }
+
+    /// One compaction pass over the segments retention allows.
+    pub fn compact(&self) -> Result<CompactionReport> {
+        compaction::compact(self, &mut |_, _| {})
+    }
+
+    /// Like [`Log::compact`], reporting (segments done, segments planned).
+    pub fn compact_with_progress(
+        &self,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CompactionReport> {
+        compaction::compact(self, progress)
+    }
+
+    /// Runs compaction in a background thread every `period` until the log is
+    /// dropped. Appends are never blocked by it.
+    pub fn start_background_compaction(&self, period: Duration) {
+        let weak = Arc::downgrade(&self.inner);
+        std::thread::Builder::new()
+            .name("log-compaction".into())
+            .spawn(move || {
+                while let Some(inner) = weak.upgrade() {
+                    if inner.wait_shutdown(period) {
+                        return;
+                    }
+                    let log = Log { inner };
+                    if let Err(e) = log.compact() {
+                        tracing::warn!("background log compaction failed: {e}");
+                    }
+                }
+            })
+            .expect("spawning the compaction thread");
+    }
+
+    /// Removes every record with LSN > `lsn` (replication: a conflicting
+    /// suffix). Crash-safe: each step leaves a prefix of the log.
+    pub fn truncate_after(&self, lsn: Lsn) -> Result<()> {
+        let inner = &self.inner;
+        let _c = inner.compaction.lock();
+        let mut w = inner.writer.lock();
+        if lsn + 1 >= w.next_lsn {
+            return Ok(());
+        }
+        let storage = inner.storage.as_ref();
+        let io = |what: &str, e| Error::io(format!("truncating the log: {what}"), e);
+        // Drop whole segments from the newest down, then cut the one holding `lsn`.
+        let mut sealed: Vec<SealedSegment> = inner.segments.read().as_ref().clone();
+        if w.active.header.base > lsn + 1 || w.active.summary.first_lsn > lsn {
+            // The active segment goes entirely; an older one becomes active.
+            storage
+                .remove(&data_name(w.active.header.base))
+                .map_err(|e| io("removing a segment", e))?;
+            storage.sync_dir().map_err(|e| io("syncing", e))?;
+            loop {
+                match sealed.last() {
+                    Some(s) if s.header.base > lsn || s.summary.first_lsn > lsn => {
+                        let base = s.header.base;
+                        let _ = storage.remove(&index_name(base));
+                        storage
+                            .remove(&data_name(base))
+                            .map_err(|e| io("removing a segment", e))?;
+                        storage.sync_dir().map_err(|e| io("syncing", e))?;
+                        sealed.pop();
+                    }
+                    _ => break,
+                }
+            }
+            w.active = match sealed.pop() {
+                Some(s) => {
+                    let _ = storage.remove(&index_name(s.header.base));
+                    let file = storage
+                        .open(&data_name(s.header.base))
+                        .map_err(|e| io("reopening a segment", e))?;
+                    Active {
+                        header: s.header,
+                        file,
+                        summary: s.summary.as_ref().clone(),
+                    }
+                }
+                None => {
+                    let generation = inner.next_generation();
+                    create_segment(storage, lsn + 1, generation)
+                        .map_err(|e| io("creating a segment", e))?
+                }
+            };
+        }
+        // Cut the active segment after `lsn`.
+        let cut = {
+            let a = &w.active;
+            let mut cut = a.summary.data_len;
+            if a.summary.last_lsn > lsn {
+                let from = a.summary.seek(lsn + 1);
+                segment::scan(a.file.as_ref(), from, a.summary.data_len, |r, off| {
+                    if r.lsn > lsn {
+                        cut = off;
+                        return Ok(false);
+                    }
+                    Ok(true)
+                })
+                .map_err(|e| e.at(storage, a.header.base))?;
+            }
+            cut
+        };
+        w.active
+            .file
+            .truncate(cut)
+            .map_err(|e| io("cutting the segment", e))?;
+        w.active.file.sync().map_err(|e| io("syncing", e))?;
+        let (summary, _) = segment::summarize(w.active.file.as_ref(), cut)
+            .map_err(|e| e.at(storage, w.active.header.base))?;
+        w.active.summary = summary;
+        w.next_lsn = (lsn + 1).max(w.active.header.base);
+        *inner.segments.write() = Arc::new(sealed);
+        let mut st = inner.sync.lock();
+        st.durable = st.durable.min(lsn);
+        st.visible = Visible {
+            lsn: st.visible.lsn.min(lsn),
+            active_base: w.active.header.base,
+            active_len: cut,
+        };
+        Ok(())
+    }
+
+    /// Removes whole sealed segments that hold only records with LSN < `lsn`,
+    /// and remembers the purge point (with its term) in the metadata.
+    pub fn purge_before(&self, lsn: Lsn, term: u64) -> Result<()> {
+        let inner = &self.inner;
+        let _c = inner.compaction.lock();
+        {
+            let mut meta = inner.meta.lock();
+            let mut m = meta.clone();
+            m.purged_lsn = m.purged_lsn.max(lsn.saturating_sub(1));
+            m.purged_term = term;
+            m.store(inner.storage.as_ref())?;
+            *meta = m;
+        }
+        loop {
+            let first = {
+                let segs = inner.segments.read();
+                match segs.first() {
+                    Some(s) if s.summary.last_lsn < lsn => s.header.base,
+                    _ => return Ok(()),
+                }
+            };
+            let storage = inner.storage.as_ref();
+            let _ = storage.remove(&index_name(first));
+            storage
+                .remove(&data_name(first))
+                .map_err(|e| Error::io("purging a segment", e))?;
+            storage
+                .sync_dir()
+                .map_err(|e| Error::io("purging a segment", e))?;
+            let mut segs = inner.segments.write();
+            let mut v = segs.as_ref().clone();
+            v.remove(0);
+            *segs = Arc::new(v);
+        }
+    }
+
+    /// The durable metadata (purge point, vote).
+    pub fn meta(&self) -> Meta {
+        self.inner.meta.lock().clone()
+    }
+
+    /// Stores the replication vote durably.
+    pub fn save_vote(&self, vote: &[u8]) -> Result<()> {
+        let mut meta = self.inner.meta.lock();
+        let mut m = meta.clone();
+        m.vote = vote.to_vec();
+        m.store(self.inner.storage.as_ref())?;
+        *meta = m;
+        Ok(())
+    }
+
+    pub(crate) fn visible(&self) -> Visible {
+        self.inner.sync.lock().visible
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        *self.shutdown.lock() = true;
+        self.shutdown_cv.notify_all();
+    }
+}
+
+impl Inner {
+    fn poison(&self, why: String) {
+        tracing::error!("log writes stopped: {why}");
+        let _ = self.poisoned.set(why);
+        self.sync_cv.notify_all();
+    }
+
+    /// Returns true when shutting down; otherwise waits up to `period`.
+    fn wait_shutdown(&self, period: Duration) -> bool {
+        let mut s = self.shutdown.lock();
+        if !*s {
+            self.shutdown_cv.wait_for(&mut s, period);
+        }
+        *s
+    }
+
+    pub(crate) fn next_generation(&self) -> u64 {
+        let mut g = self.generations.lock();
+        *g += 1;
+        *g
+    }
+
+    fn publish(&self, v: Visible) {
+        let mut st = self.sync.lock();
+        if v.lsn >= st.visible.lsn {
+            st.visible = v;
+        }
+        drop(st);
+        self.sync_cv.notify_all();
+    }
+
+    /// Group commit: the first waiter syncs for everyone written so far;
+    /// the others wait for its result.
+    fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        let mut st = self.sync.lock();
+        loop {
+            if st.durable >= lsn {
+                return Ok(());
+            }
+            if let Some(p) = self.poisoned.get() {
+                return Err(Error::Poisoned(p.clone()));
+            }
+            if st.syncing {
+                self.sync_cv.wait(&mut st);
+                continue;
+            }
+            st.syncing = true;
+            drop(st);
+            let (visible, file) = {
+                let w = self.writer.lock();
+                let v = Visible {
+                    lsn: w.next_lsn - 1,
+                    active_base: w.active.header.base,
+                    active_len: w.active.summary.data_len,
+                };
+                (v, w.active.file.clone())
+            };
+            let result = file.sync();
+            st = self.sync.lock();
+            st.syncing = false;
+            match result {
+                Ok(()) => {
+                    st.durable = st.durable.max(visible.lsn);
+                    if visible.lsn >= st.visible.lsn {
+                        st.visible = visible;
+                    }
+                }
+                Err(e) => {
+                    drop(st);
+                    self.poison(format!("fdatasync failed: {e}"));
+                    st = self.sync.lock();
+                }
+            }
+            self.sync_cv.notify_all();
+        }
+    }
+
+    /// Makes the active segment immutable, writes its index and starts a new one.
+    pub(crate) fn seal(&self, w: &mut Writer) -> Result<()> {
+        if let Err(e) = w.active.file.sync() {
+            self.poison(format!("fdatasync failed while sealing a segment: {e}"));
+            return Err(Error::Poisoned(format!("fdatasync failed: {e}")));
+        }
+        let storage = self.storage.as_ref();
+        let base = w.active.header.base;
+        let index = w.active.summary.encode_index(w.active.header.generation);
+        if let Err(e) = segment::write_atomically(storage, &index_name(base), &index) {
+            // The index is a hint; it is rebuilt at open.
+            tracing::warn!("could not write the index of segment {base}: {e}");
+        }
+        let generation = self.next_generation();
+        let new = match create_segment(storage, w.next_lsn, generation) {
+            Ok(a) => a,
+            Err(e) => {
+                // Keep appending to the current segment; it just grows.
+                let _ = storage.remove(&data_name(w.next_lsn));
+                if let Err(e2) = storage.sync_dir() {
+                    self.poison(format!("could not remove a half-made segment: {e2}"));
+                }
+                tracing::warn!("could not start a new segment, continuing in the old one: {e}");
+                return Ok(());
+            }
+        };
+        let old = std::mem::replace(&mut w.active, new);
+        let sealed = SealedSegment {
+            header: old.header,
+            summary: Arc::new(old.summary),
+        };
+        {
+            let mut segs = self.segments.write();
+            let mut v = segs.as_ref().clone();
+            v.push(sealed);
+            *segs = Arc::new(v);
+        }
+        let last = w.next_lsn - 1;
+        let mut st = self.sync.lock();
+        st.durable = st.durable.max(last);
+        st.visible = Visible {
+            lsn: last.max(st.visible.lsn),
+            active_base: w.active.header.base,
+            active_len: w.active.summary.data_len,
+        };
+        drop(st);
+        self.sync_cv.notify_all();
+        Ok(())
+    }
+}
+
+fn spawn_interval_syncer(weak: Weak<Inner>, period: Duration) {
+    std::thread::Builder::new()
+        .name("log-sync".into())
+        .spawn(move || {
+            while let Some(inner) = weak.upgrade() {
+                if inner.wait_shutdown(period) {
+                    return;
+                }
+                let last = inner.writer.lock().next_lsn - 1;
+                if let Err(e) = inner.wait_durable(last) {
+                    tracing::error!("periodic log sync failed: {e}");
+                    return;
+                }
+            }
+        })
+        .expect("spawning the log sync thread");
+}
+
+fn validate_batch(batch: &[NewRecord]) -> Result<()> {
+    if batch.is_empty() {
+        return Err(Error::Invalid("an empty batch cannot be appended".into()));
+    }
+    let mut total = 0usize;
+    for r in batch {
+        if r.key.len() > MAX_KEY_BYTES {
+            return Err(Error::Invalid(format!(
+                "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
+                r.key.len()
+            )));
+        }
+        if r.body.len() > MAX_BODY_BYTES {
+            return Err(Error::Invalid(format!(
+                "value of {} bytes exceeds the limit of {MAX_BODY_BYTES}",
+                r.body.len()
+            )));
+        }
+        total += r.encoded_len();
+    }
+    if total > MAX_BATCH_BYTES {
+        return Err(Error::Invalid(format!(
+            "batch of {total} bytes exceeds the limit of {MAX_BATCH_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates an empty segment durably: header written and synced, name synced.
+pub(crate) fn create_segment(
+    storage: &dyn Storage,
+    base: Lsn,
+    generation: u64,
+) -> std::io::Result<Active> {
+    let header = SegmentHeader {
+        base,
+        covers_until: 0,
+        generation,
+    };
+    let file = storage.create(&data_name(base))?;
+    file.write_at(&header.encode(), 0)?;
+    file.sync()?;
+    storage.sync_dir()?;
+    Ok(Active {
+        header,
+        file,
+        summary: SegmentSummary::empty(),
+    })
+}
+
+struct Recovered {
+    sealed: Vec<SealedSegment>,
+    active: Active,
+    next_lsn: Lsn,
+    meta: Meta,
+    max_generation: u64,
+    report: RecoveryReport,
+}
+
+/// Recovery, in the order of `docs/log-format.md` ("Opening a log").
+fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
+    let mut report = RecoveryReport::default();
+    let writable = !opts.read_only;
+    let names = storage
+        .list()
+        .map_err(|e| Error::io("listing the log directory", e))?;
+    // 1. Temporary files are unfinished rewrites: the originals are intact.
+    for name in names.iter().filter(|n| n.ends_with(".tmp")) {
+        if writable {
+            storage
+                .remove(name)
+                .map_err(|e| Error::io("removing a leftover temporary file", e))?;
+        }
+        report.leftovers_removed += 1;
+    }
+    let mut bases: Vec<Lsn> = names.iter().filter_map(|n| parse_data_name(n)).collect();
+    bases.sort_unstable();
+    let meta = Meta::load(storage)?;
+
+    // 2. Headers; a merged segment makes the segments it absorbed leftovers.
+    let mut segs: Vec<(SegmentHeader, Arc<dyn StorageFile>, u64)> = Vec::new();
+    let mut covered_until = 0;
+    let mut max_generation = 0;
+    let last_base = bases.last().copied();
+    for base in bases {
+        let name = data_name(base);
+        if base < covered_until {
+            tracing::info!("removing {name}: it was merged into an earlier segment");
+            if writable {
+                let _ = storage.remove(&index_name(base));
+                storage
+                    .remove(&name)
+                    .map_err(|e| Error::io("removing a merged segment", e))?;
+            }
+            report.leftovers_removed += 1;
+            continue;
+        }
+        let file = storage
+            .open(&name)
+            .map_err(|e| Error::io(format!("opening {}", storage.describe(&name)), e))?;
+        let len = file
+            .len()
+            .map_err(|e| Error::io("reading a segment length", e))?;
+        let header = match SegmentHeader::read(file.as_ref()) {
+            Ok(h) if h.base == base => h,
+            Ok(h) => {
+                return Err(Error::Corrupt {
+                    location: storage.describe(&name),
+                    offset: 0,
+                    lsn: None,
+                    reason: format!("header says base LSN {} but the name says {base}", h.base),
+                })
+            }
+            Err(_) if Some(base) == last_base && len <= SEGMENT_HEADER_LEN => {
+                // Created but not yet complete when the machine stopped: it
+                // holds no records. Recreate it.
+                tracing::warn!("recreating {name}: its creation was cut short by a crash");
+                if !writable {
+                    continue;
+                }
+                let a = create_segment(storage, base, max_generation + 1)
+                    .map_err(|e| Error::io("recreating a segment", e))?;
+                segs.push((a.header, a.file, SEGMENT_HEADER_LEN));
+                max_generation += 1;
+                continue;
+            }
+            Err(reason) => {
+                return Err(Error::Corrupt {
+                    location: storage.describe(&name),
+                    offset: 0,
+                    lsn: None,
+                    reason,
+                })
+            }
+        };
+        max_generation = max_generation.max(header.generation);
+        covered_until = covered_until.max(header.covers_until);
+        segs.push((header, file, len));
+    }
+
+    if writable && report.leftovers_removed > 0 {
+        storage
+            .sync_dir()
+            .map_err(|e| Error::io("syncing the log directory", e))?;
+    }
+
+    // 3. An empty directory gets its first segment.
+    if segs.is_empty() {
+        let base = meta.purged_lsn + 1;
+        if !writable {
+            return Err(Error::Invalid("the log directory holds no log".into()));
+        }
+        let a = create_segment(storage, base, max_generation + 1)
+            .map_err(|e| Error::io("creating the first segment", e))?;
+        report.segments = 1;
+        return Ok(Recovered {
+            sealed: Vec::new(),
+            next_lsn: base,
+            active: a,
+            meta,
+            max_generation: max_generation + 1,
+            report,
+        });
+    }
+
+    // 4. Sealed segments: their index, or a scan that rebuilds it.
+    let (active_header, active_file, active_len) = segs.pop().expect("not empty");
+    let mut sealed = Vec::with_capacity(segs.len());
+    let mut prev_last = 0;
+    for (header, file, len) in segs {
+        let (summary, rebuilt) = if writable {
+            segment::load_or_rebuild_index(storage, header.base, &file, &header, len)?
+        } else {
+            let (s, end) =
+                segment::summarize(file.as_ref(), len).map_err(|e| e.at(storage, header.base))?;
+            if let ScanEnd::Bad { offset, error } = end {
+                return Err(Error::Corrupt {
+                    location: storage.describe(&data_name(header.base)),
+                    offset,
+                    lsn: segment::bad_lsn(&error),
+                    reason: error.to_string(),
+                });
+            }
+            (s, false)
+        };
+        report.indexes_rebuilt += rebuilt as usize;
+        check_order(storage, &header, &summary, prev_last)?;
+        if summary.record_count > 0 {
+            prev_last = summary.last_lsn;
+        }
+        report.records += summary.record_count;
+        sealed.push(SealedSegment {
+            header,
+            summary: Arc::new(summary),
+        });
+    }
+
+    // 5. The active segment: a torn tail is cut, corruption refuses.
+    let summary = recover_tail(
+        storage,
+        &active_header,
+        &active_file,
+        active_len,
+        writable,
+        &mut report,
+    )?;
+    check_order(storage, &active_header, &summary, prev_last)?;
+    if writable {
+        // Its index, if any, is from an earlier seal and will be rewritten.
+        let _ = storage.remove(&index_name(active_header.base));
+    }
+    report.records += summary.record_count;
+    report.segments = sealed.len() + 1;
+    let last = if summary.record_count > 0 {
+        summary.last_lsn
+    } else {
+        prev_last
+    };
+    let next_lsn = (last + 1).max(active_header.base).max(meta.purged_lsn + 1);
+    report.last_lsn = next_lsn - 1;
+    report.first_lsn = sealed
+        .iter()
+        .map(|s| &*s.summary)
+        .chain(std::iter::once(&summary))
+        .find(|s| s.record_count > 0)
+        .map(|s| s.first_lsn)
+        .unwrap_or(0);
+    Ok(Recovered {
+        sealed,
+        active: Active {
+            header: active_header,
+            file: active_file,
+            summary,
+        },
+        next_lsn,
+        meta,
+        max_generation,
+        report,
+    })
+}
+
+fn check_order(
+    storage: &dyn Storage,
+    header: &SegmentHeader,
+    s: &SegmentSummary,
+    prev_last: Lsn,
+) -> Result<()> {
+    if s.record_count > 0 && (s.first_lsn < header.base || s.first_lsn <= prev_last) {
+        return Err(Error::Corrupt {
+            location: storage.describe(&data_name(header.base)),
+            offset: SEGMENT_HEADER_LEN,
+            lsn: Some(s.first_lsn),
+            reason: format!(
+                "first LSN {} does not follow the previous segment's last LSN {prev_last}",
+                s.first_lsn
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Scans the active segment. Bad bytes followed by no valid record are a torn
+/// write and are cut off, together with any incomplete batch before them; bad
+/// bytes followed by a valid record are corruption.
+fn recover_tail(
+    storage: &dyn Storage,
+    header: &SegmentHeader,
+    file: &Arc<dyn StorageFile>,
+    len: u64,
+    writable: bool,
+    report: &mut RecoveryReport,
+) -> Result<SegmentSummary> {
+    let location = || storage.describe(&data_name(header.base));
+    let mut summary = SegmentSummary::empty();
+    // The summary as of the end of the last complete batch.
+    let mut committed = (SEGMENT_HEADER_LEN, 0u64, 0u64, 0usize);
+    let end = segment::scan(file.as_ref(), SEGMENT_HEADER_LEN, len, |r, off| {
+        if r.lsn <= summary.last_lsn {
+            return Err(Error::Corrupt {
+                location: location(),
+                offset: off,
+                lsn: Some(r.lsn),
+                reason: "LSN does not increase".into(),
+            });
+        }
+        summary.add(r.lsn, off, r.encoded_len() as u64);
+        if r.ends_batch() {
+            committed = (
+                summary.data_len,
+                summary.last_lsn,
+                summary.record_count,
+                summary.entries.len(),
+            );
+        }
+        Ok(true)
+    })?;
+    let valid_end = match end {
+        ScanEnd::Clean { end } => end,
+        ScanEnd::Bad { offset, error } => {
+            if let Some(at) = find_valid_record_after(file.as_ref(), offset, len, summary.last_lsn)?
+            {
+                return Err(Error::Corrupt {
+                    location: location(),
+                    offset,
+                    lsn: segment::bad_lsn(&error),
+                    reason: format!("{error}, yet a valid record follows at offset {at}"),
+                });
+            }
+            report.torn_bytes_truncated = len - offset;
+            offset
+        }
+    };
+    let (batch_end, last_lsn, record_count, entries) = committed;
+    report.incomplete_batch_records_dropped = summary.record_count - record_count;
+    summary.data_len = batch_end;
+    summary.last_lsn = last_lsn;
+    summary.record_count = record_count;
+    summary.entries.truncate(entries);
+    if record_count == 0 {
+        summary.first_lsn = 0;
+    }
+    if batch_end < len {
+        tracing::warn!(
+            segment = %location(),
+            cut_at = batch_end,
+            "truncating a torn tail of {} bytes",
+            len - batch_end
+        );
+        if writable {
+            file.truncate(batch_end)
+                .and_then(|_| file.sync())
+                .map_err(|e| Error::io("truncating a torn tail", e))?;
+        }
+    }
+    debug_assert!(batch_end <= valid_end);
+    Ok(summary)
+}
+
+/// Looks for any complete, valid record starting after `offset` with an LSN
+/// above `after_lsn`. Runs only when recovery meets bad bytes.
+fn find_valid_record_after(
+    file: &dyn StorageFile,
+    offset: u64,
+    len: u64,
+    after_lsn: Lsn,
+) -> Result<Option<u64>> {
+    let bytes = file
+        .read_vec(offset, (len - offset) as usize)
+        .map_err(|e| Error::io("reading a segment tail", e))?;
+    for i in 1..bytes.len() {
+        if let Ok((r, _)) = record::decode(&bytes[i..]) {
+            if r.lsn > after_lsn {
+                return Ok(Some(offset + i as u64));
+            }
+        }
+    }
+    Ok(None)
+}

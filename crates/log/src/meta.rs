@@ -1,0 +1,120 @@
+//! A small durable record kept beside the log: what was purged from its front
+//! and the replication vote. Written whole via a temporary file and a rename.
+//!
+//! ```text
+//! 0  [8] magic "AQDLMETA"
+//! 8  u16 format version, u16 0, u32 0
+//! 16 u64 purged_lsn    records at or below this LSN were purged on purpose
+//! 24 u64 purged_term
+//! 32 u32 vote_len, then vote_len bytes of vote
+//! .. u32 CRC32C of everything before it
+//! ```
+
+use crate::segment::write_atomically;
+use crate::storage::Storage;
+use crate::{Error, Lsn, Result, FORMAT_VERSION};
+
+pub const META_NAME: &str = "meta";
+const META_MAGIC: &[u8; 8] = b"AQDLMETA";
+/// Largest vote payload stored in the metadata file.
+pub const MAX_VOTE_BYTES: usize = 4096;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub purged_lsn: Lsn,
+    pub purged_term: u64,
+    /// Opaque bytes owned by the replication layer (its vote).
+    pub vote: Vec<u8>,
+}
+
+impl Meta {
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.vote.len() <= MAX_VOTE_BYTES);
+        let mut b = Vec::with_capacity(40 + self.vote.len());
+        b.extend_from_slice(META_MAGIC);
+        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&[0u8; 6]);
+        b.extend_from_slice(&self.purged_lsn.to_le_bytes());
+        b.extend_from_slice(&self.purged_term.to_le_bytes());
+        b.extend_from_slice(&(self.vote.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.vote);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> std::result::Result<Meta, String> {
+        if b.len() < 40 || &b[0..8] != META_MAGIC {
+            return Err("bad metadata header".into());
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+            return Err("metadata checksum mismatch".into());
+        }
+        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != FORMAT_VERSION {
+            return Err("metadata format version differs".into());
+        }
+        let vote_len = u32::from_le_bytes(b[32..36].try_into().unwrap()) as usize;
+        if 36 + vote_len != body.len() {
+            return Err("metadata length mismatch".into());
+        }
+        Ok(Meta {
+            purged_lsn: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            purged_term: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+            vote: b[36..36 + vote_len].to_vec(),
+        })
+    }
+
+    /// Reads the metadata; a missing file is the default.
+    pub fn load(storage: &dyn Storage) -> Result<Meta> {
+        let f = match storage.open(META_NAME) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Meta::default()),
+            Err(e) => return Err(Error::io("opening the log metadata", e)),
+        };
+        let len = f
+            .len()
+            .map_err(|e| Error::io("reading the log metadata", e))?;
+        let bytes = f
+            .read_vec(0, len as usize)
+            .map_err(|e| Error::io("reading the log metadata", e))?;
+        Meta::decode(&bytes).map_err(|reason| Error::Corrupt {
+            location: storage.describe(META_NAME),
+            offset: 0,
+            lsn: None,
+            reason,
+        })
+    }
+
+    pub fn store(&self, storage: &dyn Storage) -> Result<()> {
+        if self.vote.len() > MAX_VOTE_BYTES {
+            return Err(Error::Invalid(format!(
+                "vote of {} bytes exceeds the limit of {MAX_VOTE_BYTES}",
+                self.vote.len()
+            )));
+        }
+        write_atomically(storage, META_NAME, &self.encode())
+            .map_err(|e| Error::io("writing the log metadata", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage() {
+        let m = Meta {
+            purged_lsn: 42,
+            purged_term: 3,
+            vote: b"term=3,node=1".to_vec(),
+        };
+        let b = m.encode();
+        assert_eq!(Meta::decode(&b).unwrap(), m);
+        for i in 0..b.len() {
+            let mut d = b.clone();
+            d[i] ^= 0x10;
+            assert!(Meta::decode(&d).is_err(), "byte {i}");
+        }
+    }
+}
