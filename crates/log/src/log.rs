@@ -941,6 +941,11 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
     if writable {
         // Its index, if any, is from an earlier seal and will be rewritten.
         let _ = storage.remove(&index_name(active_header.base));
+        // What we found may still be only in the OS cache (written under
+        // `never` before a clean exit); make it durable so `durable_lsn` is true.
+        active_file
+            .sync()
+            .map_err(|e| Error::io("syncing the active segment", e))?;
     }
     report.records += summary.record_count;
     report.segments = sealed.len() + 1;

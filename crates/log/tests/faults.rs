@@ -1,0 +1,365 @@
+//! Every failure mode of the log, one test each, on simulated storage that can
+//! tear writes, flip bits, fill up and crash at any operation.
+
+mod common;
+
+use std::sync::Arc;
+
+use aqueduct_log::segment::{data_name, index_name};
+use aqueduct_log::sim::{Fault, SimStorage};
+use aqueduct_log::{Error, Log, NewRecord, RecordKind, Storage, SyncPolicy};
+use common::*;
+
+const SEG: u64 = 2048;
+
+/// Appends `n` single-record batches with keys over a small keyspace.
+fn fill(log: &Log, n: usize, tag: &str) -> Vec<Vec<NewRecord>> {
+    (0..n)
+        .map(|i| {
+            let b = vec![put(&format!("k{}", i % 7), &format!("{tag}-{i}"))];
+            log.append(&b).unwrap();
+            b
+        })
+        .collect()
+}
+
+fn active_name(log: &Log) -> String {
+    data_name(log.segments().last().unwrap().base)
+}
+
+#[test]
+fn torn_tail_at_every_byte_is_truncated() {
+    let storage = SimStorage::new(1);
+    let opts = sim_options(SyncPolicy::Always, 1 << 20);
+    let log = open_sim(&storage, &opts);
+    let batches = fill(&log, 5, "a");
+    let last = vec![put("last", "the record that will be torn")];
+    log.append(&last).unwrap();
+    let name = active_name(&log);
+    drop(log);
+    let full = storage.contents(&name).unwrap();
+    let last_len = last[0].encoded_len();
+    let expected = State::of_batches(&batches);
+    for cut in full.len() - last_len..full.len() {
+        let s = SimStorage::new(2);
+        let f = s.create(&name).unwrap();
+        f.write_at(&full[..cut], 0).unwrap();
+        f.sync().unwrap();
+        s.sync_dir().unwrap();
+        let (log, report) =
+            Log::open_with_storage(s.clone() as Arc<dyn Storage>, opts.clone()).unwrap();
+        assert_eq!(report.last_lsn, 5, "cut at {cut}");
+        assert_eq!(
+            report.torn_bytes_truncated,
+            (cut - (full.len() - last_len)) as u64
+        );
+        assert_eq!(replay_state(&log), expected, "cut at {cut}");
+        // The log is usable: the next append gets the next LSN.
+        assert_eq!(log.append_one(put("after", "x")).unwrap(), 6);
+    }
+}
+
+#[test]
+fn incomplete_batch_at_the_tail_is_removed_whole() {
+    let storage = SimStorage::new(3);
+    let opts = sim_options(SyncPolicy::Always, 1 << 20);
+    let log = open_sim(&storage, &opts);
+    let batches = fill(&log, 3, "a");
+    let batch = vec![put("x", "1"), put("y", "2"), put("z", "3")];
+    log.append(&batch).unwrap();
+    let name = active_name(&log);
+    drop(log);
+    let full = storage.contents(&name).unwrap();
+    // Cut inside the third record of the batch: two whole records remain.
+    storage.cut(&name, full.len() - 10);
+    let (log, report) = Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts).unwrap();
+    assert_eq!(report.incomplete_batch_records_dropped, 2);
+    assert_eq!(report.last_lsn, 3);
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+}
+
+#[test]
+fn flipped_bit_in_a_middle_record_refuses_to_open_and_names_it() {
+    for sealed in [true, false] {
+        let storage = SimStorage::new(4);
+        let opts = sim_options(SyncPolicy::Always, if sealed { SEG } else { 1 << 20 });
+        let log = open_sim(&storage, &opts);
+        fill(&log, 60, "a");
+        let target = data_name(log.segments()[0].base);
+        drop(log);
+        // Second record of the first segment: header is 48 bytes, records vary.
+        let bytes = storage.contents(&target).unwrap();
+        let (first, len) = aqueduct_log::record::decode(&bytes[48..]).unwrap();
+        assert_eq!(first.lsn, 1);
+        // The last byte of the second record (same length as the first): its body.
+        let offset = 48 + len + len - 1;
+        storage.corrupt(&target, offset, 0x04);
+        // Start-up is open + replay; a sealed segment's records are checked
+        // by the replay, the active segment's already by the open.
+        let err = match Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts) {
+            Err(e) => e,
+            Ok((log, _)) => {
+                assert!(sealed, "the active segment is verified at open");
+                log.replay(0, |_| Ok(())).unwrap_err()
+            }
+        };
+        match &err {
+            Error::Corrupt {
+                location,
+                offset: at,
+                lsn,
+                ..
+            } => {
+                assert!(location.contains(&target), "{location}");
+                assert_eq!(*at, 48 + len as u64, "offset of the bad record");
+                assert_eq!(*lsn, Some(2));
+            }
+            other => panic!("expected corruption, got {other}"),
+        }
+        let msg = err.to_string();
+        assert!(msg.contains("aqueduct wal truncate"), "{msg}");
+    }
+}
+
+#[test]
+fn missing_or_damaged_index_is_rebuilt() {
+    let storage = SimStorage::new(5);
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    let log = open_sim(&storage, &opts);
+    let batches = fill(&log, 80, "a");
+    let segs = log.segments();
+    assert!(segs.len() >= 3);
+    drop(log);
+    storage.delete(&index_name(segs[0].base));
+    storage.corrupt(&index_name(segs[1].base), 80, 0xff);
+    let (log, report) =
+        Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts.clone()).unwrap();
+    assert_eq!(report.indexes_rebuilt, 2);
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+    // Reading from the middle uses the rebuilt index.
+    let from = segs[1].first_lsn + 1;
+    assert_eq!(log.reader(from).next().unwrap().unwrap().lsn, from);
+    drop(log);
+    let (_, report) = Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts).unwrap();
+    assert_eq!(
+        report.indexes_rebuilt, 0,
+        "rebuilt indexes were written back"
+    );
+}
+
+#[test]
+fn full_disk_fails_the_write_and_loses_nothing() {
+    let storage = SimStorage::new(6);
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    let log = open_sim(&storage, &opts);
+    let mut acked = fill(&log, 20, "a");
+    storage.set_capacity(Some(0));
+    let err = log.append(&[put("big", "no room")]).unwrap_err();
+    assert!(matches!(err, Error::DiskFull { .. }), "{err}");
+    assert!(err.to_string().contains("free space"), "{err}");
+    // Still usable, nothing half-written, and works again once space returns.
+    assert_eq!(replay_state(&log), State::of_batches(&acked));
+    storage.set_capacity(None);
+    let b = vec![put("after", "space returned")];
+    assert_eq!(log.append(&b).unwrap().first, 21);
+    acked.push(b);
+    storage.crash();
+    storage.restart();
+    let log = open_sim(&storage, &opts);
+    assert_eq!(replay_state(&log), State::of_batches(&acked));
+}
+
+#[test]
+fn failed_sync_stops_writes_until_restart() {
+    let storage = SimStorage::new(7);
+    let opts = sim_options(SyncPolicy::Always, 1 << 20);
+    let log = open_sim(&storage, &opts);
+    let acked = fill(&log, 5, "a");
+    // Op 1 is the write, op 2 the sync.
+    storage.fail_in(2, Fault::Error);
+    assert!(log.append(&[put("x", "unacknowledged")]).is_err());
+    let err = log.append(&[put("y", "refused")]).unwrap_err();
+    assert!(matches!(err, Error::Poisoned(_)), "{err}");
+    drop(log);
+    let log = open_sim(&storage, &opts);
+    let state = replay_state(&log);
+    // The unacknowledged record may or may not be there; acknowledged ones are.
+    let mut with = State::of_batches(&acked);
+    with.apply(RecordKind::Put, b"x", b"unacknowledged");
+    assert!(state == State::of_batches(&acked) || state == with);
+}
+
+#[test]
+fn crash_at_every_step_of_compaction_leaves_a_valid_log() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    // Count the operations of one full compaction pass.
+    let ops = {
+        let storage = SimStorage::new(8);
+        let log = open_sim(&storage, &opts);
+        build_compactable(&log);
+        let before = storage.ops();
+        log.compact().unwrap();
+        storage.ops() - before
+    };
+    assert!(ops > 10, "compaction did real work ({ops} operations)");
+    for n in 1..=ops + 1 {
+        let storage = SimStorage::new(100 + n);
+        let log = open_sim(&storage, &opts);
+        let batches = build_compactable(&log);
+        let expected = State::of_batches(&batches);
+        storage.fail_in(n, Fault::Crash);
+        let _ = log.compact();
+        drop(log);
+        storage.restart();
+        let log = open_sim(&storage, &opts);
+        assert_eq!(replay_state(&log), expected, "crash at operation {n}");
+        // Compaction can be restarted and finishes the job.
+        log.compact().unwrap();
+        assert_eq!(
+            replay_state(&log),
+            expected,
+            "after resumed compaction, {n}"
+        );
+        drop(log);
+        let log = open_sim(&storage, &opts);
+        assert_eq!(replay_state(&log), expected, "after reopen, {n}");
+    }
+}
+
+#[test]
+fn compaction_keeps_pinned_records_and_drops_dead_tombstones() {
+    let storage = SimStorage::new(9);
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    let log = open_sim(&storage, &opts);
+    let batches = build_compactable(&log);
+    log.seal_active().unwrap();
+    let report = log.compact().unwrap();
+    assert!(report.records_after < report.records_before);
+    assert!(report.segments_merged > 0, "{report:?}");
+    let mut kinds = Vec::new();
+    log.replay(0, |r| {
+        kinds.push((r.kind, r.key.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    assert!(!kinds.iter().any(|(k, _)| *k == RecordKind::Delete));
+    let schema = kinds
+        .iter()
+        .filter(|(k, _)| *k == RecordKind::Schema)
+        .count();
+    assert_eq!(schema, 3, "schema records are never compacted");
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+}
+
+#[test]
+fn retention_protects_recent_records() {
+    let storage = SimStorage::new(10);
+    let mut opts = sim_options(SyncPolicy::Always, SEG);
+    let log = open_sim(&storage, &opts);
+    build_compactable(&log);
+    log.seal_active().unwrap();
+    let protect = log.segments()[2].first_lsn;
+    drop(log);
+    opts.retention.protect_from = Some(protect);
+    let log = open_sim(&storage, &opts);
+    let mut before = Vec::new();
+    log.replay(protect, |r| {
+        before.push(r.to_owned());
+        Ok(())
+    })
+    .unwrap();
+    log.compact().unwrap();
+    let mut after = Vec::new();
+    log.replay(protect, |r| {
+        after.push(r.to_owned());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        before, after,
+        "records at or above the retention LSN are untouched"
+    );
+}
+
+#[test]
+fn directory_held_by_another_process_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, _) = Log::open(dir.path(), Default::default()).unwrap();
+    let err = match Log::open(dir.path(), Default::default()) {
+        Err(e) => e,
+        Ok(_) => panic!("opened a directory twice"),
+    };
+    assert!(matches!(err, Error::Locked(_)));
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
+}
+
+#[test]
+fn oversized_values_are_refused_clearly() {
+    let storage = SimStorage::new(11);
+    let log = open_sim(&storage, &sim_options(SyncPolicy::Always, SEG));
+    let err = log
+        .append(&[NewRecord::put(
+            "k",
+            vec![0u8; aqueduct_log::MAX_BODY_BYTES + 1],
+        )])
+        .unwrap_err();
+    assert!(err.to_string().contains("exceeds the limit"), "{err}");
+    assert_eq!(log.append_one(put("k", "v")).unwrap(), 1);
+}
+
+#[test]
+fn truncate_after_and_purge_before_for_replication() {
+    let storage = SimStorage::new(12);
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    let log = open_sim(&storage, &opts);
+    fill(&log, 100, "a");
+    let segs = log.segments();
+    let cut = segs[2].first_lsn + 3;
+    log.truncate_after(cut).unwrap();
+    assert_eq!(log.next_lsn(), cut + 1);
+    let all: Vec<_> = log.reader(0).map(|r| r.unwrap().lsn).collect();
+    assert_eq!(all, (1..=cut).collect::<Vec<_>>());
+    assert_eq!(
+        log.append_one(put("new", "after truncate")).unwrap(),
+        cut + 1
+    );
+    log.purge_before(segs[1].first_lsn, 7).unwrap();
+    assert_eq!(log.first_lsn(), segs[1].first_lsn);
+    log.save_vote(b"vote-bytes").unwrap();
+    drop(log);
+    let log = open_sim(&storage, &opts);
+    assert_eq!(log.next_lsn(), cut + 2);
+    assert_eq!(log.meta().vote, b"vote-bytes");
+    assert_eq!(log.meta().purged_term, 7);
+    assert_eq!(log.first_lsn(), segs[1].first_lsn);
+}
+
+/// A log with overwrites, deletes and schema records over several segments.
+fn build_compactable(log: &Log) -> Vec<Vec<NewRecord>> {
+    let mut batches = Vec::new();
+    for round in 0..3 {
+        let b = vec![NewRecord::new(
+            RecordKind::Schema,
+            format!("schema{round}"),
+            "create table",
+        )];
+        log.append(&b).unwrap();
+        batches.push(b);
+        for i in 0..25 {
+            let b = if i % 5 == 4 {
+                vec![NewRecord::delete(format!("k{}", i % 6))]
+            } else {
+                vec![
+                    put(&format!("k{}", i % 6), &format!("v{round}-{i}")),
+                    put(&format!("k{}", (i + 1) % 6), &format!("w{round}-{i}")),
+                ]
+            };
+            log.append(&b).unwrap();
+            batches.push(b);
+        }
+    }
+    batches
+}
