@@ -110,15 +110,34 @@ pub(crate) struct Inner {
     pub compaction: Mutex<()>,
     pub meta: Mutex<Meta>,
     pub generations: Mutex<u64>,
-    shutdown: Mutex<bool>,
-    shutdown_cv: Condvar,
+    pub(crate) shutdown: Arc<Shutdown>,
     _lock: Option<DirLock>,
 }
 
-/// A handle to an open log; clones share it.
+/// A handle to an open log; clones share it. When the last handle is
+/// dropped, background work stops and the directory lock is released before
+/// the drop returns, so the directory can be reopened at once.
 #[derive(Clone)]
 pub struct Log {
     pub(crate) inner: Arc<Inner>,
+    /// `None` for the background threads' own short-lived handles.
+    users: Option<Arc<Users>>,
+}
+
+/// Owned by user handles: stops and joins the background threads.
+struct Users {
+    shutdown: Arc<Shutdown>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Users {
+    fn drop(&mut self) {
+        *self.shutdown.stop.lock() = true;
+        self.shutdown.cv.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Log {
@@ -173,14 +192,19 @@ impl Log {
             compaction: Mutex::new(()),
             meta: Mutex::new(recovered.meta),
             generations: Mutex::new(recovered.max_generation),
-            shutdown: Mutex::new(false),
-            shutdown_cv: Condvar::new(),
+            shutdown: Arc::new(Shutdown::default()),
             opts,
             _lock: lock,
         });
+        let users = Arc::new(Users {
+            shutdown: inner.shutdown.clone(),
+            threads: Mutex::new(Vec::new()),
+        });
         if let SyncPolicy::Interval(period) = inner.opts.sync {
             if !inner.opts.read_only {
-                spawn_interval_syncer(Arc::downgrade(&inner), period);
+                let t =
+                    spawn_interval_syncer(Arc::downgrade(&inner), inner.shutdown.clone(), period);
+                users.threads.lock().push(t);
             }
         }
         if report.torn_bytes_truncated > 0 || report.incomplete_batch_records_dropped > 0 {
@@ -190,7 +214,11 @@ impl Log {
                 "the log ended in a torn write left by a crash; the unacknowledged tail was removed"
             );
         }
-        Ok((Log { inner }, report))
+        let log = Log {
+            inner,
+            users: Some(users),
+        };
+        Ok((log, report))
     }
 
     pub fn options(&self) -> &Options {
@@ -417,20 +445,23 @@ impl Log {
     /// dropped. Appends are never blocked by it.
     pub fn start_background_compaction(&self, period: Duration) {
         let weak = Arc::downgrade(&self.inner);
-        std::thread::Builder::new()
+        let shutdown = self.inner.shutdown.clone();
+        let thread = std::thread::Builder::new()
             .name("log-compaction".into())
             .spawn(move || {
-                while let Some(inner) = weak.upgrade() {
-                    if inner.wait_shutdown(period) {
-                        return;
-                    }
-                    let log = Log { inner };
+                // Holds the log only while working, so dropping the log ends it.
+                while !shutdown.wait(period) {
+                    let Some(inner) = weak.upgrade() else { return };
+                    let log = Log { inner, users: None };
                     if let Err(e) = log.compact() {
                         tracing::warn!("background log compaction failed: {e}");
                     }
                 }
             })
             .expect("spawning the compaction thread");
+        if let Some(users) = &self.users {
+            users.threads.lock().push(thread);
+        }
     }
 
     /// Removes every record with LSN > `lsn` (replication: a conflicting
@@ -578,10 +609,25 @@ impl Log {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        *self.shutdown.lock() = true;
-        self.shutdown_cv.notify_all();
+/// Tells background threads that the log is gone.
+#[derive(Default)]
+pub(crate) struct Shutdown {
+    stop: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Shutdown {
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.lock()
+    }
+
+    /// Returns true when the log was dropped; otherwise waits up to `period`.
+    fn wait(&self, period: Duration) -> bool {
+        let mut s = self.stop.lock();
+        if !*s {
+            self.cv.wait_for(&mut s, period);
+        }
+        *s
     }
 }
 
@@ -590,15 +636,6 @@ impl Inner {
         tracing::error!("log writes stopped: {why}");
         let _ = self.poisoned.set(why);
         self.sync_cv.notify_all();
-    }
-
-    /// Returns true when shutting down; otherwise waits up to `period`.
-    fn wait_shutdown(&self, period: Duration) -> bool {
-        let mut s = self.shutdown.lock();
-        if !*s {
-            self.shutdown_cv.wait_for(&mut s, period);
-        }
-        *s
     }
 
     pub(crate) fn next_generation(&self) -> u64 {
@@ -713,14 +750,16 @@ impl Inner {
     }
 }
 
-fn spawn_interval_syncer(weak: Weak<Inner>, period: Duration) {
+fn spawn_interval_syncer(
+    weak: Weak<Inner>,
+    shutdown: Arc<Shutdown>,
+    period: Duration,
+) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("log-sync".into())
         .spawn(move || {
-            while let Some(inner) = weak.upgrade() {
-                if inner.wait_shutdown(period) {
-                    return;
-                }
+            while !shutdown.wait(period) {
+                let Some(inner) = weak.upgrade() else { return };
                 let last = inner.writer.lock().next_lsn - 1;
                 if let Err(e) = inner.wait_durable(last) {
                     tracing::error!("periodic log sync failed: {e}");
@@ -728,7 +767,7 @@ fn spawn_interval_syncer(weak: Weak<Inner>, period: Duration) {
                 }
             }
         })
-        .expect("spawning the log sync thread");
+        .expect("spawning the log sync thread")
 }
 
 fn validate_batch(batch: &[NewRecord]) -> Result<()> {

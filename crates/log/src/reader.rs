@@ -149,15 +149,12 @@ impl LogReader {
             }
             // The segment was sealed (or truncated away) since we opened it.
             let segs = self.log.inner.segments.read().clone();
-            match segs.iter().find(|s| s.header.base == c.base) {
-                Some(s) => {
-                    c.sealed = true;
-                    c.limit = c.limit.max(s.summary.data_len);
-                    if c.offset < c.limit {
-                        return true;
-                    }
+            if let Some(s) = segs.iter().find(|s| s.header.base == c.base) {
+                c.sealed = true;
+                c.limit = c.limit.max(s.summary.data_len);
+                if c.offset < c.limit {
+                    return true;
                 }
-                None => {}
             }
         }
         self.cur = None;

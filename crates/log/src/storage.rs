@@ -30,6 +30,7 @@ pub trait Storage: Send + Sync + 'static {
 }
 
 /// One open file.
+#[allow(clippy::len_without_is_empty)]
 pub trait StorageFile: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
