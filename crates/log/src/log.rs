@@ -238,19 +238,32 @@ impl Log {
     /// log or wholly absent. Returns once the sync policy is satisfied.
     pub fn append(&self, batch: &[NewRecord]) -> Result<LsnRange> {
         let range = self.write_batch(batch, None)?;
-        if self.inner.opts.sync == SyncPolicy::Always {
-            self.inner.wait_durable(range.last)?;
-        }
+        self.await_committed(range.last)?;
         Ok(range)
+    }
+
+    /// Writes `batch` atomically and returns its LSNs without waiting for the
+    /// sync policy; pair with [`Log::await_committed`] before acknowledging.
+    /// This lets a caller release its own locks during the shared sync.
+    pub fn append_pending(&self, batch: &[NewRecord]) -> Result<LsnRange> {
+        self.write_batch(batch, None)
+    }
+
+    /// Waits until `lsn` satisfies the sync policy (durable under `always`,
+    /// written otherwise). Returns at once for already committed LSNs.
+    pub fn await_committed(&self, lsn: Lsn) -> Result<()> {
+        if self.inner.opts.sync == SyncPolicy::Always {
+            self.inner.wait_durable(lsn)
+        } else {
+            Ok(())
+        }
     }
 
     /// Appends `batch` only if its first LSN would be `first` (replication
     /// appends entries at positions chosen by the leader).
     pub fn append_at(&self, first: Lsn, batch: &[NewRecord]) -> Result<LsnRange> {
         let range = self.write_batch(batch, Some(first))?;
-        if self.inner.opts.sync == SyncPolicy::Always {
-            self.inner.wait_durable(range.last)?;
-        }
+        self.await_committed(range.last)?;
         Ok(range)
     }
 
@@ -477,7 +490,15 @@ impl Log {
         let io = |what: &str, e| Error::io(format!("truncating the log: {what}"), e);
         // Drop whole segments from the newest down, then cut the one holding `lsn`.
         let mut sealed: Vec<SealedSegment> = inner.segments.read().as_ref().clone();
+        let goes = |s: &SealedSegment| s.header.base > lsn || s.summary.first_lsn > lsn;
         if w.active.header.base > lsn + 1 || w.active.summary.first_lsn > lsn {
+            if let Some(s) = sealed.iter().rev().find(|s| !goes(s)) {
+                if s.header.covers_until != 0 {
+                    return Err(Error::Invalid(format!(
+                        "cannot truncate after LSN {lsn}: it lies in compacted, merged history"
+                    )));
+                }
+            }
             // The active segment goes entirely; an older one becomes active.
             storage
                 .remove(&data_name(w.active.header.base))
@@ -485,7 +506,7 @@ impl Log {
             storage.sync_dir().map_err(|e| io("syncing", e))?;
             loop {
                 match sealed.last() {
-                    Some(s) if s.header.base > lsn || s.summary.first_lsn > lsn => {
+                    Some(s) if goes(s) => {
                         let base = s.header.base;
                         let _ = storage.remove(&index_name(base));
                         storage
