@@ -1,0 +1,143 @@
+//! PostgreSQL text forms of values (what `psql` prints and text-format
+//! parameters carry).
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Timelike};
+
+use crate::Value;
+
+const EPOCH_DAYS_FROM_CE: i32 = 719_163;
+
+pub(crate) fn to_text(v: &Value) -> Option<String> {
+    Some(match v {
+        Value::Null => return None,
+        Value::Bool(b) => if *b { "t" } else { "f" }.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => format_float(*f),
+        Value::Numeric(d) => d.to_string(),
+        Value::Text(s) | Value::Json(s) => s.clone(),
+        Value::Bytes(b) => {
+            let mut s = String::with_capacity(2 + b.len() * 2);
+            s.push_str("\\x");
+            for byte in b {
+                s.push_str(&format!("{byte:02x}"));
+            }
+            s
+        }
+        Value::Timestamp(t) => format_timestamp(*t),
+        Value::TimestampTz(t) => format!("{}+00", format_timestamp(*t)),
+        Value::Date(d) => format_date(*d),
+        Value::Uuid(u) => uuid::Uuid::from_u128(*u).hyphenated().to_string(),
+    })
+}
+
+fn format_float(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".into()
+    } else if f == f64::INFINITY {
+        "Infinity".into()
+    } else if f == f64::NEG_INFINITY {
+        "-Infinity".into()
+    } else {
+        format!("{f}")
+    }
+}
+
+/// `YYYY-MM-DD` for days since 1970-01-01.
+pub fn format_date(days: i32) -> String {
+    match NaiveDate::from_num_days_from_ce_opt(days + EPOCH_DAYS_FROM_CE) {
+        Some(d) => d.format("%Y-%m-%d").to_string(),
+        None => format!("day {days}"),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.ffffff]` for microseconds since the epoch.
+pub fn format_timestamp(micros: i64) -> String {
+    let Some(dt) = DateTime::from_timestamp_micros(micros) else {
+        return format!("{micros} µs");
+    };
+    let dt = dt.naive_utc();
+    let frac = dt.nanosecond() / 1000;
+    if frac == 0 {
+        dt.format("%Y-%m-%d %H:%M:%S").to_string()
+    } else {
+        let f = format!("{frac:06}");
+        format!("{}.{}", dt.format("%Y-%m-%d %H:%M:%S"), f.trim_end_matches('0'))
+    }
+}
+
+/// Parses a date `YYYY-MM-DD` into days since 1970-01-01.
+pub fn parse_date(s: &str) -> Option<i32> {
+    use chrono::Datelike;
+    let d = NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").ok()?;
+    Some(d.num_days_from_ce() - EPOCH_DAYS_FROM_CE)
+}
+
+/// Parses `YYYY-MM-DD[ T]HH:MM[:SS[.f]][zone]` (or a bare date) into
+/// microseconds since the epoch. With `with_zone`, an offset (`+02`, `+02:00`,
+/// `Z`) is applied to get UTC; without it, any offset is ignored as
+/// PostgreSQL does for `timestamp without time zone`.
+pub fn parse_timestamp(s: &str, with_zone: bool) -> Option<i64> {
+    let s = s.trim();
+    let (body, offset_secs) = split_zone(s)?;
+    let body = body.trim().replace('T', " ");
+    let naive = ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(&body, f).ok())
+        .or_else(|| {
+            NaiveDate::parse_from_str(&body, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+        })?;
+    let micros = naive.and_utc().timestamp_micros();
+    Some(if with_zone {
+        micros - offset_secs as i64 * 1_000_000
+    } else {
+        micros
+    })
+}
+
+/// Splits a trailing zone (`Z`, `UTC`, `+hh`, `+hh:mm`, `-hhmm`) off a timestamp.
+fn split_zone(s: &str) -> Option<(&str, i32)> {
+    if let Some(b) = s.strip_suffix('Z').or_else(|| s.strip_suffix(" UTC")) {
+        return Some((b, 0));
+    }
+    // The zone sign comes after the time part (after the last ':' or digit run).
+    let time_start = s.find(' ').or_else(|| s.find('T'));
+    let Some(ts) = time_start else {
+        return Some((s, 0));
+    };
+    let tail = &s[ts..];
+    let Some(pos) = tail.rfind(['+', '-']) else {
+        return Some((s, 0));
+    };
+    let zone = &tail[pos..];
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let digits: String = zone[1..].chars().filter(|c| c.is_ascii_digit()).collect();
+    let (h, m) = match digits.len() {
+        1 | 2 => (digits.parse::<i32>().ok()?, 0),
+        4 => (digits[..2].parse().ok()?, digits[2..].parse().ok()?),
+        _ => return None,
+    };
+    Some((&s[..ts + pos], sign * (h * 3600 + m * 60)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_parse_with_zones() {
+        let base = parse_timestamp("2024-01-02 03:04:05", false).unwrap();
+        assert_eq!(parse_timestamp("2024-01-02T03:04:05", false), Some(base));
+        assert_eq!(parse_timestamp("2024-01-02 03:04:05+00", true), Some(base));
+        assert_eq!(
+            parse_timestamp("2024-01-02 05:04:05+02:00", true),
+            Some(base)
+        );
+        assert_eq!(parse_timestamp("2024-01-02 03:04:05Z", true), Some(base));
+        assert_eq!(format_timestamp(base), "2024-01-02 03:04:05");
+        assert_eq!(parse_timestamp("2024-13-02 03:04:05", false), None);
+        assert_eq!(parse_date("1970-01-02"), Some(1));
+        assert_eq!(format_date(-1), "1969-12-31");
+    }
+}
