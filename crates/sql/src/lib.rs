@@ -1,1 +1,117 @@
-//! placeholder
+//! SQL sessions over the base tables: parse (sqlparser, PostgreSQL dialect),
+//! bind against the catalog, execute. Front ends (PostgreSQL wire, HTTP) hold
+//! one [`Session`] per connection and call it from a blocking thread.
+//!
+//! The flow of a statement: `parse` → [`bind`] (names resolved, parameter
+//! types inferred, an access path chosen) → [`exec`] (rows read through the
+//! transaction so reads are validated at commit; writes buffered, then
+//! committed as one log batch).
+
+pub mod bind;
+mod catalog_queries;
+mod error;
+pub mod exec;
+pub mod expr;
+mod session;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use aqueduct_log::{Log, Lsn};
+use aqueduct_tables::{Database, ReplayReport};
+use aqueduct_values::{DataType, Value};
+
+pub use error::SqlError;
+pub use session::{Outcome, Prepared, Session, TxnStatus};
+
+/// Largest SQL text accepted in one query message.
+pub const MAX_SQL_BYTES: usize = 4 * 1024 * 1024;
+/// Largest number of parameters in one statement (the wire protocol's limit).
+pub const MAX_PARAMS: usize = 65_535;
+/// Largest number of rows one `INSERT ... VALUES` may carry.
+pub const MAX_INSERT_ROWS: usize = 100_000;
+
+/// A result column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub ty: DataType,
+    /// The table it comes from (0 if computed) and its position there (1-based, 0 if none).
+    pub table_id: u64,
+    pub column_id: i16,
+}
+
+impl Column {
+    pub fn computed(name: impl Into<String>, ty: DataType) -> Column {
+        Column {
+            name: name.into(),
+            ty,
+            table_id: 0,
+            column_id: 0,
+        }
+    }
+}
+
+/// Statement counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct EngineMetrics {
+    pub select: AtomicU64,
+    pub insert: AtomicU64,
+    pub update: AtomicU64,
+    pub delete: AtomicU64,
+    pub ddl: AtomicU64,
+    pub other: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+impl EngineMetrics {
+    pub(crate) fn count(&self, c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The database as the SQL layer sees it; shared by all sessions.
+pub struct Engine {
+    db: Database,
+    pub metrics: EngineMetrics,
+    pub started: Instant,
+    pub replay: ReplayReport,
+}
+
+impl Engine {
+    /// Rebuilds the tables from `log` and returns the engine.
+    pub fn open(log: Log, progress: &mut dyn FnMut(Lsn)) -> Result<Arc<Engine>, SqlError> {
+        let (db, replay) = Database::open(log, progress)?;
+        Ok(Arc::new(Engine {
+            db,
+            metrics: EngineMetrics::default(),
+            started: Instant::now(),
+            replay,
+        }))
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// A new session (one per client connection).
+    pub fn session(self: &Arc<Engine>) -> Session {
+        Session::new(self.clone())
+    }
+
+    /// Row counts per table, for `/metrics`.
+    pub fn table_rows(&self) -> Vec<(String, usize)> {
+        self.db
+            .read()
+            .tables
+            .values()
+            .map(|t| (t.schema.name.clone(), t.len()))
+            .collect()
+    }
+}
+
+/// Parses a parameter sent in text format for a parameter of type `ty`.
+pub fn param_from_text(text: &str, ty: &DataType) -> Result<Value, SqlError> {
+    Ok(Value::Text(text.to_string()).coerce(ty)?)
+}

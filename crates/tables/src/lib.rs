@@ -1,1 +1,531 @@
-//! placeholder
+//! Base tables: held in memory, written only through the log, rebuilt from
+//! it at start. Transactions are optimistic and serializable: they read the
+//! latest committed state, remember what they read (with its version, the LSN
+//! of the write that produced it), and at commit are validated under the
+//! commit lock: if anything they read has changed, they fail with SQLSTATE
+//! 40001 and the client retries.
+//!
+//! Log records written here (layout in `docs/table-records.md`):
+//! - a row: `Put`/`Delete`, key `r` + table id (u64 BE) + encoded key values,
+//!   body the encoded row;
+//! - a schema change: `Schema`, key `s` + table id, body JSON.
+//!   A transaction is one atomic log batch.
+
+mod schema;
+mod table;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aqueduct_log::{Log, Lsn, NewRecord, RecordKind, RecordView};
+use aqueduct_values::{decode_row, decode_value, encode_row, encode_value, Value};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+
+pub use schema::{
+    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, SCHEMA_RECORD_VERSION,
+};
+pub use table::{Key, Row, RowVersion, Table};
+
+const ROW_PREFIX: u8 = b'r';
+const SCHEMA_PREFIX: u8 = b's';
+
+/// Errors of the table layer, each with its SQLSTATE.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    /// 40001: a concurrent transaction changed what this one read.
+    #[error("could not serialize access due to a concurrent update; retry the transaction")]
+    SerializationFailure,
+    /// 23505.
+    #[error("duplicate key value violates unique constraint \"{constraint}\"")]
+    UniqueViolation { constraint: String, detail: String },
+    /// 58030 / 53100: the log could not take the write.
+    #[error("{0}")]
+    Log(#[from] aqueduct_log::Error),
+    /// XX001: a record in the log does not decode.
+    #[error("log record at LSN {lsn} is not a valid table record: {reason}")]
+    BadRecord { lsn: Lsn, reason: String },
+}
+
+impl TableError {
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            TableError::SerializationFailure => "40001",
+            TableError::UniqueViolation { .. } => "23505",
+            TableError::Log(aqueduct_log::Error::DiskFull { .. }) => "53100",
+            TableError::Log(aqueduct_log::Error::Invalid(_)) => "54000",
+            TableError::Log(_) => "58030",
+            TableError::BadRecord { .. } => "XX001",
+        }
+    }
+}
+
+/// All tables, by id and by name.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    pub tables: BTreeMap<TableId, Table>,
+    by_name: HashMap<String, TableId>,
+    next_table_id: TableId,
+}
+
+impl Catalog {
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.by_name.get(name).and_then(|id| self.tables.get(id))
+    }
+
+    pub fn table_by_id(&self, id: TableId) -> Option<&Table> {
+        self.tables.get(&id)
+    }
+
+    /// The id the next `CREATE TABLE` will get.
+    pub fn next_table_id(&self) -> TableId {
+        self.next_table_id.max(1)
+    }
+
+    /// Finds the table holding index `name`.
+    pub fn index_owner(&self, name: &str) -> Option<&Table> {
+        self.tables
+            .values()
+            .find(|t| t.schema.indexes.iter().any(|i| i.name == name))
+    }
+
+    /// Applies a schema change (replay, commit, and catalogs built in memory).
+    pub fn apply_schema(&mut self, change: SchemaChange) {
+        match change {
+            SchemaChange::CreateTable(schema) => {
+                self.next_table_id = self.next_table_id.max(schema.id + 1);
+                self.by_name.insert(schema.name.clone(), schema.id);
+                self.tables.insert(schema.id, Table::new(schema));
+            }
+            SchemaChange::DropTable { id } => {
+                if let Some(t) = self.tables.remove(&id) {
+                    self.by_name.remove(&t.schema.name);
+                }
+            }
+            SchemaChange::CreateIndex { table, index } => {
+                if let Some(t) = self.tables.get_mut(&table) {
+                    t.add_index(index);
+                }
+            }
+            SchemaChange::DropIndex { table, name } => {
+                if let Some(t) = self.tables.get_mut(&table) {
+                    t.drop_index(&name);
+                }
+            }
+        }
+    }
+
+    /// Applies a row write (replay, commit, and catalogs built in memory).
+    pub fn apply_row(&mut self, table: TableId, key: Key, row: Option<Row>, lsn: Lsn) {
+        // Rows of a dropped table are skipped: ids are never reused.
+        if let Some(t) = self.tables.get_mut(&table) {
+            match row {
+                Some(row) => t.put(key, row, lsn),
+                None => t.delete(&key, lsn),
+            }
+        }
+    }
+}
+
+/// One change a transaction makes.
+#[derive(Clone, Debug)]
+pub enum Write {
+    Put { table: TableId, key: Key, row: Row },
+    Delete { table: TableId, key: Key },
+    Schema(SchemaChange),
+}
+
+/// Something a transaction read, and the version it saw.
+#[derive(Clone, Debug)]
+enum Read {
+    /// A key looked up directly; `None` when the key was absent (then the
+    /// table's membership version is checked instead).
+    Row {
+        table: TableId,
+        key: Key,
+        version: Option<Lsn>,
+        membership: Lsn,
+    },
+    /// A scan or any read by predicate: the whole table's version.
+    Table { table: TableId, version: Lsn },
+}
+
+/// A transaction's reads and buffered writes.
+#[derive(Clone, Debug, Default)]
+pub struct Txn {
+    reads: Vec<Read>,
+    writes: Vec<Write>,
+    /// The transaction's own view of keys it wrote (read-your-writes).
+    overlay: HashMap<(TableId, Key), Option<Row>>,
+}
+
+impl Txn {
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Records a point read of `key` in `table` as it is in `catalog`.
+    pub fn note_row_read(&mut self, catalog: &Catalog, table: TableId, key: &Key) {
+        if self.overlay.contains_key(&(table, key.clone())) {
+            return;
+        }
+        if let Some(t) = catalog.table_by_id(table) {
+            self.reads.push(Read::Row {
+                table,
+                key: key.clone(),
+                version: t.get(key).map(|r| r.lsn),
+                membership: t.membership_version,
+            });
+        }
+    }
+
+    /// Records a scan (a read by predicate) of `table`.
+    pub fn note_table_read(&mut self, catalog: &Catalog, table: TableId) {
+        if let Some(t) = catalog.table_by_id(table) {
+            self.reads.push(Read::Table {
+                table,
+                version: t.version,
+            });
+        }
+    }
+
+    /// This transaction's own version of a key, if it wrote one:
+    /// `Some(None)` for a key it deleted.
+    pub fn own(&self, table: TableId, key: &Key) -> Option<Option<&Row>> {
+        self.overlay.get(&(table, key.clone())).map(|r| r.as_ref())
+    }
+
+    /// Rows this transaction wrote to `table` (for scans to merge in).
+    pub fn own_rows(&self, table: TableId) -> impl Iterator<Item = (&Key, Option<&Row>)> {
+        self.overlay
+            .iter()
+            .filter(move |((t, _), _)| *t == table)
+            .map(|((_, k), r)| (k, r.as_ref()))
+    }
+
+    pub fn put(&mut self, table: TableId, key: Key, row: Row) {
+        self.overlay.insert((table, key.clone()), Some(row.clone()));
+        self.writes.push(Write::Put { table, key, row });
+    }
+
+    pub fn delete(&mut self, table: TableId, key: Key) {
+        self.overlay.insert((table, key.clone()), None);
+        self.writes.push(Write::Delete { table, key });
+    }
+
+    pub fn schema(&mut self, change: SchemaChange) {
+        self.writes.push(Write::Schema(change));
+    }
+
+    fn validate(&self, catalog: &Catalog) -> Result<(), TableError> {
+        for r in &self.reads {
+            let ok = match r {
+                Read::Row {
+                    table,
+                    key,
+                    version,
+                    membership,
+                } => match catalog.table_by_id(*table) {
+                    None => false,
+                    Some(t) => {
+                        let now = t.get(key).map(|r| r.lsn);
+                        now == *version
+                            && (version.is_some() || t.membership_version == *membership)
+                    }
+                },
+                Read::Table { table, version } => catalog
+                    .table_by_id(*table)
+                    .is_some_and(|t| t.version == *version),
+            };
+            if !ok {
+                return Err(TableError::SerializationFailure);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counters the server exports on `/metrics`.
+#[derive(Debug, Default)]
+pub struct TableMetrics {
+    pub commits: AtomicU64,
+    pub serialization_failures: AtomicU64,
+    pub rows_written: AtomicU64,
+}
+
+/// What replaying the log at start found.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayReport {
+    pub records: u64,
+    pub last_lsn: Lsn,
+    pub tables: usize,
+    pub rows: usize,
+    pub elapsed: Duration,
+}
+
+/// The base tables, backed by the log.
+pub struct Database {
+    log: Log,
+    catalog: RwLock<Catalog>,
+    /// Serializes validation, log append and apply of commits.
+    commit: Mutex<()>,
+    /// LSN of the last write applied to the catalog.
+    applied: AtomicU64,
+    /// Hidden row ids, unique across all tables and transactions.
+    next_rowid: std::sync::atomic::AtomicI64,
+    pub metrics: TableMetrics,
+}
+
+impl Database {
+    /// Rebuilds the tables by replaying `log`. `progress(lsn)` is called now
+    /// and then with the replayed LSN.
+    pub fn open(
+        log: Log,
+        progress: &mut dyn FnMut(Lsn),
+    ) -> Result<(Database, ReplayReport), TableError> {
+        let started = Instant::now();
+        let mut catalog = Catalog::default();
+        let mut report = ReplayReport::default();
+        let mut bad = None;
+        log.replay(0, |r| {
+            if let Err(reason) = apply_record(&mut catalog, &r) {
+                bad = Some(TableError::BadRecord { lsn: r.lsn, reason });
+                return Err(aqueduct_log::Error::Invalid("stop".into()));
+            }
+            report.records += 1;
+            report.last_lsn = r.lsn;
+            if report.records % 65_536 == 0 {
+                progress(r.lsn);
+            }
+            Ok(())
+        })
+        .map_err(|e| bad.take().unwrap_or(TableError::Log(e)))?;
+        report.last_lsn = log.committed_lsn();
+        report.tables = catalog.tables.len();
+        report.rows = catalog.tables.values().map(|t| t.len()).sum();
+        report.elapsed = started.elapsed();
+        let max_rowid = catalog
+            .tables
+            .values()
+            .map(|t| t.peek_rowid())
+            .max()
+            .unwrap_or(1);
+        let db = Database {
+            applied: AtomicU64::new(report.last_lsn),
+            next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
+            log,
+            catalog: RwLock::new(catalog),
+            commit: Mutex::new(()),
+            metrics: TableMetrics::default(),
+        };
+        Ok((db, report))
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// A consistent view of all tables for the duration of the guard.
+    pub fn read(&self) -> RwLockReadGuard<'_, Catalog> {
+        self.catalog.read()
+    }
+
+    /// A hidden row id for a new row of a table without a primary key.
+    pub fn allocate_rowid(&self) -> i64 {
+        self.next_rowid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// LSN of the last applied write.
+    pub fn applied_lsn(&self) -> Lsn {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// Waits until whatever a reader saw (up to `lsn`) is committed per the
+    /// sync policy, so no reader acts on a write that a crash could undo.
+    pub fn await_visible(&self, lsn: Lsn) -> Result<(), TableError> {
+        Ok(self.log.await_committed(lsn)?)
+    }
+
+    /// Runs `f` with the commit lock held, then commits what it wrote without
+    /// validation: nothing else can commit in between, so an autocommit
+    /// statement is atomic and never conflicts.
+    pub fn run_exclusive<T, E: From<TableError>>(
+        &self,
+        f: impl FnOnce(&Catalog, &mut Txn) -> Result<T, E>,
+    ) -> Result<(T, Option<Lsn>), E> {
+        let guard = self.commit.lock();
+        let mut txn = Txn::default();
+        let out = {
+            let catalog = self.catalog.read();
+            f(&catalog, &mut txn)?
+        };
+        let lsn = self.append_and_apply(&txn)?;
+        drop(guard);
+        if let Some(lsn) = lsn {
+            self.log.await_committed(lsn).map_err(TableError::from)?;
+        }
+        Ok((out, lsn))
+    }
+
+    /// Validates and commits an explicit transaction. Returns the LSN of its
+    /// last record (`None` for a read-only transaction).
+    pub fn commit(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
+        let guard = self.commit.lock();
+        if let Err(e) = txn.validate(&self.catalog.read()) {
+            self.metrics
+                .serialization_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        let lsn = self.append_and_apply(txn)?;
+        drop(guard);
+        if let Some(lsn) = lsn {
+            self.log.await_committed(lsn)?;
+        }
+        Ok(lsn)
+    }
+
+    /// With the commit lock held: checks unique indexes, appends the batch
+    /// (without waiting for the sync), applies it.
+    fn append_and_apply(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
+        if txn.writes.is_empty() {
+            return Ok(None);
+        }
+        self.check_unique(txn)?;
+        let batch: Vec<NewRecord> = txn.writes.iter().map(encode_write).collect();
+        let range = self.log.append_pending(&batch)?;
+        let mut catalog = self.catalog.write();
+        for (i, w) in txn.writes.iter().enumerate() {
+            let lsn = range.first + i as u64;
+            match w {
+                Write::Put { table, key, row } => {
+                    catalog.apply_row(*table, key.clone(), Some(row.clone()), lsn)
+                }
+                Write::Delete { table, key } => catalog.apply_row(*table, key.clone(), None, lsn),
+                Write::Schema(c) => catalog.apply_schema(c.clone()),
+            }
+        }
+        drop(catalog);
+        self.applied.store(range.last, Ordering::Release);
+        self.metrics.commits.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .rows_written
+            .fetch_add(txn.writes.len() as u64, Ordering::Relaxed);
+        Ok(Some(range.last))
+    }
+
+    /// Unique indexes hold after the transaction's final writes.
+    fn check_unique(&self, txn: &Txn) -> Result<(), TableError> {
+        let catalog = self.catalog.read();
+        let mut claimed: HashMap<(TableId, String, Vec<Value>), Key> = HashMap::new();
+        for ((table, key), row) in &txn.overlay {
+            let (Some(t), Some(row)) = (catalog.table_by_id(*table), row) else {
+                continue;
+            };
+            for (name, other) in t.unique_conflicts(key, row) {
+                // If this transaction also rewrote the other row, its final
+                // version is checked against this one through `claimed`.
+                if !txn.overlay.contains_key(&(*table, other)) {
+                    return Err(unique_error(&t.schema, &name, row));
+                }
+            }
+            for def in t.schema.indexes.iter().filter(|i| i.unique) {
+                let values: Vec<Value> = def.columns.iter().map(|&c| row[c].clone()).collect();
+                if values.iter().any(Value::is_null) {
+                    continue;
+                }
+                if let Some(k) = claimed.insert((*table, def.name.clone(), values), key.clone()) {
+                    if &k != key {
+                        return Err(unique_error(&t.schema, &def.name, row));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unique_error(schema: &TableSchema, index: &str, row: &Row) -> TableError {
+    let def = schema.indexes.iter().find(|i| i.name == index);
+    let detail = match def {
+        Some(d) => format!(
+            "Key ({})=({}) already exists.",
+            d.columns
+                .iter()
+                .map(|&c| schema.columns[c].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            d.columns
+                .iter()
+                .map(|&c| row[c].to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => String::new(),
+    };
+    TableError::UniqueViolation {
+        constraint: index.to_string(),
+        detail,
+    }
+}
+
+/// The log key of a row.
+pub fn row_log_key(table: TableId, key: &Key) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + key.len() * 9);
+    k.push(ROW_PREFIX);
+    k.extend_from_slice(&table.to_be_bytes());
+    for v in key {
+        encode_value(v, &mut k);
+    }
+    k
+}
+
+fn encode_write(w: &Write) -> NewRecord {
+    match w {
+        Write::Put { table, key, row } => {
+            let mut body = Vec::new();
+            encode_row(row, &mut body);
+            NewRecord::put(row_log_key(*table, key), body)
+        }
+        Write::Delete { table, key } => NewRecord::delete(row_log_key(*table, key)),
+        Write::Schema(c) => {
+            let mut k = vec![SCHEMA_PREFIX];
+            k.extend_from_slice(&c.table().to_be_bytes());
+            NewRecord::new(RecordKind::Schema, k, c.encode())
+        }
+    }
+}
+
+fn apply_record(catalog: &mut Catalog, r: &RecordView<'_>) -> Result<(), String> {
+    match (r.kind, r.key.first()) {
+        (RecordKind::Schema, Some(&SCHEMA_PREFIX)) => {
+            catalog.apply_schema(SchemaChange::decode(r.body)?);
+        }
+        (RecordKind::Put | RecordKind::Delete, Some(&ROW_PREFIX)) => {
+            if r.key.len() < 9 {
+                return Err("row key is cut short".into());
+            }
+            let table = u64::from_be_bytes(r.key[1..9].try_into().unwrap());
+            let mut key = Vec::new();
+            let mut rest = &r.key[9..];
+            while !rest.is_empty() {
+                let (v, used) = decode_value(rest).map_err(|e| e.to_string())?;
+                key.push(v);
+                rest = &rest[used..];
+            }
+            let row = if r.kind == RecordKind::Put {
+                Some(decode_row(r.body).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
+            catalog.apply_row(table, key, row, r.lsn);
+        }
+        // Records of other layers are not ours.
+        _ => {}
+    }
+    Ok(())
+}

@@ -355,8 +355,14 @@ pub fn decode_value(b: &[u8]) -> Result<(Value, usize), ValueError> {
     Ok(match tag {
         0 => (Value::Null, 1),
         1 => (Value::Bool(fixed(1)?[0] != 0), 2),
-        2 => (Value::Int(i64::from_le_bytes(fixed(8)?.try_into().unwrap())), 9),
-        3 => (Value::Float(f64::from_le_bytes(fixed(8)?.try_into().unwrap())), 9),
+        2 => (
+            Value::Int(i64::from_le_bytes(fixed(8)?.try_into().unwrap())),
+            9,
+        ),
+        3 => (
+            Value::Float(f64::from_le_bytes(fixed(8)?.try_into().unwrap())),
+            9,
+        ),
         4 => (
             Value::Numeric(Decimal::deserialize(fixed(16)?.try_into().unwrap())),
             17,
@@ -377,7 +383,10 @@ pub fn decode_value(b: &[u8]) -> Result<(Value, usize), ValueError> {
             Value::TimestampTz(i64::from_le_bytes(fixed(8)?.try_into().unwrap())),
             9,
         ),
-        9 => (Value::Date(i32::from_le_bytes(fixed(4)?.try_into().unwrap())), 5),
+        9 => (
+            Value::Date(i32::from_le_bytes(fixed(4)?.try_into().unwrap())),
+            5,
+        ),
         10 => (
             Value::Uuid(u128::from_le_bytes(fixed(16)?.try_into().unwrap())),
             17,
@@ -438,7 +447,10 @@ mod tests {
 
     #[test]
     fn numbers_compare_across_kinds() {
-        assert_eq!(Value::Int(2).sql_cmp(&Value::Float(2.5)), Some(Ordering::Less));
+        assert_eq!(
+            Value::Int(2).sql_cmp(&Value::Float(2.5)),
+            Some(Ordering::Less)
+        );
         assert_eq!(
             Value::Numeric(Decimal::new(25, 1)).sql_cmp(&Value::Int(2)),
             Some(Ordering::Greater)

@@ -61,7 +61,11 @@ pub fn format_timestamp(micros: i64) -> String {
         dt.format("%Y-%m-%d %H:%M:%S").to_string()
     } else {
         let f = format!("{frac:06}");
-        format!("{}.{}", dt.format("%Y-%m-%d %H:%M:%S"), f.trim_end_matches('0'))
+        format!(
+            "{}.{}",
+            dt.format("%Y-%m-%d %H:%M:%S"),
+            f.trim_end_matches('0')
+        )
     }
 }
 
@@ -80,14 +84,18 @@ pub fn parse_timestamp(s: &str, with_zone: bool) -> Option<i64> {
     let s = s.trim();
     let (body, offset_secs) = split_zone(s)?;
     let body = body.trim().replace('T', " ");
-    let naive = ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(&body, f).ok())
-        .or_else(|| {
-            NaiveDate::parse_from_str(&body, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-        })?;
+    let naive = [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(&body, f).ok())
+    .or_else(|| {
+        NaiveDate::parse_from_str(&body, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+    })?;
     let micros = naive.and_utc().timestamp_micros();
     Some(if with_zone {
         micros - offset_secs as i64 * 1_000_000

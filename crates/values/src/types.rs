@@ -262,7 +262,7 @@ fn float_in(ty: &DataType, f: f64) -> Result<Value, ValueError> {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())
@@ -304,7 +304,8 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
             .ok_or_else(|| range(ty)),
         (Value::Numeric(d), DataType::Numeric) => Ok(Value::Numeric(d)),
         (Value::Numeric(d), DataType::Int2 | DataType::Int4 | DataType::Int8) => {
-            let r = d.round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
+            let r =
+                d.round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
             int_in(ty, r.to_i64().ok_or_else(|| range(ty))?)
         }
         (Value::Numeric(d), DataType::Float4 | DataType::Float8) => {
@@ -317,11 +318,15 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
         (Value::Timestamp(t), DataType::TimestampTz) => Ok(Value::TimestampTz(t)),
         (Value::TimestampTz(t), DataType::Timestamp) => Ok(Value::Timestamp(t)),
         (Value::Date(d), DataType::Date) => Ok(Value::Date(d)),
-        (Value::Date(d), DataType::Timestamp) => {
-            Ok(Value::Timestamp((d as i64).checked_mul(DAY_MICROS).ok_or_else(|| range(ty))?))
-        }
+        (Value::Date(d), DataType::Timestamp) => Ok(Value::Timestamp(
+            (d as i64)
+                .checked_mul(DAY_MICROS)
+                .ok_or_else(|| range(ty))?,
+        )),
         (Value::Date(d), DataType::TimestampTz) => Ok(Value::TimestampTz(
-            (d as i64).checked_mul(DAY_MICROS).ok_or_else(|| range(ty))?,
+            (d as i64)
+                .checked_mul(DAY_MICROS)
+                .ok_or_else(|| range(ty))?,
         )),
         (Value::Timestamp(t) | Value::TimestampTz(t), DataType::Date) => {
             Ok(Value::Date(t.div_euclid(DAY_MICROS) as i32))
@@ -349,13 +354,17 @@ mod tests {
             Value::Text("12".into()).coerce(&DataType::Int4).unwrap(),
             Value::Int(12)
         );
-        let e = Value::Text("x1".into()).coerce(&DataType::Int4).unwrap_err();
+        let e = Value::Text("x1".into())
+            .coerce(&DataType::Int4)
+            .unwrap_err();
         assert_eq!(e.sqlstate(), "22P02");
         let e = Value::Text("abcd".into())
             .coerce(&DataType::Varchar(Some(3)))
             .unwrap_err();
         assert_eq!(e.sqlstate(), "22001");
-        let e = Value::Text("{bad".into()).coerce(&DataType::Jsonb).unwrap_err();
+        let e = Value::Text("{bad".into())
+            .coerce(&DataType::Jsonb)
+            .unwrap_err();
         assert_eq!(e.sqlstate(), "22P02");
     }
 

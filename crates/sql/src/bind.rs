@@ -1,0 +1,1890 @@
+//! Binding: from the parser's AST to plans with resolved columns, inferred
+//! parameter types and a chosen access path. A pure function of the catalog
+//! and the statement.
+
+use std::collections::BTreeMap;
+
+use aqueduct_tables::{parse_type, Catalog, ColumnDef, Table, TableId, TableSchema};
+use aqueduct_values::{DataType, Decimal, Value};
+use sqlparser::ast;
+
+use crate::catalog_queries::{self, CatalogPlan};
+use crate::expr::{BinOp, Expr, Func, UnOp};
+use crate::{Column, SqlError, MAX_INSERT_ROWS, MAX_PARAMS};
+
+/// A bound statement.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub plan: Plan,
+    pub params: Vec<DataType>,
+    pub columns: Vec<Column>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Plan {
+    Select(SelectPlan),
+    /// `SELECT` without `FROM`.
+    Values(Vec<Expr>),
+    Catalog(CatalogPlan),
+    Insert(InsertPlan),
+    Update(UpdatePlan),
+    Delete(DeletePlan),
+    Ddl(Ddl),
+    Begin,
+    Commit,
+    Rollback,
+    Set {
+        name: String,
+        value: Option<String>,
+    },
+    Show {
+        name: String,
+    },
+}
+
+impl Plan {
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Ddl {
+    CreateTable {
+        schema: TableSchema,
+        if_not_exists: bool,
+    },
+    DropTable {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    CreateIndex {
+        table: String,
+        name: String,
+        columns: Vec<usize>,
+        unique: bool,
+        if_not_exists: bool,
+    },
+    DropIndex {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+}
+
+/// How rows are found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Access {
+    Scan,
+    /// Constant expressions for every primary-key column, in key order.
+    PrimaryKey(Vec<Expr>),
+    /// Constant expressions for the columns of index `usize`.
+    Index(usize, Vec<Expr>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Aggregate {
+    pub func: AggFunc,
+    pub arg: Option<Expr>,
+    pub distinct: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    CountStar,
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+/// Grouping: output expressions are evaluated over `group values ++ aggregate values`.
+#[derive(Clone, Debug)]
+pub struct Grouping {
+    pub keys: Vec<Expr>,
+    pub aggregates: Vec<Aggregate>,
+    pub having: Option<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SortKey {
+    /// Evaluated over the output row.
+    pub expr: Expr,
+    pub desc: bool,
+    pub nulls_first: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct SelectPlan {
+    pub table: TableId,
+    pub access: Access,
+    pub filter: Option<Expr>,
+    pub grouping: Option<Grouping>,
+    /// Output expressions (over the input row, or over the grouped row).
+    pub outputs: Vec<Expr>,
+    /// Hidden sort columns are appended to `outputs` and removed after sorting.
+    pub visible: usize,
+    pub order_by: Vec<SortKey>,
+    pub distinct: bool,
+    pub limit: Option<Expr>,
+    pub offset: Option<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub enum InsertSource {
+    Values(Vec<Vec<Expr>>),
+    Query(Box<SelectPlan>),
+}
+
+#[derive(Clone, Debug)]
+pub enum OnConflict {
+    Error,
+    DoNothing,
+    /// Assignments over `existing row ++ excluded row`.
+    DoUpdate {
+        assignments: Vec<(usize, Expr)>,
+        filter: Option<Expr>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct InsertPlan {
+    pub table: TableId,
+    /// Target column of each source value.
+    pub columns: Vec<usize>,
+    pub source: InsertSource,
+    pub on_conflict: OnConflict,
+    pub returning: Vec<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct UpdatePlan {
+    pub table: TableId,
+    pub access: Access,
+    pub filter: Option<Expr>,
+    pub assignments: Vec<(usize, Expr)>,
+    pub returning: Vec<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct DeletePlan {
+    pub table: TableId,
+    pub access: Access,
+    pub filter: Option<Expr>,
+    pub returning: Vec<Expr>,
+}
+
+/// Binds one statement.
+pub fn bind(
+    catalog: &Catalog,
+    st: &ast::Statement,
+    hints: &[Option<DataType>],
+    settings: &BTreeMap<String, String>,
+) -> Result<Bound, SqlError> {
+    let mut b = Binder {
+        catalog,
+        params: hints.to_vec(),
+    };
+    let _ = settings;
+    let (plan, columns) = b.statement(st)?;
+    let params = b
+        .params
+        .into_iter()
+        .map(|p| p.unwrap_or(DataType::Text))
+        .collect();
+    Ok(Bound {
+        plan,
+        params,
+        columns,
+    })
+}
+
+struct Binder<'a> {
+    catalog: &'a Catalog,
+    params: Vec<Option<DataType>>,
+}
+
+/// The columns an expression may name.
+struct Scope<'a> {
+    /// Names a column may be qualified with.
+    qualifiers: Vec<String>,
+    table: Option<&'a Table>,
+    /// Extra columns after the table's (e.g. `excluded.*` in ON CONFLICT).
+    excluded: Option<&'a Table>,
+}
+
+fn ident(i: &ast::Ident) -> String {
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_lowercase()
+    }
+}
+
+/// The last part of an object name (schema qualifiers such as `public.` are ignored).
+pub(crate) fn object_name(n: &ast::ObjectName) -> Result<String, SqlError> {
+    let parts: Vec<String> =
+        n.0.iter()
+            .map(|p| p.as_ident().map(ident))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| SqlError::syntax(format!("unexpected name {n}")))?;
+    match parts.as_slice() {
+        [name] => Ok(name.clone()),
+        [schema, name] if schema == "public" => Ok(name.clone()),
+        [schema, name] if schema == "pg_catalog" => Ok(name.clone()),
+        [schema, _] if schema == "information_schema" => Ok(parts.join(".")),
+        _ => Err(SqlError::new(
+            "3F000",
+            format!("schema of \"{n}\" does not exist: only \"public\" is available"),
+        )),
+    }
+}
+
+fn literal_type(v: &Value) -> DataType {
+    match v {
+        Value::Int(i) if i32::try_from(*i).is_ok() => DataType::Int4,
+        Value::Int(_) => DataType::Int8,
+        Value::Float(_) => DataType::Float8,
+        Value::Numeric(_) => DataType::Numeric,
+        Value::Bool(_) => DataType::Bool,
+        Value::Bytes(_) => DataType::Bytea,
+        Value::Timestamp(_) => DataType::Timestamp,
+        Value::TimestampTz(_) => DataType::TimestampTz,
+        Value::Date(_) => DataType::Date,
+        Value::Uuid(_) => DataType::Uuid,
+        Value::Json(_) => DataType::Json,
+        Value::Text(_) | Value::Null => DataType::Text,
+    }
+}
+
+fn numeric_rank(t: &DataType) -> u8 {
+    match t {
+        DataType::Int2 => 1,
+        DataType::Int4 => 2,
+        DataType::Int8 => 3,
+        DataType::Numeric => 4,
+        DataType::Float4 => 5,
+        DataType::Float8 => 6,
+        _ => 0,
+    }
+}
+
+pub(crate) fn sql_type(dt: &ast::DataType) -> Result<DataType, SqlError> {
+    let text = dt.to_string().to_lowercase();
+    if text == "serial" || text == "bigserial" || text == "smallserial" {
+        return Err(SqlError::unsupported(format!("type {text}"))
+            .with_hint("give rows an explicit key, for example a uuid generated by the client"));
+    }
+    parse_type(&text).map_err(|_| {
+        SqlError::new("42704", format!("type \"{text}\" does not exist"))
+            .with_hint("supported: smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar(n), bytea, timestamp, timestamptz, date, uuid, json, jsonb")
+    })
+}
+
+impl<'a> Binder<'a> {
+    fn statement(&mut self, st: &ast::Statement) -> Result<(Plan, Vec<Column>), SqlError> {
+        use ast::Statement as S;
+        Ok(match st {
+            S::Query(q) => return self.query(q),
+            S::Insert(i) => return self.insert(i),
+            S::Update(u) => return self.update(u),
+            S::Delete(d) => return self.delete(d),
+            S::CreateTable(c) => (self.create_table(c)?, vec![]),
+            S::CreateIndex(c) => (self.create_index(c)?, vec![]),
+            S::Drop {
+                object_type,
+                if_exists,
+                names,
+                ..
+            } => {
+                let names = names
+                    .iter()
+                    .map(object_name)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let if_exists = *if_exists;
+                (
+                    Plan::Ddl(match object_type {
+                        ast::ObjectType::Table => Ddl::DropTable { names, if_exists },
+                        ast::ObjectType::Index => Ddl::DropIndex { names, if_exists },
+                        other => return Err(SqlError::unsupported(format!("DROP {other}"))),
+                    }),
+                    vec![],
+                )
+            }
+            S::StartTransaction { .. } => (Plan::Begin, vec![]),
+            S::Commit { .. } => (Plan::Commit, vec![]),
+            S::Rollback {
+                savepoint: None, ..
+            } => (Plan::Rollback, vec![]),
+            S::Rollback { .. } => return Err(SqlError::unsupported("ROLLBACK TO SAVEPOINT")),
+            S::Set(set) => (self.set(set)?, vec![]),
+            S::ShowVariable { variable } => {
+                let words = variable.iter().map(ident).collect::<Vec<_>>();
+                let name = match words.join(" ").as_str() {
+                    "transaction isolation level" => "transaction_isolation".to_string(),
+                    "time zone" => "timezone".to_string(),
+                    "tables" => "tables".to_string(),
+                    // `SHOW a.b` arrives as two words.
+                    _ => words.join("."),
+                };
+                if name == "tables" {
+                    return catalog_queries::show_tables(self.catalog);
+                }
+                (
+                    Plan::Show { name: name.clone() },
+                    vec![Column::computed(name, DataType::Text)],
+                )
+            }
+            S::ShowTables { .. } => return catalog_queries::show_tables(self.catalog),
+            S::Discard { .. } => (
+                Plan::Set {
+                    name: "application_name".into(),
+                    value: None,
+                },
+                vec![],
+            ),
+            other => {
+                let text = other.to_string();
+                let word = text.split_whitespace().next().unwrap_or("statement");
+                return Err(SqlError::unsupported(format!("the {word} statement")));
+            }
+        })
+    }
+
+    fn set(&mut self, set: &ast::Set) -> Result<Plan, SqlError> {
+        match set {
+            ast::Set::SingleAssignment {
+                variable, values, ..
+            } => {
+                let name = variable.to_string().to_lowercase();
+                let value = values
+                    .iter()
+                    .map(|v| match v {
+                        ast::Expr::Value(v) => match &v.value {
+                            ast::Value::SingleQuotedString(s) => s.clone(),
+                            other => other.to_string(),
+                        },
+                        ast::Expr::Identifier(i) => i.value.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let value = if value.eq_ignore_ascii_case("default") {
+                    None
+                } else {
+                    Some(value)
+                };
+                Ok(Plan::Set { name, value })
+            }
+            ast::Set::SetTimeZone { value, .. } => Ok(Plan::Set {
+                name: "timezone".into(),
+                value: Some(value.to_string().trim_matches('\'').to_string()),
+            }),
+            ast::Set::SetNames { charset_name, .. } => Ok(Plan::Set {
+                name: "client_encoding".into(),
+                value: Some(charset_name.to_string()),
+            }),
+            ast::Set::SetTransaction { .. } => Ok(Plan::Set {
+                name: "transaction_isolation".into(),
+                value: None,
+            }),
+            other => Err(SqlError::unsupported(format!("{other}"))),
+        }
+    }
+
+    fn table(&self, name: &str) -> Result<&'a Table, SqlError> {
+        self.catalog
+            .table(name)
+            .ok_or_else(|| SqlError::undefined_table(name))
+    }
+
+    fn param(&mut self, text: &str, expected: Option<&DataType>) -> Result<Expr, SqlError> {
+        let n: usize = text
+            .strip_prefix('$')
+            .and_then(|d| d.parse().ok())
+            .filter(|n| (1..=MAX_PARAMS).contains(n))
+            .ok_or_else(|| SqlError::syntax(format!("bad parameter {text}")))?;
+        if self.params.len() < n {
+            self.params.resize(n, None);
+        }
+        if self.params[n - 1].is_none() {
+            self.params[n - 1] = expected.cloned();
+        }
+        Ok(Expr::Param(n - 1))
+    }
+
+    // ---- expressions ----
+
+    fn column_ref(&self, scope: &Scope<'_>, parts: &[String]) -> Result<Expr, SqlError> {
+        let (qualifier, name) = match parts {
+            [name] => (None, name.as_str()),
+            [q, name] => (Some(q.as_str()), name.as_str()),
+            [_, q, name] => (Some(q.as_str()), name.as_str()),
+            _ => {
+                return Err(SqlError::syntax(format!(
+                    "bad column name {}",
+                    parts.join(".")
+                )))
+            }
+        };
+        if qualifier == Some("excluded") {
+            if let Some(t) = scope.excluded {
+                let width = scope.table.map(|t| t.schema.columns.len()).unwrap_or(0);
+                let i = t
+                    .schema
+                    .column_index(name)
+                    .ok_or_else(|| SqlError::undefined_column(name))?;
+                return Ok(Expr::Column(width + i));
+            }
+        }
+        if let Some(q) = qualifier {
+            if !scope.qualifiers.iter().any(|s| s == q) {
+                return Err(SqlError::new(
+                    "42P01",
+                    format!("missing FROM-clause entry for table \"{q}\""),
+                ));
+            }
+        }
+        let t = scope
+            .table
+            .ok_or_else(|| SqlError::undefined_column(name))?;
+        t.schema
+            .column_index(name)
+            .map(Expr::Column)
+            .ok_or_else(|| SqlError::undefined_column(name))
+    }
+
+    /// The type of a bound expression in `scope`.
+    fn type_of(&self, e: &Expr, scope: &Scope<'_>) -> DataType {
+        match e {
+            Expr::Literal(v) => literal_type(v),
+            Expr::Param(i) => self.params[*i].clone().unwrap_or(DataType::Text),
+            Expr::Column(i) => {
+                let width = scope.table.map(|t| t.schema.columns.len()).unwrap_or(0);
+                match (scope.table, scope.excluded) {
+                    (Some(t), _) if *i < width => t.schema.columns[*i].ty.clone(),
+                    (_, Some(x)) => x.schema.columns[*i - width].ty.clone(),
+                    _ => DataType::Text,
+                }
+            }
+            Expr::Unary(UnOp::Not, _)
+            | Expr::IsNull(..)
+            | Expr::InList(..)
+            | Expr::Between(..)
+            | Expr::Like { .. } => DataType::Bool,
+            Expr::Unary(UnOp::Neg, e) => self.type_of(e, scope),
+            Expr::Binary(op, l, r) => match op {
+                BinOp::Concat => DataType::Text,
+                BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
+                    let (a, b) = (self.type_of(l, scope), self.type_of(r, scope));
+                    if a == DataType::Date && b == DataType::Date {
+                        DataType::Int4
+                    } else if numeric_rank(&a) == 0 {
+                        a
+                    } else if numeric_rank(&b) >= numeric_rank(&a) {
+                        b
+                    } else {
+                        a
+                    }
+                }
+                _ => DataType::Bool,
+            },
+            Expr::Cast(_, ty) => ty.clone(),
+            Expr::Call(f, args) => match f {
+                Func::Length => DataType::Int4,
+                Func::Now => DataType::TimestampTz,
+                Func::Abs
+                | Func::Round
+                | Func::Coalesce
+                | Func::NullIf
+                | Func::Greatest
+                | Func::Least => args
+                    .first()
+                    .map(|a| self.type_of(a, scope))
+                    .unwrap_or(DataType::Text),
+                _ => DataType::Text,
+            },
+            Expr::Case {
+                whens, otherwise, ..
+            } => whens
+                .first()
+                .map(|(_, t)| self.type_of(t, scope))
+                .or_else(|| otherwise.as_ref().map(|o| self.type_of(o, scope)))
+                .unwrap_or(DataType::Text),
+        }
+    }
+
+    fn expr(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope<'_>,
+        expected: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
+        use ast::Expr as E;
+        Ok(match e {
+            E::Identifier(i) => self.column_ref(scope, &[ident(i)])?,
+            E::CompoundIdentifier(parts) => {
+                self.column_ref(scope, &parts.iter().map(ident).collect::<Vec<_>>())?
+            }
+            E::Nested(inner) => self.expr(inner, scope, expected)?,
+            E::Value(v) => self.value(&v.value, expected)?,
+            E::TypedString(ts) => {
+                let ty = sql_type(&ts.data_type)?;
+                let text = match &ts.value.value {
+                    ast::Value::SingleQuotedString(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Expr::Literal(Value::Text(text).coerce(&ty)?)
+            }
+            E::UnaryOp { op, expr } => match op {
+                ast::UnaryOperator::Not => Expr::Unary(
+                    UnOp::Not,
+                    Box::new(self.expr(expr, scope, Some(&DataType::Bool))?),
+                ),
+                ast::UnaryOperator::Minus => match self.expr(expr, scope, expected)? {
+                    Expr::Literal(Value::Int(i)) => Expr::Literal(Value::Int(-i)),
+                    Expr::Literal(Value::Numeric(d)) => Expr::Literal(Value::Numeric(-d)),
+                    Expr::Literal(Value::Float(f)) => Expr::Literal(Value::Float(-f)),
+                    inner => Expr::Unary(UnOp::Neg, Box::new(inner)),
+                },
+                ast::UnaryOperator::Plus => self.expr(expr, scope, expected)?,
+                other => return Err(SqlError::unsupported(format!("operator {other}"))),
+            },
+            E::BinaryOp { left, op, right } => {
+                let op = bin_op(op)?;
+                self.binary(op, left, right, scope)?
+            }
+            E::IsNull(e) => Expr::IsNull(Box::new(self.expr(e, scope, None)?), false),
+            E::IsNotNull(e) => Expr::IsNull(Box::new(self.expr(e, scope, None)?), true),
+            E::IsTrue(e) => self.is_bool(e, scope, true, false)?,
+            E::IsNotTrue(e) => self.is_bool(e, scope, true, true)?,
+            E::IsFalse(e) => self.is_bool(e, scope, false, false)?,
+            E::IsNotFalse(e) => self.is_bool(e, scope, false, true)?,
+            E::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                let lhs = self.expr(expr, scope, None)?;
+                let ty = self.type_of(&lhs, scope);
+                let list = list
+                    .iter()
+                    .map(|x| self.expr(x, scope, Some(&ty)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Expr::InList(Box::new(lhs), list, *negated)
+            }
+            E::Between {
+                expr,
+                negated,
+                low,
+                high,
+            } => {
+                let lhs = self.expr(expr, scope, None)?;
+                let ty = self.type_of(&lhs, scope);
+                Expr::Between(
+                    Box::new(lhs),
+                    Box::new(self.expr(low, scope, Some(&ty))?),
+                    Box::new(self.expr(high, scope, Some(&ty))?),
+                    *negated,
+                )
+            }
+            E::Like {
+                negated,
+                expr,
+                pattern,
+                escape_char: None,
+                any: false,
+            } => self.like(expr, pattern, *negated, false, scope)?,
+            E::ILike {
+                negated,
+                expr,
+                pattern,
+                escape_char: None,
+                any: false,
+            } => self.like(expr, pattern, *negated, true, scope)?,
+            E::Cast {
+                expr, data_type, ..
+            } => {
+                let ty = sql_type(data_type)?;
+                let inner = self.expr(expr, scope, Some(&ty))?;
+                match inner {
+                    Expr::Literal(v) => Expr::Literal(v.coerce(&ty)?),
+                    inner => Expr::Cast(Box::new(inner), ty),
+                }
+            }
+            E::Function(f) => self.function(f, scope, expected)?,
+            E::Case {
+                operand,
+                conditions,
+                else_result,
+                ..
+            } => {
+                let operand = match operand {
+                    Some(o) => Some(Box::new(self.expr(o, scope, None)?)),
+                    None => None,
+                };
+                let mut whens = Vec::new();
+                for c in conditions {
+                    whens.push((
+                        self.expr(&c.condition, scope, None)?,
+                        self.expr(&c.result, scope, expected)?,
+                    ));
+                }
+                let otherwise = match else_result {
+                    Some(e) => Some(Box::new(self.expr(e, scope, expected)?)),
+                    None => None,
+                };
+                Expr::Case {
+                    operand,
+                    whens,
+                    otherwise,
+                }
+            }
+            E::Substring {
+                expr,
+                substring_from,
+                substring_for,
+                ..
+            } => {
+                let mut args = vec![self.expr(expr, scope, Some(&DataType::Text))?];
+                args.push(match substring_from {
+                    Some(f) => self.expr(f, scope, Some(&DataType::Int8))?,
+                    None => Expr::Literal(Value::Int(1)),
+                });
+                if let Some(n) = substring_for {
+                    args.push(self.expr(n, scope, Some(&DataType::Int8))?);
+                }
+                Expr::Call(Func::Substring, args)
+            }
+            E::Trim {
+                expr,
+                trim_where: None,
+                trim_what: None,
+                trim_characters: None,
+            } => Expr::Call(
+                Func::Trim,
+                vec![self.expr(expr, scope, Some(&DataType::Text))?],
+            ),
+            other => return Err(SqlError::unsupported(format!("the expression {other}"))),
+        })
+    }
+
+    fn is_bool(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope<'_>,
+        value: bool,
+        negated: bool,
+    ) -> Result<Expr, SqlError> {
+        // IS [NOT] TRUE/FALSE never yields NULL.
+        let inner = self.expr(e, scope, Some(&DataType::Bool))?;
+        let test = Expr::Call(
+            Func::Coalesce,
+            vec![
+                Expr::Binary(
+                    BinOp::Eq,
+                    Box::new(inner),
+                    Box::new(Expr::Literal(Value::Bool(value))),
+                ),
+                Expr::Literal(Value::Bool(false)),
+            ],
+        );
+        Ok(if negated {
+            Expr::Unary(UnOp::Not, Box::new(test))
+        } else {
+            test
+        })
+    }
+
+    fn like(
+        &mut self,
+        expr: &ast::Expr,
+        pattern: &ast::Expr,
+        negated: bool,
+        case_insensitive: bool,
+        scope: &Scope<'_>,
+    ) -> Result<Expr, SqlError> {
+        Ok(Expr::Like {
+            expr: Box::new(self.expr(expr, scope, Some(&DataType::Text))?),
+            pattern: Box::new(self.expr(pattern, scope, Some(&DataType::Text))?),
+            negated,
+            case_insensitive,
+        })
+    }
+
+    fn binary(
+        &mut self,
+        op: BinOp,
+        left: &ast::Expr,
+        right: &ast::Expr,
+        scope: &Scope<'_>,
+    ) -> Result<Expr, SqlError> {
+        let logical = matches!(op, BinOp::And | BinOp::Or);
+        let hint = if logical { Some(DataType::Bool) } else { None };
+        // Bind the side that is not a parameter first, so `$1 = col` infers too.
+        let left_is_param =
+            matches!(left, ast::Expr::Value(v) if matches!(v.value, ast::Value::Placeholder(_)));
+        let (l, r) = if left_is_param {
+            let r = self.expr(right, scope, hint.as_ref())?;
+            let ty = hint.clone().unwrap_or_else(|| self.type_of(&r, scope));
+            (self.expr(left, scope, Some(&ty))?, r)
+        } else {
+            let l = self.expr(left, scope, hint.as_ref())?;
+            let ty = hint.unwrap_or_else(|| self.type_of(&l, scope));
+            let expected = if op == BinOp::Concat {
+                DataType::Text
+            } else {
+                ty
+            };
+            (l, self.expr(right, scope, Some(&expected))?)
+        };
+        Ok(Expr::Binary(op, Box::new(l), Box::new(r)))
+    }
+
+    fn value(&mut self, v: &ast::Value, expected: Option<&DataType>) -> Result<Expr, SqlError> {
+        Ok(Expr::Literal(match v {
+            ast::Value::Number(n, _) => {
+                if let Ok(i) = n.parse::<i64>() {
+                    Value::Int(i)
+                } else if n.contains(['e', 'E']) {
+                    Value::Float(
+                        n.parse()
+                            .map_err(|_| SqlError::syntax(format!("bad number {n}")))?,
+                    )
+                } else {
+                    Value::Numeric(n.parse::<Decimal>().map_err(|_| {
+                        SqlError::new("22003", format!("numeric value {n} is out of range"))
+                    })?)
+                }
+            }
+            ast::Value::SingleQuotedString(s)
+            | ast::Value::EscapedStringLiteral(s)
+            | ast::Value::DoubleQuotedString(s) => Value::Text(s.clone()),
+            ast::Value::DollarQuotedString(s) => Value::Text(s.value.clone()),
+            ast::Value::HexStringLiteral(h) => {
+                Value::Text(format!("\\x{h}")).coerce(&DataType::Bytea)?
+            }
+            ast::Value::Boolean(b) => Value::Bool(*b),
+            ast::Value::Null => Value::Null,
+            ast::Value::Placeholder(p) => return self.param(p, expected),
+            other => return Err(SqlError::unsupported(format!("the literal {other}"))),
+        }))
+    }
+
+    fn function_args(&self, f: &ast::Function) -> Result<(Vec<ast::Expr>, bool, bool), SqlError> {
+        if f.over.is_some() {
+            return Err(SqlError::unsupported("window functions"));
+        }
+        match &f.args {
+            ast::FunctionArguments::None => Ok((vec![], false, false)),
+            ast::FunctionArguments::Subquery(_) => Err(SqlError::unsupported("subqueries")),
+            ast::FunctionArguments::List(list) => {
+                let distinct = matches!(
+                    list.duplicate_treatment,
+                    Some(ast::DuplicateTreatment::Distinct)
+                );
+                let mut out = Vec::new();
+                let mut star = false;
+                for a in &list.args {
+                    match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => {
+                            out.push(e.clone())
+                        }
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard) => star = true,
+                        other => {
+                            return Err(SqlError::unsupported(format!("the argument {other}")))
+                        }
+                    }
+                }
+                Ok((out, distinct, star))
+            }
+        }
+    }
+
+    fn function(
+        &mut self,
+        f: &ast::Function,
+        scope: &Scope<'_>,
+        expected: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
+        let name = object_name(&f.name)?;
+        let name = name
+            .strip_prefix("pg_catalog.")
+            .unwrap_or(&name)
+            .to_string();
+        if agg_func(&name).is_some() {
+            return Err(SqlError::new(
+                "42803",
+                format!("aggregate function {name} is not allowed here"),
+            ));
+        }
+        let func = Func::by_name(&name)
+            .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
+        let (args, _, _) = self.function_args(f)?;
+        let arg_hint = match func {
+            Func::Lower | Func::Upper | Func::Length | Func::Trim | Func::Concat => {
+                Some(DataType::Text)
+            }
+            Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => expected.cloned(),
+            _ => None,
+        };
+        let args = args
+            .iter()
+            .map(|a| self.expr(a, scope, arg_hint.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Expr::Call(func, args))
+    }
+
+    // ---- queries ----
+
+    fn query(&mut self, q: &ast::Query) -> Result<(Plan, Vec<Column>), SqlError> {
+        if q.with.is_some() {
+            return Err(SqlError::unsupported("WITH"));
+        }
+        let select = match q.body.as_ref() {
+            ast::SetExpr::Select(s) => s,
+            ast::SetExpr::Query(inner) => return self.query(inner),
+            ast::SetExpr::SetOperation { op, .. } => {
+                return Err(SqlError::unsupported(format!("{op} of queries")))
+            }
+            ast::SetExpr::Values(_) => return Err(SqlError::unsupported("a VALUES query")),
+            other => return Err(SqlError::unsupported(format!("{other}"))),
+        };
+        if let Some(plan) = catalog_queries::recognise(self.catalog, select)? {
+            return Ok(plan);
+        }
+        let (limit, offset) = self.limit(q)?;
+        if select.from.is_empty() {
+            return self.select_values(select, q, limit, offset);
+        }
+        let plan = self.select(select, q.order_by.as_ref(), limit, offset)?;
+        let columns = plan.1;
+        Ok((Plan::Select(plan.0), columns))
+    }
+
+    fn limit(&mut self, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>), SqlError> {
+        let empty = Scope {
+            qualifiers: vec![],
+            table: None,
+            excluded: None,
+        };
+        let (limit, offset) = match &q.limit_clause {
+            None => (None, None),
+            Some(ast::LimitClause::LimitOffset { limit, offset, .. }) => {
+                (limit.clone(), offset.as_ref().map(|o| o.value.clone()))
+            }
+            Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+                (Some(limit.clone()), Some(offset.clone()))
+            }
+        };
+        let mut bind = |e: Option<ast::Expr>| -> Result<Option<Expr>, SqlError> {
+            match e {
+                None => Ok(None),
+                Some(e) => {
+                    let x = self.expr(&e, &empty, Some(&DataType::Int8))?;
+                    Ok(Some(x))
+                }
+            }
+        };
+        Ok((bind(limit)?, bind(offset)?))
+    }
+
+    fn select_values(
+        &mut self,
+        select: &ast::Select,
+        q: &ast::Query,
+        limit: Option<Expr>,
+        offset: Option<Expr>,
+    ) -> Result<(Plan, Vec<Column>), SqlError> {
+        if select.selection.is_some() || q.order_by.is_some() || limit.is_some() || offset.is_some()
+        {
+            return Err(SqlError::unsupported(
+                "WHERE, ORDER BY or LIMIT without FROM",
+            ));
+        }
+        let scope = Scope {
+            qualifiers: vec![],
+            table: None,
+            excluded: None,
+        };
+        let mut outputs = Vec::new();
+        let mut columns = Vec::new();
+        for item in &select.projection {
+            let (e, alias) = match item {
+                ast::SelectItem::UnnamedExpr(e) => (e, None),
+                ast::SelectItem::ExprWithAlias { expr, alias } => (expr, Some(ident(alias))),
+                _ => {
+                    return Err(SqlError::syntax(
+                        "SELECT * with no tables specified is not valid",
+                    ))
+                }
+            };
+            let x = self.expr(e, &scope, None)?;
+            columns.push(Column::computed(
+                alias.unwrap_or_else(|| column_name(e)),
+                self.type_of(&x, &scope),
+            ));
+            outputs.push(x);
+        }
+        Ok((Plan::Values(outputs), columns))
+    }
+
+    fn resolve_from(
+        &self,
+        from: &[ast::TableWithJoins],
+    ) -> Result<(&'a Table, Vec<String>), SqlError> {
+        let [twj] = from else {
+            return Err(SqlError::unsupported(
+                "selecting from several tables (joins arrive with maintained views)",
+            ));
+        };
+        if !twj.joins.is_empty() {
+            return Err(SqlError::unsupported(
+                "JOIN (joins arrive with maintained views)",
+            ));
+        }
+        match &twj.relation {
+            ast::TableFactor::Table { name, alias, .. } => {
+                let n = object_name(name)?;
+                let t = self.table(&n)?;
+                let mut q = vec![n];
+                if let Some(a) = alias {
+                    q = vec![ident(&a.name)];
+                }
+                Ok((t, q))
+            }
+            _ => Err(SqlError::unsupported("subqueries in FROM")),
+        }
+    }
+
+    fn select(
+        &mut self,
+        select: &ast::Select,
+        order_by: Option<&ast::OrderBy>,
+        limit: Option<Expr>,
+        offset: Option<Expr>,
+    ) -> Result<(SelectPlan, Vec<Column>), SqlError> {
+        let (table, qualifiers) = self.resolve_from(&select.from)?;
+        let scope = Scope {
+            qualifiers,
+            table: Some(table),
+            excluded: None,
+        };
+        let filter = match &select.selection {
+            Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
+            None => None,
+        };
+        let distinct = match &select.distinct {
+            None | Some(ast::Distinct::All) => false,
+            Some(ast::Distinct::Distinct) => true,
+            Some(ast::Distinct::On(_)) => return Err(SqlError::unsupported("DISTINCT ON")),
+        };
+        let group_exprs: Vec<ast::Expr> = match &select.group_by {
+            ast::GroupByExpr::Expressions(e, _) => e.clone(),
+            ast::GroupByExpr::All(_) => return Err(SqlError::unsupported("GROUP BY ALL")),
+        };
+        let has_aggregates = !group_exprs.is_empty()
+            || select.having.is_some()
+            || select.projection.iter().any(|i| match i {
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => contains_aggregate(e),
+                _ => false,
+            });
+
+        // Output items: (expression AST or wildcard column, name).
+        let mut items: Vec<(Option<ast::Expr>, Option<usize>, String)> = Vec::new();
+        for item in &select.projection {
+            match item {
+                ast::SelectItem::UnnamedExpr(e) => {
+                    items.push((Some(e.clone()), None, column_name(e)))
+                }
+                ast::SelectItem::ExprWithAlias { expr, alias } => {
+                    items.push((Some(expr.clone()), None, ident(alias)))
+                }
+                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                    for (i, c) in table.schema.columns.iter().enumerate() {
+                        items.push((None, Some(i), c.name.clone()));
+                    }
+                }
+                other => return Err(SqlError::unsupported(format!("{other}"))),
+            }
+        }
+
+        let mut grouping = None;
+        let mut outputs = Vec::new();
+        let mut columns = Vec::new();
+        if has_aggregates {
+            let keys = group_exprs
+                .iter()
+                .map(|g| self.expr(g, &scope, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut g = GroupBinder {
+                keys,
+                key_asts: group_exprs.clone(),
+                aggregates: Vec::new(),
+                agg_types: Vec::new(),
+            };
+            for (e, col, name) in &items {
+                let Some(e) = e else {
+                    let c = col.expect("wildcard column");
+                    let x = Expr::Column(c);
+                    let pos = g.keys.iter().position(|k| *k == x).ok_or_else(|| {
+                        SqlError::new("42803", format!("column \"{name}\" must appear in the GROUP BY clause or be used in an aggregate function"))
+                    })?;
+                    columns.push(table_column(table, c));
+                    outputs.push(Expr::Column(pos));
+                    continue;
+                };
+                let x = self.grouped_expr(e, &scope, &mut g)?;
+                let ty = g.type_of(self, &x, &scope);
+                columns.push(match &x {
+                    Expr::Column(p) if *p < g.keys.len() => match &g.keys[*p] {
+                        Expr::Column(c)
+                            if matches!(
+                                e,
+                                ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_)
+                            ) =>
+                        {
+                            let mut col = table_column(table, *c);
+                            col.name = name.clone();
+                            col
+                        }
+                        _ => Column::computed(name.clone(), ty),
+                    },
+                    _ => Column::computed(name.clone(), ty),
+                });
+                outputs.push(x);
+            }
+            let having = match &select.having {
+                Some(h) => Some(self.grouped_expr(h, &scope, &mut g)?),
+                None => None,
+            };
+            let visible = outputs.len();
+            let order = self.order_by(order_by, &items, &mut outputs, |b, e, outs| {
+                let _ = outs;
+                b.grouped_expr(e, &scope, &mut g)
+            })?;
+            grouping = Some(Grouping {
+                keys: g.keys,
+                aggregates: g.aggregates,
+                having,
+            });
+            let access = choose_access(table, filter.as_ref());
+            return Ok((
+                SelectPlan {
+                    table: table.schema.id,
+                    access,
+                    filter,
+                    grouping,
+                    outputs,
+                    visible,
+                    order_by: order,
+                    distinct,
+                    limit,
+                    offset,
+                },
+                columns,
+            ));
+        }
+        for (e, col, name) in &items {
+            match (e, col) {
+                (None, Some(c)) => {
+                    outputs.push(Expr::Column(*c));
+                    columns.push(table_column(table, *c));
+                }
+                (Some(e), _) => {
+                    let x = self.expr(e, &scope, None)?;
+                    columns.push(match &x {
+                        Expr::Column(c) => {
+                            let mut col = table_column(table, *c);
+                            col.name = name.clone();
+                            col
+                        }
+                        _ => Column::computed(name.clone(), self.type_of(&x, &scope)),
+                    });
+                    outputs.push(x);
+                }
+                _ => unreachable!("an item is an expression or a column"),
+            }
+        }
+        let visible = outputs.len();
+        let order = self.order_by(order_by, &items, &mut outputs, |b, e, _| {
+            b.expr(e, &scope, None)
+        })?;
+        let _ = grouping;
+        Ok((
+            SelectPlan {
+                table: table.schema.id,
+                access: choose_access(table, filter.as_ref()),
+                filter,
+                grouping: None,
+                outputs,
+                visible,
+                order_by: order,
+                distinct,
+                limit,
+                offset,
+            },
+            columns,
+        ))
+    }
+
+    /// Binds ORDER BY items to output columns: by position, by output name,
+    /// or as a new hidden output column.
+    fn order_by(
+        &mut self,
+        order_by: Option<&ast::OrderBy>,
+        items: &[(Option<ast::Expr>, Option<usize>, String)],
+        outputs: &mut Vec<Expr>,
+        mut bind: impl FnMut(&mut Self, &ast::Expr, &[Expr]) -> Result<Expr, SqlError>,
+    ) -> Result<Vec<SortKey>, SqlError> {
+        let Some(ob) = order_by else {
+            return Ok(Vec::new());
+        };
+        let exprs = match &ob.kind {
+            ast::OrderByKind::Expressions(e) => e,
+            ast::OrderByKind::All(_) => return Err(SqlError::unsupported("ORDER BY ALL")),
+        };
+        let mut keys = Vec::new();
+        for o in exprs {
+            let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            let nulls_first = o.options.nulls_first.unwrap_or(desc);
+            let pos = match &o.expr {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::Number(n, _) => {
+                        let p: usize = n.parse().unwrap_or(0);
+                        if p == 0 || p > items.len() {
+                            return Err(SqlError::new(
+                                "42P10",
+                                format!("ORDER BY position {n} is not in select list"),
+                            ));
+                        }
+                        Some(p - 1)
+                    }
+                    _ => None,
+                },
+                ast::Expr::Identifier(i) => {
+                    let name = ident(i);
+                    items.iter().position(|(_, _, n)| *n == name)
+                }
+                _ => None,
+            };
+            let expr = match pos {
+                Some(p) => Expr::Column(p),
+                None => {
+                    let x = bind(self, &o.expr, outputs)?;
+                    outputs.push(x);
+                    Expr::Column(outputs.len() - 1)
+                }
+            };
+            keys.push(SortKey {
+                expr,
+                desc,
+                nulls_first,
+            });
+        }
+        Ok(keys)
+    }
+
+    fn grouped_expr(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope<'_>,
+        g: &mut GroupBinder,
+    ) -> Result<Expr, SqlError> {
+        // A whole group key.
+        if let Some(pos) = g.key_asts.iter().position(|k| k == e) {
+            return Ok(Expr::Column(pos));
+        }
+        match e {
+            ast::Expr::Function(f) => {
+                let name = object_name(&f.name)?;
+                if let Some(func) = agg_func(&name) {
+                    let (args, distinct, star) = self.function_args(f)?;
+                    let (func, arg) = match (func, star, args.as_slice()) {
+                        (AggFunc::Count, true, []) => (AggFunc::CountStar, None),
+                        (func, false, [a]) => {
+                            if contains_aggregate(a) {
+                                return Err(SqlError::new(
+                                    "42803",
+                                    "aggregate function calls cannot be nested",
+                                ));
+                            }
+                            (func, Some(self.expr(a, scope, None)?))
+                        }
+                        _ => {
+                            return Err(SqlError::new(
+                                "42883",
+                                format!("function {name} takes one argument"),
+                            ))
+                        }
+                    };
+                    let ty = match (&func, &arg) {
+                        (AggFunc::CountStar | AggFunc::Count, _) => DataType::Int8,
+                        (AggFunc::Avg, Some(a)) => match self.type_of(a, scope) {
+                            DataType::Float4 | DataType::Float8 => DataType::Float8,
+                            _ => DataType::Numeric,
+                        },
+                        (AggFunc::Sum, Some(a)) => match self.type_of(a, scope) {
+                            DataType::Int2 | DataType::Int4 => DataType::Int8,
+                            DataType::Int8 => DataType::Numeric,
+                            DataType::Float4 => DataType::Float4,
+                            other => other,
+                        },
+                        (_, Some(a)) => self.type_of(a, scope),
+                        _ => DataType::Int8,
+                    };
+                    g.aggregates.push(Aggregate {
+                        func,
+                        arg,
+                        distinct,
+                    });
+                    g.agg_types.push(ty);
+                    return Ok(Expr::Column(g.keys.len() + g.aggregates.len() - 1));
+                }
+                // A scalar function over grouped values.
+                let fname = name
+                    .strip_prefix("pg_catalog.")
+                    .unwrap_or(&name)
+                    .to_string();
+                let func = Func::by_name(&fname).ok_or_else(|| {
+                    SqlError::new("42883", format!("function {fname}() does not exist"))
+                })?;
+                let (args, _, _) = self.function_args(f)?;
+                let args = args
+                    .iter()
+                    .map(|a| self.grouped_expr(a, scope, g))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Expr::Call(func, args))
+            }
+            ast::Expr::Nested(inner) => self.grouped_expr(inner, scope, g),
+            ast::Expr::BinaryOp { left, op, right } => {
+                let l = self.grouped_expr(left, scope, g)?;
+                let r = self.grouped_expr(right, scope, g)?;
+                let op = bin_op(op)?;
+                Ok(Expr::Binary(op, Box::new(l), Box::new(r)))
+            }
+            ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => {
+                let x = self.expr(e, scope, None)?;
+                match g.keys.iter().position(|k| *k == x) {
+                    Some(p) => Ok(Expr::Column(p)),
+                    None => Err(SqlError::new(
+                        "42803",
+                        format!("column \"{e}\" must appear in the GROUP BY clause or be used in an aggregate function"),
+                    )),
+                }
+            }
+            other => {
+                // Constants and expressions without columns are fine as they are.
+                let x = self.expr(other, scope, None)?;
+                if x.is_constant() {
+                    Ok(x)
+                } else {
+                    Err(SqlError::new(
+                        "42803",
+                        format!("\"{other}\" must appear in the GROUP BY clause or be used in an aggregate function"),
+                    ))
+                }
+            }
+        }
+    }
+
+    // ---- writes ----
+
+    fn returning(
+        &mut self,
+        items: &Option<Vec<ast::SelectItem>>,
+        table: &Table,
+        scope: &Scope<'_>,
+    ) -> Result<(Vec<Expr>, Vec<Column>), SqlError> {
+        let mut outputs = Vec::new();
+        let mut columns = Vec::new();
+        for item in items.iter().flatten() {
+            match item {
+                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                    for i in 0..table.schema.columns.len() {
+                        outputs.push(Expr::Column(i));
+                        columns.push(table_column(table, i));
+                    }
+                }
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let name = match item {
+                        ast::SelectItem::ExprWithAlias { alias, .. } => ident(alias),
+                        _ => column_name(e),
+                    };
+                    let x = self.expr(e, scope, None)?;
+                    columns.push(match &x {
+                        Expr::Column(c) => {
+                            let mut col = table_column(table, *c);
+                            col.name = name;
+                            col
+                        }
+                        _ => Column::computed(name, self.type_of(&x, scope)),
+                    });
+                    outputs.push(x);
+                }
+                other => return Err(SqlError::unsupported(format!("{other}"))),
+            }
+        }
+        Ok((outputs, columns))
+    }
+
+    fn insert(&mut self, i: &ast::Insert) -> Result<(Plan, Vec<Column>), SqlError> {
+        let name = match &i.table {
+            ast::TableObject::TableName(n) => object_name(n)?,
+            _ => return Err(SqlError::unsupported("INSERT into a table function")),
+        };
+        let table = self.table(&name)?;
+        let columns: Vec<usize> = if i.columns.is_empty() {
+            (0..table.schema.columns.len()).collect()
+        } else {
+            i.columns
+                .iter()
+                .map(|c| {
+                    let n = object_name(c)?;
+                    table.schema.column_index(&n).ok_or_else(|| {
+                        SqlError::new(
+                            "42703",
+                            format!("column \"{n}\" of relation \"{name}\" does not exist"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let mut seen = std::collections::HashSet::new();
+        for c in &columns {
+            if !seen.insert(*c) {
+                return Err(SqlError::new(
+                    "42701",
+                    format!(
+                        "column \"{}\" specified more than once",
+                        table.schema.columns[*c].name
+                    ),
+                ));
+            }
+        }
+        let empty = Scope {
+            qualifiers: vec![],
+            table: None,
+            excluded: None,
+        };
+        let source = match i.source.as_deref() {
+            None => return Err(SqlError::unsupported("INSERT without VALUES or SELECT")),
+            Some(q) => match q.body.as_ref() {
+                ast::SetExpr::Values(values) => {
+                    if values.rows.len() > MAX_INSERT_ROWS {
+                        return Err(SqlError::new(
+                            "54000",
+                            format!("INSERT of {} rows exceeds the limit of {MAX_INSERT_ROWS} rows per statement", values.rows.len()),
+                        ));
+                    }
+                    let mut rows = Vec::with_capacity(values.rows.len());
+                    for row in &values.rows {
+                        let row = &row.content;
+                        if row.len() != columns.len() {
+                            return Err(SqlError::syntax(format!(
+                                "INSERT has {} expressions but {} target columns",
+                                row.len(),
+                                columns.len()
+                            )));
+                        }
+                        let mut bound = Vec::with_capacity(row.len());
+                        for (e, c) in row.iter().zip(&columns) {
+                            let ty = table.schema.columns[*c].ty.clone();
+                            bound.push(match e {
+                                ast::Expr::Identifier(id)
+                                    if ident(id) == "default" && id.quote_style.is_none() =>
+                                {
+                                    Expr::Literal(
+                                        table.schema.columns[*c]
+                                            .default
+                                            .clone()
+                                            .unwrap_or(Value::Null),
+                                    )
+                                }
+                                e => self.expr(e, &empty, Some(&ty))?,
+                            });
+                        }
+                        rows.push(bound);
+                    }
+                    InsertSource::Values(rows)
+                }
+                ast::SetExpr::Select(s) => {
+                    let (limit, offset) = self.limit(q)?;
+                    let (plan, cols) = self.select(s, q.order_by.as_ref(), limit, offset)?;
+                    if cols.len() != columns.len() {
+                        return Err(SqlError::syntax(format!(
+                            "INSERT has {} expressions but {} target columns",
+                            cols.len(),
+                            columns.len()
+                        )));
+                    }
+                    InsertSource::Query(Box::new(plan))
+                }
+                _ => return Err(SqlError::unsupported("this INSERT source")),
+            },
+        };
+        let scope = Scope {
+            qualifiers: vec![name.clone()],
+            table: Some(table),
+            excluded: Some(table),
+        };
+        let on_conflict = match &i.on {
+            None => OnConflict::Error,
+            Some(ast::OnInsert::OnConflict(oc)) => {
+                if let Some(target) = &oc.conflict_target {
+                    let ast::ConflictTarget::Columns(cols) = target else {
+                        return Err(SqlError::unsupported("ON CONFLICT ON CONSTRAINT"));
+                    };
+                    let mut idx: Vec<usize> = cols
+                        .iter()
+                        .map(|c| {
+                            table
+                                .schema
+                                .column_index(&ident(c))
+                                .ok_or_else(|| SqlError::undefined_column(&ident(c)))
+                        })
+                        .collect::<Result<_, _>>()?;
+                    idx.sort_unstable();
+                    let mut pk = table.schema.primary_key.clone();
+                    pk.sort_unstable();
+                    if idx != pk {
+                        return Err(SqlError::new(
+                            "42P10",
+                            "there is no unique or exclusion constraint matching the ON CONFLICT specification",
+                        )
+                        .with_hint("ON CONFLICT works on the primary key"));
+                    }
+                }
+                if !table.schema.has_primary_key() {
+                    return Err(SqlError::new(
+                        "42P10",
+                        "ON CONFLICT needs a table with a primary key",
+                    ));
+                }
+                match &oc.action {
+                    ast::OnConflictAction::DoNothing => OnConflict::DoNothing,
+                    ast::OnConflictAction::DoUpdate(du) => {
+                        let assignments = self.assignments(&du.assignments, table, &scope)?;
+                        let filter = match &du.selection {
+                            Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
+                            None => None,
+                        };
+                        OnConflict::DoUpdate {
+                            assignments,
+                            filter,
+                        }
+                    }
+                }
+            }
+            Some(_) => return Err(SqlError::unsupported("ON DUPLICATE KEY")),
+        };
+        let row_scope = Scope {
+            qualifiers: vec![name],
+            table: Some(table),
+            excluded: None,
+        };
+        let (returning, out_cols) = self.returning(&i.returning, table, &row_scope)?;
+        Ok((
+            Plan::Insert(InsertPlan {
+                table: table.schema.id,
+                columns,
+                source,
+                on_conflict,
+                returning,
+            }),
+            out_cols,
+        ))
+    }
+
+    fn assignments(
+        &mut self,
+        list: &[ast::Assignment],
+        table: &Table,
+        scope: &Scope<'_>,
+    ) -> Result<Vec<(usize, Expr)>, SqlError> {
+        let mut out = Vec::new();
+        for a in list {
+            let ast::AssignmentTarget::ColumnName(n) = &a.target else {
+                return Err(SqlError::unsupported("assigning to a tuple"));
+            };
+            let name = object_name(n)?;
+            let c = table
+                .schema
+                .column_index(&name)
+                .ok_or_else(|| SqlError::undefined_column(&name))?;
+            let ty = table.schema.columns[c].ty.clone();
+            let value = match &a.value {
+                ast::Expr::Identifier(id) if ident(id) == "default" && id.quote_style.is_none() => {
+                    Expr::Literal(
+                        table.schema.columns[c]
+                            .default
+                            .clone()
+                            .unwrap_or(Value::Null),
+                    )
+                }
+                e => self.expr(e, scope, Some(&ty))?,
+            };
+            out.push((c, value));
+        }
+        Ok(out)
+    }
+
+    fn update(&mut self, u: &ast::Update) -> Result<(Plan, Vec<Column>), SqlError> {
+        if u.from.is_some() {
+            return Err(SqlError::unsupported("UPDATE ... FROM"));
+        }
+        let (table, qualifiers) = self.resolve_from(std::slice::from_ref(&u.table))?;
+        let scope = Scope {
+            qualifiers,
+            table: Some(table),
+            excluded: None,
+        };
+        let assignments = self.assignments(&u.assignments, table, &scope)?;
+        let filter = match &u.selection {
+            Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
+            None => None,
+        };
+        let (returning, cols) = self.returning(&u.returning, table, &scope)?;
+        Ok((
+            Plan::Update(UpdatePlan {
+                table: table.schema.id,
+                access: choose_access(table, filter.as_ref()),
+                filter,
+                assignments,
+                returning,
+            }),
+            cols,
+        ))
+    }
+
+    fn delete(&mut self, d: &ast::Delete) -> Result<(Plan, Vec<Column>), SqlError> {
+        if d.using.is_some() {
+            return Err(SqlError::unsupported("DELETE ... USING"));
+        }
+        let from = match &d.from {
+            ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
+        };
+        let (table, qualifiers) = self.resolve_from(from)?;
+        let scope = Scope {
+            qualifiers,
+            table: Some(table),
+            excluded: None,
+        };
+        let filter = match &d.selection {
+            Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
+            None => None,
+        };
+        let (returning, cols) = self.returning(&d.returning, table, &scope)?;
+        Ok((
+            Plan::Delete(DeletePlan {
+                table: table.schema.id,
+                access: choose_access(table, filter.as_ref()),
+                filter,
+                returning,
+            }),
+            cols,
+        ))
+    }
+
+    // ---- schema ----
+
+    fn create_table(&mut self, c: &ast::CreateTable) -> Result<Plan, SqlError> {
+        if c.query.is_some() {
+            return Err(SqlError::unsupported("CREATE TABLE ... AS"));
+        }
+        let name = object_name(&c.name)?;
+        let mut columns = Vec::new();
+        let mut primary_key: Vec<usize> = Vec::new();
+        let mut uniques: Vec<Vec<usize>> = Vec::new();
+        let empty = Scope {
+            qualifiers: vec![],
+            table: None,
+            excluded: None,
+        };
+        for (i, col) in c.columns.iter().enumerate() {
+            let cname = ident(&col.name);
+            if columns.iter().any(|c: &ColumnDef| c.name == cname) {
+                return Err(SqlError::new(
+                    "42701",
+                    format!("column \"{cname}\" specified more than once"),
+                ));
+            }
+            let ty = sql_type(&col.data_type)?;
+            let mut def = ColumnDef {
+                name: cname,
+                ty: ty.clone(),
+                not_null: false,
+                default: None,
+            };
+            for opt in &col.options {
+                match &opt.option {
+                    ast::ColumnOption::Null => {}
+                    ast::ColumnOption::NotNull => def.not_null = true,
+                    ast::ColumnOption::Default(e) => {
+                        let x = self.expr(e, &empty, Some(&ty))?;
+                        let Expr::Literal(v) = x else {
+                            return Err(SqlError::unsupported(
+                                "DEFAULT with a non-constant expression",
+                            ));
+                        };
+                        def.default = Some(v.coerce(&ty)?);
+                    }
+                    ast::ColumnOption::PrimaryKey(_) => {
+                        if !primary_key.is_empty() {
+                            return Err(SqlError::new(
+                                "42P16",
+                                format!(
+                                    "multiple primary keys for table \"{name}\" are not allowed"
+                                ),
+                            ));
+                        }
+                        primary_key = vec![i];
+                    }
+                    ast::ColumnOption::Unique(_) => uniques.push(vec![i]),
+                    other => return Err(SqlError::unsupported(format!("column option {other}"))),
+                }
+            }
+            columns.push(def);
+        }
+        let col_index = |ic: &ast::IndexColumn| -> Result<usize, SqlError> {
+            let ast::Expr::Identifier(id) = &ic.column.expr else {
+                return Err(SqlError::unsupported("an expression in a key"));
+            };
+            let n = ident(id);
+            columns.iter().position(|c| c.name == n).ok_or_else(|| {
+                SqlError::new(
+                    "42703",
+                    format!("column \"{n}\" named in key does not exist"),
+                )
+            })
+        };
+        for tc in &c.constraints {
+            match tc {
+                ast::TableConstraint::PrimaryKey(pk) => {
+                    if !primary_key.is_empty() {
+                        return Err(SqlError::new(
+                            "42P16",
+                            format!("multiple primary keys for table \"{name}\" are not allowed"),
+                        ));
+                    }
+                    primary_key = pk.columns.iter().map(col_index).collect::<Result<_, _>>()?;
+                }
+                ast::TableConstraint::Unique(u) => {
+                    uniques.push(u.columns.iter().map(col_index).collect::<Result<_, _>>()?)
+                }
+                other => return Err(SqlError::unsupported(format!("constraint {other}"))),
+            }
+        }
+        for &k in &primary_key {
+            columns[k].not_null = true;
+        }
+        let indexes = uniques
+            .into_iter()
+            .enumerate()
+            .map(|(n, cols)| aqueduct_tables::IndexDef {
+                name: format!(
+                    "{name}_{}_key{}",
+                    cols.iter()
+                        .map(|&c| columns[c].name.as_str())
+                        .collect::<Vec<_>>()
+                        .join("_"),
+                    if n == 0 { String::new() } else { n.to_string() }
+                ),
+                columns: cols,
+                unique: true,
+            })
+            .collect();
+        Ok(Plan::Ddl(Ddl::CreateTable {
+            schema: TableSchema {
+                id: 0,
+                name,
+                columns,
+                primary_key,
+                indexes,
+            },
+            if_not_exists: c.if_not_exists,
+        }))
+    }
+
+    fn create_index(&mut self, c: &ast::CreateIndex) -> Result<Plan, SqlError> {
+        let table_name = object_name(&c.table_name)?;
+        let table = self.table(&table_name)?;
+        let columns = c
+            .columns
+            .iter()
+            .map(|ic| match &ic.column.expr {
+                ast::Expr::Identifier(id) => table
+                    .schema
+                    .column_index(&ident(id))
+                    .ok_or_else(|| SqlError::undefined_column(&ident(id))),
+                _ => Err(SqlError::unsupported("an index on an expression")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let name = match &c.name {
+            Some(n) => object_name(n)?,
+            None => format!(
+                "{table_name}_{}_idx",
+                columns
+                    .iter()
+                    .map(|&i| table.schema.columns[i].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join("_")
+            ),
+        };
+        Ok(Plan::Ddl(Ddl::CreateIndex {
+            table: table_name,
+            name,
+            columns,
+            unique: c.unique,
+            if_not_exists: c.if_not_exists,
+        }))
+    }
+}
+
+/// Aggregates found while binding a grouped query.
+struct GroupBinder {
+    keys: Vec<Expr>,
+    key_asts: Vec<ast::Expr>,
+    aggregates: Vec<Aggregate>,
+    agg_types: Vec<DataType>,
+}
+
+impl GroupBinder {
+    fn type_of(&self, b: &Binder<'_>, e: &Expr, scope: &Scope<'_>) -> DataType {
+        match e {
+            Expr::Column(p) if *p < self.keys.len() => b.type_of(&self.keys[*p], scope),
+            Expr::Column(p) => self.agg_types[*p - self.keys.len()].clone(),
+            other => {
+                if other.is_constant() {
+                    b.type_of(other, scope)
+                } else {
+                    DataType::Text
+                }
+            }
+        }
+    }
+}
+
+fn bin_op(op: &ast::BinaryOperator) -> Result<BinOp, SqlError> {
+    Ok(match op {
+        ast::BinaryOperator::Plus => BinOp::Add,
+        ast::BinaryOperator::Minus => BinOp::Sub,
+        ast::BinaryOperator::Multiply => BinOp::Mul,
+        ast::BinaryOperator::Divide => BinOp::Div,
+        ast::BinaryOperator::Modulo => BinOp::Mod,
+        ast::BinaryOperator::Eq => BinOp::Eq,
+        ast::BinaryOperator::NotEq => BinOp::NotEq,
+        ast::BinaryOperator::Lt => BinOp::Lt,
+        ast::BinaryOperator::LtEq => BinOp::LtEq,
+        ast::BinaryOperator::Gt => BinOp::Gt,
+        ast::BinaryOperator::GtEq => BinOp::GtEq,
+        ast::BinaryOperator::And => BinOp::And,
+        ast::BinaryOperator::Or => BinOp::Or,
+        ast::BinaryOperator::StringConcat => BinOp::Concat,
+        other => return Err(SqlError::unsupported(format!("operator {other}"))),
+    })
+}
+
+fn agg_func(name: &str) -> Option<AggFunc> {
+    Some(match name {
+        "count" => AggFunc::Count,
+        "sum" => AggFunc::Sum,
+        "min" => AggFunc::Min,
+        "max" => AggFunc::Max,
+        "avg" => AggFunc::Avg,
+        _ => return None,
+    })
+}
+
+fn contains_aggregate(e: &ast::Expr) -> bool {
+    let text = e.to_string().to_lowercase();
+    ["count(", "sum(", "min(", "max(", "avg("]
+        .iter()
+        .any(|f| text.contains(f))
+}
+
+fn table_column(t: &Table, i: usize) -> Column {
+    let c = &t.schema.columns[i];
+    Column {
+        name: c.name.clone(),
+        ty: c.ty.clone(),
+        table_id: t.schema.id,
+        column_id: (i + 1) as i16,
+    }
+}
+
+/// PostgreSQL's name for an unnamed output column.
+fn column_name(e: &ast::Expr) -> String {
+    match e {
+        ast::Expr::Identifier(i) => ident(i),
+        ast::Expr::CompoundIdentifier(p) => p.last().map(ident).unwrap_or_default(),
+        ast::Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(ident)
+            .unwrap_or_else(|| "?column?".into()),
+        ast::Expr::Cast { expr, .. } | ast::Expr::Nested(expr) => {
+            match column_name(expr).as_str() {
+                "?column?" => match e {
+                    ast::Expr::Cast { data_type, .. } => data_type.to_string().to_lowercase(),
+                    _ => "?column?".into(),
+                },
+                n => n.to_string(),
+            }
+        }
+        ast::Expr::Case { .. } => "case".into(),
+        _ => "?column?".into(),
+    }
+}
+
+/// Picks a primary-key or index lookup when the filter pins every key column
+/// to a constant with `=` (in a conjunction); otherwise a scan.
+fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
+    let Some(f) = filter else {
+        return Access::Scan;
+    };
+    let mut eqs: Vec<(usize, Expr)> = Vec::new();
+    collect_equalities(f, &mut eqs);
+    let lookup = |cols: &[usize]| -> Option<Vec<Expr>> {
+        cols.iter()
+            .map(|c| eqs.iter().find(|(col, _)| col == c).map(|(_, e)| e.clone()))
+            .collect()
+    };
+    if table.schema.has_primary_key() {
+        if let Some(keys) = lookup(&table.schema.primary_key) {
+            return Access::PrimaryKey(keys);
+        }
+    }
+    for (i, idx) in table.schema.indexes.iter().enumerate() {
+        if let Some(keys) = lookup(&idx.columns) {
+            return Access::Index(i, keys);
+        }
+    }
+    Access::Scan
+}
+
+fn collect_equalities(e: &Expr, out: &mut Vec<(usize, Expr)>) {
+    match e {
+        Expr::Binary(BinOp::And, l, r) => {
+            collect_equalities(l, out);
+            collect_equalities(r, out);
+        }
+        Expr::Binary(BinOp::Eq, l, r) => match (l.as_ref(), r.as_ref()) {
+            (Expr::Column(c), v) | (v, Expr::Column(c)) if v.is_constant() => {
+                out.push((*c, v.clone()))
+            }
+            _ => {}
+        },
+        _ => {}
+    }
+}
+
+/// The schema of a table to be created, with its id filled in.
+pub fn with_id(mut schema: TableSchema, id: TableId) -> TableSchema {
+    schema.id = id;
+    schema
+}

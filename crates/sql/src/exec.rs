@@ -1,0 +1,696 @@
+//! Executing bound plans against the catalog through a transaction: reads
+//! are recorded for validation at commit, writes are buffered in the
+//! transaction and reach the log as one batch.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use aqueduct_tables::{
+    Catalog, Database, IndexDef, Key, Row, SchemaChange, Table, TableId, TableSchema, Txn,
+};
+use aqueduct_values::{DataType, Decimal, Value, MAX_ROW_BYTES};
+
+use crate::bind::{
+    self, Access, AggFunc, Aggregate, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Plan,
+    SelectPlan, UpdatePlan,
+};
+use crate::catalog_queries;
+use crate::expr::{Env, Expr};
+use crate::{Column, Outcome, SqlError};
+
+/// Runs a data or schema statement.
+pub fn execute(
+    db: &Database,
+    catalog: &Catalog,
+    txn: &mut Txn,
+    plan: &Plan,
+    columns: Vec<Column>,
+    params: &[Value],
+) -> Result<Outcome, SqlError> {
+    match plan {
+        Plan::Select(p) => {
+            let rows = select(catalog, txn, p, params)?;
+            Ok(rows_outcome(columns, rows, "SELECT"))
+        }
+        Plan::Values(outputs) => {
+            let env = Env { row: &[], params };
+            let row = outputs
+                .iter()
+                .map(|e| e.eval(&env))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows_outcome(columns, vec![row], "SELECT"))
+        }
+        Plan::Catalog(c) => {
+            let rows = catalog_queries::run(catalog, c);
+            Ok(rows_outcome(columns, rows, "SELECT"))
+        }
+        Plan::Insert(p) => insert(db, catalog, txn, p, columns, params),
+        Plan::Update(p) => update(catalog, txn, p, columns, params),
+        Plan::Delete(p) => delete(catalog, txn, p, columns, params),
+        Plan::Ddl(d) => ddl(catalog, txn, d),
+        Plan::Begin | Plan::Commit | Plan::Rollback | Plan::Set { .. } | Plan::Show { .. } => {
+            unreachable!("session statements are handled by the session")
+        }
+    }
+}
+
+fn rows_outcome(columns: Vec<Column>, rows: Vec<Vec<Value>>, verb: &str) -> Outcome {
+    Outcome::Rows {
+        tag: format!("{verb} {}", rows.len()),
+        columns,
+        rows,
+    }
+}
+
+fn table(catalog: &Catalog, id: TableId) -> Result<&Table, SqlError> {
+    catalog
+        .table_by_id(id)
+        .ok_or_else(|| SqlError::new("42P01", "the table was dropped while the statement ran"))
+}
+
+fn eval_all(exprs: &[Expr], env: &Env<'_>) -> Result<Vec<Value>, SqlError> {
+    exprs.iter().map(|e| e.eval(env)).collect()
+}
+
+/// Evaluates constant key expressions as values of the key columns' types.
+fn key_values(
+    t: &Table,
+    cols: &[usize],
+    exprs: &[Expr],
+    params: &[Value],
+) -> Result<Vec<Value>, SqlError> {
+    let env = Env { row: &[], params };
+    cols.iter()
+        .zip(exprs)
+        .map(|(&c, e)| Ok(e.eval(&env)?.coerce(&t.schema.columns[c].ty)?))
+        .collect()
+}
+
+/// The rows a statement reads from `t` via `access`, as this transaction
+/// sees them (its own writes included). Records the reads for validation.
+fn read_rows(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    t: &Table,
+    access: &Access,
+    params: &[Value],
+) -> Result<Vec<(Key, Arc<Row>)>, SqlError> {
+    let id = t.schema.id;
+    match access {
+        Access::PrimaryKey(exprs) => {
+            let key = key_values(t, &t.schema.primary_key, exprs, params)?;
+            if key.iter().any(Value::is_null) {
+                return Ok(Vec::new());
+            }
+            txn.note_row_read(catalog, id, &key);
+            let row = match txn.own(id, &key) {
+                Some(own) => own.map(|r| Arc::new(r.clone())),
+                None => t.get(&key).map(|rv| rv.row.clone()),
+            };
+            Ok(row.map(|r| vec![(key, r)]).unwrap_or_default())
+        }
+        Access::Index(i, exprs) if txn.own_rows(id).next().is_none() => {
+            let values = key_values(t, &t.schema.indexes[*i].columns, exprs, params)?;
+            txn.note_table_read(catalog, id);
+            Ok(t.index_lookup(*i, &values)
+                .filter_map(|k| t.get(k).map(|rv| (k.clone(), rv.row.clone())))
+                .collect())
+        }
+        Access::Index(..) | Access::Scan => {
+            txn.note_table_read(catalog, id);
+            let mut own: BTreeMap<Key, Option<Row>> = txn
+                .own_rows(id)
+                .map(|(k, r)| (k.clone(), r.cloned()))
+                .collect();
+            let mut out = Vec::with_capacity(t.len());
+            for (k, rv) in t.scan() {
+                match own.remove(k) {
+                    Some(Some(r)) => out.push((k.clone(), Arc::new(r))),
+                    Some(None) => {}
+                    None => out.push((k.clone(), rv.row.clone())),
+                }
+            }
+            for (k, r) in own {
+                if let Some(r) = r {
+                    out.push((k, Arc::new(r)));
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn passes(filter: Option<&Expr>, row: &[Value], params: &[Value]) -> Result<bool, SqlError> {
+    match filter {
+        None => Ok(true),
+        Some(f) => Ok(matches!(f.eval(&Env { row, params })?, Value::Bool(true))),
+    }
+}
+
+fn select(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    p: &SelectPlan,
+    params: &[Value],
+) -> Result<Vec<Vec<Value>>, SqlError> {
+    let t = table(catalog, p.table)?;
+    let rows = read_rows(catalog, txn, t, &p.access, params)?;
+    let mut matching = Vec::with_capacity(rows.len());
+    for (_, row) in rows {
+        if passes(p.filter.as_ref(), &row, params)? {
+            matching.push(row);
+        }
+    }
+    let mut out: Vec<Vec<Value>> = match &p.grouping {
+        None => matching
+            .iter()
+            .map(|row| eval_all(&p.outputs, &Env { row, params }))
+            .collect::<Result<_, _>>()?,
+        Some(g) => group(&matching, g, &p.outputs, params)?,
+    };
+    if p.distinct {
+        let mut seen = HashSet::new();
+        out.retain(|r| seen.insert(r[..p.visible].to_vec()));
+    }
+    if !p.order_by.is_empty() {
+        let keys = &p.order_by;
+        let mut keyed: Vec<(Vec<Value>, Vec<Value>)> = out
+            .into_iter()
+            .map(|r| {
+                let k = keys
+                    .iter()
+                    .map(|s| s.expr.eval(&Env { row: &r, params }))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((k, r))
+            })
+            .collect::<Result<_, SqlError>>()?;
+        keyed.sort_by(|(a, _), (b, _)| {
+            for (i, s) in keys.iter().enumerate() {
+                let ord = match (a[i].is_null(), b[i].is_null()) {
+                    (true, true) => Ordering::Equal,
+                    (true, false) => {
+                        if s.nulls_first {
+                            Ordering::Less
+                        } else {
+                            Ordering::Greater
+                        }
+                    }
+                    (false, true) => {
+                        if s.nulls_first {
+                            Ordering::Greater
+                        } else {
+                            Ordering::Less
+                        }
+                    }
+                    _ => {
+                        let o = a[i].cmp(&b[i]);
+                        if s.desc {
+                            o.reverse()
+                        } else {
+                            o
+                        }
+                    }
+                };
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+            }
+            Ordering::Equal
+        });
+        out = keyed.into_iter().map(|(_, r)| r).collect();
+    }
+    let env = Env { row: &[], params };
+    let offset = count_arg(p.offset.as_ref(), &env, "OFFSET")?.unwrap_or(0);
+    let limit = count_arg(p.limit.as_ref(), &env, "LIMIT")?;
+    let mut out: Vec<Vec<Value>> = out
+        .into_iter()
+        .skip(offset)
+        .take(limit.unwrap_or(usize::MAX))
+        .collect();
+    for r in &mut out {
+        r.truncate(p.visible);
+    }
+    Ok(out)
+}
+
+fn count_arg(e: Option<&Expr>, env: &Env<'_>, what: &str) -> Result<Option<usize>, SqlError> {
+    let Some(e) = e else { return Ok(None) };
+    match e.eval(env)?.coerce(&DataType::Int8)? {
+        Value::Null => Ok(None),
+        Value::Int(n) if n >= 0 => Ok(Some(n as usize)),
+        _ => Err(SqlError::new(
+            "2201W",
+            format!("{what} must not be negative"),
+        )),
+    }
+}
+
+/// Per group: each aggregate's state and, for DISTINCT aggregates, the values seen.
+type GroupState = (Vec<Acc>, Vec<HashSet<Value>>);
+
+/// Running state of one aggregate.
+enum Acc {
+    Count(i64),
+    Sum(Option<Value>),
+    Extreme(Option<Value>),
+    Avg(Option<Value>, i64),
+}
+
+fn add(a: Value, b: &Value) -> Result<Value, SqlError> {
+    Ok(match (a, b) {
+        (Value::Int(x), Value::Int(y)) => match x.checked_add(*y) {
+            Some(v) => Value::Int(v),
+            None => Value::Numeric(Decimal::from(x) + Decimal::from(*y)),
+        },
+        (Value::Numeric(x), Value::Int(y)) => Value::Numeric(x + Decimal::from(*y)),
+        (Value::Int(x), Value::Numeric(y)) => Value::Numeric(Decimal::from(x) + y),
+        (Value::Numeric(x), Value::Numeric(y)) => Value::Numeric(
+            x.checked_add(*y)
+                .ok_or_else(|| SqlError::new("22003", "numeric value out of range"))?,
+        ),
+        (x, y) => Value::Float(x.as_f64().unwrap_or(f64::NAN) + y.as_f64().unwrap_or(f64::NAN)),
+    })
+}
+
+fn group(
+    rows: &[Arc<Row>],
+    g: &bind::Grouping,
+    outputs: &[Expr],
+    params: &[Value],
+) -> Result<Vec<Vec<Value>>, SqlError> {
+    let mut groups: BTreeMap<Vec<Value>, GroupState> = BTreeMap::new();
+    let fresh = |aggs: &[Aggregate]| {
+        (
+            aggs.iter()
+                .map(|a| match a.func {
+                    AggFunc::CountStar | AggFunc::Count => Acc::Count(0),
+                    AggFunc::Sum => Acc::Sum(None),
+                    AggFunc::Min | AggFunc::Max => Acc::Extreme(None),
+                    AggFunc::Avg => Acc::Avg(None, 0),
+                })
+                .collect::<Vec<_>>(),
+            aggs.iter().map(|_| HashSet::new()).collect::<Vec<_>>(),
+        )
+    };
+    if g.keys.is_empty() {
+        // A global aggregate has one group even over no rows.
+        groups.insert(Vec::new(), fresh(&g.aggregates));
+    }
+    for row in rows {
+        let env = Env { row, params };
+        let key = eval_all(&g.keys, &env)?;
+        let (accs, seen) = groups.entry(key).or_insert_with(|| fresh(&g.aggregates));
+        for (i, a) in g.aggregates.iter().enumerate() {
+            let v = match &a.arg {
+                Some(e) => e.eval(&env)?,
+                None => Value::Bool(true),
+            };
+            if v.is_null() {
+                continue;
+            }
+            if a.distinct && !seen[i].insert(v.clone()) {
+                continue;
+            }
+            match &mut accs[i] {
+                Acc::Count(n) => *n += 1,
+                Acc::Sum(s) => *s = Some(add(s.take().unwrap_or(Value::Int(0)), &v)?),
+                Acc::Avg(s, n) => {
+                    *s = Some(add(s.take().unwrap_or(Value::Int(0)), &v)?);
+                    *n += 1;
+                }
+                Acc::Extreme(best) => {
+                    let better = match best {
+                        None => true,
+                        Some(b) => {
+                            let o = v.cmp(b);
+                            (a.func == AggFunc::Min && o == Ordering::Less)
+                                || (a.func == AggFunc::Max && o == Ordering::Greater)
+                        }
+                    };
+                    if better {
+                        *best = Some(v);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for (key, (accs, _)) in groups {
+        let mut grouped = key;
+        for (acc, a) in accs.into_iter().zip(&g.aggregates) {
+            grouped.push(match acc {
+                Acc::Count(n) => Value::Int(n),
+                Acc::Sum(s) => match (s, a.func) {
+                    (Some(Value::Int(i)), _) => Value::Int(i),
+                    (Some(v), _) => v,
+                    (None, _) => Value::Null,
+                },
+                Acc::Extreme(v) => v.unwrap_or(Value::Null),
+                Acc::Avg(None, _) => Value::Null,
+                Acc::Avg(Some(Value::Float(f)), n) => Value::Float(f / n as f64),
+                Acc::Avg(Some(s), n) => {
+                    let d = match s {
+                        Value::Int(i) => Decimal::from(i),
+                        Value::Numeric(d) => d,
+                        other => {
+                            Decimal::try_from(other.as_f64().unwrap_or(0.0)).unwrap_or_default()
+                        }
+                    };
+                    Value::Numeric((d / Decimal::from(n)).round_dp(16).normalize())
+                }
+            });
+        }
+        let env = Env {
+            row: &grouped,
+            params,
+        };
+        if let Some(h) = &g.having {
+            if !matches!(h.eval(&env)?, Value::Bool(true)) {
+                continue;
+            }
+        }
+        out.push(eval_all(outputs, &env)?);
+    }
+    Ok(out)
+}
+
+/// Checks a row against the table's column rules and coerces its values.
+fn conform(t: &Table, row: Vec<Value>) -> Result<Row, SqlError> {
+    let mut out = Vec::with_capacity(row.len());
+    let mut bytes = 0;
+    for (v, c) in row.into_iter().zip(&t.schema.columns) {
+        let v = v.coerce(&c.ty).map_err(|e| {
+            let mut err = SqlError::from(e);
+            err.message = format!("{} (column \"{}\")", err.message, c.name);
+            err
+        })?;
+        if v.is_null() && c.not_null {
+            return Err(SqlError::new(
+                "23502",
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    c.name, t.schema.name
+                ),
+            ));
+        }
+        bytes += v.payload_len() + 16;
+        out.push(v);
+    }
+    if bytes > MAX_ROW_BYTES {
+        return Err(SqlError::new(
+            "54000",
+            format!("row of {bytes} bytes exceeds the limit of {MAX_ROW_BYTES} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
+fn duplicate_key(t: &Table, key: &Key) -> SqlError {
+    let names: Vec<&str> = t
+        .schema
+        .primary_key
+        .iter()
+        .map(|&c| t.schema.columns[c].name.as_str())
+        .collect();
+    let values: Vec<String> = key.iter().map(|v| v.to_string()).collect();
+    SqlError::new(
+        "23505",
+        format!(
+            "duplicate key value violates unique constraint \"{}_pkey\"",
+            t.schema.name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        names.join(", "),
+        values.join(", ")
+    ))
+}
+
+/// The current row at `key` as this transaction sees it; records the read.
+fn current(catalog: &Catalog, txn: &mut Txn, t: &Table, key: &Key) -> Option<Row> {
+    txn.note_row_read(catalog, t.schema.id, key);
+    match txn.own(t.schema.id, key) {
+        Some(own) => own.cloned(),
+        None => t.get(key).map(|rv| (*rv.row).clone()),
+    }
+}
+
+fn returning(
+    p: &[Expr],
+    rows: &[Row],
+    columns: Vec<Column>,
+    params: &[Value],
+    tag: String,
+) -> Result<Outcome, SqlError> {
+    if p.is_empty() {
+        return Ok(Outcome::Command { tag });
+    }
+    let out = rows
+        .iter()
+        .map(|r| eval_all(p, &Env { row: r, params }))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Outcome::Rows {
+        columns,
+        rows: out,
+        tag,
+    })
+}
+
+fn insert(
+    db: &Database,
+    catalog: &Catalog,
+    txn: &mut Txn,
+    p: &InsertPlan,
+    columns: Vec<Column>,
+    params: &[Value],
+) -> Result<Outcome, SqlError> {
+    let t = table(catalog, p.table)?;
+    let sources: Vec<Vec<Value>> = match &p.source {
+        InsertSource::Values(rows) => rows
+            .iter()
+            .map(|r| eval_all(r, &Env { row: &[], params }))
+            .collect::<Result<_, _>>()?,
+        InsertSource::Query(q) => select(catalog, txn, q, params)?,
+    };
+    let mut written = Vec::new();
+    for values in sources {
+        let mut row: Vec<Value> = t
+            .schema
+            .columns
+            .iter()
+            .map(|c| c.default.clone().unwrap_or(Value::Null))
+            .collect();
+        for (v, &c) in values.into_iter().zip(&p.columns) {
+            row[c] = v;
+        }
+        let row = conform(t, row)?;
+        if !t.schema.has_primary_key() {
+            let key = vec![Value::Int(db.allocate_rowid())];
+            txn.put(t.schema.id, key, row.clone());
+            written.push(row);
+            continue;
+        }
+        let key = t.schema.key_of(&row);
+        match (current(catalog, txn, t, &key), &p.on_conflict) {
+            (None, _) => {
+                txn.put(t.schema.id, key, row.clone());
+                written.push(row);
+            }
+            (Some(_), OnConflict::Error) => return Err(duplicate_key(t, &key)),
+            (Some(_), OnConflict::DoNothing) => {}
+            (
+                Some(existing),
+                OnConflict::DoUpdate {
+                    assignments,
+                    filter,
+                },
+            ) => {
+                let mut both = existing.clone();
+                both.extend(row.iter().cloned());
+                if !passes(filter.as_ref(), &both, params)? {
+                    continue;
+                }
+                let mut new = existing.clone();
+                for (c, e) in assignments {
+                    new[*c] = e.eval(&Env { row: &both, params })?;
+                }
+                let new = conform(t, new)?;
+                if t.schema.key_of(&new) != key {
+                    return Err(SqlError::unsupported(
+                        "changing the primary key in ON CONFLICT DO UPDATE",
+                    ));
+                }
+                txn.put(t.schema.id, key, new.clone());
+                written.push(new);
+            }
+        }
+    }
+    let tag = format!("INSERT 0 {}", written.len());
+    returning(&p.returning, &written, columns, params, tag)
+}
+
+fn update(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    p: &UpdatePlan,
+    columns: Vec<Column>,
+    params: &[Value],
+) -> Result<Outcome, SqlError> {
+    let t = table(catalog, p.table)?;
+    let rows = read_rows(catalog, txn, t, &p.access, params)?;
+    let mut changes = Vec::new();
+    for (key, row) in rows {
+        if !passes(p.filter.as_ref(), &row, params)? {
+            continue;
+        }
+        let mut new = (*row).clone();
+        for (c, e) in &p.assignments {
+            new[*c] = e.eval(&Env { row: &row, params })?;
+        }
+        changes.push((key, conform(t, new)?));
+    }
+    let mut written = Vec::with_capacity(changes.len());
+    for (key, new) in changes {
+        let new_key = if t.schema.has_primary_key() {
+            t.schema.key_of(&new)
+        } else {
+            key.clone()
+        };
+        if new_key != key {
+            if current(catalog, txn, t, &new_key).is_some() {
+                return Err(duplicate_key(t, &new_key));
+            }
+            txn.delete(t.schema.id, key);
+        }
+        txn.put(t.schema.id, new_key, new.clone());
+        written.push(new);
+    }
+    let tag = format!("UPDATE {}", written.len());
+    returning(&p.returning, &written, columns, params, tag)
+}
+
+fn delete(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    p: &DeletePlan,
+    columns: Vec<Column>,
+    params: &[Value],
+) -> Result<Outcome, SqlError> {
+    let t = table(catalog, p.table)?;
+    let rows = read_rows(catalog, txn, t, &p.access, params)?;
+    let mut removed = Vec::new();
+    for (key, row) in rows {
+        if passes(p.filter.as_ref(), &row, params)? {
+            txn.delete(t.schema.id, key);
+            removed.push((*row).clone());
+        }
+    }
+    let tag = format!("DELETE {}", removed.len());
+    returning(&p.returning, &removed, columns, params, tag)
+}
+
+fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
+    let tag = |t: &str| Ok(Outcome::Command { tag: t.into() });
+    match d {
+        Ddl::CreateTable {
+            schema,
+            if_not_exists,
+        } => {
+            if catalog.table(&schema.name).is_some() {
+                if *if_not_exists {
+                    return tag("CREATE TABLE");
+                }
+                return Err(SqlError::new(
+                    "42P07",
+                    format!("relation \"{}\" already exists", schema.name),
+                ));
+            }
+            let schema: TableSchema = bind::with_id(schema.clone(), catalog.next_table_id());
+            txn.schema(SchemaChange::CreateTable(schema));
+            tag("CREATE TABLE")
+        }
+        Ddl::DropTable { names, if_exists } => {
+            for n in names {
+                match catalog.table(n) {
+                    Some(t) => txn.schema(SchemaChange::DropTable { id: t.schema.id }),
+                    None if *if_exists => {}
+                    None => return Err(SqlError::undefined_table(n)),
+                }
+            }
+            tag("DROP TABLE")
+        }
+        Ddl::CreateIndex {
+            table: tname,
+            name,
+            columns,
+            unique,
+            if_not_exists,
+        } => {
+            let t = catalog
+                .table(tname)
+                .ok_or_else(|| SqlError::undefined_table(tname))?;
+            if catalog.index_owner(name).is_some() || catalog.table(name).is_some() {
+                if *if_not_exists {
+                    return tag("CREATE INDEX");
+                }
+                return Err(SqlError::new(
+                    "42P07",
+                    format!("relation \"{name}\" already exists"),
+                ));
+            }
+            if *unique {
+                let mut seen = HashSet::new();
+                for (_, rv) in t.scan() {
+                    let v: Vec<Value> = columns.iter().map(|&c| rv.row[c].clone()).collect();
+                    if !v.iter().any(Value::is_null) && !seen.insert(v.clone()) {
+                        return Err(SqlError::new(
+                            "23505",
+                            format!("could not create unique index \"{name}\""),
+                        )
+                        .with_detail(format!(
+                            "Key ({})=({}) is duplicated.",
+                            columns
+                                .iter()
+                                .map(|&c| t.schema.columns[c].name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            v.iter()
+                                .map(|x| x.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                }
+            }
+            txn.schema(SchemaChange::CreateIndex {
+                table: t.schema.id,
+                index: IndexDef {
+                    name: name.clone(),
+                    columns: columns.clone(),
+                    unique: *unique,
+                },
+            });
+            tag("CREATE INDEX")
+        }
+        Ddl::DropIndex { names, if_exists } => {
+            for n in names {
+                match catalog.index_owner(n) {
+                    Some(t) => txn.schema(SchemaChange::DropIndex {
+                        table: t.schema.id,
+                        name: n.clone(),
+                    }),
+                    None if *if_exists => {}
+                    None => {
+                        return Err(SqlError::new(
+                            "42704",
+                            format!("index \"{n}\" does not exist"),
+                        ))
+                    }
+                }
+            }
+            tag("DROP INDEX")
+        }
+    }
+}

@@ -1,0 +1,683 @@
+//! Bound scalar expressions and their evaluation with SQL's three-valued logic.
+
+use std::cmp::Ordering;
+
+use aqueduct_values::{DataType, Decimal, Value, DAY_MICROS};
+
+use crate::SqlError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+    And,
+    Or,
+    Concat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Not,
+    Neg,
+}
+
+/// A scalar function Aqueduct evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Func {
+    Lower,
+    Upper,
+    Length,
+    Abs,
+    Coalesce,
+    NullIf,
+    Now,
+    Concat,
+    Substring,
+    Trim,
+    Round,
+    Greatest,
+    Least,
+    Version,
+    CurrentDatabase,
+    CurrentSchema,
+    CurrentUser,
+}
+
+impl Func {
+    pub fn by_name(name: &str) -> Option<Func> {
+        Some(match name {
+            "lower" => Func::Lower,
+            "upper" => Func::Upper,
+            "length" | "char_length" | "character_length" => Func::Length,
+            "abs" => Func::Abs,
+            "coalesce" => Func::Coalesce,
+            "nullif" => Func::NullIf,
+            "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
+                Func::Now
+            }
+            "concat" => Func::Concat,
+            "substr" | "substring" => Func::Substring,
+            "btrim" | "trim" => Func::Trim,
+            "round" => Func::Round,
+            "greatest" => Func::Greatest,
+            "least" => Func::Least,
+            "version" => Func::Version,
+            "current_database" => Func::CurrentDatabase,
+            "current_schema" => Func::CurrentSchema,
+            "current_user" | "session_user" | "user" => Func::CurrentUser,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Literal(Value),
+    /// `$n`, zero-based.
+    Param(usize),
+    /// A column of the input row.
+    Column(usize),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    InList(Box<Expr>, Vec<Expr>, bool),
+    Between(Box<Expr>, Box<Expr>, Box<Expr>, bool),
+    Like {
+        expr: Box<Expr>,
+        pattern: Box<Expr>,
+        negated: bool,
+        case_insensitive: bool,
+    },
+    Cast(Box<Expr>, DataType),
+    Call(Func, Vec<Expr>),
+    Case {
+        operand: Option<Box<Expr>>,
+        whens: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+    },
+}
+
+/// What an expression is evaluated against.
+pub struct Env<'a> {
+    pub row: &'a [Value],
+    pub params: &'a [Value],
+}
+
+fn truth(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        _ => None,
+    }
+}
+
+fn bool_value(b: Option<bool>) -> Value {
+    b.map(Value::Bool).unwrap_or(Value::Null)
+}
+
+impl Expr {
+    pub fn eval(&self, env: &Env<'_>) -> Result<Value, SqlError> {
+        Ok(match self {
+            Expr::Literal(v) => v.clone(),
+            Expr::Param(i) => env.params.get(*i).cloned().unwrap_or(Value::Null),
+            Expr::Column(i) => env.row[*i].clone(),
+            Expr::Unary(UnOp::Not, e) => bool_value(truth(&e.eval(env)?).map(|b| !b)),
+            Expr::Unary(UnOp::Neg, e) => match e.eval(env)? {
+                Value::Null => Value::Null,
+                Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(overflow)?),
+                Value::Float(f) => Value::Float(-f),
+                Value::Numeric(d) => Value::Numeric(-d),
+                v => return Err(operator_error("-", &v, &v)),
+            },
+            Expr::Binary(BinOp::And, l, r) => {
+                let a = truth(&l.eval(env)?);
+                if a == Some(false) {
+                    return Ok(Value::Bool(false));
+                }
+                let b = truth(&r.eval(env)?);
+                bool_value(match (a, b) {
+                    (_, Some(false)) => Some(false),
+                    (Some(true), Some(true)) => Some(true),
+                    _ => None,
+                })
+            }
+            Expr::Binary(BinOp::Or, l, r) => {
+                let a = truth(&l.eval(env)?);
+                if a == Some(true) {
+                    return Ok(Value::Bool(true));
+                }
+                let b = truth(&r.eval(env)?);
+                bool_value(match (a, b) {
+                    (_, Some(true)) => Some(true),
+                    (Some(false), Some(false)) => Some(false),
+                    _ => None,
+                })
+            }
+            Expr::Binary(op, l, r) => binary(*op, l.eval(env)?, r.eval(env)?)?,
+            Expr::IsNull(e, negated) => Value::Bool(e.eval(env)?.is_null() != *negated),
+            Expr::InList(e, list, negated) => {
+                let v = e.eval(env)?;
+                if v.is_null() {
+                    return Ok(Value::Null);
+                }
+                let mut saw_null = false;
+                for item in list {
+                    let x = item.eval(env)?;
+                    match v.sql_cmp(&x) {
+                        Some(Ordering::Equal) => return Ok(Value::Bool(!negated)),
+                        None => saw_null |= x.is_null(),
+                        _ => {}
+                    }
+                }
+                if saw_null {
+                    Value::Null
+                } else {
+                    Value::Bool(*negated)
+                }
+            }
+            Expr::Between(e, lo, hi, negated) => {
+                let v = e.eval(env)?;
+                let ge = cmp_op(BinOp::GtEq, &v, &lo.eval(env)?);
+                let le = cmp_op(BinOp::LtEq, &v, &hi.eval(env)?);
+                let both = match (truth(&ge), truth(&le)) {
+                    (Some(false), _) | (_, Some(false)) => Some(false),
+                    (Some(true), Some(true)) => Some(true),
+                    _ => None,
+                };
+                bool_value(both.map(|b| b != *negated))
+            }
+            Expr::Like {
+                expr,
+                pattern,
+                negated,
+                case_insensitive,
+            } => match (expr.eval(env)?, pattern.eval(env)?) {
+                (Value::Null, _) | (_, Value::Null) => Value::Null,
+                (v, p) => {
+                    let (mut s, mut p) = (text_of(&v), text_of(&p));
+                    if *case_insensitive {
+                        s = s.to_lowercase();
+                        p = p.to_lowercase();
+                    }
+                    Value::Bool(like(&s, &p) != *negated)
+                }
+            },
+            Expr::Cast(e, ty) => e.eval(env)?.coerce(ty)?,
+            Expr::Call(f, args) => call(*f, args, env)?,
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                let base = match operand {
+                    Some(o) => Some(o.eval(env)?),
+                    None => None,
+                };
+                for (when, then) in whens {
+                    let w = when.eval(env)?;
+                    let hit = match &base {
+                        Some(b) => b.sql_cmp(&w) == Some(Ordering::Equal),
+                        None => truth(&w) == Some(true),
+                    };
+                    if hit {
+                        return then.eval(env);
+                    }
+                }
+                match otherwise {
+                    Some(e) => e.eval(env)?,
+                    None => Value::Null,
+                }
+            }
+        })
+    }
+
+    /// True when the expression reads no column (a constant or parameter).
+    pub fn is_constant(&self) -> bool {
+        let mut constant = true;
+        self.walk(&mut |e| {
+            if matches!(e, Expr::Column(_)) {
+                constant = false;
+            }
+        });
+        constant
+    }
+
+    /// Visits this expression and all sub-expressions.
+    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Literal(_) | Expr::Param(_) | Expr::Column(_) => {}
+            Expr::Unary(_, e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.walk(f),
+            Expr::Binary(_, l, r) => {
+                l.walk(f);
+                r.walk(f);
+            }
+            Expr::InList(e, list, _) => {
+                e.walk(f);
+                list.iter().for_each(|x| x.walk(f));
+            }
+            Expr::Between(a, b, c, _) => {
+                a.walk(f);
+                b.walk(f);
+                c.walk(f);
+            }
+            Expr::Like { expr, pattern, .. } => {
+                expr.walk(f);
+                pattern.walk(f);
+            }
+            Expr::Call(_, args) => args.iter().for_each(|x| x.walk(f)),
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                if let Some(o) = operand {
+                    o.walk(f);
+                }
+                for (w, t) in whens {
+                    w.walk(f);
+                    t.walk(f);
+                }
+                if let Some(o) = otherwise {
+                    o.walk(f);
+                }
+            }
+        }
+    }
+}
+
+fn overflow() -> SqlError {
+    SqlError::new("22003", "integer out of range")
+}
+
+fn operator_error(op: &str, a: &Value, b: &Value) -> SqlError {
+    SqlError::new(
+        "42883",
+        format!(
+            "operator does not exist: {} {op} {}",
+            a.kind_name(),
+            b.kind_name()
+        ),
+    )
+    .with_hint("add explicit casts")
+}
+
+fn text_of(v: &Value) -> String {
+    v.to_text().unwrap_or_default()
+}
+
+fn cmp_op(op: BinOp, a: &Value, b: &Value) -> Value {
+    let Some(ord) = a.sql_cmp(b) else {
+        return Value::Null;
+    };
+    Value::Bool(match op {
+        BinOp::Eq => ord == Ordering::Equal,
+        BinOp::NotEq => ord != Ordering::Equal,
+        BinOp::Lt => ord == Ordering::Less,
+        BinOp::LtEq => ord != Ordering::Greater,
+        BinOp::Gt => ord == Ordering::Greater,
+        BinOp::GtEq => ord != Ordering::Less,
+        _ => unreachable!("comparison operator"),
+    })
+}
+
+/// Text compared with a typed value is read as that type (PostgreSQL's
+/// untyped literal rule): `'5' = 5`, `ts > '2024-01-01'`.
+fn unify(a: Value, b: Value) -> Result<(Value, Value), SqlError> {
+    Ok(match (&a, &b) {
+        (Value::Text(_), Value::Text(_)) | (Value::Null, _) | (_, Value::Null) => (a, b),
+        (Value::Text(_), other) => {
+            let ty = kind_type(other);
+            (a.coerce(&ty)?, b)
+        }
+        (other, Value::Text(_)) => {
+            let ty = kind_type(other);
+            let b = b.coerce(&ty)?;
+            (a, b)
+        }
+        _ => (a, b),
+    })
+}
+
+fn kind_type(v: &Value) -> DataType {
+    match v {
+        Value::Bool(_) => DataType::Bool,
+        Value::Int(_) => DataType::Int8,
+        Value::Float(_) => DataType::Float8,
+        Value::Numeric(_) => DataType::Numeric,
+        Value::Bytes(_) => DataType::Bytea,
+        Value::Timestamp(_) => DataType::Timestamp,
+        Value::TimestampTz(_) => DataType::TimestampTz,
+        Value::Date(_) => DataType::Date,
+        Value::Uuid(_) => DataType::Uuid,
+        Value::Json(_) => DataType::Json,
+        Value::Text(_) | Value::Null => DataType::Text,
+    }
+}
+
+fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
+    if a.is_null() || b.is_null() {
+        return Ok(Value::Null);
+    }
+    if op == BinOp::Concat {
+        return Ok(Value::Text(text_of(&a) + &text_of(&b)));
+    }
+    let (a, b) = unify(a, b)?;
+    if matches!(
+        op,
+        BinOp::Eq | BinOp::NotEq | BinOp::Lt | BinOp::LtEq | BinOp::Gt | BinOp::GtEq
+    ) {
+        if a.sql_cmp(&b).is_none() {
+            return Err(operator_error(op_name(op), &a, &b));
+        }
+        return Ok(cmp_op(op, &a, &b));
+    }
+    arithmetic(op, a, b)
+}
+
+fn op_name(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Add => "+",
+        BinOp::Sub => "-",
+        BinOp::Mul => "*",
+        BinOp::Div => "/",
+        BinOp::Mod => "%",
+        BinOp::Eq => "=",
+        BinOp::NotEq => "<>",
+        BinOp::Lt => "<",
+        BinOp::LtEq => "<=",
+        BinOp::Gt => ">",
+        BinOp::GtEq => ">=",
+        BinOp::And => "AND",
+        BinOp::Or => "OR",
+        BinOp::Concat => "||",
+    }
+}
+
+fn division_by_zero() -> SqlError {
+    SqlError::new("22012", "division by zero")
+}
+
+fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
+    use Value::*;
+    Ok(match (&a, &b) {
+        (Int(x), Int(y)) => {
+            let (x, y) = (*x, *y);
+            Int(match op {
+                BinOp::Add => x.checked_add(y),
+                BinOp::Sub => x.checked_sub(y),
+                BinOp::Mul => x.checked_mul(y),
+                BinOp::Div if y == 0 => return Err(division_by_zero()),
+                BinOp::Div => x.checked_div(y),
+                BinOp::Mod if y == 0 => return Err(division_by_zero()),
+                BinOp::Mod => x.checked_rem(y),
+                _ => return Err(operator_error(op_name(op), &a, &b)),
+            }
+            .ok_or_else(overflow)?)
+        }
+        (Float(_), Int(_) | Float(_) | Numeric(_)) | (Int(_) | Numeric(_), Float(_)) => {
+            let (x, y) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            Float(match op {
+                BinOp::Add => x + y,
+                BinOp::Sub => x - y,
+                BinOp::Mul => x * y,
+                BinOp::Div if y == 0.0 => return Err(division_by_zero()),
+                BinOp::Div => x / y,
+                BinOp::Mod if y == 0.0 => return Err(division_by_zero()),
+                BinOp::Mod => x % y,
+                _ => return Err(operator_error(op_name(op), &a, &b)),
+            })
+        }
+        (Numeric(_), Int(_) | Numeric(_)) | (Int(_), Numeric(_)) => {
+            let d = |v: &Value| match v {
+                Int(i) => Decimal::from(*i),
+                Numeric(d) => *d,
+                _ => unreachable!(),
+            };
+            let (x, y) = (d(&a), d(&b));
+            Numeric(
+                match op {
+                    BinOp::Add => x.checked_add(y),
+                    BinOp::Sub => x.checked_sub(y),
+                    BinOp::Mul => x.checked_mul(y),
+                    BinOp::Div if y.is_zero() => return Err(division_by_zero()),
+                    BinOp::Div => x.checked_div(y),
+                    BinOp::Mod if y.is_zero() => return Err(division_by_zero()),
+                    BinOp::Mod => x.checked_rem(y),
+                    _ => return Err(operator_error(op_name(op), &a, &b)),
+                }
+                .ok_or_else(|| SqlError::new("22003", "numeric value out of range"))?,
+            )
+        }
+        (Timestamp(t), Int(days)) | (TimestampTz(t), Int(days)) if op == BinOp::Add => {
+            let v = t + days * DAY_MICROS;
+            if matches!(a, Timestamp(_)) {
+                Timestamp(v)
+            } else {
+                TimestampTz(v)
+            }
+        }
+        (Date(d), Int(n)) if matches!(op, BinOp::Add | BinOp::Sub) => {
+            let n = i32::try_from(*n).map_err(|_| overflow())?;
+            Date(if op == BinOp::Add { d + n } else { d - n })
+        }
+        (Date(x), Date(y)) if op == BinOp::Sub => Int((*x - *y) as i64),
+        _ => return Err(operator_error(op_name(op), &a, &b)),
+    })
+}
+
+/// SQL LIKE with `%` and `_` and backslash escapes.
+pub fn like(s: &str, p: &str) -> bool {
+    let s: Vec<char> = s.chars().collect();
+    let p: Vec<char> = p.chars().collect();
+    // Iterative matcher with backtracking to the last `%`.
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        if j < p.len() && p[j] == '\\' && j + 1 < p.len() && p[j + 1] == s[i] {
+            i += 1;
+            j += 2;
+        } else if j < p.len() && (p[j] == '_' || (p[j] == s[i] && p[j] != '%' && p[j] != '\\')) {
+            i += 1;
+            j += 1;
+        } else if j < p.len() && p[j] == '%' {
+            star = Some((j, i));
+            j += 1;
+        } else if let Some((sj, si)) = star {
+            j = sj + 1;
+            i = si + 1;
+            star = Some((sj, si + 1));
+        } else {
+            return false;
+        }
+    }
+    while j < p.len() && p[j] == '%' {
+        j += 1;
+    }
+    j == p.len()
+}
+
+fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
+    let vals = args
+        .iter()
+        .map(|a| a.eval(env))
+        .collect::<Result<Vec<_>, _>>()?;
+    let arg = |i: usize| vals.get(i).cloned().unwrap_or(Value::Null);
+    let strict = |v: &Value| v.is_null();
+    Ok(match f {
+        Func::Coalesce => vals
+            .into_iter()
+            .find(|v| !v.is_null())
+            .unwrap_or(Value::Null),
+        Func::NullIf => {
+            if arg(0).sql_cmp(&arg(1)) == Some(Ordering::Equal) {
+                Value::Null
+            } else {
+                arg(0)
+            }
+        }
+        Func::Greatest | Func::Least => {
+            let mut best: Option<Value> = None;
+            for v in vals.into_iter().filter(|v| !v.is_null()) {
+                best = Some(match best {
+                    None => v,
+                    Some(b) => {
+                        let take = match v.sql_cmp(&b) {
+                            Some(Ordering::Greater) => f == Func::Greatest,
+                            Some(Ordering::Less) => f == Func::Least,
+                            _ => false,
+                        };
+                        if take {
+                            v
+                        } else {
+                            b
+                        }
+                    }
+                });
+            }
+            best.unwrap_or(Value::Null)
+        }
+        Func::Concat => Value::Text(vals.iter().filter_map(|v| v.to_text()).collect()),
+        Func::Now => Value::TimestampTz(aqueduct_log::now_micros()),
+        Func::Version => Value::Text("PostgreSQL 15.0 (Aqueduct 0.1)".into()),
+        Func::CurrentDatabase => Value::Text("aqueduct".into()),
+        Func::CurrentSchema => Value::Text("public".into()),
+        Func::CurrentUser => Value::Text("aqueduct".into()),
+        _ if vals.iter().any(strict) => Value::Null,
+        Func::Lower => Value::Text(text_of(&arg(0)).to_lowercase()),
+        Func::Upper => Value::Text(text_of(&arg(0)).to_uppercase()),
+        Func::Length => Value::Int(match arg(0) {
+            Value::Bytes(b) => b.len() as i64,
+            v => text_of(&v).chars().count() as i64,
+        }),
+        Func::Trim => Value::Text(text_of(&arg(0)).trim().to_string()),
+        Func::Abs => match arg(0) {
+            Value::Int(i) => Value::Int(i.checked_abs().ok_or_else(overflow)?),
+            Value::Float(x) => Value::Float(x.abs()),
+            Value::Numeric(d) => Value::Numeric(d.abs()),
+            v => return Err(operator_error("abs", &v, &v)),
+        },
+        Func::Round => {
+            let places = match arg(1) {
+                Value::Int(p) => p as u32,
+                _ => 0,
+            };
+            match arg(0) {
+                Value::Int(i) => Value::Int(i),
+                Value::Float(x) => {
+                    let m = 10f64.powi(places as i32);
+                    Value::Float((x * m).round() / m)
+                }
+                Value::Numeric(d) => Value::Numeric(d.round_dp(places)),
+                v => return Err(operator_error("round", &v, &v)),
+            }
+        }
+        Func::Substring => {
+            let s: Vec<char> = text_of(&arg(0)).chars().collect();
+            let start = match arg(1) {
+                Value::Int(i) => i,
+                _ => 1,
+            };
+            let len = match vals.get(2) {
+                Some(Value::Int(n)) if *n < 0 => {
+                    return Err(SqlError::new(
+                        "22011",
+                        "negative substring length not allowed",
+                    ))
+                }
+                Some(Value::Int(n)) => Some(*n),
+                _ => None,
+            };
+            let from = (start - 1).max(0) as usize;
+            let to = match len {
+                Some(n) => (start - 1 + n).max(0) as usize,
+                None => s.len(),
+            };
+            Value::Text(
+                s[from.min(s.len())..to.min(s.len()).max(from.min(s.len()))]
+                    .iter()
+                    .collect(),
+            )
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(e: Expr) -> Value {
+        e.eval(&Env {
+            row: &[],
+            params: &[],
+        })
+        .unwrap()
+    }
+
+    fn lit(v: Value) -> Box<Expr> {
+        Box::new(Expr::Literal(v))
+    }
+
+    #[test]
+    fn three_valued_logic() {
+        let null = || lit(Value::Null);
+        let t = || lit(Value::Bool(true));
+        let f = || lit(Value::Bool(false));
+        assert_eq!(
+            eval(Expr::Binary(BinOp::And, null(), f())),
+            Value::Bool(false)
+        );
+        assert!(eval(Expr::Binary(BinOp::And, null(), t())).is_null());
+        assert_eq!(
+            eval(Expr::Binary(BinOp::Or, null(), t())),
+            Value::Bool(true)
+        );
+        assert!(eval(Expr::Binary(BinOp::Or, null(), f())).is_null());
+        assert!(eval(Expr::Unary(UnOp::Not, null())).is_null());
+        assert!(eval(Expr::Binary(BinOp::Eq, null(), null())).is_null());
+        // 1 IN (2, NULL) is NULL; 1 NOT IN (2, NULL) is NULL too.
+        let list = vec![Expr::Literal(Value::Int(2)), Expr::Literal(Value::Null)];
+        assert!(eval(Expr::InList(lit(Value::Int(1)), list.clone(), false)).is_null());
+        assert!(eval(Expr::InList(lit(Value::Int(1)), list, true)).is_null());
+    }
+
+    #[test]
+    fn like_patterns() {
+        assert!(like("hello", "h%o"));
+        assert!(like("hello", "_ello"));
+        assert!(!like("hello", "h_o"));
+        assert!(like("50%", "50\\%"));
+        assert!(like("", "%"));
+        assert!(like("abcabc", "%bc"));
+    }
+
+    #[test]
+    fn arithmetic_errors_are_sql_errors() {
+        let e = Expr::Binary(BinOp::Div, lit(Value::Int(1)), lit(Value::Int(0)));
+        let err = e
+            .eval(&Env {
+                row: &[],
+                params: &[],
+            })
+            .unwrap_err();
+        assert_eq!(err.code, "22012");
+        let e = Expr::Binary(BinOp::Add, lit(Value::Int(i64::MAX)), lit(Value::Int(1)));
+        assert_eq!(
+            e.eval(&Env {
+                row: &[],
+                params: &[]
+            })
+            .unwrap_err()
+            .code,
+            "22003"
+        );
+    }
+}

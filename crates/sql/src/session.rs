@@ -1,0 +1,479 @@
+//! A client session: transaction state, settings, prepared statements.
+//!
+//! Transaction states follow PostgreSQL's `ReadyForQuery` status: idle,
+//! in a transaction block, or in a failed block that only `ROLLBACK` (or
+//! `COMMIT`, which then rolls back) ends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aqueduct_log::Lsn;
+use aqueduct_tables::Txn;
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast::Statement;
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
+use crate::bind::{self, Bound, Plan};
+use crate::catalog_queries;
+use crate::exec;
+use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
+
+/// `ReadyForQuery` status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnStatus {
+    Idle,
+    InBlock,
+    Failed,
+}
+
+/// What a statement produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Rows, with the command tag to send after them (`SELECT 3`, `INSERT 0 1`).
+    Rows {
+        columns: Vec<Column>,
+        rows: Vec<Vec<Value>>,
+        tag: String,
+    },
+    /// A command without rows, with its tag (`CREATE TABLE`, `UPDATE 2`).
+    Command { tag: String },
+    /// An empty query string.
+    Empty,
+}
+
+/// A parsed statement with its parameter and result types.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub sql: String,
+    /// Parameter types, in `$1, $2, ...` order.
+    pub params: Vec<DataType>,
+    /// Result columns; empty for statements without rows.
+    pub columns: Vec<Column>,
+    statement: Option<Statement>,
+}
+
+/// Settings a client may read with `SHOW` and change with `SET`.
+const DEFAULT_SETTINGS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("client_encoding", "UTF8"),
+    ("datestyle", "ISO, MDY"),
+    ("default_transaction_isolation", "serializable"),
+    ("extra_float_digits", "1"),
+    ("integer_datetimes", "on"),
+    ("intervalstyle", "postgres"),
+    ("is_superuser", "off"),
+    ("search_path", "public"),
+    ("server_encoding", "UTF8"),
+    ("server_version", "15.0 (Aqueduct)"),
+    ("server_version_num", "150000"),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "serializable"),
+    ("aqueduct.last_lsn", "0"),
+];
+
+/// Settings clients may not change.
+const READ_ONLY_SETTINGS: &[&str] = &[
+    "server_version",
+    "server_version_num",
+    "server_encoding",
+    "integer_datetimes",
+    "is_superuser",
+    "aqueduct.last_lsn",
+];
+
+pub struct Session {
+    engine: Arc<Engine>,
+    txn: Option<Txn>,
+    failed: bool,
+    settings: BTreeMap<String, String>,
+    last_lsn: Lsn,
+}
+
+impl Session {
+    pub(crate) fn new(engine: Arc<Engine>) -> Session {
+        Session {
+            engine,
+            txn: None,
+            failed: false,
+            settings: DEFAULT_SETTINGS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            last_lsn: 0,
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn status(&self) -> TxnStatus {
+        match (&self.txn, self.failed) {
+            (None, _) => TxnStatus::Idle,
+            (Some(_), false) => TxnStatus::InBlock,
+            (Some(_), true) => TxnStatus::Failed,
+        }
+    }
+
+    /// The LSN of this session's last committed write (0 if none).
+    pub fn last_lsn(&self) -> Lsn {
+        self.last_lsn
+    }
+
+    /// Settings reported to a client at connection start (`ParameterStatus`).
+    pub fn startup_parameters(&self) -> Vec<(String, String)> {
+        [
+            ("server_version", "server_version"),
+            ("server_encoding", "server_encoding"),
+            ("client_encoding", "client_encoding"),
+            ("DateStyle", "datestyle"),
+            ("TimeZone", "timezone"),
+            ("integer_datetimes", "integer_datetimes"),
+            ("standard_conforming_strings", "standard_conforming_strings"),
+            ("IntervalStyle", "intervalstyle"),
+            ("is_superuser", "is_superuser"),
+            ("application_name", "application_name"),
+            ("aqueduct.last_lsn", "aqueduct.last_lsn"),
+        ]
+        .iter()
+        .map(|(shown, key)| (shown.to_string(), self.settings[*key].clone()))
+        .collect()
+    }
+
+    /// Ends any open transaction without committing (client went away).
+    pub fn abandon(&mut self) {
+        self.txn = None;
+        self.failed = false;
+    }
+
+    /// Runs a simple-protocol query string: every statement in order,
+    /// stopping at the first error (as PostgreSQL does).
+    pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        let statements = match parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.note_error();
+                return vec![Err(e)];
+            }
+        };
+        if statements.is_empty() {
+            return vec![Ok(Outcome::Empty)];
+        }
+        let mut out = Vec::with_capacity(statements.len());
+        for st in statements {
+            let r = self.run(Some(&st), sql, &[], &[]);
+            let failed = r.is_err();
+            out.push(r);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Parses and describes one statement for the extended protocol.
+    /// `hints` are the parameter types the client declared (`None`: infer).
+    pub fn prepare(&mut self, sql: &str, hints: &[Option<DataType>]) -> Result<Prepared, SqlError> {
+        let mut statements = parse(sql)?;
+        if statements.len() > 1 {
+            return Err(SqlError::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ));
+        }
+        let statement = statements.pop();
+        let Some(st) = &statement else {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: hints
+                    .iter()
+                    .map(|h| h.clone().unwrap_or(DataType::Text))
+                    .collect(),
+                columns: Vec::new(),
+                statement: None,
+            });
+        };
+        let bound = {
+            let catalog = self.engine.database().read();
+            bind::bind(&catalog, st, hints, &self.settings)?
+        };
+        Ok(Prepared {
+            sql: sql.to_string(),
+            params: bound.params,
+            columns: bound.columns,
+            statement,
+        })
+    }
+
+    /// Executes a prepared statement with its parameter values (already of
+    /// the prepared parameter types).
+    pub fn execute_prepared(
+        &mut self,
+        p: &Prepared,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        if params.len() != p.params.len() {
+            return Err(SqlError::new(
+                "08P01",
+                format!(
+                    "bind message supplies {} parameters, but prepared statement requires {}",
+                    params.len(),
+                    p.params.len()
+                ),
+            ));
+        }
+        match &p.statement {
+            None => Ok(Outcome::Empty),
+            Some(st) => {
+                let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
+                self.run(Some(st), &p.sql, &hints, params)
+            }
+        }
+    }
+
+    /// Executes `sql` (one statement) with parameters, inferring their types
+    /// from the values given (the HTTP API's path).
+    pub fn execute_with_params(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let hints: Vec<Option<DataType>> = params.iter().map(|_| None).collect();
+        let p = self.prepare(sql, &hints)?;
+        let coerced = params
+            .iter()
+            .zip(&p.params)
+            .map(|(v, ty)| v.clone().coerce(ty))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.execute_prepared(&p, &coerced)
+    }
+
+    fn note_error(&mut self) {
+        self.engine.metrics.count(&self.engine.metrics.errors);
+        if self.txn.is_some() {
+            self.failed = true;
+        }
+    }
+
+    fn run(
+        &mut self,
+        st: Option<&Statement>,
+        _sql: &str,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let Some(st) = st else {
+            return Ok(Outcome::Empty);
+        };
+        let result = self.run_statement(st, hints, params);
+        if result.is_err() {
+            self.note_error();
+        }
+        result
+    }
+
+    fn run_statement(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        if catalog_queries::uses_virtual_tables(&st.to_string()) {
+            return self.run_virtual(st, hints, params);
+        }
+        let bound: Bound = {
+            let catalog = self.engine.database().read();
+            bind::bind(&catalog, st, hints, &self.settings)?
+        };
+        let m = &self.engine.metrics;
+        match &bound.plan {
+            Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_) => m.count(&m.select),
+            Plan::Insert(_) => m.count(&m.insert),
+            Plan::Update(_) => m.count(&m.update),
+            Plan::Delete(_) => m.count(&m.delete),
+            Plan::Ddl(_) => m.count(&m.ddl),
+            _ => m.count(&m.other),
+        }
+        if self.failed && !matches!(bound.plan, Plan::Commit | Plan::Rollback) {
+            return Err(SqlError::in_failed_transaction());
+        }
+        match bound.plan {
+            Plan::Begin => {
+                if self.txn.is_none() {
+                    self.txn = Some(Txn::default());
+                }
+                Ok(command("BEGIN"))
+            }
+            Plan::Commit => {
+                let Some(txn) = self.txn.take() else {
+                    return Ok(command("COMMIT"));
+                };
+                if std::mem::take(&mut self.failed) {
+                    return Ok(command("ROLLBACK"));
+                }
+                if let Some(lsn) = self.engine.database().commit(&txn)? {
+                    self.set_last_lsn(lsn);
+                }
+                Ok(command("COMMIT"))
+            }
+            Plan::Rollback => {
+                self.txn = None;
+                self.failed = false;
+                Ok(command("ROLLBACK"))
+            }
+            Plan::Set { name, value } => self.set(&name, value),
+            Plan::Show { name } => self.show(&name),
+            Plan::Ddl(_) if self.txn.is_some() => Err(SqlError::new(
+                "25001",
+                "schema changes inside a transaction block are not supported",
+            )
+            .with_hint("run CREATE/DROP statements outside BEGIN ... COMMIT")),
+            plan => self.run_data(plan, bound.columns, params),
+        }
+    }
+
+    /// Reads and writes: inside a transaction block through its `Txn`,
+    /// otherwise atomically under the commit lock (writes) or directly (reads).
+    fn run_data(
+        &mut self,
+        plan: Plan,
+        columns: Vec<Column>,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let db = self.engine.database();
+        if let Some(txn) = self.txn.as_mut() {
+            let catalog = db.read();
+            return exec::execute(db, &catalog, txn, &plan, columns, params);
+        }
+        if plan.is_read_only() {
+            let seen = db.applied_lsn();
+            let out = {
+                let catalog = db.read();
+                let mut scratch = Txn::default();
+                exec::execute(db, &catalog, &mut scratch, &plan, columns, params)?
+            };
+            db.await_visible(seen)?;
+            return Ok(out);
+        }
+        let (out, lsn) = db.run_exclusive(|catalog, txn| {
+            exec::execute(db, catalog, txn, &plan, columns, params)
+        })?;
+        if let Some(lsn) = lsn {
+            self.set_last_lsn(lsn);
+        }
+        Ok(out)
+    }
+
+    /// A read of `information_schema` or `pg_tables`, answered from tables
+    /// built from the catalog for this one statement.
+    fn run_virtual(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let db = self.engine.database();
+        let virtual_catalog = catalog_queries::virtual_catalog(&db.read());
+        let bound = bind::bind(&virtual_catalog, st, hints, &self.settings)?;
+        if !bound.plan.is_read_only() {
+            return Err(SqlError::new("42809", "the catalog views are read-only"));
+        }
+        let mut scratch = Txn::default();
+        exec::execute(
+            db,
+            &virtual_catalog,
+            &mut scratch,
+            &bound.plan,
+            bound.columns,
+            params,
+        )
+    }
+
+    fn set_last_lsn(&mut self, lsn: Lsn) {
+        self.last_lsn = lsn;
+        self.settings
+            .insert("aqueduct.last_lsn".into(), lsn.to_string());
+    }
+
+    fn set(&mut self, name: &str, value: Option<String>) -> Result<Outcome, SqlError> {
+        let key = name.to_ascii_lowercase();
+        if READ_ONLY_SETTINGS.contains(&key.as_str()) {
+            return Err(SqlError::new(
+                "55P02",
+                format!("parameter \"{name}\" cannot be changed"),
+            ));
+        }
+        let default = DEFAULT_SETTINGS.iter().find(|(k, _)| *k == key);
+        if default.is_none() && !key.contains('.') {
+            return Err(SqlError::new(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            ));
+        }
+        if key == "transaction_isolation" || key == "default_transaction_isolation" {
+            // Every transaction is serializable; weaker requests get the stronger level.
+        } else {
+            let v =
+                value.unwrap_or_else(|| default.map(|(_, v)| v.to_string()).unwrap_or_default());
+            self.settings.insert(key, v);
+        }
+        Ok(command("SET"))
+    }
+
+    fn show(&self, name: &str) -> Result<Outcome, SqlError> {
+        let key = name.to_ascii_lowercase();
+        if key == "all" {
+            let rows = self
+                .settings
+                .iter()
+                .map(|(k, v)| vec![Value::Text(k.clone()), Value::Text(v.clone())])
+                .collect::<Vec<_>>();
+            return Ok(Outcome::Rows {
+                tag: format!("SHOW {}", rows.len()),
+                columns: vec![
+                    Column::computed("name", DataType::Text),
+                    Column::computed("setting", DataType::Text),
+                ],
+                rows,
+            });
+        }
+        let value = self.settings.get(&key).ok_or_else(|| {
+            SqlError::new(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            )
+        })?;
+        Ok(Outcome::Rows {
+            columns: vec![Column::computed(key.clone(), DataType::Text)],
+            rows: vec![vec![Value::Text(value.clone())]],
+            tag: "SHOW".into(),
+        })
+    }
+}
+
+fn command(tag: &str) -> Outcome {
+    Outcome::Command { tag: tag.into() }
+}
+
+/// Parses SQL text into statements (PostgreSQL dialect).
+pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(SqlError::new(
+            "54000",
+            format!(
+                "query of {} bytes exceeds the limit of {MAX_SQL_BYTES} bytes",
+                sql.len()
+            ),
+        ));
+    }
+    if sql.trim().trim_matches(';').trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
+        SqlError::syntax(format!("syntax error: {msg}"))
+    })
+}

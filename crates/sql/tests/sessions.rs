@@ -1,0 +1,398 @@
+//! SQL sessions end to end on a real log: statements, errors with SQLSTATE,
+//! transactions, restart recovery, and serializability under concurrency.
+
+use std::sync::Arc;
+
+use aqueduct_log::{Log, Options, SyncPolicy};
+use aqueduct_sql::{Engine, Outcome, Session, SqlError, TxnStatus};
+use aqueduct_values::Value;
+
+fn engine(dir: &std::path::Path) -> Arc<Engine> {
+    let (log, _) = Log::open(
+        dir,
+        Options {
+            sync: SyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    Engine::open(log, &mut |_| {}).unwrap()
+}
+
+fn run(s: &mut Session, sql: &str) -> Result<Outcome, SqlError> {
+    s.execute(sql).pop().unwrap()
+}
+
+fn ok(s: &mut Session, sql: &str) -> Outcome {
+    run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
+    match ok(s, sql) {
+        Outcome::Rows { rows, .. } => rows
+            .into_iter()
+            .map(|r| r.iter().map(|v| v.to_string()).collect())
+            .collect(),
+        other => panic!("{sql}: expected rows, got {other:?}"),
+    }
+}
+
+fn tag(s: &mut Session, sql: &str) -> String {
+    match ok(s, sql) {
+        Outcome::Command { tag } | Outcome::Rows { tag, .. } => tag,
+        Outcome::Empty => String::new(),
+    }
+}
+
+fn code(s: &mut Session, sql: &str) -> &'static str {
+    match run(s, sql) {
+        Err(e) => e.code,
+        Ok(o) => panic!("{sql}: expected an error, got {o:?}"),
+    }
+}
+
+#[test]
+fn crud_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(
+        &mut s,
+        "CREATE TABLE items (id bigint PRIMARY KEY, name varchar(10) NOT NULL, price numeric, \
+         qty integer DEFAULT 1, ok boolean, at timestamptz, d date, u uuid, j jsonb, b bytea, f double precision)",
+    );
+    assert_eq!(
+        tag(
+            &mut s,
+            "INSERT INTO items (id, name, price, ok, at, d, u, j, b, f) VALUES \
+             (1, 'apple', 1.25, true, '2024-01-02 03:04:05+00', '2024-01-02', \
+              'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"a\":1}', '\\x0102', 1.5), \
+             (2, 'pear', 2, false, NULL, NULL, NULL, NULL, NULL, NULL)"
+        ),
+        "INSERT 0 2"
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT id, name, price, qty, ok, at, d, u, j, b, f FROM items WHERE id = 1"
+        ),
+        vec![vec![
+            "1",
+            "apple",
+            "1.25",
+            "1",
+            "t",
+            "2024-01-02 03:04:05+00",
+            "2024-01-02",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "{\"a\":1}",
+            "\\x0102",
+            "1.5"
+        ]]
+    );
+    assert_eq!(
+        tag(
+            &mut s,
+            "UPDATE items SET qty = qty + 4 WHERE name = 'apple'"
+        ),
+        "UPDATE 1"
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT name FROM items WHERE qty > 2 OR price > 1.5 ORDER BY name DESC"
+        ),
+        vec![vec!["pear"], vec!["apple"]]
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT count(*), sum(qty), max(name) FROM items"),
+        vec![vec!["2", "6", "pear"]]
+    );
+    assert_eq!(
+        rows(&mut s, "DELETE FROM items WHERE id = 2 RETURNING name"),
+        vec![vec!["pear"]]
+    );
+    assert_eq!(rows(&mut s, "SELECT count(*) FROM items"), vec![vec!["1"]]);
+    // Errors name the problem and leave the session usable.
+    assert_eq!(code(&mut s, "SELEC 1"), "42601");
+    assert_eq!(code(&mut s, "SELECT * FROM nope"), "42P01");
+    assert_eq!(code(&mut s, "SELECT nope FROM items"), "42703");
+    assert_eq!(
+        code(&mut s, "INSERT INTO items (id, name) VALUES (1, 'dup')"),
+        "23505"
+    );
+    assert_eq!(code(&mut s, "INSERT INTO items (id) VALUES (3)"), "23502");
+    assert_eq!(
+        code(
+            &mut s,
+            "INSERT INTO items (id, name) VALUES (3, 'much too long')"
+        ),
+        "22001"
+    );
+    assert_eq!(
+        code(
+            &mut s,
+            "INSERT INTO items (id, name, qty) VALUES (3, 'x', 'many')"
+        ),
+        "22P02"
+    );
+    assert_eq!(
+        code(
+            &mut s,
+            "INSERT INTO items (id, name, j) VALUES (3, 'x', '{bad')"
+        ),
+        "22P02"
+    );
+    assert_eq!(code(&mut s, "SELECT 1/0"), "22012");
+    assert_eq!(rows(&mut s, "SELECT 1 + 1"), vec![vec!["2"]]);
+}
+
+#[test]
+fn on_conflict_returning_and_tables_without_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(
+        &mut s,
+        "CREATE TABLE counters (k text PRIMARY KEY, n bigint NOT NULL)",
+    );
+    for _ in 0..3 {
+        ok(
+            &mut s,
+            "INSERT INTO counters VALUES ('a', 1) ON CONFLICT (k) DO UPDATE SET n = counters.n + excluded.n",
+        );
+    }
+    assert_eq!(
+        rows(&mut s, "SELECT n FROM counters WHERE k = 'a'"),
+        vec![vec!["3"]]
+    );
+    assert_eq!(
+        tag(
+            &mut s,
+            "INSERT INTO counters VALUES ('a', 9) ON CONFLICT DO NOTHING"
+        ),
+        "INSERT 0 0"
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "INSERT INTO counters VALUES ('b', 2) RETURNING k, n * 10"
+        ),
+        vec![vec!["b", "20"]]
+    );
+    // Noria's Vote table: no key, duplicates allowed, per-row deletes work.
+    ok(
+        &mut s,
+        "CREATE TABLE vote (article_id bigint, \"user\" bigint)",
+    );
+    ok(&mut s, "INSERT INTO vote VALUES (1, 7), (1, 7), (2, 7)");
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT article_id, count(*) FROM vote GROUP BY article_id ORDER BY 1"
+        ),
+        vec![vec!["1", "2"], vec!["2", "1"]]
+    );
+    assert_eq!(
+        tag(&mut s, "DELETE FROM vote WHERE article_id = 2"),
+        "DELETE 1"
+    );
+    ok(&mut s, "CREATE INDEX vote_article ON vote (article_id)");
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM vote WHERE article_id = 1"),
+        vec![vec!["2"]]
+    );
+    assert_eq!(
+        rows(&mut s, "SHOW TABLES"),
+        vec![vec!["counters"], vec!["vote"]]
+    );
+}
+
+#[test]
+fn state_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = engine(dir.path());
+        let mut s = e.session();
+        ok(&mut s, "CREATE TABLE t (id integer PRIMARY KEY, v text)");
+        ok(&mut s, "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')");
+        ok(&mut s, "UPDATE t SET v = 'B' WHERE id = 2");
+        ok(&mut s, "DELETE FROM t WHERE id = 3");
+        ok(&mut s, "CREATE TABLE gone (x integer)");
+        ok(&mut s, "INSERT INTO gone VALUES (1)");
+        ok(&mut s, "DROP TABLE gone");
+        ok(&mut s, "CREATE TABLE gone (y text)");
+        assert!(s.last_lsn() > 0);
+    }
+    let e = engine(dir.path());
+    let mut s = e.session();
+    assert_eq!(
+        rows(&mut s, "SELECT id, v FROM t ORDER BY id"),
+        vec![vec!["1", "a"], vec!["2", "B"]]
+    );
+    assert_eq!(rows(&mut s, "SELECT count(*) FROM gone"), vec![vec!["0"]]);
+}
+
+#[test]
+fn transactions_are_atomic_and_report_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    let mut other = e.session();
+    ok(&mut s, "CREATE TABLE t (id integer PRIMARY KEY, v integer)");
+    ok(&mut s, "BEGIN");
+    assert_eq!(s.status(), TxnStatus::InBlock);
+    ok(&mut s, "INSERT INTO t VALUES (1, 10)");
+    assert_eq!(
+        rows(&mut s, "SELECT v FROM t WHERE id = 1"),
+        vec![vec!["10"]]
+    );
+    assert!(
+        rows(&mut other, "SELECT v FROM t").is_empty(),
+        "uncommitted rows are invisible"
+    );
+    assert_eq!(code(&mut s, "SELECT * FROM nope"), "42P01");
+    assert_eq!(s.status(), TxnStatus::Failed);
+    assert_eq!(code(&mut s, "SELECT 1"), "25P02");
+    assert_eq!(tag(&mut s, "COMMIT"), "ROLLBACK");
+    assert_eq!(s.status(), TxnStatus::Idle);
+    assert!(rows(&mut other, "SELECT v FROM t").is_empty());
+    ok(
+        &mut s,
+        "BEGIN; INSERT INTO t VALUES (1, 1); INSERT INTO t VALUES (2, 2); COMMIT",
+    );
+    assert_eq!(rows(&mut other, "SELECT count(*) FROM t"), vec![vec!["2"]]);
+    // An abandoned transaction leaves nothing.
+    ok(&mut s, "BEGIN");
+    ok(&mut s, "DELETE FROM t");
+    s.abandon();
+    assert_eq!(rows(&mut other, "SELECT count(*) FROM t"), vec![vec!["2"]]);
+}
+
+#[test]
+fn lost_updates_and_write_skew_are_prevented() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(&mut s, "CREATE TABLE c (id integer PRIMARY KEY, n bigint)");
+    ok(&mut s, "INSERT INTO c VALUES (1, 0)");
+    // Explicit read-modify-write transactions from many threads; losers retry.
+    let threads = 8;
+    let per = 25;
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let e = e.clone();
+            scope.spawn(move || {
+                let mut s = e.session();
+                for _ in 0..per {
+                    loop {
+                        ok(&mut s, "BEGIN");
+                        let n: i64 = rows(&mut s, "SELECT n FROM c WHERE id = 1")[0][0]
+                            .parse()
+                            .unwrap();
+                        ok(&mut s, &format!("UPDATE c SET n = {} WHERE id = 1", n + 1));
+                        match run(&mut s, "COMMIT") {
+                            Ok(_) => break,
+                            Err(err) => assert_eq!(err.code, "40001", "{err}"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(
+        rows(&mut s, "SELECT n FROM c WHERE id = 1"),
+        vec![vec![(threads * per).to_string()]]
+    );
+    // Autocommit increments never conflict and never lose an update.
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let e = e.clone();
+            scope.spawn(move || {
+                let mut s = e.session();
+                for _ in 0..per {
+                    ok(&mut s, "UPDATE c SET n = n + 1 WHERE id = 1");
+                }
+            });
+        }
+    });
+    assert_eq!(
+        rows(&mut s, "SELECT n FROM c WHERE id = 1"),
+        vec![vec![(2 * threads * per).to_string()]]
+    );
+
+    // Write skew: two doctors on call; each goes off call if the other is on.
+    ok(
+        &mut s,
+        "CREATE TABLE doctors (name text PRIMARY KEY, on_call boolean)",
+    );
+    ok(
+        &mut s,
+        "INSERT INTO doctors VALUES ('alice', true), ('bob', true)",
+    );
+    let mut a = e.session();
+    let mut b = e.session();
+    ok(&mut a, "BEGIN");
+    ok(&mut b, "BEGIN");
+    assert_eq!(
+        rows(&mut a, "SELECT count(*) FROM doctors WHERE on_call"),
+        vec![vec!["2"]]
+    );
+    assert_eq!(
+        rows(&mut b, "SELECT count(*) FROM doctors WHERE on_call"),
+        vec![vec!["2"]]
+    );
+    ok(
+        &mut a,
+        "UPDATE doctors SET on_call = false WHERE name = 'alice'",
+    );
+    ok(
+        &mut b,
+        "UPDATE doctors SET on_call = false WHERE name = 'bob'",
+    );
+    ok(&mut a, "COMMIT");
+    assert_eq!(run(&mut b, "COMMIT").unwrap_err().code, "40001");
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM doctors WHERE on_call"),
+        vec![vec!["1"]]
+    );
+}
+
+#[test]
+fn prepared_statements_infer_parameter_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(
+        &mut s,
+        "CREATE TABLE t (id bigint PRIMARY KEY, name text, at date)",
+    );
+    let ins = s.prepare("INSERT INTO t VALUES ($1, $2, $3)", &[]).unwrap();
+    assert_eq!(ins.params.len(), 3);
+    assert_eq!(ins.params[0], aqueduct_values::DataType::Int8);
+    assert_eq!(ins.params[2], aqueduct_values::DataType::Date);
+    s.execute_prepared(
+        &ins,
+        &[Value::Int(1), Value::Text("x".into()), Value::Date(3)],
+    )
+    .unwrap();
+    let sel = s
+        .prepare("SELECT name, at FROM t WHERE $1 = id", &[])
+        .unwrap();
+    assert_eq!(sel.params, vec![aqueduct_values::DataType::Int8]);
+    assert_eq!(sel.columns.len(), 2);
+    match s.execute_prepared(&sel, &[Value::Int(1)]).unwrap() {
+        Outcome::Rows { rows, .. } => {
+            assert_eq!(rows, vec![vec![Value::Text("x".into()), Value::Date(3)]])
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        rows(&mut s, "SHOW aqueduct.last_lsn")[0][0],
+        s.last_lsn().to_string()
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT table_name, column_name FROM information_schema.columns WHERE table_name = 't' ORDER BY ordinal_position"),
+        vec![vec!["t", "id"], vec!["t", "name"], vec!["t", "at"]]
+    );
+}

@@ -1,0 +1,294 @@
+//! Table definitions and the schema-change records that carry them in the log.
+//!
+//! A schema change is a `Schema` log record whose key is `s` + table id
+//! (8 bytes, big-endian) and whose body is a JSON object, versioned by its
+//! `"v"` field (see `docs/table-records.md`).
+
+use aqueduct_values::{DataType, Value};
+use serde::{Deserialize, Serialize};
+
+/// A table's identity; never reused, so rows of a dropped table can never be
+/// mistaken for rows of a new one.
+pub type TableId = u64;
+
+/// Version of the schema-change JSON.
+pub const SCHEMA_RECORD_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: DataType,
+    pub not_null: bool,
+    pub default: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexDef {
+    pub name: String,
+    pub columns: Vec<usize>,
+    pub unique: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableSchema {
+    pub id: TableId,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Column positions of the primary key; empty means a hidden row id.
+    pub primary_key: Vec<usize>,
+    pub indexes: Vec<IndexDef>,
+}
+
+impl TableSchema {
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    pub fn has_primary_key(&self) -> bool {
+        !self.primary_key.is_empty()
+    }
+
+    /// The primary key of `row` (not for tables with a hidden row id).
+    pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
+        self.primary_key.iter().map(|&i| row[i].clone()).collect()
+    }
+}
+
+/// A schema change as stored in the log.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SchemaChange {
+    CreateTable(TableSchema),
+    DropTable { id: TableId },
+    CreateIndex { table: TableId, index: IndexDef },
+    DropIndex { table: TableId, name: String },
+}
+
+#[derive(Serialize, Deserialize)]
+struct ColumnJson {
+    name: String,
+    ty: String,
+    not_null: bool,
+    /// The default's text form.
+    default: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct IndexJson {
+    name: String,
+    columns: Vec<usize>,
+    unique: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum ChangeJson {
+    CreateTable {
+        v: u32,
+        id: TableId,
+        name: String,
+        columns: Vec<ColumnJson>,
+        primary_key: Vec<usize>,
+        indexes: Vec<IndexJson>,
+    },
+    DropTable {
+        v: u32,
+        id: TableId,
+    },
+    CreateIndex {
+        v: u32,
+        table: TableId,
+        index: IndexJson,
+    },
+    DropIndex {
+        v: u32,
+        table: TableId,
+        name: String,
+    },
+}
+
+fn index_json(i: &IndexDef) -> IndexJson {
+    IndexJson {
+        name: i.name.clone(),
+        columns: i.columns.clone(),
+        unique: i.unique,
+    }
+}
+
+fn index_def(i: IndexJson) -> IndexDef {
+    IndexDef {
+        name: i.name,
+        columns: i.columns,
+        unique: i.unique,
+    }
+}
+
+impl SchemaChange {
+    pub fn table(&self) -> TableId {
+        match self {
+            SchemaChange::CreateTable(t) => t.id,
+            SchemaChange::DropTable { id } => *id,
+            SchemaChange::CreateIndex { table, .. } | SchemaChange::DropIndex { table, .. } => {
+                *table
+            }
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let v = SCHEMA_RECORD_VERSION;
+        let j = match self {
+            SchemaChange::CreateTable(t) => ChangeJson::CreateTable {
+                v,
+                id: t.id,
+                name: t.name.clone(),
+                columns: t
+                    .columns
+                    .iter()
+                    .map(|c| ColumnJson {
+                        name: c.name.clone(),
+                        ty: c.ty.to_string(),
+                        not_null: c.not_null,
+                        default: c.default.as_ref().and_then(|d| d.to_text()),
+                    })
+                    .collect(),
+                primary_key: t.primary_key.clone(),
+                indexes: t.indexes.iter().map(index_json).collect(),
+            },
+            SchemaChange::DropTable { id } => ChangeJson::DropTable { v, id: *id },
+            SchemaChange::CreateIndex { table, index } => ChangeJson::CreateIndex {
+                v,
+                table: *table,
+                index: index_json(index),
+            },
+            SchemaChange::DropIndex { table, name } => ChangeJson::DropIndex {
+                v,
+                table: *table,
+                name: name.clone(),
+            },
+        };
+        serde_json::to_vec(&j).expect("schema JSON")
+    }
+
+    pub fn decode(b: &[u8]) -> Result<SchemaChange, String> {
+        let j: ChangeJson =
+            serde_json::from_slice(b).map_err(|e| format!("bad schema record: {e}"))?;
+        let check = |v: u32| {
+            if v == SCHEMA_RECORD_VERSION {
+                Ok(())
+            } else {
+                Err(format!("schema record version {v} is unknown"))
+            }
+        };
+        Ok(match j {
+            ChangeJson::CreateTable {
+                v,
+                id,
+                name,
+                columns,
+                primary_key,
+                indexes,
+            } => {
+                check(v)?;
+                let columns = columns
+                    .into_iter()
+                    .map(|c| {
+                        let ty = parse_type(&c.ty)?;
+                        let default = match c.default {
+                            Some(d) => Some(
+                                Value::Text(d)
+                                    .coerce(&ty)
+                                    .map_err(|e| format!("bad default: {e}"))?,
+                            ),
+                            None => None,
+                        };
+                        Ok(ColumnDef {
+                            name: c.name,
+                            ty,
+                            not_null: c.not_null,
+                            default,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                SchemaChange::CreateTable(TableSchema {
+                    id,
+                    name,
+                    columns,
+                    primary_key,
+                    indexes: indexes.into_iter().map(index_def).collect(),
+                })
+            }
+            ChangeJson::DropTable { v, id } => {
+                check(v)?;
+                SchemaChange::DropTable { id }
+            }
+            ChangeJson::CreateIndex { v, table, index } => {
+                check(v)?;
+                SchemaChange::CreateIndex {
+                    table,
+                    index: index_def(index),
+                }
+            }
+            ChangeJson::DropIndex { v, table, name } => {
+                check(v)?;
+                SchemaChange::DropIndex { table, name }
+            }
+        })
+    }
+}
+
+/// Parses a type as [`DataType`]'s `Display` writes it.
+pub fn parse_type(s: &str) -> Result<DataType, String> {
+    let (name, mods) = match s.split_once('(') {
+        Some((n, rest)) => (
+            n.trim(),
+            rest.trim_end_matches(')')
+                .split(',')
+                .filter_map(|m| m.trim().parse().ok())
+                .collect::<Vec<u64>>(),
+        ),
+        None => (s.trim(), Vec::new()),
+    };
+    DataType::from_sql(name, &mods).ok_or_else(|| format!("unknown type {s}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_changes_round_trip() {
+        let t = TableSchema {
+            id: 7,
+            name: "users".into(),
+            columns: vec![
+                ColumnDef {
+                    name: "id".into(),
+                    ty: DataType::Int8,
+                    not_null: true,
+                    default: None,
+                },
+                ColumnDef {
+                    name: "name".into(),
+                    ty: DataType::Varchar(Some(20)),
+                    not_null: false,
+                    default: Some(Value::Text("anon".into())),
+                },
+            ],
+            primary_key: vec![0],
+            indexes: vec![IndexDef {
+                name: "users_name".into(),
+                columns: vec![1],
+                unique: false,
+            }],
+        };
+        for c in [
+            SchemaChange::CreateTable(t),
+            SchemaChange::DropTable { id: 7 },
+            SchemaChange::DropIndex {
+                table: 7,
+                name: "users_name".into(),
+            },
+        ] {
+            assert_eq!(SchemaChange::decode(&c.encode()).unwrap(), c);
+        }
+    }
+}
