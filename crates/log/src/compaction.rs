@@ -248,14 +248,20 @@ pub(crate) fn compact(
         report.records_after += s.summary.record_count;
         report.bytes_after += s.summary.data_len;
     }
-    tracing::info!(
-        segments = report.segments_considered,
-        rewritten = report.segments_rewritten,
-        merged = report.segments_merged,
-        records_before = report.records_before,
-        records_after = report.records_after,
-        "log compaction pass finished"
-    );
+    inner
+        .metrics
+        .compaction_passes
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if report.segments_rewritten + report.segments_removed + report.segments_merged > 0 {
+        tracing::info!(
+            segments = report.segments_considered,
+            rewritten = report.segments_rewritten,
+            merged = report.segments_merged,
+            records_before = report.records_before,
+            records_after = report.records_after,
+            "log compaction pass finished"
+        );
+    }
     Ok(report)
 }
 

@@ -15,6 +15,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::compaction::{self, CompactionReport};
 use crate::lock::DirLock;
 use crate::meta::Meta;
+use crate::metrics::LogMetrics;
 use crate::reader::LogReader;
 use crate::record::{self, NewRecord, RecordView, FLAG_BATCH_CONTINUES};
 use crate::segment::{
@@ -110,6 +111,7 @@ pub(crate) struct Inner {
     pub compaction: Mutex<()>,
     pub meta: Mutex<Meta>,
     pub generations: Mutex<u64>,
+    pub metrics: LogMetrics,
     pub(crate) shutdown: Arc<Shutdown>,
     _lock: Option<DirLock>,
 }
@@ -192,6 +194,7 @@ impl Log {
             compaction: Mutex::new(()),
             meta: Mutex::new(recovered.meta),
             generations: Mutex::new(recovered.max_generation),
+            metrics: LogMetrics::default(),
             shutdown: Arc::new(Shutdown::default()),
             opts,
             _lock: lock,
@@ -323,6 +326,7 @@ impl Log {
         }
         let last = first + batch.len() as u64 - 1;
         w.next_lsn = last + 1;
+        self.inner.metrics.appended(batch.len(), w.scratch.len());
         if self.inner.opts.sync != SyncPolicy::Always {
             self.inner.publish(Visible {
                 lsn: last,
@@ -625,6 +629,11 @@ impl Log {
         Ok(())
     }
 
+    /// Counters for monitoring.
+    pub fn metrics(&self) -> &LogMetrics {
+        &self.inner.metrics
+    }
+
     pub(crate) fn visible(&self) -> Visible {
         self.inner.sync.lock().visible
     }
@@ -700,7 +709,9 @@ impl Inner {
                 };
                 (v, w.active.file.clone())
             };
+            let started = Instant::now();
             let result = file.sync();
+            self.metrics.synced(started.elapsed());
             st = self.sync.lock();
             st.syncing = false;
             match result {
@@ -746,6 +757,9 @@ impl Inner {
                 return Ok(());
             }
         };
+        self.metrics
+            .segments_sealed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let old = std::mem::replace(&mut w.active, new);
         let sealed = SealedSegment {
             header: old.header,
