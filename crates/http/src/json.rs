@@ -1,0 +1,53 @@
+//! SQL values to and from JSON for `/v1/sql`.
+//!
+//! Results: integers, floats and booleans as JSON numbers and booleans,
+//! `numeric` as a string (no precision lost), json/jsonb as nested JSON,
+//! everything else as its PostgreSQL text form.
+
+use aqueduct_sql::Outcome;
+use aqueduct_values::Value;
+use serde_json::{json, Value as Json};
+
+/// A JSON parameter as a SQL value; the statement's inferred types convert it further.
+pub fn param(v: &Json) -> Value {
+    match v {
+        Json::Null => Value::Null,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::Text(s.clone()),
+        other => Value::Json(other.to_string()),
+    }
+}
+
+pub fn value(v: &Value) -> Json {
+    match v {
+        Value::Null => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Int(i) => json!(i),
+        Value::Float(f) if f.is_finite() => json!(f),
+        Value::Json(s) => serde_json::from_str(s).unwrap_or_else(|_| Json::String(s.clone())),
+        other => Json::String(other.to_text().unwrap_or_default()),
+    }
+}
+
+pub fn outcome(o: &Outcome, lsn: u64) -> Json {
+    match o {
+        Outcome::Rows { columns, rows, tag } => json!({
+            "columns": columns
+                .iter()
+                .map(|c| json!({ "name": c.name, "type": c.ty.to_string() }))
+                .collect::<Vec<_>>(),
+            "rows": rows
+                .iter()
+                .map(|r| r.iter().map(value).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+            "command": tag,
+            "lsn": lsn,
+        }),
+        Outcome::Command { tag } => json!({ "command": tag, "lsn": lsn }),
+        Outcome::Empty => json!({ "command": "", "lsn": lsn }),
+    }
+}

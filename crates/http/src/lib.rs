@@ -1,0 +1,230 @@
+//! The HTTP front end: `GET /health`, `GET /metrics` (Prometheus text),
+//! `POST /v1/sql` (JSON in, JSON out). Bearer tokens guard `/v1/*` when
+//! configured; TLS when given a certificate.
+
+mod json;
+mod metrics;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use aqueduct_sql::{Engine, Outcome, SqlError};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+
+pub use metrics::render_metrics;
+
+/// Largest request body accepted by `/v1/sql`.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Extra metric lines supplied by the server (connection counts and such).
+pub type ExtraMetrics = Arc<dyn Fn(&mut String) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct HttpConfig {
+    /// Accepted bearer tokens; empty means no authentication (loopback default).
+    pub tokens: Vec<String>,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    engine: Arc<Engine>,
+    tokens: Arc<Vec<String>>,
+    extra: ExtraMetrics,
+}
+
+/// The routes, for serving and for tests.
+pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> Router {
+    let state = AppState {
+        engine,
+        tokens: Arc::new(config.tokens.clone()),
+        extra,
+    };
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_page))
+        .route("/v1/sql", post(sql))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    config: HttpConfig,
+    extra: ExtraMetrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(engine, &config, extra);
+    match config.tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(tls) => {
+            let listener = TlsListener {
+                inner: listener,
+                acceptor: tokio_rustls::TlsAcceptor::from(tls),
+            };
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+/// A listener that completes the TLS handshake before handing a connection
+/// to axum; failed handshakes are logged and skipped.
+struct TlsListener {
+    inner: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (stream, addr) = match self.inner.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("HTTP accept failed: {e}");
+                    continue;
+                }
+            };
+            match self.acceptor.accept(stream).await {
+                Ok(tls) => return (tls, addr),
+                Err(e) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+async fn health(State(s): State<AppState>) -> impl IntoResponse {
+    let lsn = s.engine.database().log().committed_lsn();
+    Json(serde_json::json!({ "status": "ok", "lsn": lsn }))
+}
+
+async fn metrics_page(State(s): State<AppState>) -> impl IntoResponse {
+    let mut out = render_metrics(&s.engine);
+    (s.extra)(&mut out);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+}
+
+#[derive(Deserialize)]
+struct SqlRequest {
+    sql: String,
+    #[serde(default)]
+    params: Vec<serde_json::Value>,
+}
+
+fn error_response(status: StatusCode, e: &SqlError) -> Response {
+    let body = serde_json::json!({
+        "error": {
+            "code": e.code,
+            "message": e.message,
+            "detail": e.detail,
+            "hint": e.hint,
+        }
+    });
+    (status, Json(body)).into_response()
+}
+
+fn authorized(tokens: &[String], headers: &HeaderMap) -> bool {
+    if tokens.is_empty() {
+        return true;
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(t) => tokens
+            .iter()
+            .any(|ok| constant_time_eq(ok.as_bytes(), t.as_bytes())),
+        None => false,
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn sql(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<SqlRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    if !authorized(&s.tokens, &headers) {
+        let e = SqlError::new("28000", "a valid bearer token is required")
+            .with_hint("send the header Authorization: Bearer <token>");
+        let mut r = error_response(StatusCode::UNAUTHORIZED, &e);
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
+    let req = match body {
+        Ok(Json(r)) => r,
+        Err(e) => {
+            let err = SqlError::new(
+                "08P01",
+                format!("the request body is not valid JSON of the form {{\"sql\": ..., \"params\": [...]}}: {e}"),
+            );
+            return error_response(StatusCode::BAD_REQUEST, &err);
+        }
+    };
+    let engine = s.engine.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut session = engine.session();
+        let outcome = if req.params.is_empty() {
+            session
+                .execute(&req.sql)
+                .into_iter()
+                .last()
+                .unwrap_or(Ok(Outcome::Empty))
+        } else {
+            let params = req.params.iter().map(json::param).collect::<Vec<_>>();
+            session.execute_with_params(&req.sql, &params)
+        };
+        (outcome, session.last_lsn())
+    })
+    .await;
+    match result {
+        Ok((Ok(outcome), lsn)) => Json(json::outcome(&outcome, lsn)).into_response(),
+        Ok((Err(e), _)) => {
+            let status = match e.code {
+                "40001" => StatusCode::CONFLICT,
+                c if c.starts_with("58") || c.starts_with("XX") || c.starts_with("53") => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+                _ => StatusCode::BAD_REQUEST,
+            };
+            error_response(status, &e)
+        }
+        Err(join) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &SqlError::new("XX000", format!("the statement failed: {join}")),
+        ),
+    }
+}

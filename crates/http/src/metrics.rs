@@ -1,0 +1,171 @@
+//! Prometheus text exposition (format 0.0.4) of the engine's counters.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use aqueduct_sql::Engine;
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Everything the engine knows about itself, as Prometheus text.
+pub fn render_metrics(engine: &Engine) -> String {
+    let mut out = String::new();
+    let m = &engine.metrics;
+    family(
+        &mut out,
+        "aqueduct_statements_total",
+        "counter",
+        "SQL statements executed, by kind.",
+    );
+    for (kind, c) in [
+        ("select", &m.select),
+        ("insert", &m.insert),
+        ("update", &m.update),
+        ("delete", &m.delete),
+        ("ddl", &m.ddl),
+        ("other", &m.other),
+    ] {
+        let _ = writeln!(
+            out,
+            "aqueduct_statements_total{{kind=\"{kind}\"}} {}",
+            c.load(Ordering::Relaxed)
+        );
+    }
+    family(
+        &mut out,
+        "aqueduct_statement_errors_total",
+        "counter",
+        "SQL statements that failed.",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_statement_errors_total {}",
+        m.errors.load(Ordering::Relaxed)
+    );
+
+    let db = engine.database();
+    let t = &db.metrics;
+    family(
+        &mut out,
+        "aqueduct_commits_total",
+        "counter",
+        "Committed write transactions.",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_commits_total {}",
+        t.commits.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "aqueduct_serialization_failures_total",
+        "counter",
+        "Transactions that failed validation (SQLSTATE 40001).",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_serialization_failures_total {}",
+        t.serialization_failures.load(Ordering::Relaxed)
+    );
+
+    let log = db.log();
+    let lm = log.metrics();
+    for (name, help, v) in [
+        (
+            "aqueduct_log_appends_total",
+            "Batches appended to the log.",
+            &lm.batches,
+        ),
+        (
+            "aqueduct_log_records_total",
+            "Records appended to the log.",
+            &lm.records,
+        ),
+        (
+            "aqueduct_log_bytes_total",
+            "Bytes appended to the log.",
+            &lm.bytes,
+        ),
+        (
+            "aqueduct_log_syncs_total",
+            "fdatasync calls on the log.",
+            &lm.syncs,
+        ),
+        (
+            "aqueduct_log_segments_sealed_total",
+            "Log segments sealed.",
+            &lm.segments_sealed,
+        ),
+        (
+            "aqueduct_log_compaction_passes_total",
+            "Log compaction passes.",
+            &lm.compaction_passes,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+    }
+    family(
+        &mut out,
+        "aqueduct_log_sync_seconds",
+        "histogram",
+        "Time of one fdatasync of the log.",
+    );
+    let hist = lm.sync_histogram();
+    for (le, n) in &hist {
+        let le = if le.is_infinite() {
+            "+Inf".to_string()
+        } else {
+            le.to_string()
+        };
+        let _ = writeln!(out, "aqueduct_log_sync_seconds_bucket{{le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "aqueduct_log_sync_seconds_sum {}",
+        lm.sync_micros_total.load(Ordering::Relaxed) as f64 / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_log_sync_seconds_count {}",
+        hist.last().map(|(_, n)| *n).unwrap_or(0)
+    );
+    family(&mut out, "aqueduct_log_lsn", "gauge", "Last committed LSN.");
+    let _ = writeln!(out, "aqueduct_log_lsn {}", log.committed_lsn());
+
+    family(
+        &mut out,
+        "aqueduct_recovery_seconds",
+        "gauge",
+        "Time the last start-up took to replay the log.",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_recovery_seconds {}",
+        engine.replay.elapsed.as_secs_f64()
+    );
+    family(
+        &mut out,
+        "aqueduct_table_rows",
+        "gauge",
+        "Rows in each base table.",
+    );
+    for (name, rows) in engine.table_rows() {
+        let _ = writeln!(
+            out,
+            "aqueduct_table_rows{{table=\"{}\"}} {rows}",
+            escape(&name)
+        );
+    }
+    out
+}
