@@ -1,1 +1,99 @@
-fn main() {}
+//! The `aqueduct` binary: the server (to come) and its operator tools.
+//!
+//! Each top-level command lives in its own module exposing a clap
+//! `Subcommand` (or `Args`) type and a `run` function; adding one is a variant
+//! in [`Command`] and an arm in [`main`].
+
+mod wal;
+
+use std::io;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "aqueduct",
+    version,
+    about = "Aqueduct: a data backend built on one durable log"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect, export, filter and repair a log directory (offline: the
+    /// directory must not be in use by a server).
+    #[command(subcommand)]
+    Wal(wal::WalCommand),
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // Exit status 2 means "damage found" (`wal verify`); a mistyped
+        // command is an ordinary failure, 1. Help and version exit with 0.
+        if e.use_stderr() {
+            let _ = e.print();
+            std::process::exit(1);
+        }
+        e.exit()
+    });
+    let result = match cli.command {
+        Command::Wal(cmd) => wal::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => exit_with(&e),
+    }
+}
+
+/// Log messages (the log's own warnings, such as a torn tail found at open) go
+/// to stderr, so they never mix with a command's output. `RUST_LOG` overrides
+/// the level.
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}
+
+/// Prints `error: <message>` and picks the exit status.
+fn exit_with(e: &anyhow::Error) -> ExitCode {
+    // A reader that went away (`aqueduct wal export DIR | head`) is not a failure.
+    if e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    }) {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("error: {}", error_message(e));
+    if e.downcast_ref::<wal::Damaged>().is_some() {
+        ExitCode::from(wal::EXIT_DAMAGED)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Joins the error's chain, skipping causes already quoted by the message
+/// before them (the log's errors embed their source in their own text).
+fn error_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
+}

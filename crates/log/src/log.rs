@@ -210,7 +210,16 @@ impl Log {
                 users.threads.lock().push(t);
             }
         }
-        if report.torn_bytes_truncated > 0 || report.incomplete_batch_records_dropped > 0 {
+        if inner.opts.read_only
+            && (report.torn_bytes_truncated > 0 || report.incomplete_batch_records_dropped > 0)
+        {
+            tracing::warn!(
+                torn_bytes = report.torn_bytes_truncated,
+                dropped_records = report.incomplete_batch_records_dropped,
+                "the log ends in a torn write left by a crash; it is ignored now and will be \
+                 removed when the log is next opened for writing"
+            );
+        } else if report.torn_bytes_truncated > 0 || report.incomplete_batch_records_dropped > 0 {
             tracing::warn!(
                 torn_bytes = report.torn_bytes_truncated,
                 dropped_records = report.incomplete_batch_records_dropped,
@@ -975,21 +984,8 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
     let mut sealed = Vec::with_capacity(segs.len());
     let mut prev_last = 0;
     for (header, file, len) in segs {
-        let (summary, rebuilt) = if writable {
-            segment::load_or_rebuild_index(storage, header.base, &file, &header, len)?
-        } else {
-            let (s, end) =
-                segment::summarize(file.as_ref(), len).map_err(|e| e.at(storage, header.base))?;
-            if let ScanEnd::Bad { offset, error } = end {
-                return Err(Error::Corrupt {
-                    location: storage.describe(&data_name(header.base)),
-                    offset,
-                    lsn: segment::bad_lsn(&error),
-                    reason: error.to_string(),
-                });
-            }
-            (s, false)
-        };
+        let (summary, rebuilt) =
+            segment::load_or_rebuild_index(storage, header.base, &file, &header, len, writable)?;
         report.indexes_rebuilt += rebuilt as usize;
         check_order(storage, &header, &summary, prev_last)?;
         if summary.record_count > 0 {

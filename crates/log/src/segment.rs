@@ -348,12 +348,14 @@ pub fn write_atomically(storage: &dyn Storage, name: &str, bytes: &[u8]) -> io::
 
 /// Loads a sealed segment's summary from its index, or rebuilds the index by
 /// scanning the data (and writes it back) when the index is missing or stale.
+/// With `write_back` false (read-only opens) a rebuilt index stays in memory.
 pub fn load_or_rebuild_index(
     storage: &dyn Storage,
     base: Lsn,
     file: &Arc<dyn StorageFile>,
     header: &SegmentHeader,
     data_len: u64,
+    write_back: bool,
 ) -> Result<(SegmentSummary, bool), Error> {
     let idx = index_name(base);
     let problem = match storage.open(&idx) {
@@ -385,8 +387,10 @@ pub fn load_or_rebuild_index(
             reason: error.to_string(),
         });
     }
-    write_atomically(storage, &idx, &summary.encode_index(header.generation))
-        .map_err(|e| Error::io("writing a rebuilt index", e))?;
+    if write_back {
+        write_atomically(storage, &idx, &summary.encode_index(header.generation))
+            .map_err(|e| Error::io("writing a rebuilt index", e))?;
+    }
     Ok((summary, true))
 }
 
