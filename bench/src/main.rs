@@ -1,1 +1,117 @@
-fn main() {}
+//! Aqueduct's benchmarks against real peers.
+//!
+//! `bench log append|replay|compaction [options] [--json FILE]`: see
+//! `docs/benchmarks.md` for what each measures and the results.
+
+mod common;
+mod log_append;
+mod log_compaction;
+mod log_replay;
+mod pg;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+#[derive(Parser, Debug)]
+#[command(name = "bench", about = "Aqueduct's benchmarks against real peers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Top,
+}
+
+#[derive(Subcommand, Debug)]
+enum Top {
+    /// Benchmarks of the durable log (crate aqueduct-log).
+    Log {
+        #[command(subcommand)]
+        which: LogBench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LogBench {
+    /// Durable appends: aqueduct (always, never) against a plain file with
+    /// fdatasync per record and PostgreSQL with synchronous_commit=on.
+    Append(log_append::AppendArgs),
+    /// Open + full replay of a large log.
+    Replay(log_replay::ReplayArgs),
+    /// Append latency with and without continuous background compaction.
+    Compaction(log_compaction::CompactionArgs),
+}
+
+/// The envelope of every JSON result file.
+#[derive(Serialize)]
+struct Report<O: Serialize, R: Serialize> {
+    benchmark: &'static str,
+    /// Seconds since the Unix epoch when the run started.
+    started_unix: u64,
+    bench_version: &'static str,
+    machine: common::Machine,
+    options: O,
+    results: R,
+}
+
+fn write_json<O: Serialize, R: Serialize>(
+    path: &Option<PathBuf>,
+    benchmark: &'static str,
+    started_unix: u64,
+    options: O,
+    results: R,
+) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let report = Report {
+        benchmark,
+        started_unix,
+        bench_version: env!("CARGO_PKG_VERSION"),
+        machine: common::machine(),
+        options,
+        results,
+    };
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+    }
+    let text = serde_json::to_string_pretty(&report)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    common::install_ctrlc()?;
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let Top::Log { which } = cli.command;
+    let result = run(which, started);
+    if result.is_err() && common::stopped() {
+        // Guards (PostgreSQL, scratch directories) were dropped on the way out.
+        eprintln!("interrupted: stopped early, no results written");
+        std::process::exit(130);
+    }
+    result
+}
+
+fn run(which: LogBench, started: u64) -> anyhow::Result<()> {
+    match which {
+        LogBench::Append(args) => {
+            let results = log_append::run(&args)?;
+            write_json(&args.json, "log append", started, &args, &results)
+        }
+        LogBench::Replay(args) => {
+            let results = log_replay::run(&args)?;
+            write_json(&args.json, "log replay", started, &args, &results)
+        }
+        LogBench::Compaction(args) => {
+            let results = log_compaction::run(&args)?;
+            write_json(&args.json, "log compaction", started, &args, &results)
+        }
+    }
+}

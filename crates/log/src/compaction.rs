@@ -286,8 +286,9 @@ fn rewrite(log: &Log, s: &SealedSegment, newest: &NewestByKey) -> Result<Rewritt
         return Ok(Rewritten::Unchanged);
     }
     if dropped == s.summary.record_count {
-        remove_segment(storage, base)?;
+        // Readers stop looking for it before its file goes.
         replace_in_list(log, base, None, None);
+        remove_segment(storage, base)?;
         return Ok(Rewritten::Removed);
     }
     let header = SegmentHeader {
@@ -339,16 +340,16 @@ fn rewrite(log: &Log, s: &SealedSegment, newest: &NewestByKey) -> Result<Rewritt
 /// Concatenates `b` onto `a` into a new file named for `a`, then removes `b`.
 fn merge(log: &Log, a: &SealedSegment, b: &SealedSegment) -> Result<SealedSegment> {
     let storage = log.storage().as_ref();
-    let next_base = {
-        let segs = log.inner.segments.read();
-        let pos = segs
-            .iter()
-            .position(|s| s.header.base == b.header.base)
-            .expect("merged segment is listed");
-        match segs.get(pos + 1) {
-            Some(s) => s.header.base,
-            None => log.inner.writer.lock().active.header.base,
-        }
+    // Never hold `segments` while taking `writer`: a seal takes them in the
+    // other order (lock order: writer before segments).
+    let segs = log.inner.segments.read().clone();
+    let pos = segs
+        .iter()
+        .position(|s| s.header.base == b.header.base)
+        .expect("merged segment is listed");
+    let next_base = match segs.get(pos + 1) {
+        Some(s) => s.header.base,
+        None => log.inner.writer.lock().active.header.base,
     };
     let header = SegmentHeader {
         base: a.header.base,
@@ -371,18 +372,19 @@ fn merge(log: &Log, a: &SealedSegment, b: &SealedSegment) -> Result<SealedSegmen
         )?;
     }
     let summary = out.finish(storage, a.header.base, &header)?;
-    // The merged file is in place; `b` is now a leftover recovery would remove.
-    remove_segment(storage, b.header.base)?;
     let merged = SealedSegment {
         header,
         summary: Arc::new(summary),
     };
+    // Readers switch to the merged segment before `b`'s file goes; `b` is
+    // now a leftover that recovery would remove anyway.
     replace_in_list(
         log,
         a.header.base,
         Some(merged.clone()),
         Some(b.header.base),
     );
+    remove_segment(storage, b.header.base)?;
     Ok(merged)
 }
 

@@ -97,6 +97,10 @@ struct SyncState {
     durable: Lsn,
     syncing: bool,
     visible: Visible,
+    /// Appenders parked until their LSN is durable. Waking only those a sync
+    /// satisfied (and one next leader) keeps hundreds of waiters from all
+    /// stampeding on every sync.
+    waiters: Vec<(Lsn, std::thread::Thread)>,
 }
 
 pub(crate) struct Inner {
@@ -188,6 +192,7 @@ impl Log {
                 durable: last_lsn,
                 syncing: false,
                 visible,
+                waiters: Vec::new(),
             }),
             sync_cv: Condvar::new(),
             poisoned: OnceLock::new(),
@@ -674,6 +679,8 @@ impl Inner {
     fn poison(&self, why: String) {
         tracing::error!("log writes stopped: {why}");
         let _ = self.poisoned.set(why);
+        // Never called with `sync` held.
+        self.wake_waiters(&self.sync.lock());
         self.sync_cv.notify_all();
     }
 
@@ -695,17 +702,33 @@ impl Inner {
     /// Group commit: the first waiter syncs for everyone written so far;
     /// the others wait for its result.
     fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        let me = std::thread::current();
+        let mut parked = false;
         let mut st = self.sync.lock();
         loop {
-            if st.durable >= lsn {
-                return Ok(());
-            }
-            if let Some(p) = self.poisoned.get() {
-                return Err(Error::Poisoned(p.clone()));
+            if st.durable >= lsn || self.poisoned.get().is_some() {
+                if parked {
+                    st.waiters.retain(|(_, t)| t.id() != me.id());
+                }
+                return match self.poisoned.get() {
+                    Some(p) if st.durable < lsn => Err(Error::Poisoned(p.clone())),
+                    _ => Ok(()),
+                };
             }
             if st.syncing {
-                self.sync_cv.wait(&mut st);
+                if !parked {
+                    st.waiters.push((lsn, me.clone()));
+                    parked = true;
+                }
+                drop(st);
+                std::thread::park();
+                st = self.sync.lock();
                 continue;
+            }
+            // Lead: sync everything written so far, for everyone.
+            if parked {
+                st.waiters.retain(|(_, t)| t.id() != me.id());
+                parked = false;
             }
             st.syncing = true;
             drop(st);
@@ -721,22 +744,38 @@ impl Inner {
             let started = Instant::now();
             let result = file.sync();
             self.metrics.synced(started.elapsed());
+            if let Err(e) = &result {
+                self.poison(format!("fdatasync failed: {e}"));
+            }
             st = self.sync.lock();
             st.syncing = false;
-            match result {
-                Ok(()) => {
-                    st.durable = st.durable.max(visible.lsn);
-                    if visible.lsn >= st.visible.lsn {
-                        st.visible = visible;
-                    }
-                }
-                Err(e) => {
-                    drop(st);
-                    self.poison(format!("fdatasync failed: {e}"));
-                    st = self.sync.lock();
+            if result.is_ok() {
+                st.durable = st.durable.max(visible.lsn);
+                if visible.lsn >= st.visible.lsn {
+                    st.visible = visible;
                 }
             }
+            self.wake_waiters(&st);
             self.sync_cv.notify_all();
+        }
+    }
+
+    /// Unparks the waiters whose LSN is durable (all of them once the log is
+    /// poisoned), and the lowest other waiter to lead the next sync.
+    fn wake_waiters(&self, st: &SyncState) {
+        let poisoned = self.poisoned.get().is_some();
+        let mut next: Option<&(Lsn, std::thread::Thread)> = None;
+        for w in &st.waiters {
+            if poisoned || w.0 <= st.durable {
+                w.1.unpark();
+            } else if next.is_none_or(|n| w.0 < n.0) {
+                next = Some(w);
+            }
+        }
+        if !st.syncing {
+            if let Some((_, t)) = next {
+                t.unpark();
+            }
         }
     }
 
@@ -788,6 +827,7 @@ impl Inner {
             active_base: w.active.header.base,
             active_len: w.active.summary.data_len,
         };
+        self.wake_waiters(&st);
         drop(st);
         self.sync_cv.notify_all();
         Ok(())

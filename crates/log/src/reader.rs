@@ -13,11 +13,14 @@ use crate::segment::{self, data_name, ScanEnd};
 use crate::storage::StorageFile;
 use crate::{Error, Lsn, Result};
 
-/// How many times a reader retries finding a segment that compaction just replaced.
-const LOCATE_RETRIES: usize = 8;
+/// How long a reader keeps retrying to find a segment that compaction is
+/// replacing at that moment (the swap itself takes microseconds).
+const LOCATE_DEADLINE: Duration = Duration::from_secs(5);
 
 struct Cursor {
     base: Lsn,
+    /// The generation of the file we hold open; compaction changes it.
+    generation: u64,
     file: Arc<dyn StorageFile>,
     offset: u64,
     limit: u64,
@@ -88,15 +91,27 @@ impl LogReader {
     ) -> Result<usize> {
         debug_assert!(self.buffered.is_empty() || max == 0);
         let mut count = 0usize;
-        let mut misses = 0usize;
+        let mut misses = 0u32;
+        let mut deadline = None;
         while count < max {
             if self.cur.is_none() {
                 match self.locate() {
                     Ok(Some(c)) => self.cur = Some(c),
                     Ok(None) => return Ok(count),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound && misses < LOCATE_RETRIES => {
-                        // Compaction swapped the segment between our look and our open.
+                    Err(e)
+                        if e.kind() == io::ErrorKind::NotFound
+                            && *deadline.get_or_insert_with(|| {
+                                std::time::Instant::now() + LOCATE_DEADLINE
+                            }) > std::time::Instant::now() =>
+                    {
+                        // Compaction is swapping the segment between our look
+                        // and our open; its list update follows at once.
                         misses += 1;
+                        if misses < 16 {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
                         continue;
                     }
                     Err(e) => return Err(Error::io("opening a log segment", e)),
@@ -149,7 +164,10 @@ impl LogReader {
             }
             // The segment was sealed (or truncated away) since we opened it.
             let segs = self.log.inner.segments.read().clone();
-            if let Some(s) = segs.iter().find(|s| s.header.base == c.base) {
+            if let Some(s) = segs
+                .iter()
+                .find(|s| s.header.base == c.base && s.header.generation == c.generation)
+            {
                 c.sealed = true;
                 c.limit = c.limit.max(s.summary.data_len);
                 if c.offset < c.limit {
@@ -173,9 +191,10 @@ impl LogReader {
             if s.summary.record_count == 0 || s.summary.last_lsn < self.next_lsn {
                 continue;
             }
-            let file = storage.open(&data_name(s.header.base))?;
+            let file = open_generation(storage.as_ref(), s.header.base, s.header.generation)?;
             return Ok(Some(Cursor {
                 base: s.header.base,
+                generation: s.header.generation,
                 file,
                 offset: s.summary.seek(self.next_lsn),
                 limit: s.summary.data_len,
@@ -183,22 +202,42 @@ impl LogReader {
             }));
         }
         // The active segment, as far as it is visible.
-        let (base, offset) = {
+        let (base, generation, offset) = {
             let w = self.log.inner.writer.lock();
-            (w.active.header.base, w.active.summary.seek(self.next_lsn))
+            (
+                w.active.header.base,
+                w.active.header.generation,
+                w.active.summary.seek(self.next_lsn),
+            )
         };
         if base != vis.active_base {
             // A seal raced with us; look again with fresh state.
             return Err(io::ErrorKind::NotFound.into());
         }
-        let file = storage.open(&data_name(base))?;
+        let file = open_generation(storage.as_ref(), base, generation)?;
         Ok(Some(Cursor {
             base,
+            generation,
             file,
             offset: offset.min(vis.active_len),
             limit: vis.active_len,
             sealed: false,
         }))
+    }
+}
+
+/// Opens segment `base` and checks it is the version (generation) whose
+/// summary we hold; a rewritten file counts as not found, so the caller
+/// looks again with the fresh segment list.
+fn open_generation(
+    storage: &dyn crate::storage::Storage,
+    base: Lsn,
+    generation: u64,
+) -> io::Result<Arc<dyn StorageFile>> {
+    let file = storage.open(&data_name(base))?;
+    match segment::SegmentHeader::read(file.as_ref()) {
+        Ok(h) if h.generation == generation => Ok(file),
+        _ => Err(io::ErrorKind::NotFound.into()),
     }
 }
 
