@@ -220,6 +220,7 @@ fn run_phase(
         });
         let compactor = with.then(|| {
             s.spawn(|| -> anyhow::Result<CompactionWork> {
+                aqueduct_log::compaction::lower_thread_priority();
                 let mut work = CompactionWork::default();
                 // Start once the writers' first segment is sealed, so the
                 // newest sealed segment is young (see --min-age-ms).

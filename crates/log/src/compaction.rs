@@ -35,6 +35,18 @@ use crate::segment::{
 use crate::storage::{Storage, StorageFile};
 use crate::{now_micros, Error, Lsn, Result};
 
+/// Lowers the calling thread to the lowest CPU priority, so compaction
+/// yields the CPU to appends and reads. The background compaction thread
+/// calls it; call it in any thread of your own that runs [`Log::compact`].
+pub fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the current thread; no memory involved.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
+}
+
 /// What compaction must leave untouched.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {

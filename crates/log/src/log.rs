@@ -480,6 +480,7 @@ impl Log {
         let thread = std::thread::Builder::new()
             .name("log-compaction".into())
             .spawn(move || {
+                compaction::lower_thread_priority();
                 // Holds the log only while working, so dropping the log ends it.
                 while !shutdown.wait(period) {
                     let Some(inner) = weak.upgrade() else { return };
