@@ -1,9 +1,10 @@
-//! The `aqueduct` binary: the server (to come) and its operator tools.
+//! The `aqueduct` binary: the server and its operator tools.
 //!
 //! Each top-level command lives in its own module exposing a clap
 //! `Subcommand` (or `Args`) type and a `run` function; adding one is a variant
 //! in [`Command`] and an arm in [`main`].
 
+mod serve;
 mod wal;
 
 use std::io;
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start the server (PostgreSQL wire protocol and HTTP).
+    Serve(serve::ServeArgs),
     /// Inspect, export, filter and repair a log directory (offline: the
     /// directory must not be in use by a server).
     #[command(subcommand)]
@@ -32,7 +35,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
+    let serving = std::env::args().nth(1).as_deref() == Some("serve");
+    init_tracing(if serving { "info" } else { "warn" });
     let cli = Cli::try_parse().unwrap_or_else(|e| {
         // Exit status 2 means "damage found" (`wal verify`); a mistyped
         // command is an ordinary failure, 1. Help and version exit with 0.
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         e.exit()
     });
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Wal(cmd) => wal::run(cmd),
     };
     match result {
@@ -54,13 +59,14 @@ fn main() -> ExitCode {
 /// Log messages (the log's own warnings, such as a torn tail found at open) go
 /// to stderr, so they never mix with a command's output. `RUST_LOG` overrides
 /// the level.
-fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+fn init_tracing(default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
         .with_target(false)
-        .without_time()
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .init();
 }
 

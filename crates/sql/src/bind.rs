@@ -330,10 +330,15 @@ impl<'a> Binder<'a> {
                 if name == "tables" {
                     return catalog_queries::show_tables(self.catalog);
                 }
-                (
-                    Plan::Show { name: name.clone() },
-                    vec![Column::computed(name, DataType::Text)],
-                )
+                let columns = if name == "all" {
+                    vec![
+                        Column::computed("name", DataType::Text),
+                        Column::computed("setting", DataType::Text),
+                    ]
+                } else {
+                    vec![Column::computed(name.clone(), DataType::Text)]
+                };
+                (Plan::Show { name }, columns)
             }
             S::ShowTables { .. } => return catalog_queries::show_tables(self.catalog),
             S::Discard { .. } => (
@@ -607,8 +612,10 @@ impl<'a> Binder<'a> {
             } => {
                 let ty = sql_type(data_type)?;
                 let inner = self.expr(expr, scope, Some(&ty))?;
+                // A constant is converted now (so bad literals fail at bind
+                // time); the cast node stays so the result keeps its type.
                 match inner {
-                    Expr::Literal(v) => Expr::Literal(v.coerce(&ty)?),
+                    Expr::Literal(v) => Expr::Cast(Box::new(Expr::Literal(v.coerce(&ty)?)), ty),
                     inner => Expr::Cast(Box::new(inner), ty),
                 }
             }

@@ -197,7 +197,12 @@ impl Session {
         };
         let bound = {
             let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, hints, &self.settings)?
+            if catalog_queries::uses_virtual_tables(&st.to_string()) {
+                let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
+                bind::bind(&virtual_catalog, st, hints, &self.settings)?
+            } else {
+                bind::bind(&catalog, st, hints, &self.settings)?
+            }
         };
         Ok(Prepared {
             sql: sql.to_string(),

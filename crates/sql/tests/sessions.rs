@@ -396,3 +396,36 @@ fn prepared_statements_infer_parameter_types() {
         vec![vec!["t", "id"], vec!["t", "name"], vec!["t", "at"]]
     );
 }
+
+#[test]
+fn catalog_views_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(&mut s, "CREATE TABLE t (id integer PRIMARY KEY)");
+    assert_eq!(
+        rows(&mut s, "SELECT table_name FROM information_schema.tables"),
+        vec![vec!["t"]]
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT * FROM information_schema.tables").len(),
+        1
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT tablename FROM pg_catalog.pg_tables"),
+        vec![vec!["t"]]
+    );
+    let p = s.prepare("SHOW ALL", &[]).unwrap();
+    assert_eq!(p.columns.len(), 2);
+    let p = s
+        .prepare("SELECT 0.1::real, 1e300::float8, 1e-7::float8", &[])
+        .unwrap();
+    assert_eq!(p.columns[0].ty, aqueduct_values::DataType::Float4);
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT 1e300::float8, 1e-7::float8, 1.5::float8, 100000000000000000000::float8"
+        ),
+        vec![vec!["1e+300", "1e-07", "1.5", "1e+20"]]
+    );
+}

@@ -19,7 +19,7 @@ use std::cmp::Ordering;
 use std::fmt;
 
 pub use rust_decimal::Decimal;
-pub use text::{format_date, format_timestamp, parse_date, parse_timestamp};
+pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
 pub use types::DataType;
 
 /// Largest text, bytea or json value, in bytes.

@@ -38,7 +38,25 @@ fn format_float(f: f64) -> String {
     } else if f == f64::NEG_INFINITY {
         "-Infinity".into()
     } else {
+        format_finite_float(f, 15)
+    }
+}
+
+/// PostgreSQL's shortest round-trip form: plain digits when the decimal
+/// exponent is in [-4, `digits`), otherwise `d.ddde±XX` with at least two
+/// exponent digits (15 for double precision, 6 for real).
+pub fn format_finite_float(f: f64, digits: i32) -> String {
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("exponent digits");
+    if (-4..digits).contains(&exp) {
         format!("{f}")
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
     }
 }
 

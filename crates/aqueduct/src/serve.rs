@@ -1,0 +1,108 @@
+//! `aqueduct serve`: flags and environment variables, merged with the
+//! optional config file by `aqueduct_server::ServerConfig::resolve`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use aqueduct_server::{FileConfig, ServerConfig};
+use clap::Args;
+
+/// Start the server: PostgreSQL wire protocol and HTTP, data in one directory.
+///
+/// Every flag can also be set by its environment variable or in a TOML
+/// config file (`--config`); flags win over the environment, which wins
+/// over the file, which wins over the defaults shown here.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML config file with any of the settings below (snake_case keys,
+    /// `[users]` table of name = "password").
+    #[arg(long, env = "AQUEDUCT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data directory (the log lives here) [default: ./aqueduct-data]
+    #[arg(long, env = "AQUEDUCT_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address for the PostgreSQL wire protocol [default: 127.0.0.1:5433]
+    #[arg(long, env = "AQUEDUCT_PG_ADDR")]
+    pg_addr: Option<String>,
+    /// Address for HTTP (/health, /metrics, /v1/sql) [default: 127.0.0.1:8433]
+    #[arg(long, env = "AQUEDUCT_HTTP_ADDR")]
+    http_addr: Option<String>,
+    /// When writes are made durable: `always` (acknowledged after fdatasync,
+    /// survives power loss), `interval` or `interval:<ms>` (synced
+    /// periodically, survives a process crash), `never` (tests and benchmarks)
+    /// [default: always]
+    #[arg(long, env = "AQUEDUCT_FSYNC")]
+    fsync: Option<String>,
+    /// Size at which a log segment is sealed, in bytes [default: 67108864]
+    #[arg(long, env = "AQUEDUCT_SEGMENT_BYTES")]
+    segment_bytes: Option<u64>,
+    /// Most PostgreSQL connections served at once [default: 100]
+    #[arg(long, env = "AQUEDUCT_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// A PostgreSQL user as NAME:PASSWORD (repeatable). With any user
+    /// configured, clients authenticate with SCRAM-SHA-256; with none, every
+    /// client is trusted (keep the listener on loopback).
+    #[arg(long = "user", env = "AQUEDUCT_USERS", value_delimiter = ',')]
+    users: Vec<String>,
+    /// A bearer token accepted by the HTTP API (repeatable). With none, the
+    /// HTTP API is open (keep it on loopback).
+    #[arg(
+        long = "http-token",
+        env = "AQUEDUCT_HTTP_TOKENS",
+        value_delimiter = ','
+    )]
+    http_tokens: Vec<String>,
+    /// PEM certificate chain: enables TLS on both listeners (with --tls-key)
+    #[arg(long, env = "AQUEDUCT_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert
+    #[arg(long, env = "AQUEDUCT_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Seconds between background log compaction passes [default: 30]
+    #[arg(long, env = "AQUEDUCT_COMPACTION_INTERVAL_SECS")]
+    compaction_interval_secs: Option<u64>,
+}
+
+impl ServeArgs {
+    fn flags(&self) -> Result<FileConfig> {
+        let mut users = HashMap::new();
+        for u in &self.users {
+            let Some((name, password)) = u.split_once(':') else {
+                bail!("--user takes NAME:PASSWORD, got '{u}'");
+            };
+            if name.is_empty() || password.is_empty() {
+                bail!("--user takes NAME:PASSWORD with neither part empty");
+            }
+            users.insert(name.to_string(), password.to_string());
+        }
+        Ok(FileConfig {
+            data_dir: self.data_dir.clone(),
+            pg_addr: self.pg_addr.clone(),
+            http_addr: self.http_addr.clone(),
+            fsync: self.fsync.clone(),
+            segment_bytes: self.segment_bytes,
+            max_connections: self.max_connections,
+            users: (!users.is_empty()).then_some(users),
+            http_tokens: (!self.http_tokens.is_empty()).then(|| self.http_tokens.clone()),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            compaction_interval_secs: self.compaction_interval_secs,
+        })
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let file = match &args.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let config = ServerConfig::resolve(file, args.flags()?)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("aqueduct")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(aqueduct_server::run(config, |_| {}))?;
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! The server process: settings (flags, environment, config file), start-up
+//! (log recovery, replay into tables with a progress bar), the PostgreSQL and
+//! HTTP listeners, background compaction, and an orderly shutdown.
+
+mod config;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aqueduct_log::{Log, Options};
+use aqueduct_sql::Engine;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::{ConfigError, FileConfig, ServerConfig};
+
+/// Replays longer than this many records show a progress bar.
+const PROGRESS_BAR_MIN_RECORDS: u64 = 200_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot open the data directory: {0}")]
+    Log(#[from] aqueduct_log::Error),
+    #[error("cannot rebuild the tables from the log: {0}")]
+    Replay(aqueduct_sql::SqlError),
+    #[error("cannot listen on {addr} ({what}): {source}; is another server running? choose another address with {flag}")]
+    Bind {
+        addr: String,
+        what: &'static str,
+        flag: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(#[from] aqueduct_pg::TlsError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Addresses actually bound (useful when a port 0 was asked for).
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub pg: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+}
+
+/// Runs the server until `shutdown` resolves (or Ctrl-C / SIGTERM).
+/// `on_ready` is called once both listeners are bound.
+pub async fn run(
+    config: ServerConfig,
+    on_ready: impl FnOnce(&Bound) + Send,
+) -> Result<(), ServerError> {
+    tracing::info!(data_dir = %config.data_dir.display(), fsync = ?config.fsync, "starting Aqueduct");
+    let started = Instant::now();
+    let data_dir = config.data_dir.clone();
+    let log_options = Options {
+        sync: config.fsync,
+        segment_bytes: config.segment_bytes,
+        ..Default::default()
+    };
+    let (log, report) = tokio::task::spawn_blocking(move || Log::open(&data_dir, log_options))
+        .await
+        .expect("log open task")?;
+    tracing::info!(
+        segments = report.segments,
+        last_lsn = report.last_lsn,
+        indexes_rebuilt = report.indexes_rebuilt,
+        "log recovered in {:.1?}",
+        report.elapsed
+    );
+    let engine = tokio::task::spawn_blocking(move || replay(log, report.records))
+        .await
+        .expect("replay task")?;
+    tracing::info!(
+        tables = engine.replay.tables,
+        rows = engine.replay.rows,
+        records = engine.replay.records,
+        lsn = engine.replay.last_lsn,
+        "recovered to LSN {} in {:.1?}",
+        engine.replay.last_lsn,
+        started.elapsed()
+    );
+    engine
+        .database()
+        .log()
+        .start_background_compaction(config.compaction_interval);
+
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(c), Some(k)) => Some(aqueduct_pg::TlsSetup::from_pem_files(c, k)?),
+        _ => None,
+    };
+    let pg_listener =
+        TcpListener::bind(&config.pg_addr)
+            .await
+            .map_err(|source| ServerError::Bind {
+                addr: config.pg_addr.clone(),
+                what: "PostgreSQL protocol",
+                flag: "--pg-addr",
+                source,
+            })?;
+    let http_listener = TcpListener::bind(&config.http_addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.http_addr.clone(),
+            what: "HTTP",
+            flag: "--http-addr",
+            source,
+        })?;
+    let bound = Bound {
+        pg: pg_listener.local_addr()?,
+        http: http_listener.local_addr()?,
+    };
+    tracing::info!(
+        "PostgreSQL protocol on {}{}; HTTP on {}{}",
+        bound.pg,
+        if tls.is_some() {
+            " (TLS available)"
+        } else {
+            ""
+        },
+        bound.http,
+        if tls.is_some() { " (HTTPS)" } else { "" },
+    );
+    if config.users.is_empty() {
+        tracing::info!(
+            "no users configured: PostgreSQL clients are trusted (keep the listener on loopback)"
+        );
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let pg_metrics = Arc::new(aqueduct_pg::PgMetrics::default());
+    let pg_config = aqueduct_pg::PgConfig {
+        max_connections: config.max_connections,
+        users: if config.users.is_empty() {
+            None
+        } else {
+            Some(config.users.clone())
+        },
+        tls: tls.clone(),
+        metrics: pg_metrics.clone(),
+        ..aqueduct_pg::PgConfig::default()
+    };
+    let pg_task = tokio::spawn(aqueduct_pg::serve(
+        pg_listener,
+        engine.clone(),
+        pg_config,
+        stopped(stop_rx.clone()),
+    ));
+    let http_tls = tls.as_ref().map(|t| {
+        let mut c = (*t.server_config).clone();
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(c)
+    });
+    let http_config = aqueduct_http::HttpConfig {
+        tokens: config.http_tokens.clone(),
+        tls: http_tls,
+    };
+    let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
+        let m = &pg_metrics;
+        for (name, kind, help, v) in [
+            (
+                "aqueduct_pg_connections",
+                "gauge",
+                "Open PostgreSQL protocol connections.",
+                &m.open,
+            ),
+            (
+                "aqueduct_pg_connections_accepted_total",
+                "counter",
+                "PostgreSQL protocol connections admitted.",
+                &m.accepted_total,
+            ),
+            (
+                "aqueduct_pg_connections_refused_total",
+                "counter",
+                "PostgreSQL protocol connections refused at the connection limit.",
+                &m.refused_total,
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n",
+                v.load(Ordering::Relaxed)
+            ));
+        }
+    });
+    let http_task = tokio::spawn(aqueduct_http::serve(
+        http_listener,
+        engine.clone(),
+        http_config,
+        extra,
+        stopped(stop_rx.clone()),
+    ));
+    on_ready(&bound);
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    let _ = pg_task.await;
+    let _ = http_task.await;
+    let log = engine.database().log().clone();
+    tokio::task::spawn_blocking(move || log.sync())
+        .await
+        .expect("final sync task")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Replays the log into tables, with a progress bar when it is long.
+fn replay(log: Log, records: u64) -> Result<Arc<Engine>, ServerError> {
+    let last = log.committed_lsn();
+    let bar = if records >= PROGRESS_BAR_MIN_RECORDS {
+        let bar = indicatif::ProgressBar::new(last);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "replaying the log {bar:40} LSN {pos}/{len} ({per_sec}, {eta} left)",
+            )
+            .expect("progress template"),
+        );
+        Some(bar)
+    } else {
+        None
+    };
+    let engine = Engine::open(log, &mut |lsn| {
+        if let Some(b) = &bar {
+            b.set_position(lsn);
+        }
+    })
+    .map_err(ServerError::Replay)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(engine)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// How long a background compaction waits between passes unless configured.
+pub const DEFAULT_COMPACTION_INTERVAL: Duration = Duration::from_secs(30);
