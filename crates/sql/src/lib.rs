@@ -9,9 +9,7 @@
 
 pub mod bind;
 mod catalog_queries;
-mod error;
 pub mod exec;
-pub mod expr;
 mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +20,7 @@ use aqueduct_log::{Log, Lsn};
 use aqueduct_tables::{Database, ReplayReport};
 use aqueduct_values::{DataType, Value};
 
-pub use error::SqlError;
+pub use aqueduct_expr::{expr, SqlError};
 pub use session::{Outcome, Prepared, Session, TxnStatus};
 
 /// Largest SQL text accepted in one query message.

@@ -47,6 +47,23 @@ pub enum TableError {
     BadRecord { lsn: Lsn, reason: String },
 }
 
+impl From<TableError> for aqueduct_expr::SqlError {
+    fn from(e: TableError) -> aqueduct_expr::SqlError {
+        use aqueduct_expr::SqlError;
+        let code = e.sqlstate();
+        match e {
+            TableError::UniqueViolation { constraint, detail } => SqlError::new(
+                code,
+                format!("duplicate key value violates unique constraint \"{constraint}\""),
+            )
+            .with_detail(detail),
+            TableError::SerializationFailure => SqlError::new(code, e.to_string())
+                .with_hint("the transaction may succeed if retried"),
+            other => SqlError::new(code, other.to_string()),
+        }
+    }
+}
+
 impl TableError {
     pub fn sqlstate(&self) -> &'static str {
         match self {

@@ -3,7 +3,6 @@
 
 use std::fmt;
 
-use aqueduct_tables::TableError;
 use aqueduct_values::ValueError;
 
 /// An error reported to a client.
@@ -82,21 +81,5 @@ impl std::error::Error for SqlError {}
 impl From<ValueError> for SqlError {
     fn from(e: ValueError) -> SqlError {
         SqlError::new(e.sqlstate(), e.to_string())
-    }
-}
-
-impl From<TableError> for SqlError {
-    fn from(e: TableError) -> SqlError {
-        let code = e.sqlstate();
-        match e {
-            TableError::UniqueViolation { constraint, detail } => SqlError::new(
-                code,
-                format!("duplicate key value violates unique constraint \"{constraint}\""),
-            )
-            .with_detail(detail),
-            TableError::SerializationFailure => SqlError::new(code, e.to_string())
-                .with_hint("the transaction may succeed if retried"),
-            other => SqlError::new(code, other.to_string()),
-        }
     }
 }

@@ -1,0 +1,9 @@
+//! Scalar expressions (bound to column positions and parameters) and the SQL
+//! error type. Shared by direct evaluation (`aqueduct-sql`) and by dataflow
+//! operators (`aqueduct-dataflow`), so both compute exactly the same values.
+
+mod error;
+pub mod expr;
+
+pub use error::SqlError;
+pub use expr::{BinOp, Env, Expr, Func, UnOp};
