@@ -1,0 +1,72 @@
+//! Incremental dataflow (after Noria): base-table changes enter as deltas,
+//! flow through operators, and come out as changes to views.
+//!
+//! A delta is a bag of rows with signed weights: `(row, +2)` means two more
+//! copies of `row`, `(row, -1)` one fewer. Weights give SQL's bag semantics
+//! (duplicates from tables without keys, `UNION ALL`, projections) without
+//! special cases, and an update is simply a retraction plus an insertion.
+//!
+//! Every operator is a pure state machine: `process(port, delta)` consumes a
+//! delta arriving on one input and returns the delta it emits; the same state
+//! and input always give the same output, so replicas and replays agree.
+//! Operators live one per file under [`ops`].
+
+pub mod ops;
+
+use aqueduct_expr::SqlError;
+use aqueduct_values::Value;
+
+pub type Row = Vec<Value>;
+
+/// Rows with signed multiplicities.
+pub type Delta = Vec<(Row, i64)>;
+
+/// An incremental operator.
+pub trait Operator: Send {
+    /// Short name for `EXPLAIN` ("filter", "join", ...).
+    fn name(&self) -> &'static str;
+    /// The operator with its parameters, e.g. `filter[#1 > 3]`. Two operators
+    /// with equal signatures over the same inputs compute the same thing, so
+    /// a new view reuses the existing one instead of adding a copy.
+    fn signature(&self) -> String;
+    /// How many inputs it takes.
+    fn inputs(&self) -> usize {
+        1
+    }
+    /// Consumes `delta` arriving on input `port` and returns what it emits.
+    /// When one batch changes several inputs, the caller delivers them one
+    /// port at a time; each call sees the state left by the previous one.
+    fn process(&mut self, port: usize, delta: Delta) -> Result<Delta, SqlError>;
+    /// Rows held in state (0 for stateless operators).
+    fn state_rows(&self) -> usize {
+        0
+    }
+}
+
+/// Sums the weights of equal rows and drops rows whose weight is zero. The
+/// result is sorted, so equal inputs give byte-for-byte equal outputs.
+pub fn consolidate(delta: &mut Delta) {
+    delta.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Delta = Vec::with_capacity(delta.len());
+    for (row, w) in delta.drain(..) {
+        match out.last_mut() {
+            Some((last, lw)) if *last == row => *lw += w,
+            _ => out.push((row, w)),
+        }
+    }
+    out.retain(|(_, w)| *w != 0);
+    *delta = out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consolidation_merges_and_cancels() {
+        let r = |i: i64| vec![Value::Int(i)];
+        let mut d = vec![(r(2), 1), (r(1), 1), (r(2), -1), (r(1), 2), (r(3), -1)];
+        consolidate(&mut d);
+        assert_eq!(d, vec![(r(1), 3), (r(3), -1)]);
+    }
+}
