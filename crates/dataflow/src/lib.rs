@@ -11,7 +11,9 @@
 //! and input always give the same output, so replicas and replays agree.
 //! Operators live one per file under [`ops`].
 
+pub mod graph;
 pub mod ops;
+pub mod view;
 
 use aqueduct_expr::SqlError;
 use aqueduct_values::Value;

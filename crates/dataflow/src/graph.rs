@@ -1,0 +1,401 @@
+//! The dataflow graph: an arena of nodes (sources, operators, views) in
+//! topological order, with reuse of identical sub-plans and in-order batch
+//! propagation.
+//!
+//! Node ids grow as nodes are added and a node is only ever added after its
+//! parents, so ascending id order is a topological order: processing pending
+//! deltas smallest id first delivers every input before a node runs.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use aqueduct_expr::SqlError;
+
+use crate::view::{new_view, Lsn, ViewReader, ViewWriter};
+use crate::{consolidate, Delta, Operator, Row};
+
+pub type NodeId = usize;
+pub type TableId = u64;
+
+enum Kind {
+    Source {
+        table: TableId,
+        name: String,
+    },
+    Op(Box<dyn Operator>),
+    View {
+        name: String,
+        writer: ViewWriter,
+    },
+    /// A node no view needs any more.
+    Removed,
+}
+
+struct Node {
+    kind: Kind,
+    parents: Vec<NodeId>,
+    children: Vec<(NodeId, usize)>,
+    /// Everything the node has emitted so far, to start new children with.
+    output: BTreeMap<Row, i64>,
+}
+
+/// A view's failure: an operator on its path failed (say, a division by zero
+/// in a projection of a newly written row). Reads fall back to evaluating the
+/// query directly, which reports the same error to the reader.
+#[derive(Clone, Debug)]
+pub struct ViewFailure {
+    pub lsn: Lsn,
+    pub error: SqlError,
+}
+
+#[derive(Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    reuse: HashMap<(String, Vec<NodeId>), NodeId>,
+    sources: HashMap<TableId, NodeId>,
+    views: HashMap<String, NodeId>,
+    failed: HashMap<NodeId, ViewFailure>,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    fn push(&mut self, kind: Kind, parents: Vec<NodeId>) -> NodeId {
+        let id = self.nodes.len();
+        for (port, &p) in parents.iter().enumerate() {
+            self.nodes[p].children.push((id, port));
+        }
+        self.nodes.push(Node {
+            kind,
+            parents,
+            children: Vec::new(),
+            output: BTreeMap::new(),
+        });
+        id
+    }
+
+    /// The source node of a table (created on first use).
+    pub fn source(&mut self, table: TableId, name: &str) -> NodeId {
+        if let Some(&id) = self.sources.get(&table) {
+            return id;
+        }
+        let id = self.push(
+            Kind::Source {
+                table,
+                name: name.to_string(),
+            },
+            vec![],
+        );
+        self.sources.insert(table, id);
+        id
+    }
+
+    /// Adds `op` over `parents`, or returns the existing identical node.
+    /// The flag is true when the node is new (it must be initialised).
+    pub fn operator(&mut self, op: Box<dyn Operator>, parents: Vec<NodeId>) -> (NodeId, bool) {
+        assert_eq!(op.inputs(), parents.len(), "operator arity");
+        let key = (op.signature(), parents.clone());
+        if let Some(&id) = self.reuse.get(&key) {
+            return (id, false);
+        }
+        let id = self.push(Kind::Op(op), parents);
+        self.reuse.insert(key, id);
+        (id, true)
+    }
+
+    /// Adds a view named `name` over `parent`, keyed by `key` columns.
+    pub fn view(&mut self, name: &str, parent: NodeId, key: Vec<usize>) -> (NodeId, ViewReader) {
+        let (writer, reader) = new_view(key);
+        let id = self.push(
+            Kind::View {
+                name: name.to_string(),
+                writer,
+            },
+            vec![parent],
+        );
+        self.views.insert(name.to_string(), id);
+        (id, reader)
+    }
+
+    pub fn has_view(&self, name: &str) -> bool {
+        self.views.contains_key(name)
+    }
+
+    /// Why a view cannot be read, if it failed.
+    pub fn failure(&self, name: &str) -> Option<&ViewFailure> {
+        self.views.get(name).and_then(|id| self.failed.get(id))
+    }
+
+    /// Fills freshly added nodes from their parents' current contents: a
+    /// source's table rows (from `table_rows`), or an existing node's output.
+    pub fn initialize(
+        &mut self,
+        new_nodes: &[NodeId],
+        table_rows: &dyn Fn(TableId) -> Vec<Row>,
+        lsn: Lsn,
+    ) -> Result<(), SqlError> {
+        let mut ids = new_nodes.to_vec();
+        ids.sort_unstable();
+        for id in ids {
+            let parents = self.nodes[id].parents.clone();
+            for (port, p) in parents.into_iter().enumerate() {
+                let input: Delta = match &self.nodes[p].kind {
+                    Kind::Source { table, .. } => {
+                        table_rows(*table).into_iter().map(|r| (r, 1)).collect()
+                    }
+                    _ => self.nodes[p]
+                        .output
+                        .iter()
+                        .map(|(r, w)| (r.clone(), *w))
+                        .collect(),
+                };
+                self.deliver(id, port, input, lsn)?;
+            }
+            if let Kind::View { writer, .. } = &mut self.nodes[id].kind {
+                writer.publish(lsn);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one node on one input and records what it emits.
+    fn deliver(
+        &mut self,
+        id: NodeId,
+        port: usize,
+        delta: Delta,
+        lsn: Lsn,
+    ) -> Result<Delta, SqlError> {
+        let node = &mut self.nodes[id];
+        let mut out = match &mut node.kind {
+            Kind::Op(op) => op.process(port, delta)?,
+            Kind::View { writer, .. } => {
+                writer.apply(&delta);
+                return Ok(Vec::new());
+            }
+            Kind::Source { .. } => delta,
+            Kind::Removed => return Ok(Vec::new()),
+        };
+        let _ = lsn;
+        consolidate(&mut out);
+        for (r, w) in &out {
+            let n = node.output.entry(r.clone()).or_insert(0);
+            *n += w;
+            if *n == 0 {
+                node.output.remove(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Propagates one committed batch (per-table deltas) through the graph
+    /// and publishes every view at `lsn`. A failing operator marks the views
+    /// below it failed; the rest of the graph stays correct.
+    pub fn process(&mut self, lsn: Lsn, changes: Vec<(TableId, Delta)>) {
+        let mut pending: BTreeMap<NodeId, Vec<(usize, Delta)>> = BTreeMap::new();
+        for (table, delta) in changes {
+            if let Some(&src) = self.sources.get(&table) {
+                pending.entry(src).or_default().push((0, delta));
+            }
+        }
+        while let Some((id, inputs)) = pending.pop_first() {
+            for (port, delta) in inputs {
+                match self.deliver(id, port, delta, lsn) {
+                    Ok(out) if !out.is_empty() => {
+                        for &(child, child_port) in &self.nodes[id].children {
+                            pending
+                                .entry(child)
+                                .or_default()
+                                .push((child_port, out.clone()));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(error) => self.fail_below(id, &ViewFailure { lsn, error }),
+                }
+            }
+        }
+        for node in &mut self.nodes {
+            if let Kind::View { writer, .. } = &mut node.kind {
+                writer.publish(lsn);
+            }
+        }
+    }
+
+    fn fail_below(&mut self, id: NodeId, failure: &ViewFailure) {
+        let mut stack = vec![id];
+        let mut seen = HashSet::new();
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if matches!(self.nodes[n].kind, Kind::View { .. }) {
+                self.failed.entry(n).or_insert_with(|| failure.clone());
+            }
+            stack.extend(self.nodes[n].children.iter().map(|(c, _)| *c));
+        }
+    }
+
+    /// Removes a view and every node only it needed.
+    pub fn drop_view(&mut self, name: &str) -> bool {
+        let Some(id) = self.views.remove(name) else {
+            return false;
+        };
+        self.failed.remove(&id);
+        let mut stack = vec![id];
+        while let Some(n) = stack.pop() {
+            if !self.nodes[n].children.is_empty() || matches!(self.nodes[n].kind, Kind::Removed) {
+                continue;
+            }
+            let parents = std::mem::take(&mut self.nodes[n].parents);
+            for p in &parents {
+                self.nodes[*p].children.retain(|(c, _)| *c != n);
+            }
+            self.reuse.retain(|_, v| *v != n);
+            self.sources.retain(|_, v| *v != n);
+            self.nodes[n].kind = Kind::Removed;
+            self.nodes[n].output.clear();
+            stack.extend(parents);
+        }
+        true
+    }
+
+    /// The ancestors of a view, as text lines (for `EXPLAIN`).
+    pub fn explain(&self, name: &str) -> Vec<String> {
+        let Some(&id) = self.views.get(name) else {
+            return Vec::new();
+        };
+        let mut lines = Vec::new();
+        self.explain_node(id, 0, &mut lines);
+        lines
+    }
+
+    fn describe(&self, id: NodeId) -> String {
+        let n = &self.nodes[id];
+        match &n.kind {
+            Kind::Source { name, .. } => format!("table {name}"),
+            Kind::Op(op) => op.signature(),
+            Kind::View { name, writer } => {
+                format!("view {name} keyed on {:?}", writer_key(writer))
+            }
+            Kind::Removed => "removed".into(),
+        }
+    }
+
+    fn explain_node(&self, id: NodeId, depth: usize, lines: &mut Vec<String>) {
+        let shared = self.nodes[id].children.len() > 1;
+        lines.push(format!(
+            "{}{} (node {id}{})",
+            "  ".repeat(depth),
+            self.describe(id),
+            if shared { ", shared" } else { "" }
+        ));
+        for &p in &self.nodes[id].parents {
+            self.explain_node(p, depth + 1, lines);
+        }
+    }
+
+    /// The whole graph in Graphviz DOT.
+    pub fn dot(&self) -> String {
+        let mut out = String::from(
+            "digraph aqueduct {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n",
+        );
+        for (id, n) in self.nodes.iter().enumerate() {
+            if matches!(n.kind, Kind::Removed) {
+                continue;
+            }
+            let shape = match n.kind {
+                Kind::Source { .. } => "cylinder",
+                Kind::View { .. } => "ellipse",
+                _ => "box",
+            };
+            let label = self.describe(id).replace('\\', "\\\\").replace('"', "\\\"");
+            out.push_str(&format!("  n{id} [label=\"{label}\", shape={shape}];\n"));
+            for (port, p) in n.parents.iter().enumerate() {
+                out.push_str(&format!("  n{p} -> n{id} [label=\"{port}\"];\n"));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    /// Nodes in use (not removed).
+    pub fn node_count(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| !matches!(n.kind, Kind::Removed))
+            .count()
+    }
+}
+
+fn writer_key(w: &ViewWriter) -> Vec<usize> {
+    w.key_columns().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Filter, Project};
+    use aqueduct_expr::{BinOp, Expr};
+    use aqueduct_values::Value;
+
+    fn row(v: &[i64]) -> Row {
+        v.iter().map(|&i| Value::Int(i)).collect()
+    }
+
+    #[test]
+    fn batches_flow_to_views_and_identical_plans_are_shared() {
+        let mut g = Graph::new();
+        let src = g.source(1, "t");
+        let pred = Expr::Binary(
+            BinOp::Gt,
+            Box::new(Expr::Column(1)),
+            Box::new(Expr::Literal(Value::Int(5))),
+        );
+        let (f1, new1) = g.operator(Box::new(Filter::new(pred.clone())), vec![src]);
+        let (v1, r1) = g.view("a", f1, vec![0]);
+        g.initialize(&[f1, v1], &|_| vec![row(&[1, 10]), row(&[2, 3])], 5)
+            .unwrap();
+        assert!(new1);
+        let h1 = r1.handle();
+        assert_eq!(h1.enter().unwrap().all(), vec![row(&[1, 10])]);
+
+        // A second view over the same filter reuses it and starts from its output.
+        let (f2, new2) = g.operator(Box::new(Filter::new(pred)), vec![src]);
+        assert_eq!((f2, new2), (f1, false));
+        let (p, _) = g.operator(Box::new(Project::new(vec![Expr::Column(1)])), vec![f1]);
+        let (v2, r2) = g.view("b", p, vec![0]);
+        g.initialize(&[p, v2], &|_| unreachable!("the filter is already full"), 5)
+            .unwrap();
+        let h2 = r2.handle();
+        assert_eq!(h2.enter().unwrap().all(), vec![row(&[10])]);
+
+        g.process(6, vec![(1, vec![(row(&[3, 7]), 1), (row(&[1, 10]), -1)])]);
+        assert_eq!(h1.enter().unwrap().all(), vec![row(&[3, 7])]);
+        assert_eq!(h2.enter().unwrap().all(), vec![row(&[7])]);
+        assert_eq!(h2.enter().unwrap().watermark(), 6);
+        assert!(g.explain("b")[0].starts_with("view b"));
+        assert!(g.dot().contains("n0 -> n1"));
+
+        assert!(g.drop_view("b"));
+        assert_eq!(g.node_count(), 3, "the projection went with its only view");
+    }
+
+    #[test]
+    fn a_failing_operator_fails_only_the_views_below_it() {
+        let mut g = Graph::new();
+        let src = g.source(1, "t");
+        let div = Expr::Binary(
+            BinOp::Div,
+            Box::new(Expr::Literal(Value::Int(10))),
+            Box::new(Expr::Column(0)),
+        );
+        let (p, _) = g.operator(Box::new(Project::new(vec![div])), vec![src]);
+        let (_, _) = g.view("quotients", p, vec![0]);
+        let (_, ok) = g.view("plain", src, vec![0]);
+        g.process(1, vec![(1, vec![(row(&[0]), 1)])]);
+        assert_eq!(g.failure("quotients").unwrap().error.code, "22012");
+        assert!(g.failure("plain").is_none());
+        assert_eq!(ok.handle().enter().unwrap().all(), vec![row(&[0])]);
+    }
+}
