@@ -16,6 +16,7 @@ mod table;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aqueduct_log::{Log, Lsn, NewRecord, RecordKind, RecordView};
@@ -133,16 +134,43 @@ impl Catalog {
     }
 
     /// Applies a row write (replay, commit, and catalogs built in memory).
-    pub fn apply_row(&mut self, table: TableId, key: Key, row: Option<Row>, lsn: Lsn) {
+    /// Returns the change as old and new row (`None` when nothing changed).
+    pub fn apply_row(
+        &mut self,
+        table: TableId,
+        key: Key,
+        row: Option<Row>,
+        lsn: Lsn,
+    ) -> Option<RowChange> {
         // Rows of a dropped table are skipped: ids are never reused.
-        if let Some(t) = self.tables.get_mut(&table) {
-            match row {
-                Some(row) => t.put(key, row, lsn),
-                None => t.delete(&key, lsn),
+        let t = self.tables.get_mut(&table)?;
+        let (old, new) = match row {
+            Some(row) => {
+                let new = Arc::new(row.clone());
+                (t.put(key, row, lsn), Some(new))
             }
+            None => (t.delete(&key, lsn), None),
+        };
+        if old.is_none() && new.is_none() {
+            return None;
         }
+        Some(RowChange { table, old, new })
     }
 }
+
+/// One row changed by a commit: what downstream consumers (views) need.
+#[derive(Clone, Debug)]
+pub struct RowChange {
+    pub table: TableId,
+    pub old: Option<Arc<Row>>,
+    pub new: Option<Arc<Row>>,
+}
+
+/// Called under the commit lock after each commit is applied, in commit
+/// order, with the commit's last LSN, its row changes and schema changes.
+pub type CommitHook = Arc<dyn Fn(Lsn, &[RowChange], &[SchemaChange]) + Send + Sync>;
+
+impl Catalog {}
 
 /// One change a transaction makes.
 #[derive(Clone, Debug)]
@@ -294,6 +322,7 @@ pub struct Database {
     applied: AtomicU64,
     /// Hidden row ids, unique across all tables and transactions.
     next_rowid: std::sync::atomic::AtomicI64,
+    hook: RwLock<Option<CommitHook>>,
     pub metrics: TableMetrics,
 }
 
@@ -334,6 +363,7 @@ impl Database {
         let db = Database {
             applied: AtomicU64::new(report.last_lsn),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
+            hook: RwLock::new(None),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -349,6 +379,20 @@ impl Database {
     /// A consistent view of all tables for the duration of the guard.
     pub fn read(&self) -> RwLockReadGuard<'_, Catalog> {
         self.catalog.read()
+    }
+
+    /// Installs the function told about every commit (views use it).
+    pub fn set_commit_hook(&self, hook: Option<CommitHook>) {
+        *self.hook.write() = hook;
+    }
+
+    /// Runs `f` with the commit lock held: no commit is applied meanwhile,
+    /// so `f` sees the tables exactly as of `applied_lsn()` (views are
+    /// created this way, from a consistent state, before their first delta).
+    pub fn with_commits_paused<T>(&self, f: impl FnOnce(&Catalog, Lsn) -> T) -> T {
+        let _guard = self.commit.lock();
+        let catalog = self.catalog.read();
+        f(&catalog, self.applied_lsn())
     }
 
     /// A hidden row id for a new row of a table without a primary key.
@@ -415,18 +459,31 @@ impl Database {
         self.check_unique(txn)?;
         let batch: Vec<NewRecord> = txn.writes.iter().map(encode_write).collect();
         let range = self.log.append_pending(&batch)?;
+        let hook = self.hook.read().clone();
+        let mut changes = Vec::new();
+        let mut schema = Vec::new();
         let mut catalog = self.catalog.write();
         for (i, w) in txn.writes.iter().enumerate() {
             let lsn = range.first + i as u64;
-            match w {
+            let change = match w {
                 Write::Put { table, key, row } => {
                     catalog.apply_row(*table, key.clone(), Some(row.clone()), lsn)
                 }
                 Write::Delete { table, key } => catalog.apply_row(*table, key.clone(), None, lsn),
-                Write::Schema(c) => catalog.apply_schema(c.clone()),
+                Write::Schema(c) => {
+                    catalog.apply_schema(c.clone());
+                    schema.push(c.clone());
+                    None
+                }
+            };
+            if hook.is_some() {
+                changes.extend(change);
             }
         }
         drop(catalog);
+        if let Some(hook) = hook {
+            hook(range.last, &changes, &schema);
+        }
         self.applied.store(range.last, Ordering::Release);
         self.metrics.commits.fetch_add(1, Ordering::Relaxed);
         self.metrics

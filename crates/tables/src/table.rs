@@ -109,7 +109,8 @@ impl Table {
         def.columns.iter().map(|&c| row[c].clone()).collect()
     }
 
-    pub fn put(&mut self, key: Key, row: Row, lsn: Lsn) {
+    /// Stores `row` at `key`; returns the row it replaced.
+    pub fn put(&mut self, key: Key, row: Row, lsn: Lsn) -> Option<Arc<Row>> {
         assert_eq!(row.len(), self.schema.columns.len(), "row width");
         if !self.schema.has_primary_key() {
             if let Some(Value::Int(id)) = key.first() {
@@ -137,10 +138,13 @@ impl Table {
             },
         );
         self.version = lsn;
+        old.map(|o| o.row)
     }
 
-    pub fn delete(&mut self, key: &Key, lsn: Lsn) {
-        if let Some(old) = self.rows.remove(key) {
+    /// Removes the row at `key`; returns it.
+    pub fn delete(&mut self, key: &Key, lsn: Lsn) -> Option<Arc<Row>> {
+        let old = self.rows.remove(key)?;
+        {
             self.bytes -= row_bytes(&old.row);
             for (i, def) in self.schema.indexes.iter().enumerate() {
                 self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
@@ -148,6 +152,7 @@ impl Table {
             self.membership_version = lsn;
             self.version = lsn;
         }
+        Some(old.row)
     }
 
     /// Adds an index and fills it from the rows.
