@@ -2,6 +2,7 @@
 //! error type. Shared by direct evaluation (`aqueduct-sql`) and by dataflow
 //! operators (`aqueduct-dataflow`), so both compute exactly the same values.
 
+pub mod agg;
 mod error;
 pub mod expr;
 

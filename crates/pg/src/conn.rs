@@ -374,6 +374,9 @@ impl Conn {
                 }
                 Err(ConnError::Sql(e)) => {
                     // Only the extended protocol returns statement errors here.
+                    // Any of them (at Parse, Bind or Execute) aborts an open
+                    // transaction, as in PostgreSQL.
+                    self.session().lock().fail_transaction();
                     debug!(code = e.code, error = %e.message, "statement failed");
                     if let Err(e) = socket
                         .send(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
@@ -589,7 +592,17 @@ impl Conn {
         // A simple query replaces the unnamed statement and portal.
         self.statements.remove("");
         self.portals.remove("");
+        let deallocate = deallocate_target(&sql);
         let (results, snap) = self.blocking(move |s| s.execute(&sql)).await?;
+        if let (Some(target), Some(Ok(Outcome::Command { .. }))) = (&deallocate, results.first()) {
+            // Protocol-level and SQL-level prepared statements share names.
+            match target {
+                None => self.statements.retain(|name, _| name.is_empty()),
+                Some(name) => {
+                    self.statements.remove(name);
+                }
+            }
+        }
         for result in results {
             let sent = match result {
                 Ok(Outcome::Rows { columns, rows, tag }) => {
@@ -1160,4 +1173,27 @@ fn startup_settings(startup: &Startup) -> Vec<String> {
         })
         .map(|(k, v)| format!("SET {k} TO '{}'", v.replace('\'', "''")))
         .collect()
+}
+
+/// For a lone `DEALLOCATE [PREPARE] name | ALL`: `Some(None)` for ALL,
+/// `Some(Some(name))` for one statement.
+fn deallocate_target(sql: &str) -> Option<Option<String>> {
+    let words: Vec<&str> = sql
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .collect();
+    let rest = match words.as_slice() {
+        [first, rest @ ..] if first.eq_ignore_ascii_case("deallocate") => rest,
+        _ => return None,
+    };
+    let rest = match rest {
+        [p, rest @ ..] if p.eq_ignore_ascii_case("prepare") => rest,
+        other => other,
+    };
+    match rest {
+        [name] if name.eq_ignore_ascii_case("all") => Some(None),
+        [name] => Some(Some(name.trim_matches('"').to_string())),
+        _ => None,
+    }
 }

@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use aqueduct_expr::agg::AggFunc;
 use aqueduct_tables::{parse_type, Catalog, ColumnDef, Table, TableId, TableSchema};
-use aqueduct_values::{DataType, Decimal, Value};
+use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
 use crate::catalog_queries::{self, CatalogPlan};
@@ -38,6 +39,11 @@ pub enum Plan {
         value: Option<String>,
     },
     Show {
+        name: String,
+    },
+    /// `DEALLOCATE name | ALL`: the front end owns prepared statements; the
+    /// session only acknowledges.
+    Deallocate {
         name: String,
     },
 }
@@ -86,16 +92,6 @@ pub struct Aggregate {
     pub func: AggFunc,
     pub arg: Option<Expr>,
     pub distinct: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AggFunc {
-    CountStar,
-    Count,
-    Sum,
-    Min,
-    Max,
-    Avg,
 }
 
 /// Grouping: output expressions are evaluated over `group values ++ aggregate values`.
@@ -341,6 +337,7 @@ impl<'a> Binder<'a> {
                 (Plan::Show { name }, columns)
             }
             S::ShowTables { .. } => return catalog_queries::show_tables(self.catalog),
+            S::Deallocate { name, .. } => (Plan::Deallocate { name: ident(name) }, vec![]),
             S::Discard { .. } => (
                 Plan::Set {
                     name: "application_name".into(),
@@ -759,9 +756,7 @@ impl<'a> Binder<'a> {
                             .map_err(|_| SqlError::syntax(format!("bad number {n}")))?,
                     )
                 } else {
-                    Value::Numeric(n.parse::<Decimal>().map_err(|_| {
-                        SqlError::new("22003", format!("numeric value {n} is out of range"))
-                    })?)
+                    Value::Numeric(aqueduct_values::parse_numeric(n)?)
                 }
             }
             ast::Value::SingleQuotedString(s)
@@ -819,7 +814,7 @@ impl<'a> Binder<'a> {
             .strip_prefix("pg_catalog.")
             .unwrap_or(&name)
             .to_string();
-        if agg_func(&name).is_some() {
+        if AggFunc::by_name(&name).is_some() {
             return Err(SqlError::new(
                 "42803",
                 format!("aggregate function {name} is not allowed here"),
@@ -857,8 +852,11 @@ impl<'a> Binder<'a> {
             ast::SetExpr::Values(_) => return Err(SqlError::unsupported("a VALUES query")),
             other => return Err(SqlError::unsupported(format!("{other}"))),
         };
-        if let Some(plan) = catalog_queries::recognise(self.catalog, select)? {
-            return Ok(plan);
+        if let Some((plan, columns, params)) = catalog_queries::recognise(self.catalog, select)? {
+            for (i, ty) in params.into_iter().enumerate() {
+                self.param(&format!("${}", i + 1), Some(&ty))?;
+            }
+            return Ok((plan, columns));
         }
         let (limit, offset) = self.limit(q)?;
         if select.from.is_empty() {
@@ -1206,7 +1204,7 @@ impl<'a> Binder<'a> {
         match e {
             ast::Expr::Function(f) => {
                 let name = object_name(&f.name)?;
-                if let Some(func) = agg_func(&name) {
+                if let Some(func) = AggFunc::by_name(&name) {
                     let (args, distinct, star) = self.function_args(f)?;
                     let (func, arg) = match (func, star, args.as_slice()) {
                         (AggFunc::Count, true, []) => (AggFunc::CountStar, None),
@@ -1226,20 +1224,9 @@ impl<'a> Binder<'a> {
                             ))
                         }
                     };
-                    let ty = match (&func, &arg) {
-                        (AggFunc::CountStar | AggFunc::Count, _) => DataType::Int8,
-                        (AggFunc::Avg, Some(a)) => match self.type_of(a, scope) {
-                            DataType::Float4 | DataType::Float8 => DataType::Float8,
-                            _ => DataType::Numeric,
-                        },
-                        (AggFunc::Sum, Some(a)) => match self.type_of(a, scope) {
-                            DataType::Int2 | DataType::Int4 => DataType::Int8,
-                            DataType::Int8 => DataType::Numeric,
-                            DataType::Float4 => DataType::Float4,
-                            other => other,
-                        },
-                        (_, Some(a)) => self.type_of(a, scope),
-                        _ => DataType::Int8,
+                    let ty = match &arg {
+                        Some(a) => func.result_type(&self.type_of(a, scope)),
+                        None => DataType::Int8,
                     };
                     g.aggregates.push(Aggregate {
                         func,
@@ -1791,17 +1778,6 @@ fn bin_op(op: &ast::BinaryOperator) -> Result<BinOp, SqlError> {
         ast::BinaryOperator::Or => BinOp::Or,
         ast::BinaryOperator::StringConcat => BinOp::Concat,
         other => return Err(SqlError::unsupported(format!("operator {other}"))),
-    })
-}
-
-fn agg_func(name: &str) -> Option<AggFunc> {
-    Some(match name {
-        "count" => AggFunc::Count,
-        "sum" => AggFunc::Sum,
-        "min" => AggFunc::Min,
-        "max" => AggFunc::Max,
-        "avg" => AggFunc::Avg,
-        _ => return None,
     })
 }
 

@@ -18,6 +18,35 @@ pub enum CatalogPlan {
     PsqlList,
     /// psql's first `\d name` query: oid, nspname, relname of tables matching.
     PsqlLookup(String),
+    /// Drivers' type lookups in `pg_type` by name (`$1`): oid, typname.
+    TypeByName,
+    /// Drivers' type lookups in `pg_type` by oid (`$1`): is_array, typtype, typname, oid.
+    TypeByOid,
+}
+
+/// A recognised catalog query: its plan, result columns and parameter types.
+pub type Recognised = (Plan, Vec<Column>, Vec<DataType>);
+
+/// The types Aqueduct has, as `pg_type` would list them: (oid, name).
+fn pg_types() -> Vec<(u32, &'static str)> {
+    vec![
+        (16, "bool"),
+        (17, "bytea"),
+        (20, "int8"),
+        (21, "int2"),
+        (23, "int4"),
+        (25, "text"),
+        (114, "json"),
+        (700, "float4"),
+        (701, "float8"),
+        (1043, "varchar"),
+        (1082, "date"),
+        (1114, "timestamp"),
+        (1184, "timestamptz"),
+        (1700, "numeric"),
+        (2950, "uuid"),
+        (3802, "jsonb"),
+    ]
 }
 
 pub fn show_tables(catalog: &Catalog) -> Result<(Plan, Vec<Column>), SqlError> {
@@ -29,16 +58,35 @@ pub fn show_tables(catalog: &Catalog) -> Result<(Plan, Vec<Column>), SqlError> {
 }
 
 /// Recognises psql's catalog queries in a SELECT.
-pub fn recognise(
-    catalog: &Catalog,
-    select: &ast::Select,
-) -> Result<Option<(Plan, Vec<Column>)>, SqlError> {
+pub fn recognise(catalog: &Catalog, select: &ast::Select) -> Result<Option<Recognised>, SqlError> {
     let _ = catalog;
     let text = select.to_string();
+    let text_col = |n: &str| Column::computed(n, DataType::Text);
+    if text.contains("pg_catalog.pg_type") || text.contains("FROM pg_type") {
+        if text.contains("typname = $1") {
+            return Ok(Some((
+                Plan::Catalog(CatalogPlan::TypeByName),
+                vec![Column::computed("oid", DataType::Int8), text_col("typname")],
+                vec![DataType::Text],
+            )));
+        }
+        if text.contains("pg_type.oid = $1") || text.contains("t.oid = $1") {
+            return Ok(Some((
+                Plan::Catalog(CatalogPlan::TypeByOid),
+                vec![
+                    Column::computed("is_array", DataType::Bool),
+                    text_col("typtype"),
+                    text_col("typname"),
+                    Column::computed("oid", DataType::Int8),
+                ],
+                vec![DataType::Int8],
+            )));
+        }
+        return Err(unsupported_catalog_query());
+    }
     if !text.contains("pg_catalog.pg_class") {
         return Ok(None);
     }
-    let text_col = |n: &str| Column::computed(n, DataType::Text);
     if text.contains("AS \"Schema\"")
         && text.contains("AS \"Name\"")
         && text.contains("AS \"Type\"")
@@ -51,6 +99,7 @@ pub fn recognise(
                 text_col("Type"),
                 text_col("Owner"),
             ],
+            vec![],
         )));
     }
     if text.contains("c.relname OPERATOR(pg_catalog.~)") {
@@ -60,6 +109,7 @@ pub fn recognise(
                 return Ok(Some((
                     Plan::Catalog(CatalogPlan::PsqlLookup(rest[..end].to_string())),
                     vec![text_col("oid"), text_col("nspname"), text_col("relname")],
+                    vec![],
                 )));
             }
         }
@@ -75,9 +125,26 @@ pub fn unsupported_catalog_query() -> SqlError {
 }
 
 /// Runs a recognised catalog query.
-pub fn run(catalog: &Catalog, plan: &CatalogPlan) -> Vec<Vec<Value>> {
+pub fn run(catalog: &Catalog, plan: &CatalogPlan, params: &[Value]) -> Vec<Vec<Value>> {
     let text = |s: &str| Value::Text(s.to_string());
     match plan {
+        CatalogPlan::TypeByName => pg_types()
+            .into_iter()
+            .filter(|(_, name)| params.first() == Some(&text(name)))
+            .map(|(oid, name)| vec![Value::Int(oid as i64), text(name)])
+            .collect(),
+        CatalogPlan::TypeByOid => pg_types()
+            .into_iter()
+            .filter(|(oid, _)| params.first() == Some(&Value::Int(*oid as i64)))
+            .map(|(oid, name)| {
+                vec![
+                    Value::Bool(false),
+                    text("b"),
+                    text(name),
+                    Value::Int(oid as i64),
+                ]
+            })
+            .collect(),
         CatalogPlan::Tables => catalog
             .tables
             .values()

@@ -6,13 +6,14 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use aqueduct_expr::agg::Accumulator;
 use aqueduct_tables::{
     Catalog, Database, IndexDef, Key, Row, SchemaChange, Table, TableId, TableSchema, Txn,
 };
-use aqueduct_values::{DataType, Decimal, Value, MAX_ROW_BYTES};
+use aqueduct_values::{DataType, Value, MAX_ROW_BYTES};
 
 use crate::bind::{
-    self, Access, AggFunc, Aggregate, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Plan,
+    self, Access, Aggregate, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Plan,
     SelectPlan, UpdatePlan,
 };
 use crate::catalog_queries;
@@ -42,14 +43,19 @@ pub fn execute(
             Ok(rows_outcome(columns, vec![row], "SELECT"))
         }
         Plan::Catalog(c) => {
-            let rows = catalog_queries::run(catalog, c);
+            let rows = catalog_queries::run(catalog, c, params);
             Ok(rows_outcome(columns, rows, "SELECT"))
         }
         Plan::Insert(p) => insert(db, catalog, txn, p, columns, params),
         Plan::Update(p) => update(catalog, txn, p, columns, params),
         Plan::Delete(p) => delete(catalog, txn, p, columns, params),
         Plan::Ddl(d) => ddl(catalog, txn, d),
-        Plan::Begin | Plan::Commit | Plan::Rollback | Plan::Set { .. } | Plan::Show { .. } => {
+        Plan::Begin
+        | Plan::Commit
+        | Plan::Rollback
+        | Plan::Set { .. }
+        | Plan::Show { .. }
+        | Plan::Deallocate { .. } => {
             unreachable!("session statements are handled by the session")
         }
     }
@@ -246,52 +252,17 @@ fn count_arg(e: Option<&Expr>, env: &Env<'_>, what: &str) -> Result<Option<usize
     }
 }
 
-/// Per group: each aggregate's state and, for DISTINCT aggregates, the values seen.
-type GroupState = (Vec<Acc>, Vec<HashSet<Value>>);
-
-/// Running state of one aggregate.
-enum Acc {
-    Count(i64),
-    Sum(Option<Value>),
-    Extreme(Option<Value>),
-    Avg(Option<Value>, i64),
-}
-
-fn add(a: Value, b: &Value) -> Result<Value, SqlError> {
-    Ok(match (a, b) {
-        (Value::Int(x), Value::Int(y)) => match x.checked_add(*y) {
-            Some(v) => Value::Int(v),
-            None => Value::Numeric(Decimal::from(x) + Decimal::from(*y)),
-        },
-        (Value::Numeric(x), Value::Int(y)) => Value::Numeric(x + Decimal::from(*y)),
-        (Value::Int(x), Value::Numeric(y)) => Value::Numeric(Decimal::from(x) + y),
-        (Value::Numeric(x), Value::Numeric(y)) => Value::Numeric(
-            x.checked_add(*y)
-                .ok_or_else(|| SqlError::new("22003", "numeric value out of range"))?,
-        ),
-        (x, y) => Value::Float(x.as_f64().unwrap_or(f64::NAN) + y.as_f64().unwrap_or(f64::NAN)),
-    })
-}
-
 fn group(
     rows: &[Arc<Row>],
     g: &bind::Grouping,
     outputs: &[Expr],
     params: &[Value],
 ) -> Result<Vec<Vec<Value>>, SqlError> {
-    let mut groups: BTreeMap<Vec<Value>, GroupState> = BTreeMap::new();
+    let mut groups: BTreeMap<Vec<Value>, Vec<Accumulator>> = BTreeMap::new();
     let fresh = |aggs: &[Aggregate]| {
-        (
-            aggs.iter()
-                .map(|a| match a.func {
-                    AggFunc::CountStar | AggFunc::Count => Acc::Count(0),
-                    AggFunc::Sum => Acc::Sum(None),
-                    AggFunc::Min | AggFunc::Max => Acc::Extreme(None),
-                    AggFunc::Avg => Acc::Avg(None, 0),
-                })
-                .collect::<Vec<_>>(),
-            aggs.iter().map(|_| HashSet::new()).collect::<Vec<_>>(),
-        )
+        aggs.iter()
+            .map(|a| Accumulator::insert_only(a.func, a.distinct))
+            .collect::<Vec<_>>()
     };
     if g.keys.is_empty() {
         // A global aggregate has one group even over no rows.
@@ -300,66 +271,20 @@ fn group(
     for row in rows {
         let env = Env { row, params };
         let key = eval_all(&g.keys, &env)?;
-        let (accs, seen) = groups.entry(key).or_insert_with(|| fresh(&g.aggregates));
-        for (i, a) in g.aggregates.iter().enumerate() {
+        let accs = groups.entry(key).or_insert_with(|| fresh(&g.aggregates));
+        for (acc, a) in accs.iter_mut().zip(&g.aggregates) {
             let v = match &a.arg {
                 Some(e) => e.eval(&env)?,
-                None => Value::Bool(true),
+                None => Value::Null,
             };
-            if v.is_null() {
-                continue;
-            }
-            if a.distinct && !seen[i].insert(v.clone()) {
-                continue;
-            }
-            match &mut accs[i] {
-                Acc::Count(n) => *n += 1,
-                Acc::Sum(s) => *s = Some(add(s.take().unwrap_or(Value::Int(0)), &v)?),
-                Acc::Avg(s, n) => {
-                    *s = Some(add(s.take().unwrap_or(Value::Int(0)), &v)?);
-                    *n += 1;
-                }
-                Acc::Extreme(best) => {
-                    let better = match best {
-                        None => true,
-                        Some(b) => {
-                            let o = v.cmp(b);
-                            (a.func == AggFunc::Min && o == Ordering::Less)
-                                || (a.func == AggFunc::Max && o == Ordering::Greater)
-                        }
-                    };
-                    if better {
-                        *best = Some(v);
-                    }
-                }
-            }
+            acc.insert(&v)?;
         }
     }
     let mut out = Vec::with_capacity(groups.len());
-    for (key, (accs, _)) in groups {
+    for (key, accs) in groups {
         let mut grouped = key;
-        for (acc, a) in accs.into_iter().zip(&g.aggregates) {
-            grouped.push(match acc {
-                Acc::Count(n) => Value::Int(n),
-                Acc::Sum(s) => match (s, a.func) {
-                    (Some(Value::Int(i)), _) => Value::Int(i),
-                    (Some(v), _) => v,
-                    (None, _) => Value::Null,
-                },
-                Acc::Extreme(v) => v.unwrap_or(Value::Null),
-                Acc::Avg(None, _) => Value::Null,
-                Acc::Avg(Some(Value::Float(f)), n) => Value::Float(f / n as f64),
-                Acc::Avg(Some(s), n) => {
-                    let d = match s {
-                        Value::Int(i) => Decimal::from(i),
-                        Value::Numeric(d) => d,
-                        other => {
-                            Decimal::try_from(other.as_f64().unwrap_or(0.0)).unwrap_or_default()
-                        }
-                    };
-                    Value::Numeric((d / Decimal::from(n)).round_dp(16).normalize())
-                }
-            });
+        for acc in &accs {
+            grouped.push(acc.finish()?);
         }
         let env = Env {
             row: &grouped,

@@ -143,6 +143,15 @@ impl Session {
         .collect()
     }
 
+    /// Marks an open transaction failed, as any error inside one does
+    /// (front ends call it for errors the session did not see, such as a
+    /// parameter that would not decode).
+    pub fn fail_transaction(&mut self) {
+        if self.txn.is_some() {
+            self.failed = true;
+        }
+    }
+
     /// Ends any open transaction without committing (client went away).
     pub fn abandon(&mut self) {
         self.txn = None;
@@ -177,6 +186,20 @@ impl Session {
     /// Parses and describes one statement for the extended protocol.
     /// `hints` are the parameter types the client declared (`None`: infer).
     pub fn prepare(&mut self, sql: &str, hints: &[Option<DataType>]) -> Result<Prepared, SqlError> {
+        let prepared = self.prepare_inner(sql, hints);
+        if prepared.is_err() {
+            // An error inside a transaction block aborts it, whichever
+            // protocol message caused it.
+            self.note_error();
+        }
+        prepared
+    }
+
+    fn prepare_inner(
+        &mut self,
+        sql: &str,
+        hints: &[Option<DataType>],
+    ) -> Result<Prepared, SqlError> {
         let mut statements = parse(sql)?;
         if statements.len() > 1 {
             return Err(SqlError::syntax(
@@ -329,6 +352,11 @@ impl Session {
                 Ok(command("ROLLBACK"))
             }
             Plan::Set { name, value } => self.set(&name, value),
+            Plan::Deallocate { name } => Ok(command(if name == "all" {
+                "DEALLOCATE ALL"
+            } else {
+                "DEALLOCATE"
+            })),
             Plan::Show { name } => self.show(&name),
             Plan::Ddl(_) if self.txn.is_some() => Err(SqlError::new(
                 "25001",

@@ -429,3 +429,81 @@ fn catalog_views_answer() {
         vec![vec!["1e+300", "1e-07", "1.5", "1e+20"]]
     );
 }
+
+#[test]
+fn aggregates_give_postgres_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(&mut s, "CREATE TABLE t (g int, i int, n numeric, f float8)");
+    ok(
+        &mut s,
+        "INSERT INTO t VALUES (1, 1, 1.50, 0.1), (1, 2, 2.5, 0.1), (1, NULL, NULL, 0.1), \
+         (2, 7, 0.0001, 1e20), (2, 7, 0.0002, NULL), (3, NULL, NULL, NULL)",
+    );
+    // Every expected value as PostgreSQL 15 prints it.
+    let text = |r: &[&str]| r.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT g, count(*), count(i), count(DISTINCT i), sum(i), avg(i), sum(n), avg(n), \
+             min(n), max(i), sum(f), avg(f), sum(DISTINCT i) FROM t GROUP BY g ORDER BY g"
+        ),
+        vec![
+            text(&[
+                "1",
+                "3",
+                "2",
+                "2",
+                "3",
+                "1.5000000000000000",
+                "4.00",
+                "2.0000000000000000",
+                "1.50",
+                "2",
+                "0.30000000000000004",
+                "0.10000000000000002",
+                "3"
+            ]),
+            text(&[
+                "2",
+                "2",
+                "2",
+                "1",
+                "14",
+                "7.0000000000000000",
+                "0.0003",
+                "0.00015000000000000000",
+                "0.0001",
+                "7",
+                "1e+20",
+                "1e+20",
+                "7"
+            ]),
+            text(&[
+                "3", "1", "0", "0", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL",
+                "NULL"
+            ]),
+        ]
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT count(*), sum(i), avg(i), min(i) FROM t WHERE false"
+        ),
+        vec![text(&["0", "NULL", "NULL", "NULL"])]
+    );
+    ok(&mut s, "CREATE TABLE big (v bigint)");
+    ok(
+        &mut s,
+        "INSERT INTO big VALUES (9223372036854775807), (9223372036854775807), (-5)",
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT sum(v), avg(v) FROM big"),
+        vec![text(&["18446744073709551609", "6148914691236517203"])]
+    );
+    assert_eq!(
+        code(&mut s, "SELECT sum(v * 1e289::float8) FROM big"),
+        "22003"
+    );
+}

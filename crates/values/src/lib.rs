@@ -20,7 +20,7 @@ use std::fmt;
 
 pub use rust_decimal::Decimal;
 pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
-pub use types::DataType;
+pub use types::{parse_numeric, DataType, MAX_NUMERIC_DIGITS};
 
 /// Largest text, bytea or json value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1024 * 1024;

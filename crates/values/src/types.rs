@@ -215,11 +215,7 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
             };
             float_in(ty, f)
         }
-        DataType::Numeric => t
-            .parse::<Decimal>()
-            .or_else(|_| Decimal::from_scientific(t))
-            .map(Value::Numeric)
-            .map_err(|_| syntax(ty, s)),
+        DataType::Numeric => parse_numeric(t).map(Value::Numeric),
         DataType::Bool => match t.to_ascii_lowercase().as_str() {
             "t" | "true" | "y" | "yes" | "on" | "1" => Ok(Value::Bool(true)),
             "f" | "false" | "n" | "no" | "off" | "0" => Ok(Value::Bool(false)),
@@ -249,6 +245,26 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
             check_len(Value::Json(s.to_string()))
         }
     }
+}
+
+/// Significant digits a `numeric` holds (rust_decimal's 96-bit mantissa).
+pub const MAX_NUMERIC_DIGITS: usize = 28;
+
+/// Parses a `numeric`, refusing (rather than rounding) values with more
+/// significant digits than it can hold exactly.
+pub fn parse_numeric(t: &str) -> Result<Decimal, ValueError> {
+    let ty = DataType::Numeric;
+    let mantissa = t.split(['e', 'E']).next().unwrap_or(t);
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    let significant = digits.trim_start_matches('0').len();
+    if significant > MAX_NUMERIC_DIGITS {
+        return Err(ValueError::OutOfRange {
+            ty: format!("numeric (at most {MAX_NUMERIC_DIGITS} significant digits)"),
+        });
+    }
+    t.parse::<Decimal>()
+        .or_else(|_| Decimal::from_scientific(t))
+        .map_err(|_| syntax(&ty, t))
 }
 
 fn float_in(ty: &DataType, f: f64) -> Result<Value, ValueError> {
