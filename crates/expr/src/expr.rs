@@ -425,7 +425,7 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
         }
         (Float(_), Int(_) | Float(_) | Numeric(_)) | (Int(_) | Numeric(_), Float(_)) => {
             let (x, y) = (a.as_f64().unwrap(), b.as_f64().unwrap());
-            Float(match op {
+            let r = match op {
                 BinOp::Add => x + y,
                 BinOp::Sub => x - y,
                 BinOp::Mul => x * y,
@@ -434,7 +434,12 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 BinOp::Mod if y == 0.0 => return Err(division_by_zero()),
                 BinOp::Mod => x % y,
                 _ => return Err(operator_error(op_name(op), &a, &b)),
-            })
+            };
+            // Finite operands with an infinite result overflowed (PostgreSQL: 22003).
+            if r.is_infinite() && x.is_finite() && y.is_finite() {
+                return Err(SqlError::new("22003", "value out of range: overflow"));
+            }
+            Float(r)
         }
         (Numeric(_), Int(_) | Numeric(_)) | (Int(_), Numeric(_)) => {
             let d = |v: &Value| match v {

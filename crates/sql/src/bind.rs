@@ -110,6 +110,19 @@ pub struct SortKey {
     pub nulls_first: bool,
 }
 
+/// A SELECT's clauses after FROM, bound over the FROM's rows.
+#[derive(Clone, Debug)]
+pub struct SelectBody {
+    pub filter: Option<Expr>,
+    pub grouping: Option<Grouping>,
+    pub outputs: Vec<Expr>,
+    pub visible: usize,
+    pub order_by: Vec<SortKey>,
+    pub distinct: bool,
+    pub limit: Option<Expr>,
+    pub offset: Option<Expr>,
+}
+
 #[derive(Clone, Debug)]
 pub struct SelectPlan {
     pub table: TableId,
@@ -200,13 +213,46 @@ struct Binder<'a> {
     params: Vec<Option<DataType>>,
 }
 
-/// The columns an expression may name.
-struct Scope<'a> {
-    /// Names a column may be qualified with.
-    qualifiers: Vec<String>,
-    table: Option<&'a Table>,
-    /// Extra columns after the table's (e.g. `excluded.*` in ON CONFLICT).
-    excluded: Option<&'a Table>,
+/// A column an expression may name.
+#[derive(Clone, Debug)]
+pub(crate) struct ScopeColumn {
+    /// The table name or alias it may be qualified with.
+    pub qualifier: Option<String>,
+    pub name: String,
+    pub ty: DataType,
+    /// Only reachable when qualified (`excluded.x` in ON CONFLICT).
+    pub qualified_only: bool,
+}
+
+/// The columns an expression may name, in row order: a bound
+/// `Expr::Column(i)` reads position `i` of the row these columns describe.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scope {
+    pub columns: Vec<ScopeColumn>,
+}
+
+impl Scope {
+    pub fn empty() -> Scope {
+        Scope::default()
+    }
+
+    /// The columns of `t`, qualified by `qualifier`.
+    pub fn table(t: &Table, qualifier: &str) -> Scope {
+        let mut s = Scope::empty();
+        s.push_table(t, qualifier, false);
+        s
+    }
+
+    pub fn push_table(&mut self, t: &Table, qualifier: &str, qualified_only: bool) {
+        for c in &t.schema.columns {
+            self.columns.push(ScopeColumn {
+                qualifier: Some(qualifier.to_string()),
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                qualified_only,
+            });
+        }
+    }
 }
 
 fn ident(i: &ast::Ident) -> String {
@@ -417,7 +463,7 @@ impl<'a> Binder<'a> {
 
     // ---- expressions ----
 
-    fn column_ref(&self, scope: &Scope<'_>, parts: &[String]) -> Result<Expr, SqlError> {
+    fn column_ref(&self, scope: &Scope, parts: &[String]) -> Result<Expr, SqlError> {
         let (qualifier, name) = match parts {
             [name] => (None, name.as_str()),
             [q, name] => (Some(q.as_str()), name.as_str()),
@@ -429,46 +475,52 @@ impl<'a> Binder<'a> {
                 )))
             }
         };
-        if qualifier == Some("excluded") {
-            if let Some(t) = scope.excluded {
-                let width = scope.table.map(|t| t.schema.columns.len()).unwrap_or(0);
-                let i = t
-                    .schema
-                    .column_index(name)
-                    .ok_or_else(|| SqlError::undefined_column(name))?;
-                return Ok(Expr::Column(width + i));
-            }
+        let matches: Vec<usize> = scope
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                c.name == name
+                    && match qualifier {
+                        Some(q) => c.qualifier.as_deref() == Some(q),
+                        None => !c.qualified_only,
+                    }
+            })
+            .map(|(i, _)| i)
+            .collect();
+        match matches.as_slice() {
+            [i] => Ok(Expr::Column(*i)),
+            [] => match qualifier {
+                Some(q)
+                    if !scope
+                        .columns
+                        .iter()
+                        .any(|c| c.qualifier.as_deref() == Some(q)) =>
+                {
+                    Err(SqlError::new(
+                        "42P01",
+                        format!("missing FROM-clause entry for table \"{q}\""),
+                    ))
+                }
+                _ => Err(SqlError::undefined_column(name)),
+            },
+            _ => Err(
+                SqlError::new("42702", format!("column reference \"{name}\" is ambiguous"))
+                    .with_hint("qualify it with its table name"),
+            ),
         }
-        if let Some(q) = qualifier {
-            if !scope.qualifiers.iter().any(|s| s == q) {
-                return Err(SqlError::new(
-                    "42P01",
-                    format!("missing FROM-clause entry for table \"{q}\""),
-                ));
-            }
-        }
-        let t = scope
-            .table
-            .ok_or_else(|| SqlError::undefined_column(name))?;
-        t.schema
-            .column_index(name)
-            .map(Expr::Column)
-            .ok_or_else(|| SqlError::undefined_column(name))
     }
 
     /// The type of a bound expression in `scope`.
-    fn type_of(&self, e: &Expr, scope: &Scope<'_>) -> DataType {
+    fn type_of(&self, e: &Expr, scope: &Scope) -> DataType {
         match e {
             Expr::Literal(v) => literal_type(v),
             Expr::Param(i) => self.params[*i].clone().unwrap_or(DataType::Text),
-            Expr::Column(i) => {
-                let width = scope.table.map(|t| t.schema.columns.len()).unwrap_or(0);
-                match (scope.table, scope.excluded) {
-                    (Some(t), _) if *i < width => t.schema.columns[*i].ty.clone(),
-                    (_, Some(x)) => x.schema.columns[*i - width].ty.clone(),
-                    _ => DataType::Text,
-                }
-            }
+            Expr::Column(i) => scope
+                .columns
+                .get(*i)
+                .map(|c| c.ty.clone())
+                .unwrap_or(DataType::Text),
             Expr::Unary(UnOp::Not, _)
             | Expr::IsNull(..)
             | Expr::InList(..)
@@ -519,7 +571,7 @@ impl<'a> Binder<'a> {
     fn expr(
         &mut self,
         e: &ast::Expr,
-        scope: &Scope<'_>,
+        scope: &Scope,
         expected: Option<&DataType>,
     ) -> Result<Expr, SqlError> {
         use ast::Expr as E;
@@ -676,7 +728,7 @@ impl<'a> Binder<'a> {
     fn is_bool(
         &mut self,
         e: &ast::Expr,
-        scope: &Scope<'_>,
+        scope: &Scope,
         value: bool,
         negated: bool,
     ) -> Result<Expr, SqlError> {
@@ -706,7 +758,7 @@ impl<'a> Binder<'a> {
         pattern: &ast::Expr,
         negated: bool,
         case_insensitive: bool,
-        scope: &Scope<'_>,
+        scope: &Scope,
     ) -> Result<Expr, SqlError> {
         Ok(Expr::Like {
             expr: Box::new(self.expr(expr, scope, Some(&DataType::Text))?),
@@ -721,7 +773,7 @@ impl<'a> Binder<'a> {
         op: BinOp,
         left: &ast::Expr,
         right: &ast::Expr,
-        scope: &Scope<'_>,
+        scope: &Scope,
     ) -> Result<Expr, SqlError> {
         let logical = matches!(op, BinOp::And | BinOp::Or);
         let hint = if logical { Some(DataType::Bool) } else { None };
@@ -806,7 +858,7 @@ impl<'a> Binder<'a> {
     fn function(
         &mut self,
         f: &ast::Function,
-        scope: &Scope<'_>,
+        scope: &Scope,
         expected: Option<&DataType>,
     ) -> Result<Expr, SqlError> {
         let name = object_name(&f.name)?;
@@ -868,11 +920,7 @@ impl<'a> Binder<'a> {
     }
 
     fn limit(&mut self, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>), SqlError> {
-        let empty = Scope {
-            qualifiers: vec![],
-            table: None,
-            excluded: None,
-        };
+        let empty = Scope::empty();
         let (limit, offset) = match &q.limit_clause {
             None => (None, None),
             Some(ast::LimitClause::LimitOffset { limit, offset, .. }) => {
@@ -907,11 +955,7 @@ impl<'a> Binder<'a> {
                 "WHERE, ORDER BY or LIMIT without FROM",
             ));
         }
-        let scope = Scope {
-            qualifiers: vec![],
-            table: None,
-            excluded: None,
-        };
+        let scope = Scope::empty();
         let mut outputs = Vec::new();
         let mut columns = Vec::new();
         for item in &select.projection {
@@ -934,10 +978,7 @@ impl<'a> Binder<'a> {
         Ok((Plan::Values(outputs), columns))
     }
 
-    fn resolve_from(
-        &self,
-        from: &[ast::TableWithJoins],
-    ) -> Result<(&'a Table, Vec<String>), SqlError> {
+    fn resolve_from(&self, from: &[ast::TableWithJoins]) -> Result<(&'a Table, String), SqlError> {
         let [twj] = from else {
             return Err(SqlError::unsupported(
                 "selecting from several tables (joins arrive with maintained views)",
@@ -952,10 +993,7 @@ impl<'a> Binder<'a> {
             ast::TableFactor::Table { name, alias, .. } => {
                 let n = object_name(name)?;
                 let t = self.table(&n)?;
-                let mut q = vec![n];
-                if let Some(a) = alias {
-                    q = vec![ident(&a.name)];
-                }
+                let q = alias.as_ref().map(|a| ident(&a.name)).unwrap_or(n);
                 Ok((t, q))
             }
             _ => Err(SqlError::unsupported("subqueries in FROM")),
@@ -969,12 +1007,41 @@ impl<'a> Binder<'a> {
         limit: Option<Expr>,
         offset: Option<Expr>,
     ) -> Result<(SelectPlan, Vec<Column>), SqlError> {
-        let (table, qualifiers) = self.resolve_from(&select.from)?;
-        let scope = Scope {
-            qualifiers,
-            table: Some(table),
-            excluded: None,
-        };
+        let (table, qualifier) = self.resolve_from(&select.from)?;
+        let scope = Scope::table(table, &qualifier);
+        let origin = |c: usize| table_column(table, c);
+        let (body, columns) = self.select_body(&scope, &origin, select, order_by, limit, offset)?;
+        let access = choose_access(table, body.filter.as_ref());
+        Ok((
+            SelectPlan {
+                table: table.schema.id,
+                access,
+                filter: body.filter,
+                grouping: body.grouping,
+                outputs: body.outputs,
+                visible: body.visible,
+                order_by: body.order_by,
+                distinct: body.distinct,
+                limit: body.limit,
+                offset: body.offset,
+            },
+            columns,
+        ))
+    }
+
+    /// Binds everything of a SELECT after FROM, over the rows `scope`
+    /// describes; `origin(i)` describes input column `i` for result metadata.
+    /// Direct evaluation and view compilation share it.
+    pub(crate) fn select_body(
+        &mut self,
+        scope: &Scope,
+        origin: &dyn Fn(usize) -> Column,
+        select: &ast::Select,
+        order_by: Option<&ast::OrderBy>,
+        limit: Option<Expr>,
+        offset: Option<Expr>,
+    ) -> Result<(SelectBody, Vec<Column>), SqlError> {
+        let scope = scope.clone();
         let filter = match &select.selection {
             Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
             None => None,
@@ -1006,16 +1073,35 @@ impl<'a> Binder<'a> {
                 ast::SelectItem::ExprWithAlias { expr, alias } => {
                     items.push((Some(expr.clone()), None, ident(alias)))
                 }
-                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
-                    for (i, c) in table.schema.columns.iter().enumerate() {
-                        items.push((None, Some(i), c.name.clone()));
+                ast::SelectItem::Wildcard(_) => {
+                    for (i, c) in scope.columns.iter().enumerate() {
+                        if !c.qualified_only {
+                            items.push((None, Some(i), c.name.clone()));
+                        }
+                    }
+                }
+                ast::SelectItem::QualifiedWildcard(kind, _) => {
+                    let q = match kind {
+                        ast::SelectItemQualifiedWildcardKind::ObjectName(n) => object_name(n)?,
+                        ast::SelectItemQualifiedWildcardKind::Expr(e) => e.to_string(),
+                    };
+                    let before = items.len();
+                    for (i, c) in scope.columns.iter().enumerate() {
+                        if c.qualifier.as_deref() == Some(q.as_str()) {
+                            items.push((None, Some(i), c.name.clone()));
+                        }
+                    }
+                    if items.len() == before {
+                        return Err(SqlError::new(
+                            "42P01",
+                            format!("missing FROM-clause entry for table \"{q}\""),
+                        ));
                     }
                 }
                 other => return Err(SqlError::unsupported(format!("{other}"))),
             }
         }
 
-        let mut grouping = None;
         let mut outputs = Vec::new();
         let mut columns = Vec::new();
         if has_aggregates {
@@ -1036,7 +1122,7 @@ impl<'a> Binder<'a> {
                     let pos = g.keys.iter().position(|k| *k == x).ok_or_else(|| {
                         SqlError::new("42803", format!("column \"{name}\" must appear in the GROUP BY clause or be used in an aggregate function"))
                     })?;
-                    columns.push(table_column(table, c));
+                    columns.push(origin(c));
                     outputs.push(Expr::Column(pos));
                     continue;
                 };
@@ -1050,7 +1136,7 @@ impl<'a> Binder<'a> {
                                 ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_)
                             ) =>
                         {
-                            let mut col = table_column(table, *c);
+                            let mut col = origin(*c);
                             col.name = name.clone();
                             col
                         }
@@ -1065,22 +1151,17 @@ impl<'a> Binder<'a> {
                 None => None,
             };
             let visible = outputs.len();
-            let order = self.order_by(order_by, &items, &mut outputs, |b, e, outs| {
-                let _ = outs;
+            let order = self.order_by(order_by, &items, &mut outputs, |b, e, _| {
                 b.grouped_expr(e, &scope, &mut g)
             })?;
-            grouping = Some(Grouping {
-                keys: g.keys,
-                aggregates: g.aggregates,
-                having,
-            });
-            let access = choose_access(table, filter.as_ref());
             return Ok((
-                SelectPlan {
-                    table: table.schema.id,
-                    access,
+                SelectBody {
                     filter,
-                    grouping,
+                    grouping: Some(Grouping {
+                        keys: g.keys,
+                        aggregates: g.aggregates,
+                        having,
+                    }),
                     outputs,
                     visible,
                     order_by: order,
@@ -1095,13 +1176,13 @@ impl<'a> Binder<'a> {
             match (e, col) {
                 (None, Some(c)) => {
                     outputs.push(Expr::Column(*c));
-                    columns.push(table_column(table, *c));
+                    columns.push(origin(*c));
                 }
                 (Some(e), _) => {
                     let x = self.expr(e, &scope, None)?;
                     columns.push(match &x {
                         Expr::Column(c) => {
-                            let mut col = table_column(table, *c);
+                            let mut col = origin(*c);
                             col.name = name.clone();
                             col
                         }
@@ -1116,11 +1197,8 @@ impl<'a> Binder<'a> {
         let order = self.order_by(order_by, &items, &mut outputs, |b, e, _| {
             b.expr(e, &scope, None)
         })?;
-        let _ = grouping;
         Ok((
-            SelectPlan {
-                table: table.schema.id,
-                access: choose_access(table, filter.as_ref()),
+            SelectBody {
                 filter,
                 grouping: None,
                 outputs,
@@ -1194,7 +1272,7 @@ impl<'a> Binder<'a> {
     fn grouped_expr(
         &mut self,
         e: &ast::Expr,
-        scope: &Scope<'_>,
+        scope: &Scope,
         g: &mut GroupBinder,
     ) -> Result<Expr, SqlError> {
         // A whole group key.
@@ -1289,7 +1367,7 @@ impl<'a> Binder<'a> {
         &mut self,
         items: &Option<Vec<ast::SelectItem>>,
         table: &Table,
-        scope: &Scope<'_>,
+        scope: &Scope,
     ) -> Result<(Vec<Expr>, Vec<Column>), SqlError> {
         let mut outputs = Vec::new();
         let mut columns = Vec::new();
@@ -1358,11 +1436,7 @@ impl<'a> Binder<'a> {
                 ));
             }
         }
-        let empty = Scope {
-            qualifiers: vec![],
-            table: None,
-            excluded: None,
-        };
+        let empty = Scope::empty();
         let source = match i.source.as_deref() {
             None => return Err(SqlError::unsupported("INSERT without VALUES or SELECT")),
             Some(q) => match q.body.as_ref() {
@@ -1419,10 +1493,10 @@ impl<'a> Binder<'a> {
                 _ => return Err(SqlError::unsupported("this INSERT source")),
             },
         };
-        let scope = Scope {
-            qualifiers: vec![name.clone()],
-            table: Some(table),
-            excluded: Some(table),
+        let scope = {
+            let mut s = Scope::table(table, &name);
+            s.push_table(table, "excluded", true);
+            s
         };
         let on_conflict = match &i.on {
             None => OnConflict::Error,
@@ -1474,11 +1548,7 @@ impl<'a> Binder<'a> {
             }
             Some(_) => return Err(SqlError::unsupported("ON DUPLICATE KEY")),
         };
-        let row_scope = Scope {
-            qualifiers: vec![name],
-            table: Some(table),
-            excluded: None,
-        };
+        let row_scope = Scope::table(table, &name);
         let (returning, out_cols) = self.returning(&i.returning, table, &row_scope)?;
         Ok((
             Plan::Insert(InsertPlan {
@@ -1496,7 +1566,7 @@ impl<'a> Binder<'a> {
         &mut self,
         list: &[ast::Assignment],
         table: &Table,
-        scope: &Scope<'_>,
+        scope: &Scope,
     ) -> Result<Vec<(usize, Expr)>, SqlError> {
         let mut out = Vec::new();
         for a in list {
@@ -1529,12 +1599,8 @@ impl<'a> Binder<'a> {
         if u.from.is_some() {
             return Err(SqlError::unsupported("UPDATE ... FROM"));
         }
-        let (table, qualifiers) = self.resolve_from(std::slice::from_ref(&u.table))?;
-        let scope = Scope {
-            qualifiers,
-            table: Some(table),
-            excluded: None,
-        };
+        let (table, qualifier) = self.resolve_from(std::slice::from_ref(&u.table))?;
+        let scope = Scope::table(table, &qualifier);
         let assignments = self.assignments(&u.assignments, table, &scope)?;
         let filter = match &u.selection {
             Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
@@ -1560,12 +1626,8 @@ impl<'a> Binder<'a> {
         let from = match &d.from {
             ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
         };
-        let (table, qualifiers) = self.resolve_from(from)?;
-        let scope = Scope {
-            qualifiers,
-            table: Some(table),
-            excluded: None,
-        };
+        let (table, qualifier) = self.resolve_from(from)?;
+        let scope = Scope::table(table, &qualifier);
         let filter = match &d.selection {
             Some(w) => Some(self.expr(w, &scope, Some(&DataType::Bool))?),
             None => None,
@@ -1592,11 +1654,7 @@ impl<'a> Binder<'a> {
         let mut columns = Vec::new();
         let mut primary_key: Vec<usize> = Vec::new();
         let mut uniques: Vec<Vec<usize>> = Vec::new();
-        let empty = Scope {
-            qualifiers: vec![],
-            table: None,
-            excluded: None,
-        };
+        let empty = Scope::empty();
         for (i, col) in c.columns.iter().enumerate() {
             let cname = ident(&col.name);
             if columns.iter().any(|c: &ColumnDef| c.name == cname) {
@@ -1746,7 +1804,7 @@ struct GroupBinder {
 }
 
 impl GroupBinder {
-    fn type_of(&self, b: &Binder<'_>, e: &Expr, scope: &Scope<'_>) -> DataType {
+    fn type_of(&self, b: &Binder<'_>, e: &Expr, scope: &Scope) -> DataType {
         match e {
             Expr::Column(p) if *p < self.keys.len() => b.type_of(&self.keys[*p], scope),
             Expr::Column(p) => self.agg_types[*p - self.keys.len()].clone(),
