@@ -46,11 +46,24 @@ pub enum Plan {
     Deallocate {
         name: String,
     },
+    ShowViews,
+    /// `EXPLAIN`: the dataflow of a view, or how a query is answered.
+    Explain {
+        target: Option<String>,
+        sql: String,
+    },
 }
 
 impl Plan {
     pub fn is_read_only(&self) -> bool {
-        matches!(self, Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_))
+        matches!(
+            self,
+            Plan::Select(_)
+                | Plan::Values(_)
+                | Plan::Catalog(_)
+                | Plan::ShowViews
+                | Plan::Explain { .. }
+        )
     }
 }
 
@@ -72,6 +85,16 @@ pub enum Ddl {
         if_not_exists: bool,
     },
     DropIndex {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    CreateView {
+        name: String,
+        /// The whole `CREATE VIEW` statement, stored in the log.
+        sql: String,
+        if_not_exists: bool,
+    },
+    DropView {
         names: Vec<String>,
         if_exists: bool,
     },
@@ -208,9 +231,22 @@ pub fn bind(
     })
 }
 
-struct Binder<'a> {
+pub(crate) struct Binder<'a> {
     catalog: &'a Catalog,
     params: Vec<Option<DataType>>,
+}
+
+impl<'a> Binder<'a> {
+    pub(crate) fn new(catalog: &'a Catalog) -> Binder<'a> {
+        Binder {
+            catalog,
+            params: Vec::new(),
+        }
+    }
+
+    pub(crate) fn has_params(&self) -> bool {
+        !self.params.is_empty()
+    }
 }
 
 /// A column an expression may name.
@@ -255,7 +291,7 @@ impl Scope {
     }
 }
 
-fn ident(i: &ast::Ident) -> String {
+pub(crate) fn ident(i: &ast::Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
@@ -333,6 +369,43 @@ impl<'a> Binder<'a> {
             S::Delete(d) => return self.delete(d),
             S::CreateTable(c) => (self.create_table(c)?, vec![]),
             S::CreateIndex(c) => (self.create_index(c)?, vec![]),
+            S::CreateView(cv) => {
+                if !cv.columns.is_empty() {
+                    return Err(SqlError::unsupported("column names in CREATE VIEW"));
+                }
+                let name = object_name(&cv.name)?;
+                // Checked against the catalog now, so a bad view fails here.
+                crate::views::ViewRegistry::check(self.catalog, &cv.query)?;
+                (
+                    Plan::Ddl(Ddl::CreateView {
+                        name,
+                        sql: st.to_string(),
+                        if_not_exists: cv.if_not_exists,
+                    }),
+                    vec![],
+                )
+            }
+            S::Explain { statement, .. } => {
+                let target = match statement.as_ref() {
+                    S::Query(q) => match q.body.as_ref() {
+                        ast::SetExpr::Select(sel) if sel.from.len() == 1 => {
+                            match &sel.from[0].relation {
+                                ast::TableFactor::Table { name, .. } => Some(object_name(name)?),
+                                _ => None,
+                            }
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                (
+                    Plan::Explain {
+                        target,
+                        sql: statement.to_string(),
+                    },
+                    vec![Column::computed("QUERY PLAN", DataType::Text)],
+                )
+            }
             S::Drop {
                 object_type,
                 if_exists,
@@ -348,6 +421,9 @@ impl<'a> Binder<'a> {
                     Plan::Ddl(match object_type {
                         ast::ObjectType::Table => Ddl::DropTable { names, if_exists },
                         ast::ObjectType::Index => Ddl::DropIndex { names, if_exists },
+                        ast::ObjectType::View | ast::ObjectType::MaterializedView => {
+                            Ddl::DropView { names, if_exists }
+                        }
                         other => return Err(SqlError::unsupported(format!("DROP {other}"))),
                     }),
                     vec![],
@@ -372,6 +448,18 @@ impl<'a> Binder<'a> {
                 if name == "tables" {
                     return catalog_queries::show_tables(self.catalog);
                 }
+                if name == "views" {
+                    return Ok((
+                        Plan::ShowViews,
+                        vec![
+                            Column::computed("name", DataType::Text),
+                            Column::computed("watermark", DataType::Int8),
+                            Column::computed("rows", DataType::Int8),
+                            Column::computed("keys", DataType::Int8),
+                            Column::computed("status", DataType::Text),
+                        ],
+                    ));
+                }
                 let columns = if name == "all" {
                     vec![
                         Column::computed("name", DataType::Text),
@@ -383,6 +471,18 @@ impl<'a> Binder<'a> {
                 (Plan::Show { name }, columns)
             }
             S::ShowTables { .. } => return catalog_queries::show_tables(self.catalog),
+            S::ShowViews { .. } => {
+                return Ok((
+                    Plan::ShowViews,
+                    vec![
+                        Column::computed("name", DataType::Text),
+                        Column::computed("watermark", DataType::Int8),
+                        Column::computed("rows", DataType::Int8),
+                        Column::computed("keys", DataType::Int8),
+                        Column::computed("status", DataType::Text),
+                    ],
+                ))
+            }
             S::Deallocate { name, .. } => (Plan::Deallocate { name: ident(name) }, vec![]),
             S::Discard { .. } => (
                 Plan::Set {
@@ -440,7 +540,7 @@ impl<'a> Binder<'a> {
         }
     }
 
-    fn table(&self, name: &str) -> Result<&'a Table, SqlError> {
+    pub(crate) fn table(&self, name: &str) -> Result<&'a Table, SqlError> {
         self.catalog
             .table(name)
             .ok_or_else(|| SqlError::undefined_table(name))
@@ -512,7 +612,7 @@ impl<'a> Binder<'a> {
     }
 
     /// The type of a bound expression in `scope`.
-    fn type_of(&self, e: &Expr, scope: &Scope) -> DataType {
+    pub(crate) fn type_of(&self, e: &Expr, scope: &Scope) -> DataType {
         match e {
             Expr::Literal(v) => literal_type(v),
             Expr::Param(i) => self.params[*i].clone().unwrap_or(DataType::Text),
@@ -568,7 +668,7 @@ impl<'a> Binder<'a> {
         }
     }
 
-    fn expr(
+    pub(crate) fn expr(
         &mut self,
         e: &ast::Expr,
         scope: &Scope,
@@ -919,7 +1019,10 @@ impl<'a> Binder<'a> {
         Ok((Plan::Select(plan.0), columns))
     }
 
-    fn limit(&mut self, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>), SqlError> {
+    pub(crate) fn limit(
+        &mut self,
+        q: &ast::Query,
+    ) -> Result<(Option<Expr>, Option<Expr>), SqlError> {
         let empty = Scope::empty();
         let (limit, offset) = match &q.limit_clause {
             None => (None, None),

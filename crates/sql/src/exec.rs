@@ -55,7 +55,9 @@ pub fn execute(
         | Plan::Rollback
         | Plan::Set { .. }
         | Plan::Show { .. }
-        | Plan::Deallocate { .. } => {
+        | Plan::Deallocate { .. }
+        | Plan::ShowViews
+        | Plan::Explain { .. } => {
             unreachable!("session statements are handled by the session")
         }
     }
@@ -536,8 +538,51 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             txn.schema(SchemaChange::CreateTable(schema));
             tag("CREATE TABLE")
         }
+        Ddl::CreateView {
+            name,
+            sql,
+            if_not_exists,
+        } => {
+            if catalog.table(name).is_some() || catalog.view(name).is_some() {
+                if *if_not_exists {
+                    return tag("CREATE VIEW");
+                }
+                return Err(SqlError::new(
+                    "42P07",
+                    format!("relation \"{name}\" already exists"),
+                ));
+            }
+            txn.schema(SchemaChange::CreateView {
+                id: catalog.next_table_id(),
+                name: name.clone(),
+                sql: sql.clone(),
+            });
+            tag("CREATE VIEW")
+        }
+        Ddl::DropView { names, if_exists } => {
+            for n in names {
+                match catalog.view(n) {
+                    Some(id) => txn.schema(SchemaChange::DropView { id }),
+                    None if *if_exists => {}
+                    None => {
+                        return Err(SqlError::new(
+                            "42P01",
+                            format!("view \"{n}\" does not exist"),
+                        ))
+                    }
+                }
+            }
+            tag("DROP VIEW")
+        }
         Ddl::DropTable { names, if_exists } => {
             for n in names {
+                if let Some(v) = dependent_view(catalog, n) {
+                    return Err(SqlError::new(
+                        "2BP01",
+                        format!("cannot drop table {n} because view {v} depends on it"),
+                    )
+                    .with_hint(format!("drop the view first: DROP VIEW {v}")));
+                }
                 match catalog.table(n) {
                     Some(t) => txn.schema(SchemaChange::DropTable { id: t.schema.id }),
                     None if *if_exists => {}
@@ -618,4 +663,14 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             tag("DROP INDEX")
         }
     }
+}
+
+/// A view whose definition names table `table` (as a whole word).
+fn dependent_view(catalog: &Catalog, table: &str) -> Option<String> {
+    catalog.views.values().find_map(|(name, sql)| {
+        let mentions = sql
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w.eq_ignore_ascii_case(table));
+        mentions.then(|| name.clone())
+    })
 }

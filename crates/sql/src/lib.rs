@@ -9,8 +9,10 @@
 
 pub mod bind;
 mod catalog_queries;
+mod compile;
 pub mod exec;
 mod session;
+pub mod views;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,6 +74,7 @@ impl EngineMetrics {
 /// The database as the SQL layer sees it; shared by all sessions.
 pub struct Engine {
     db: Database,
+    pub views: views::Views,
     pub metrics: EngineMetrics,
     pub started: Instant,
     pub replay: ReplayReport,
@@ -81,8 +84,23 @@ impl Engine {
     /// Rebuilds the tables from `log` and returns the engine.
     pub fn open(log: Log, progress: &mut dyn FnMut(Lsn)) -> Result<Arc<Engine>, SqlError> {
         let (db, replay) = Database::open(log, progress)?;
+        let registry = Arc::new(views::ViewRegistry::default());
+        // Views are functions of the tables: rebuilt from the recovered state,
+        // in creation order, before any new commit.
+        db.with_commits_paused(|catalog, lsn| {
+            for (id, (name, sql)) in &catalog.views {
+                if let Err(e) = registry.install(catalog, lsn, *id, name, sql) {
+                    tracing::error!(view = %name, "cannot rebuild the view: {e}");
+                }
+            }
+        });
+        let hook_views = registry.clone();
+        db.set_commit_hook(Some(Arc::new(move |lsn, catalog, changes, schema| {
+            hook_views.on_commit(lsn, catalog, changes, schema)
+        })));
         Ok(Arc::new(Engine {
             db,
+            views: registry,
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aqueduct_log::Lsn;
-use aqueduct_tables::Txn;
+use aqueduct_tables::{Catalog, ColumnDef, SchemaChange, TableSchema, Txn};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 use sqlparser::dialect::PostgreSqlDialect;
@@ -223,6 +223,8 @@ impl Session {
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
                 let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
                 bind::bind(&virtual_catalog, st, hints, &self.settings)?
+            } else if let Some(views) = self.view_catalog(st)? {
+                bind::bind(&views, st, hints, &self.settings)?
             } else {
                 bind::bind(&catalog, st, hints, &self.settings)?
             }
@@ -311,6 +313,18 @@ impl Session {
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
         }
+        if matches!(
+            st,
+            Statement::Query(_)
+                | Statement::Insert(_)
+                | Statement::Update(_)
+                | Statement::Delete(_)
+        ) {
+            if let Some(views) = self.view_catalog(st)? {
+                self.engine.metrics.count(&self.engine.metrics.select);
+                return self.run_read_only(&views, st, hints, params, "a view cannot be written");
+            }
+        }
         let bound: Bound = {
             let catalog = self.engine.database().read();
             bind::bind(&catalog, st, hints, &self.settings)?
@@ -351,6 +365,8 @@ impl Session {
                 self.failed = false;
                 Ok(command("ROLLBACK"))
             }
+            Plan::ShowViews => Ok(self.show_views()),
+            Plan::Explain { target, sql } => self.explain(target, &sql),
             Plan::Set { name, value } => self.set(&name, value),
             Plan::Deallocate { name } => Ok(command(if name == "all" {
                 "DEALLOCATE ALL"
@@ -407,21 +423,136 @@ impl Session {
         hints: &[Option<DataType>],
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
-        let db = self.engine.database();
-        let virtual_catalog = catalog_queries::virtual_catalog(&db.read());
-        let bound = bind::bind(&virtual_catalog, st, hints, &self.settings)?;
+        let virtual_catalog = catalog_queries::virtual_catalog(&self.engine.database().read());
+        self.run_read_only(
+            &virtual_catalog,
+            st,
+            hints,
+            params,
+            "the catalog views are read-only",
+        )
+    }
+
+    /// Binds and runs a read-only statement against a catalog built for it.
+    fn run_read_only(
+        &mut self,
+        catalog: &Catalog,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+        refusal: &str,
+    ) -> Result<Outcome, SqlError> {
+        if !matches!(st, Statement::Query(_)) {
+            return Err(SqlError::new("42809", refusal.to_string()));
+        }
+        let bound = bind::bind(catalog, st, hints, &self.settings)?;
         if !bound.plan.is_read_only() {
-            return Err(SqlError::new("42809", "the catalog views are read-only"));
+            return Err(SqlError::new("42809", refusal.to_string()));
         }
         let mut scratch = Txn::default();
         exec::execute(
-            db,
-            &virtual_catalog,
+            self.engine.database(),
+            catalog,
             &mut scratch,
             &bound.plan,
             bound.columns,
             params,
         )
+    }
+
+    /// The maintained views a statement reads, as tables holding their
+    /// current rows (read lock-free from the views), or `None`.
+    fn view_catalog(&self, st: &Statement) -> Result<Option<Catalog>, SqlError> {
+        let text = st.to_string();
+        let words: std::collections::HashSet<&str> = text
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .collect();
+        let entries: Vec<_> = self
+            .engine
+            .views
+            .names()
+            .into_iter()
+            .filter(|n| words.contains(n.as_str()))
+            .filter_map(|n| self.engine.views.get(&n))
+            .collect();
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let mut catalog = Catalog::default();
+        for v in entries {
+            let (rows, watermark) = self.engine.views.rows(&v)?;
+            catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
+                id: v.id,
+                name: v.name.clone(),
+                columns: v
+                    .columns
+                    .iter()
+                    .map(|c| ColumnDef {
+                        name: c.name.clone(),
+                        ty: c.ty.clone(),
+                        not_null: false,
+                        default: None,
+                    })
+                    .collect(),
+                primary_key: vec![],
+                indexes: vec![],
+            }));
+            for (i, row) in rows.into_iter().enumerate() {
+                catalog.apply_row(v.id, vec![Value::Int(i as i64)], Some(row), watermark);
+            }
+        }
+        Ok(Some(catalog))
+    }
+
+    fn show_views(&self) -> Outcome {
+        let rows: Vec<Vec<Value>> = self
+            .engine
+            .views
+            .stats()
+            .into_iter()
+            .map(|v| {
+                vec![
+                    Value::Text(v.name),
+                    Value::Int(v.watermark as i64),
+                    Value::Int(v.rows as i64),
+                    Value::Int(v.keys as i64),
+                    Value::Text(match v.failed {
+                        None => "maintained".into(),
+                        Some(e) => format!("failed: {e}"),
+                    }),
+                ]
+            })
+            .collect();
+        Outcome::Rows {
+            tag: format!("SHOW VIEWS {}", rows.len()),
+            columns: vec![
+                Column::computed("name", DataType::Text),
+                Column::computed("watermark", DataType::Int8),
+                Column::computed("rows", DataType::Int8),
+                Column::computed("keys", DataType::Int8),
+                Column::computed("status", DataType::Text),
+            ],
+            rows,
+        }
+    }
+
+    fn explain(&self, target: Option<String>, sql: &str) -> Result<Outcome, SqlError> {
+        let lines = match target.as_deref().and_then(|t| self.engine.views.get(t)) {
+            Some(v) => {
+                let mut lines = vec![format!(
+                    "read from maintained view {} (dataflow below, updated by every commit)",
+                    v.name
+                )];
+                lines.extend(self.engine.views.explain(&v.name));
+                lines
+            }
+            None => vec![format!("evaluated directly over the base tables: {sql}")],
+        };
+        Ok(Outcome::Rows {
+            tag: format!("EXPLAIN {}", lines.len()),
+            columns: vec![Column::computed("QUERY PLAN", DataType::Text)],
+            rows: lines.into_iter().map(|l| vec![Value::Text(l)]).collect(),
+        })
     }
 
     fn set_last_lsn(&mut self, lsn: Lsn) {

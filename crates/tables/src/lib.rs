@@ -84,9 +84,19 @@ pub struct Catalog {
     pub tables: BTreeMap<TableId, Table>,
     by_name: HashMap<String, TableId>,
     next_table_id: TableId,
+    /// Maintained views by id (creation order): name and defining SQL.
+    pub views: BTreeMap<TableId, (String, String)>,
 }
 
 impl Catalog {
+    /// The id of the view called `name`.
+    pub fn view(&self, name: &str) -> Option<TableId> {
+        self.views
+            .iter()
+            .find(|(_, (n, _))| n == name)
+            .map(|(id, _)| *id)
+    }
+
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.by_name.get(name).and_then(|id| self.tables.get(id))
     }
@@ -130,6 +140,13 @@ impl Catalog {
                     t.drop_index(&name);
                 }
             }
+            SchemaChange::CreateView { id, name, sql } => {
+                self.next_table_id = self.next_table_id.max(id + 1);
+                self.views.insert(id, (name, sql));
+            }
+            SchemaChange::DropView { id } => {
+                self.views.remove(&id);
+            }
         }
     }
 
@@ -168,7 +185,8 @@ pub struct RowChange {
 
 /// Called under the commit lock after each commit is applied, in commit
 /// order, with the commit's last LSN, its row changes and schema changes.
-pub type CommitHook = Arc<dyn Fn(Lsn, &[RowChange], &[SchemaChange]) + Send + Sync>;
+/// The catalog passed is the state right after the commit.
+pub type CommitHook = Arc<dyn Fn(Lsn, &Catalog, &[RowChange], &[SchemaChange]) + Send + Sync>;
 
 impl Catalog {}
 
@@ -482,7 +500,7 @@ impl Database {
         }
         drop(catalog);
         if let Some(hook) = hook {
-            hook(range.last, &changes, &schema);
+            hook(range.last, &self.catalog.read(), &changes, &schema);
         }
         self.applied.store(range.last, Ordering::Release);
         self.metrics.commits.fetch_add(1, Ordering::Relaxed);

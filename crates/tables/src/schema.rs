@@ -58,9 +58,27 @@ impl TableSchema {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SchemaChange {
     CreateTable(TableSchema),
-    DropTable { id: TableId },
-    CreateIndex { table: TableId, index: IndexDef },
-    DropIndex { table: TableId, name: String },
+    DropTable {
+        id: TableId,
+    },
+    CreateIndex {
+        table: TableId,
+        index: IndexDef,
+    },
+    DropIndex {
+        table: TableId,
+        name: String,
+    },
+    /// A maintained view: its name and defining query (SQL text). `id`
+    /// comes from the same counter as table ids.
+    CreateView {
+        id: TableId,
+        name: String,
+        sql: String,
+    },
+    DropView {
+        id: TableId,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -104,6 +122,16 @@ enum ChangeJson {
         table: TableId,
         name: String,
     },
+    CreateView {
+        v: u32,
+        id: TableId,
+        name: String,
+        sql: String,
+    },
+    DropView {
+        v: u32,
+        id: TableId,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -130,6 +158,7 @@ impl SchemaChange {
             SchemaChange::CreateIndex { table, .. } | SchemaChange::DropIndex { table, .. } => {
                 *table
             }
+            SchemaChange::CreateView { id, .. } | SchemaChange::DropView { id } => *id,
         }
     }
 
@@ -164,6 +193,13 @@ impl SchemaChange {
                 table: *table,
                 name: name.clone(),
             },
+            SchemaChange::CreateView { id, name, sql } => ChangeJson::CreateView {
+                v,
+                id: *id,
+                name: name.clone(),
+                sql: sql.clone(),
+            },
+            SchemaChange::DropView { id } => ChangeJson::DropView { v, id: *id },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -230,6 +266,14 @@ impl SchemaChange {
             ChangeJson::DropIndex { v, table, name } => {
                 check(v)?;
                 SchemaChange::DropIndex { table, name }
+            }
+            ChangeJson::CreateView { v, id, name, sql } => {
+                check(v)?;
+                SchemaChange::CreateView { id, name, sql }
+            }
+            ChangeJson::DropView { v, id } => {
+                check(v)?;
+                SchemaChange::DropView { id }
             }
         })
     }

@@ -1,0 +1,439 @@
+//! Compiling a SELECT into dataflow operators, so a view is maintained
+//! incrementally (see `docs/dataflow.md`, "From SQL to operators").
+//!
+//! The FROM clause becomes sources and joins; the clauses after FROM are
+//! bound by the same code direct evaluation uses (`Binder::select_body`),
+//! then turned into operators: filter → (project + aggregate + filter for
+//! HAVING) → project → distinct → top-k → project dropping sort columns.
+//! Operators identical to ones already in the graph are reused.
+
+use std::collections::HashMap;
+
+use aqueduct_dataflow::graph::{Graph, NodeId};
+use aqueduct_dataflow::ops::{
+    AggCall, Aggregate, Distinct, Filter, Join, JoinKind, Project, SortColumn, TopK, Union,
+};
+use aqueduct_expr::{BinOp, Env, Expr};
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast;
+
+use crate::bind::{ident, object_name, Binder, Scope, ScopeColumn, SelectBody};
+use crate::{Column, SqlError};
+
+/// What a compiled query produces.
+pub struct Compiled {
+    pub node: NodeId,
+    pub columns: Vec<Column>,
+}
+
+pub struct Compiler<'a, 'g> {
+    binder: Binder<'a>,
+    graph: &'g mut Graph,
+    /// Nodes this compilation added (they must be initialised).
+    pub new_nodes: Vec<NodeId>,
+    ctes: HashMap<String, (NodeId, Vec<Column>)>,
+}
+
+fn unsupported_in_view(what: &str) -> SqlError {
+    SqlError::unsupported(format!("{what} in a maintained view"))
+}
+
+fn scope_of(columns: &[Column], qualifier: &str) -> Scope {
+    Scope {
+        columns: columns
+            .iter()
+            .map(|c| ScopeColumn {
+                qualifier: Some(qualifier.to_string()),
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                qualified_only: false,
+            })
+            .collect(),
+    }
+}
+
+fn constant(e: &Option<Expr>, what: &str) -> Result<Option<usize>, SqlError> {
+    let Some(e) = e else { return Ok(None) };
+    if !e.is_constant() {
+        return Err(unsupported_in_view(&format!("a non-constant {what}")));
+    }
+    match e.eval(&Env {
+        row: &[],
+        params: &[],
+    })? {
+        Value::Null => Ok(None),
+        Value::Int(n) if n >= 0 => Ok(Some(n as usize)),
+        Value::Int(_) => Err(SqlError::new(
+            "2201W",
+            format!("{what} must not be negative"),
+        )),
+        _ => Err(SqlError::datatype_mismatch(format!(
+            "{what} must be an integer"
+        ))),
+    }
+}
+
+impl<'a, 'g> Compiler<'a, 'g> {
+    pub fn new(catalog: &'a aqueduct_tables::Catalog, graph: &'g mut Graph) -> Compiler<'a, 'g> {
+        Compiler {
+            binder: Binder::new(catalog),
+            graph,
+            new_nodes: Vec::new(),
+            ctes: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, op: Box<dyn aqueduct_dataflow::Operator>, parents: Vec<NodeId>) -> NodeId {
+        let (id, new) = self.graph.operator(op, parents);
+        if new {
+            self.new_nodes.push(id);
+        }
+        id
+    }
+
+    pub fn query(&mut self, q: &ast::Query) -> Result<Compiled, SqlError> {
+        if let Some(with) = &q.with {
+            if with.recursive {
+                return Err(unsupported_in_view("WITH RECURSIVE"));
+            }
+            for cte in &with.cte_tables {
+                let compiled = self.query(&cte.query)?;
+                self.ctes
+                    .insert(ident(&cte.alias.name), (compiled.node, compiled.columns));
+            }
+        }
+        let (limit, offset) = self.binder.limit(q)?;
+        match q.body.as_ref() {
+            ast::SetExpr::Select(s) => self.select(s, q.order_by.as_ref(), limit, offset),
+            ast::SetExpr::Query(inner) if q.order_by.is_none() && limit.is_none() => {
+                self.query(inner)
+            }
+            ast::SetExpr::SetOperation {
+                op: ast::SetOperator::Union,
+                set_quantifier,
+                left,
+                right,
+            } if q.order_by.is_none() && limit.is_none() && offset.is_none() => {
+                let l = self.set_expr(left)?;
+                let r = self.set_expr(right)?;
+                if l.columns.len() != r.columns.len() {
+                    return Err(SqlError::new(
+                        "42601",
+                        "each UNION query must have the same number of columns",
+                    ));
+                }
+                let width = l.columns.len();
+                let mut node = self.add(Box::new(Union::new(2, width)), vec![l.node, r.node]);
+                if !matches!(set_quantifier, ast::SetQuantifier::All) {
+                    node = self.add(Box::new(Distinct::new()), vec![node]);
+                }
+                Ok(Compiled {
+                    node,
+                    columns: l.columns,
+                })
+            }
+            other => Err(unsupported_in_view(&format!("{other}"))),
+        }
+    }
+
+    fn set_expr(&mut self, e: &ast::SetExpr) -> Result<Compiled, SqlError> {
+        match e {
+            ast::SetExpr::Select(s) => self.select(s, None, None, None),
+            ast::SetExpr::Query(q) => self.query(q),
+            other => self.query(&ast::Query {
+                with: None,
+                body: Box::new(other.clone()),
+                order_by: None,
+                limit_clause: None,
+                fetch: None,
+                locks: vec![],
+                for_clause: None,
+                settings: None,
+                format_clause: None,
+                pipe_operators: vec![],
+            }),
+        }
+    }
+
+    /// A FROM item: a table, a CTE or a subquery, with the scope it brings.
+    fn relation(&mut self, f: &ast::TableFactor) -> Result<(NodeId, Scope), SqlError> {
+        match f {
+            ast::TableFactor::Table { name, alias, .. } => {
+                let n = object_name(name)?;
+                let qualifier = alias.as_ref().map(|a| ident(&a.name)).unwrap_or(n.clone());
+                if let Some((node, columns)) = self.ctes.get(&n) {
+                    return Ok((*node, scope_of(columns, &qualifier)));
+                }
+                let t = self.binder.table(&n)?;
+                let node = self.graph.source(t.schema.id, &t.schema.name);
+                Ok((node, Scope::table(t, &qualifier)))
+            }
+            ast::TableFactor::Derived {
+                subquery, alias, ..
+            } => {
+                let compiled = self.query(subquery)?;
+                let qualifier = alias
+                    .as_ref()
+                    .map(|a| ident(&a.name))
+                    .ok_or_else(|| SqlError::syntax("a subquery in FROM must have an alias"))?;
+                Ok((compiled.node, scope_of(&compiled.columns, &qualifier)))
+            }
+            ast::TableFactor::NestedJoin {
+                table_with_joins, ..
+            } => self.join_item(table_with_joins, &mut Vec::new()),
+            other => Err(unsupported_in_view(&format!("{other}"))),
+        }
+    }
+
+    /// Joins `left` and `right` on the equalities in `on` (conjuncts of
+    /// `left.col = right.col`); other conjuncts filter an inner join.
+    fn join(
+        &mut self,
+        left: (NodeId, Scope),
+        right: (NodeId, Scope),
+        kind: JoinKind,
+        on: Option<&ast::Expr>,
+        extra: &mut Vec<Expr>,
+    ) -> Result<(NodeId, Scope), SqlError> {
+        let lw = left.1.columns.len();
+        let rw = right.1.columns.len();
+        let mut scope = left.1.clone();
+        scope.columns.extend(right.1.columns.iter().cloned());
+        let mut conjuncts = Vec::new();
+        if let Some(on) = on {
+            let bound = self.binder.expr(on, &scope, Some(&DataType::Bool))?;
+            split_and(bound, &mut conjuncts);
+        }
+        // Conditions from WHERE that link a comma-separated FROM item.
+        let mut keys: Vec<(usize, usize)> = Vec::new();
+        let mut residual = Vec::new();
+        for c in conjuncts.into_iter().chain(std::mem::take(extra)) {
+            if let Expr::Binary(BinOp::Eq, a, b) = &c {
+                match (a.as_ref(), b.as_ref()) {
+                    (Expr::Column(i), Expr::Column(j)) | (Expr::Column(j), Expr::Column(i))
+                        if *i < lw && *j >= lw && *j < lw + rw =>
+                    {
+                        keys.push((*i, *j - lw));
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            residual.push(c);
+        }
+        if keys.is_empty() {
+            return Err(SqlError::unsupported(
+                "a join without an equality between its two sides (it would need unbounded state)",
+            )
+            .with_hint("join on columns, e.g. ON a.id = b.a_id"));
+        }
+        if kind == JoinKind::Left && !residual.is_empty() {
+            return Err(unsupported_in_view(
+                "a LEFT JOIN condition other than column equalities",
+            ));
+        }
+        let (lk, rk): (Vec<usize>, Vec<usize>) = keys.into_iter().unzip();
+        let mut node = self.add(Box::new(Join::new(kind, lk, rk, rw)), vec![left.0, right.0]);
+        for r in residual {
+            node = self.add(Box::new(Filter::new(r)), vec![node]);
+        }
+        Ok((node, scope))
+    }
+
+    fn join_item(
+        &mut self,
+        twj: &ast::TableWithJoins,
+        extra: &mut Vec<Expr>,
+    ) -> Result<(NodeId, Scope), SqlError> {
+        let mut acc = self.relation(&twj.relation)?;
+        for j in &twj.joins {
+            let right = self.relation(&j.relation)?;
+            let (kind, constraint) = match &j.join_operator {
+                ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => (JoinKind::Inner, c),
+                ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
+                other => {
+                    return Err(unsupported_in_view(&format!(
+                        "the join {}",
+                        format!("{other:?}").split('(').next().unwrap_or("")
+                    )))
+                }
+            };
+            let on = match constraint {
+                ast::JoinConstraint::On(e) => Some(e),
+                _ => return Err(unsupported_in_view("a join without ON")),
+            };
+            acc = self.join(acc, right, kind, on, &mut Vec::new())?;
+        }
+        let _ = extra;
+        Ok(acc)
+    }
+
+    fn select(
+        &mut self,
+        s: &ast::Select,
+        order_by: Option<&ast::OrderBy>,
+        limit: Option<Expr>,
+        offset: Option<Expr>,
+    ) -> Result<Compiled, SqlError> {
+        let Some((first, rest)) = s.from.split_first() else {
+            return Err(unsupported_in_view("a SELECT without FROM"));
+        };
+        let mut acc = self.join_item(first, &mut Vec::new())?;
+        // Comma-separated items join on equalities found in WHERE.
+        let mut where_conjuncts: Vec<ast::Expr> = Vec::new();
+        if let Some(w) = &s.selection {
+            split_ast_and(w, &mut where_conjuncts);
+        }
+        let mut remaining = where_conjuncts;
+        for item in rest {
+            let right = self.join_item(item, &mut Vec::new())?;
+            let mut scope = acc.1.clone();
+            scope.columns.extend(right.1.columns.iter().cloned());
+            let mut linking = Vec::new();
+            let mut keep = Vec::new();
+            for c in remaining {
+                match self.binder.expr(&c, &scope, Some(&DataType::Bool)) {
+                    Ok(bound) if links(&bound, acc.1.columns.len()) => linking.push(bound),
+                    _ => keep.push(c),
+                }
+            }
+            remaining = keep;
+            acc = self.join(acc, right, JoinKind::Inner, None, &mut linking)?;
+        }
+        let (input, scope) = acc;
+        let mut select = s.clone();
+        select.selection = conjoin(remaining);
+        let origin = |c: usize| {
+            let col = &scope.columns[c];
+            Column::computed(col.name.clone(), col.ty.clone())
+        };
+        let (body, columns) = self
+            .binder
+            .select_body(&scope, &origin, &select, order_by, limit, offset)?;
+        if self.binder.has_params() {
+            return Err(unsupported_in_view("a parameter"));
+        }
+        let node = self.body(input, body)?;
+        Ok(Compiled { node, columns })
+    }
+
+    fn body(&mut self, input: NodeId, body: SelectBody) -> Result<NodeId, SqlError> {
+        let mut node = input;
+        if let Some(f) = body.filter {
+            node = self.add(Box::new(Filter::new(f)), vec![node]);
+        }
+        if let Some(g) = body.grouping {
+            // Project the group keys and aggregate arguments into columns.
+            let k = g.keys.len();
+            let mut pre = g.keys.clone();
+            let mut calls = Vec::new();
+            for a in &g.aggregates {
+                match &a.arg {
+                    None => calls.push(AggCall::count_star()),
+                    Some(e) => {
+                        pre.push(e.clone());
+                        let col = pre.len() - 1;
+                        calls.push(if a.distinct {
+                            AggCall::distinct(a.func, col)
+                        } else {
+                            AggCall::of(a.func, col)
+                        });
+                    }
+                }
+            }
+            node = self.add(Box::new(Project::new(pre)), vec![node]);
+            node = self.add(
+                Box::new(Aggregate::new((0..k).collect(), calls)),
+                vec![node],
+            );
+            if let Some(h) = g.having {
+                node = self.add(Box::new(Filter::new(h)), vec![node]);
+            }
+        }
+        node = self.add(Box::new(Project::new(body.outputs.clone())), vec![node]);
+        if body.distinct {
+            node = self.add(Box::new(Distinct::new()), vec![node]);
+        }
+        let limit = constant(&body.limit, "LIMIT")?;
+        let offset = constant(&body.offset, "OFFSET")?.unwrap_or(0);
+        if limit.is_some() || offset > 0 {
+            let order = body
+                .order_by
+                .iter()
+                .map(|k| match &k.expr {
+                    Expr::Column(c) => Ok(SortColumn {
+                        column: *c,
+                        descending: k.desc,
+                        nulls_first: k.nulls_first,
+                    }),
+                    _ => Err(unsupported_in_view("this ORDER BY")),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            node = self.add(
+                Box::new(TopK::new(vec![], order, limit, offset)),
+                vec![node],
+            );
+        }
+        if body.visible < body.outputs.len() {
+            let keep = (0..body.visible).map(Expr::Column).collect();
+            node = self.add(Box::new(Project::new(keep)), vec![node]);
+        }
+        Ok(node)
+    }
+}
+
+/// Whether a bound condition is an equality between a column left of
+/// `split` and one at or right of it (a join condition).
+fn links(e: &Expr, split: usize) -> bool {
+    match e {
+        Expr::Binary(BinOp::Eq, a, b) => matches!(
+            (a.as_ref(), b.as_ref()),
+            (Expr::Column(i), Expr::Column(j)) if (*i < split) != (*j < split)
+        ),
+        _ => false,
+    }
+}
+
+fn split_and(e: Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::Binary(BinOp::And, l, r) => {
+            split_and(*l, out);
+            split_and(*r, out);
+        }
+        other => out.push(other),
+    }
+}
+
+fn split_ast_and(e: &ast::Expr, out: &mut Vec<ast::Expr>) {
+    match e {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            split_ast_and(left, out);
+            split_ast_and(right, out);
+        }
+        ast::Expr::Nested(inner) => match inner.as_ref() {
+            ast::Expr::BinaryOp {
+                op: ast::BinaryOperator::And,
+                ..
+            } => split_ast_and(inner, out),
+            _ => out.push(e.clone()),
+        },
+        other => out.push(other.clone()),
+    }
+}
+
+fn conjoin(mut parts: Vec<ast::Expr>) -> Option<ast::Expr> {
+    let first = if parts.is_empty() {
+        return None;
+    } else {
+        parts.remove(0)
+    };
+    Some(parts.into_iter().fold(first, |acc, p| ast::Expr::BinaryOp {
+        left: Box::new(acc),
+        op: ast::BinaryOperator::And,
+        right: Box::new(p),
+    }))
+}

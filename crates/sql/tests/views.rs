@@ -1,0 +1,202 @@
+//! Maintained views end to end: created in SQL, kept up to date by every
+//! commit, rebuilt at restart, explained, refused where they cannot be kept.
+
+use std::sync::Arc;
+
+use aqueduct_log::{Log, Options, SyncPolicy};
+use aqueduct_sql::{Engine, Outcome, Session, SqlError};
+
+fn engine(dir: &std::path::Path) -> Arc<Engine> {
+    let (log, _) = Log::open(
+        dir,
+        Options {
+            sync: SyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    Engine::open(log, &mut |_| {}).unwrap()
+}
+
+fn run(s: &mut Session, sql: &str) -> Result<Outcome, SqlError> {
+    s.execute(sql).pop().unwrap()
+}
+
+fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
+    match run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}")) {
+        Outcome::Rows { rows, .. } => {
+            let mut out: Vec<Vec<String>> = rows
+                .into_iter()
+                .map(|r| r.iter().map(|v| v.to_string()).collect())
+                .collect();
+            out.sort();
+            out
+        }
+        other => panic!("{sql}: expected rows, got {other:?}"),
+    }
+}
+
+fn ok(s: &mut Session, sql: &str) {
+    run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+const SCHEMA: &str = "CREATE TABLE article (id bigint PRIMARY KEY, title text, author bigint); \
+     CREATE TABLE vote (article_id bigint, \"user\" bigint)";
+
+/// Noria's StoryWithVotes, and Karma over it (Figure 1 of the paper).
+const VOTES: &str = "CREATE VIEW article_votes AS \
+     SELECT a.id, a.title, a.author, v.votes FROM article a \
+     LEFT JOIN (SELECT article_id, count(*) AS votes FROM vote GROUP BY article_id) v \
+     ON a.id = v.article_id";
+const KARMA: &str = "CREATE VIEW karma AS \
+     SELECT a.author, count(*) AS votes FROM article a JOIN vote v ON a.id = v.article_id \
+     GROUP BY a.author";
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn votes_and_karma_stay_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'space elevator', 10), (2, 'rust', 20), (3, 'noria', 10)",
+    );
+    ok(
+        &mut se,
+        "INSERT INTO vote VALUES (1, 100), (1, 101), (2, 100)",
+    );
+    ok(&mut se, VOTES);
+    ok(&mut se, KARMA);
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM article_votes"),
+        vec![
+            s(&["1", "space elevator", "10", "2"]),
+            s(&["2", "rust", "20", "1"]),
+            s(&["3", "noria", "10", "NULL"]),
+        ]
+    );
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM karma"),
+        vec![s(&["10", "2"]), s(&["20", "1"])]
+    );
+
+    // Writes flow through: a vote, a deleted vote, a retitled article.
+    ok(&mut se, "INSERT INTO vote VALUES (3, 102), (3, 103)");
+    ok(&mut se, "DELETE FROM vote WHERE article_id = 2");
+    ok(
+        &mut se,
+        "UPDATE article SET title = 'dataflow' WHERE id = 3",
+    );
+    assert_eq!(
+        rows(
+            &mut se,
+            "SELECT id, title, votes FROM article_votes WHERE id = 3"
+        ),
+        vec![s(&["3", "dataflow", "2"])]
+    );
+    assert_eq!(
+        rows(&mut se, "SELECT votes FROM article_votes WHERE id = 2"),
+        vec![s(&["NULL"])]
+    );
+    assert_eq!(rows(&mut se, "SELECT * FROM karma"), vec![s(&["10", "4"])]);
+
+    let views = rows(&mut se, "SHOW VIEWS");
+    assert_eq!(views.len(), 2);
+    assert!(views.iter().all(|v| v[4] == "maintained"), "{views:?}");
+    let plan = rows(&mut se, "EXPLAIN SELECT * FROM karma");
+    assert!(plan.iter().any(|l| l[0].contains("join")), "{plan:?}");
+
+    // The views come back after a restart, equal to before.
+    let before = rows(&mut se, "SELECT * FROM article_votes");
+    drop(se);
+    drop(e);
+    let e = engine(dir.path());
+    let mut se = e.session();
+    assert_eq!(rows(&mut se, "SELECT * FROM article_votes"), before);
+    assert_eq!(rows(&mut se, "SELECT * FROM karma"), vec![s(&["10", "4"])]);
+}
+
+#[test]
+fn views_cover_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(
+        &mut se,
+        "CREATE TABLE t (id integer PRIMARY KEY, g integer, x integer, name text)",
+    );
+    ok(&mut se, "INSERT INTO t VALUES (1, 1, 10, 'a'), (2, 1, 30, 'b'), (3, 2, 20, NULL), (4, 2, NULL, 'd')");
+    ok(
+        &mut se,
+        "CREATE VIEW f AS SELECT id, x * 2 AS dbl FROM t WHERE x > 15 OR name IS NULL",
+    );
+    ok(&mut se, "CREATE VIEW agg AS SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS s, min(x) AS lo, max(x) AS hi FROM t GROUP BY g HAVING count(*) > 0");
+    ok(
+        &mut se,
+        "CREATE VIEW top2 AS SELECT id, x FROM t ORDER BY x DESC NULLS LAST, id LIMIT 2",
+    );
+    ok(&mut se, "CREATE VIEW d AS SELECT DISTINCT g FROM t");
+    ok(
+        &mut se,
+        "CREATE VIEW u AS SELECT g FROM t WHERE x > 15 UNION ALL SELECT g FROM t WHERE x < 15",
+    );
+    ok(&mut se, "CREATE VIEW w AS WITH big AS (SELECT id, g FROM t WHERE x >= 20) SELECT g, count(*) AS n FROM big GROUP BY g");
+    let check = |se: &mut Session| {
+        for (view, query) in [
+            ("f", "SELECT id, x * 2 AS dbl FROM t WHERE x > 15 OR name IS NULL"),
+            ("agg", "SELECT g, count(*) AS n, count(x) AS nx, sum(x) AS s, min(x) AS lo, max(x) AS hi FROM t GROUP BY g HAVING count(*) > 0"),
+            ("top2", "SELECT id, x FROM t ORDER BY x DESC NULLS LAST, id LIMIT 2"),
+            ("d", "SELECT DISTINCT g FROM t"),
+        ] {
+            assert_eq!(
+                rows(se, &format!("SELECT * FROM {view}")),
+                rows(se, query),
+                "view {view}"
+            );
+        }
+    };
+    check(&mut se);
+    // Deleting the current max and the rows in the top-k window.
+    ok(&mut se, "DELETE FROM t WHERE id = 2");
+    ok(&mut se, "UPDATE t SET x = 5 WHERE id = 3");
+    ok(
+        &mut se,
+        "INSERT INTO t VALUES (5, 3, 99, 'e'), (6, 1, 1, NULL)",
+    );
+    check(&mut se);
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM u"),
+        vec![s(&["1"]), s(&["1"]), s(&["2"]), s(&["3"])]
+    );
+    assert_eq!(rows(&mut se, "SELECT * FROM w"), vec![s(&["3", "1"])]);
+}
+
+#[test]
+fn bad_views_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    let err = run(&mut se, "CREATE VIEW cross AS SELECT * FROM article, vote").unwrap_err();
+    assert_eq!(err.code, "0A000");
+    assert!(err.message.contains("unbounded"), "{err}");
+    let err = run(&mut se, "CREATE VIEW nope AS SELECT * FROM missing").unwrap_err();
+    assert_eq!(err.code, "42P01");
+    ok(&mut se, VOTES);
+    let err = run(&mut se, "DROP TABLE vote").unwrap_err();
+    assert_eq!(err.code, "2BP01");
+    assert_eq!(
+        run(&mut se, "INSERT INTO article_votes VALUES (1)")
+            .unwrap_err()
+            .code,
+        "42809"
+    );
+    ok(&mut se, "DROP VIEW article_votes");
+    ok(&mut se, "DROP TABLE vote");
+    assert!(rows(&mut se, "SHOW VIEWS").is_empty());
+}
