@@ -15,20 +15,26 @@ use serde::Serialize;
 static STOP: AtomicBool = AtomicBool::new(false);
 static CTRLC_HITS: AtomicUsize = AtomicUsize::new(0);
 
-/// First Ctrl-C: every loop winds down and guards (the PostgreSQL server,
-/// temporary directories) are dropped normally. Second: stop PostgreSQL at
-/// once and exit.
+/// First Ctrl-C: every loop winds down and guards (the PostgreSQL and
+/// Aqueduct servers, temporary directories) are dropped normally. Second:
+/// stop the servers at once and exit.
 pub fn install_ctrlc() -> anyhow::Result<()> {
     ctrlc::set_handler(|| {
         if CTRLC_HITS.fetch_add(1, Ordering::SeqCst) == 0 {
             STOP.store(true, Ordering::SeqCst);
             eprintln!("\ninterrupted: winding down (press Ctrl-C again to abort at once)");
         } else {
-            crate::pg::emergency_stop();
+            emergency_stop();
             std::process::exit(130);
         }
     })
     .context("installing the Ctrl-C handler")
+}
+
+/// Stops every server this process started, at once.
+pub fn emergency_stop() {
+    crate::pg::emergency_stop();
+    crate::aqueduct_server::emergency_stop();
 }
 
 pub fn stopped() -> bool {
@@ -325,7 +331,7 @@ impl Watchdog {
                     "\nerror: {what} did not finish within {} s: it is stuck (a deadlock?); aborting",
                     limit.as_secs()
                 );
-                crate::pg::emergency_stop();
+                emergency_stop();
                 std::process::exit(3);
             }
         });

@@ -1,13 +1,17 @@
 //! Aqueduct's benchmarks against real peers.
 //!
-//! `bench log append|replay|compaction [options] [--json FILE]`: see
-//! `docs/benchmarks.md` for what each measures and the results.
+//! `bench log append|replay|compaction [options] [--json FILE]` and
+//! `bench sql point [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! what each measures and the results.
 
+mod aqueduct_server;
 mod common;
+mod cpu;
 mod log_append;
 mod log_compaction;
 mod log_replay;
 mod pg;
+mod sql_point;
 
 use std::path::PathBuf;
 
@@ -29,6 +33,18 @@ enum Top {
         #[command(subcommand)]
         which: LogBench,
     },
+    /// The Aqueduct server against PostgreSQL over the wire protocol.
+    Sql {
+        #[command(subcommand)]
+        which: SqlBench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SqlBench {
+    /// Prepared point reads and single-row autocommit inserts, N connections
+    /// in a closed loop, Aqueduct (`aqueduct serve`) against PostgreSQL.
+    Point(sql_point::PointArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -89,10 +105,12 @@ fn main() -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let Top::Log { which } = cli.command;
-    let result = run(which, started);
+    let result = match cli.command {
+        Top::Log { which } => run(which, started),
+        Top::Sql { which } => run_sql(which, started),
+    };
     if result.is_err() && common::stopped() {
-        // Guards (PostgreSQL, scratch directories) were dropped on the way out.
+        // Guards (servers, scratch directories) were dropped on the way out.
         eprintln!("interrupted: stopped early, no results written");
         std::process::exit(130);
     }
@@ -112,6 +130,15 @@ fn run(which: LogBench, started: u64) -> anyhow::Result<()> {
         LogBench::Compaction(args) => {
             let results = log_compaction::run(&args)?;
             write_json(&args.json, "log compaction", started, &args, &results)
+        }
+    }
+}
+
+fn run_sql(which: SqlBench, started: u64) -> anyhow::Result<()> {
+    match which {
+        SqlBench::Point(args) => {
+            let results = sql_point::run(&args)?;
+            write_json(&args.json, "sql point", started, &args, &results)
         }
     }
 }

@@ -59,8 +59,21 @@ fn postgres_ids() -> anyhow::Result<(u32, u32)> {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port on 127.0.0.1")?;
-    Ok(l.local_addr()?.port())
+    Ok(free_ports(1)?[0])
+}
+
+/// `n` distinct free ports on 127.0.0.1 (all listeners are held until every
+/// port is known, so none is returned twice).
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let mut listeners = Vec::with_capacity(n);
+    for _ in 0..n {
+        listeners
+            .push(TcpListener::bind("127.0.0.1:0").context("finding a free port on 127.0.0.1")?);
+    }
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
 }
 
 fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
@@ -188,6 +201,17 @@ impl PgServer {
             return Err(e.context(format!("server log:\n{tail}")));
         }
         Ok(server)
+    }
+
+    /// The postmaster's process id (the first line of postmaster.pid).
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     pub fn connect(&self) -> anyhow::Result<Client> {

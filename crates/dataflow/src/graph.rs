@@ -118,6 +118,13 @@ impl Graph {
         (id, reader)
     }
 
+    /// The node a view reads from (to hang another reader on it).
+    pub fn view_parent(&self, name: &str) -> Option<NodeId> {
+        self.views
+            .get(name)
+            .and_then(|&id| self.nodes[id].parents.first().copied())
+    }
+
     pub fn has_view(&self, name: &str) -> bool {
         self.views.contains_key(name)
     }

@@ -223,7 +223,7 @@ impl Session {
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
                 let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
                 bind::bind(&virtual_catalog, st, hints, &self.settings)?
-            } else if let Some(views) = self.view_catalog(st)? {
+            } else if let Some(views) = self.view_catalog(st, &[], false)? {
                 bind::bind(&views, st, hints, &self.settings)?
             } else {
                 bind::bind(&catalog, st, hints, &self.settings)?
@@ -320,7 +320,7 @@ impl Session {
                 | Statement::Update(_)
                 | Statement::Delete(_)
         ) {
-            if let Some(views) = self.view_catalog(st)? {
+            if let Some(views) = self.view_catalog(st, params, true)? {
                 self.engine.metrics.count(&self.engine.metrics.select);
                 return self.run_read_only(&views, st, hints, params, "a view cannot be written");
             }
@@ -462,7 +462,12 @@ impl Session {
 
     /// The maintained views a statement reads, as tables holding their
     /// current rows (read lock-free from the views), or `None`.
-    fn view_catalog(&self, st: &Statement) -> Result<Option<Catalog>, SqlError> {
+    fn view_catalog(
+        &self,
+        st: &Statement,
+        params: &[Value],
+        with_rows: bool,
+    ) -> Result<Option<Catalog>, SqlError> {
         let text = st.to_string();
         let words: std::collections::HashSet<&str> = text
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
@@ -479,8 +484,18 @@ impl Session {
             return Ok(None);
         }
         let mut catalog = Catalog::default();
+        let single = entries.len() == 1;
         for v in entries {
-            let (rows, watermark) = self.engine.views.rows(&v)?;
+            let keyed = if single {
+                equality_key(st, &v, params)
+            } else {
+                None
+            };
+            let (rows, watermark) = match (keyed, params.is_empty() && !with_rows) {
+                (_, true) => (Vec::new(), 0),
+                (Some((cols, values)), _) => self.engine.views.lookup(&v, &cols, &values)?,
+                (None, _) => self.engine.views.rows(&v)?,
+            };
             catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
                 id: v.id,
                 name: v.name.clone(),
@@ -640,4 +655,85 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
         let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
         SqlError::syntax(format!("syntax error: {msg}"))
     })
+}
+
+/// For `SELECT ... FROM view WHERE col = value AND ...`: the view columns
+/// pinned to constants (or given parameters) and their values, sorted by
+/// column, so the rows can be found by a keyed lookup instead of a scan.
+fn equality_key(
+    st: &Statement,
+    view: &crate::views::ViewEntry,
+    params: &[Value],
+) -> Option<(Vec<usize>, Vec<Value>)> {
+    use sqlparser::ast;
+    let Statement::Query(q) = st else { return None };
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    if sel.from.len() != 1 || !sel.from[0].joins.is_empty() {
+        return None;
+    }
+    let mut conjuncts = Vec::new();
+    fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+        match e {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::And,
+                right,
+            } => {
+                split(left, out);
+                split(right, out);
+            }
+            ast::Expr::Nested(inner) => split(inner, out),
+            other => out.push(other),
+        }
+    }
+    split(sel.selection.as_ref()?, &mut conjuncts);
+    let mut key: Vec<(usize, Value)> = Vec::new();
+    for c in conjuncts {
+        let ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } = c
+        else {
+            continue;
+        };
+        let (col, val) = match (left.as_ref(), right.as_ref()) {
+            (ast::Expr::Identifier(i), v) | (v, ast::Expr::Identifier(i)) => (bind::ident(i), v),
+            (ast::Expr::CompoundIdentifier(p), v) | (v, ast::Expr::CompoundIdentifier(p)) => {
+                (bind::ident(p.last()?), v)
+            }
+            _ => continue,
+        };
+        let Some(pos) = view.columns.iter().position(|c| c.name == col) else {
+            continue;
+        };
+        let value = match val {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Placeholder(p) => {
+                    let n: usize = p.strip_prefix('$')?.parse().ok()?;
+                    params.get(n.checked_sub(1)?)?.clone()
+                }
+                ast::Value::Number(n, _) => Value::Text(n.clone()),
+                ast::Value::SingleQuotedString(s) => Value::Text(s.clone()),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        // A value of the wrong type is left to the normal path's error.
+        let Ok(value) = value.coerce(&view.columns[pos].ty) else {
+            return None;
+        };
+        if value.is_null() {
+            return None;
+        }
+        key.push((pos, value));
+    }
+    if key.is_empty() {
+        return None;
+    }
+    key.sort_by_key(|(c, _)| *c);
+    key.dedup_by_key(|(c, _)| *c);
+    Some(key.into_iter().unzip())
 }

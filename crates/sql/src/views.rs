@@ -45,6 +45,14 @@ pub struct ViewStats {
 pub struct ViewRegistry {
     graph: Mutex<Graph>,
     views: RwLock<BTreeMap<String, ViewEntry>>,
+    /// Extra readers of a view keyed on some of its columns, made on first
+    /// use by a query that looks rows up by those columns.
+    keyed: RwLock<HashMap<(String, Vec<usize>), ViewReader>>,
+}
+
+/// The name of the graph view behind a keyed reader.
+fn keyed_name(view: &str, key: &[usize]) -> String {
+    format!("{view}#{key:?}")
 }
 
 /// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.
@@ -140,7 +148,19 @@ impl ViewRegistry {
                         .map(|v| v.name.clone());
                     if let Some(name) = name {
                         self.views.write().remove(&name);
-                        self.graph.lock().drop_view(&name);
+                        let mut graph = self.graph.lock();
+                        let keyed: Vec<Vec<usize>> = self
+                            .keyed
+                            .read()
+                            .keys()
+                            .filter(|(v, _)| *v == name)
+                            .map(|(_, k)| k.clone())
+                            .collect();
+                        for k in keyed {
+                            graph.drop_view(&keyed_name(&name, &k));
+                            self.keyed.write().remove(&(name.clone(), k));
+                        }
+                        graph.drop_view(&name);
                     }
                 }
                 _ => {}
@@ -158,8 +178,9 @@ impl ViewRegistry {
 
     /// All rows of a view, and its watermark. An error if the view failed.
     pub fn rows(&self, entry: &ViewEntry) -> Result<(Vec<Row>, Lsn), SqlError> {
-        if let Some(f) = self.graph.lock().failure(&entry.name) {
-            let mut e = f.error.clone();
+        let failure = self.graph.lock().failure(&entry.name).cloned();
+        if let Some(f) = failure {
+            let mut e = f.error;
             e.message = format!(
                 "view \"{}\" stopped at LSN {}: {}",
                 entry.name, f.lsn, e.message
@@ -194,6 +215,59 @@ impl ViewRegistry {
                 }
             })
             .collect()
+    }
+
+    /// The rows of view `entry` whose `key` columns equal `values`, found
+    /// by a keyed lookup (the keyed reader is built on first use).
+    pub fn lookup(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[aqueduct_values::Value],
+    ) -> Result<(Vec<Row>, Lsn), SqlError> {
+        let failure = self.graph.lock().failure(&entry.name).cloned();
+        if let Some(f) = failure {
+            let mut e = f.error;
+            e.message = format!(
+                "view \"{}\" stopped at LSN {}: {}",
+                entry.name, f.lsn, e.message
+            );
+            return Err(e);
+        }
+        let cache_key = (entry.name.clone(), key.to_vec());
+        let existing = self.keyed.read().get(&cache_key).cloned();
+        let reader = match existing {
+            Some(r) => r,
+            None => {
+                let mut graph = self.graph.lock();
+                // Re-check under the graph lock: another session may have made it.
+                let again = self.keyed.read().get(&cache_key).cloned();
+                if let Some(r) = again {
+                    r
+                } else {
+                    let parent = graph.view_parent(&entry.name).ok_or_else(|| {
+                        SqlError::new("XX000", format!("view \"{}\" has no dataflow", entry.name))
+                    })?;
+                    let lsn = entry
+                        .reader
+                        .handle()
+                        .enter()
+                        .map(|s| s.watermark())
+                        .unwrap_or(0);
+                    let (id, reader) =
+                        graph.view(&keyed_name(&entry.name, key), parent, key.to_vec());
+                    graph.initialize(&[id], &|_| Vec::new(), lsn)?;
+                    self.keyed.write().insert(cache_key, reader.clone());
+                    reader
+                }
+            }
+        };
+        let handle = reader.handle();
+        let guard = handle.enter();
+        Ok(match guard {
+            Some(state) => (state.lookup(values), state.watermark()),
+            None => (Vec::new(), 0),
+        })
     }
 
     /// The dataflow behind a view, as text lines.

@@ -200,3 +200,55 @@ fn bad_views_are_refused_clearly() {
     ok(&mut se, "DROP TABLE vote");
     assert!(rows(&mut se, "SHOW VIEWS").is_empty());
 }
+
+#[test]
+fn keyed_lookups_and_prepared_reads_of_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'a', 10), (2, 'b', 20)",
+    );
+    ok(
+        &mut se,
+        "INSERT INTO vote VALUES (1, 100), (1, 101), (2, 100)",
+    );
+    ok(&mut se, VOTES);
+    let p = se
+        .prepare("SELECT title, votes FROM article_votes WHERE id = $1", &[])
+        .unwrap();
+    assert_eq!(p.params, vec![aqueduct_values::DataType::Int8]);
+    let read = |se: &mut Session, id: i64| match se
+        .execute_prepared(&p, &[aqueduct_values::Value::Int(id)])
+        .unwrap()
+    {
+        Outcome::Rows { rows, .. } => rows
+            .into_iter()
+            .map(|r| r.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(read(&mut se, 1), vec![s(&["a", "2"])]);
+    assert_eq!(read(&mut se, 3), Vec::<Vec<String>>::new());
+    // The keyed reader follows later writes too.
+    ok(&mut se, "INSERT INTO vote VALUES (1, 102)");
+    ok(&mut se, "INSERT INTO article VALUES (3, 'c', 10)");
+    assert_eq!(read(&mut se, 1), vec![s(&["a", "3"])]);
+    assert_eq!(read(&mut se, 3), vec![s(&["c", "NULL"])]);
+    assert_eq!(
+        rows(
+            &mut se,
+            "SELECT votes FROM article_votes WHERE id = 2 AND title = 'b'"
+        ),
+        vec![s(&["1"])]
+    );
+    ok(&mut se, "DROP VIEW article_votes");
+    assert_eq!(
+        run(&mut se, "SELECT * FROM article_votes")
+            .unwrap_err()
+            .code,
+        "42P01"
+    );
+}

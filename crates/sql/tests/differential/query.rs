@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::schema::{Lit, Schema, Ty};
+use super::schema::{Lit, Schema, Ty, DATES};
 
 /// What the generator may use. Turn a feature on once the engine (direct
 /// evaluation or maintained views) supports it.
@@ -38,6 +38,8 @@ pub struct Features {
     pub offset: bool,
     /// ORDER BY a column that is not in the select list.
     pub order_by_hidden: bool,
+    /// ORDER BY ... LIMIT over a UNION.
+    pub union_order_limit: bool,
     pub case_expr: bool,
     pub coalesce: bool,
     pub like: bool,
@@ -55,6 +57,9 @@ pub struct Features {
     pub rich_grouped_exprs: bool,
     /// GROUP BY an expression rather than a column.
     pub group_by_exprs: bool,
+    /// Columns of type date (compared, grouped, joined, MIN/MAX; no date
+    /// arithmetic, which SQLite lacks).
+    pub dates: bool,
 }
 
 impl Features {
@@ -78,6 +83,7 @@ impl Features {
             order_limit: true,
             offset: true,
             order_by_hidden: true,
+            union_order_limit: true,
             case_expr: true,
             coalesce: true,
             like: true,
@@ -89,6 +95,7 @@ impl Features {
             int_division: true,
             rich_grouped_exprs: true,
             group_by_exprs: true,
+            dates: true,
         }
     }
 
@@ -104,6 +111,9 @@ impl Features {
             with_cte: false,
             union: false,
             union_all: false,
+            // CASE, NOT, IS NULL, IN, BETWEEN, LIKE and CAST over aggregates
+            // are refused (42803) by direct evaluation.
+            rich_grouped_exprs: false,
             ..Features::all()
         }
     }
@@ -231,11 +241,9 @@ impl E {
             E::And(a, b) => format!("({} AND {})", a.render(), b.render()),
             E::Or(a, b) => format!("({} OR {})", a.render(), b.render()),
             E::Not(a) => format!("(NOT {})", a.render()),
-            E::IsNull(a, neg) => format!(
-                "({} IS {}NULL)",
-                a.render(),
-                if *neg { "NOT " } else { "" }
-            ),
+            E::IsNull(a, neg) => {
+                format!("({} IS {}NULL)", a.render(), if *neg { "NOT " } else { "" })
+            }
             E::InList(a, list, neg) => {
                 let items: Vec<String> = list.iter().map(|l| l.to_string()).collect();
                 format!(
@@ -273,6 +281,7 @@ impl E {
                     Ty::Num => "NUMERIC",
                     Ty::Text => "TEXT",
                     Ty::Bool => "BOOLEAN",
+                    Ty::Date => "DATE",
                 };
                 format!("CAST({} AS {t})", a.render())
             }
@@ -340,7 +349,10 @@ impl E {
 }
 
 fn render_list(args: &[E]) -> String {
-    args.iter().map(|a| a.render()).collect::<Vec<_>>().join(", ")
+    args.iter()
+        .map(|a| a.render())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn unify(tys: &[Ty]) -> Ty {
@@ -609,6 +621,117 @@ impl Query {
     }
 }
 
+impl Query {
+    /// Whether PostgreSQL would accept the query: every column reference
+    /// names a FROM item in scope, and grouped SELECTs use columns only
+    /// inside aggregates or as group keys. (SQLite is laxer.)
+    pub fn valid(&self) -> bool {
+        let selects_ok = match &self.body {
+            Body::Select(s) => s.valid(),
+            Body::Union { left, right, .. } => body_valid(left) && right.valid(),
+        };
+        let order_ok = self.order.iter().all(|o| match (&o.key, &self.body) {
+            (OrderKey::Item(i), _) => *i < self.body.arity(),
+            (OrderKey::Expr(e), Body::Select(s)) => {
+                let mut aliases = Vec::new();
+                s.from.aliases(&mut aliases);
+                !s.grouped() && !s.distinct && quals_in(e, &aliases)
+            }
+            (OrderKey::Expr(_), Body::Union { .. }) => false,
+        });
+        selects_ok && order_ok && self.deterministic()
+    }
+}
+
+fn body_valid(b: &Body) -> bool {
+    match b {
+        Body::Select(s) => s.valid(),
+        Body::Union { left, right, .. } => body_valid(left) && right.valid(),
+    }
+}
+
+/// Every column reference in `e` is qualified by one of `aliases`.
+fn quals_in(e: &E, aliases: &[String]) -> bool {
+    match e {
+        E::Col { qual, .. } => aliases.contains(qual),
+        other => other.children().iter().all(|c| quals_in(c, aliases)),
+    }
+}
+
+/// `e` reads columns only inside aggregates or through whole group keys.
+fn grouped_ok(e: &E, keys: &[E]) -> bool {
+    if keys.contains(e) {
+        return true;
+    }
+    match e {
+        E::Agg(..) => true,
+        E::Col { .. } => false,
+        other => other.children().iter().all(|c| grouped_ok(c, keys)),
+    }
+}
+
+impl Select {
+    fn valid(&self) -> bool {
+        let mut aliases = Vec::new();
+        if !self.from.valid(&mut aliases) {
+            return false;
+        }
+        let exprs = self
+            .items
+            .iter()
+            .chain(&self.filter)
+            .chain(&self.group_by)
+            .chain(&self.having);
+        let mut ok = exprs.into_iter().all(|e| quals_in(e, &aliases));
+        ok &= self
+            .filter
+            .iter()
+            .chain(&self.group_by)
+            .all(|e| !e.contains_agg());
+        if self.grouped() {
+            ok &= self
+                .items
+                .iter()
+                .chain(&self.having)
+                .all(|e| grouped_ok(e, &self.group_by));
+        }
+        ok
+    }
+}
+
+impl From {
+    /// Aliases this FROM item brings into scope.
+    fn aliases(&self, out: &mut Vec<String>) {
+        match self {
+            From::Table { alias, .. } | From::Sub { alias, .. } => out.push(alias.clone()),
+            From::Join { left, right, .. } => {
+                left.aliases(out);
+                right.aliases(out);
+            }
+        }
+    }
+
+    /// Checks ON conditions and subqueries, collecting aliases.
+    fn valid(&self, out: &mut Vec<String>) -> bool {
+        match self {
+            From::Table { alias, .. } => {
+                out.push(alias.clone());
+                true
+            }
+            From::Sub { query, alias, .. } => {
+                out.push(alias.clone());
+                query.valid()
+            }
+            From::Join {
+                left, right, on, ..
+            } => {
+                let ok = left.valid(out) && right.valid(out);
+                ok && !on.is_empty() && on.iter().all(|(l, r)| quals_in(l, out) && quals_in(r, out))
+            }
+        }
+    }
+}
+
 fn body_deterministic(b: &Body) -> bool {
     match b {
         Body::Select(s) => from_deterministic(&s.from),
@@ -676,6 +799,15 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// One of `choices`, or a date when dates are on.
+    fn pick_ty(&mut self, choices: &[Ty]) -> Ty {
+        if self.features.dates && self.rng.gen_range(0..=choices.len()) == 0 {
+            Ty::Date
+        } else {
+            *choices.choose(self.rng).unwrap()
+        }
+    }
+
     fn p(&mut self, p: f64) -> bool {
         self.rng.gen_bool(p)
     }
@@ -720,7 +852,11 @@ impl<'a> Gen<'a> {
             offset: None,
             types,
         };
-        if f.order_limit && self.p(if depth == 0 { 0.3 } else { 0.2 }) {
+        let union = matches!(q.body, Body::Union { .. });
+        if f.order_limit
+            && (!union || f.union_order_limit)
+            && self.p(if depth == 0 { 0.3 } else { 0.2 })
+        {
             self.gen_order(&mut q);
         }
         q
@@ -805,9 +941,17 @@ impl<'a> Gen<'a> {
                 let c = scope.choose(self.rng).unwrap().expr();
                 let key = if f.group_by_exprs && self.p(0.15) && c.ty() == Ty::Int {
                     if f.int_division {
-                        E::Arith(Arith::Mod, Box::new(c), Box::new(E::Lit(Lit::Int(3), Ty::Int)))
+                        E::Arith(
+                            Arith::Mod,
+                            Box::new(c),
+                            Box::new(E::Lit(Lit::Int(3), Ty::Int)),
+                        )
                     } else {
-                        E::Arith(Arith::Add, Box::new(c), Box::new(E::Lit(Lit::Int(1), Ty::Int)))
+                        E::Arith(
+                            Arith::Add,
+                            Box::new(c),
+                            Box::new(E::Lit(Lit::Int(1), Ty::Int)),
+                        )
                     }
                 } else {
                     c
@@ -835,9 +979,7 @@ impl<'a> Gen<'a> {
                     }
                     let naggs = self.rng.gen_range(1..=3);
                     for _ in 0..naggs {
-                        let t = *[Ty::Int, Ty::Int, Ty::Num, Ty::Text, Ty::Bool]
-                            .choose(self.rng)
-                            .unwrap();
+                        let t = self.pick_ty(&[Ty::Int, Ty::Int, Ty::Num, Ty::Text, Ty::Bool]);
                         let e = if self.p(0.7) {
                             self.gen_agg(t, &scope)
                         } else {
@@ -866,9 +1008,7 @@ impl<'a> Gen<'a> {
                         let e = if self.p(0.5) {
                             scope.choose(self.rng).unwrap().expr()
                         } else {
-                            let t = *[Ty::Int, Ty::Num, Ty::Text, Ty::Bool]
-                                .choose(self.rng)
-                                .unwrap();
+                            let t = self.pick_ty(&[Ty::Int, Ty::Num, Ty::Text, Ty::Bool]);
                             self.gen_expr(t, 2, &Leaves::Row(&scope))
                         };
                         items.push(e);
@@ -1033,9 +1173,9 @@ impl<'a> Gen<'a> {
                 let distinct = f.count_distinct && func == AggFn::Sum && self.p(0.15);
                 Some(E::Agg(func, Some(Box::new(arg)), distinct))
             }
-            Ty::Text => {
+            Ty::Text | Ty::Date => {
                 let func = *[AggFn::Min, AggFn::Max].choose(self.rng).unwrap();
-                let arg = self.gen_expr(Ty::Text, 1, &row);
+                let arg = self.gen_expr(ty, 1, &row);
                 Some(E::Agg(func, Some(Box::new(arg)), false))
             }
             Ty::Bool => None,
@@ -1047,10 +1187,14 @@ impl<'a> Gen<'a> {
             Leaves::Row(scope) => {
                 let cols: Vec<&ScopeCol> = scope.iter().filter(|c| c.ty == ty).collect();
                 if !cols.is_empty() && self.p(0.85) {
-                    cols.choose(self.rng).unwrap().expr()
-                } else {
-                    self.literal(ty)
+                    return cols.choose(self.rng).unwrap().expr();
                 }
+                if cols.is_empty() && self.p(0.8) {
+                    if let Some(e) = self.converted_leaf(ty, scope) {
+                        return e;
+                    }
+                }
+                self.literal(ty)
             }
             Leaves::Grouped { keys, scope } => {
                 let ks: Vec<&E> = keys.iter().filter(|k| k.ty() == ty).collect();
@@ -1061,9 +1205,52 @@ impl<'a> Gen<'a> {
                     if let Some(a) = self.gen_agg(ty, scope) {
                         return a;
                     }
+                    if ty == Ty::Bool {
+                        // A comparison of an aggregate.
+                        let a = self.gen_agg(Ty::Int, scope).unwrap();
+                        let op = *[Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Gt, Cmp::Ge]
+                            .choose(self.rng)
+                            .unwrap();
+                        let k = self.rng.gen_range(0..=4);
+                        return E::Cmp(op, Box::new(a), Box::new(E::Lit(Lit::Int(k), Ty::Int)));
+                    }
                 }
                 self.literal(ty)
             }
+        }
+    }
+
+    /// A value of type `ty` made from a column of another type, for scopes
+    /// without a column of `ty`.
+    fn converted_leaf(&mut self, ty: Ty, scope: &[ScopeCol]) -> Option<E> {
+        let f = self.features;
+        let of = |t: Ty| -> Vec<&ScopeCol> { scope.iter().filter(|c| c.ty == t).collect() };
+        match ty {
+            Ty::Bool => {
+                let c = scope.choose(self.rng)?;
+                let op = *[Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Ge]
+                    .choose(self.rng)
+                    .unwrap();
+                let v = self.value_lit(c.ty);
+                Some(E::Cmp(op, Box::new(c.expr()), Box::new(E::Lit(v, c.ty))))
+            }
+            Ty::Num => {
+                let c = of(Ty::Int).choose(self.rng).map(|c| c.expr())?;
+                Some(E::Arith(
+                    Arith::Mul,
+                    Box::new(c),
+                    Box::new(E::Lit(Lit::Num("0.5".into()), Ty::Num)),
+                ))
+            }
+            Ty::Text if f.cast => {
+                let c = of(Ty::Int).choose(self.rng).map(|c| c.expr())?;
+                Some(E::Cast(Box::new(c), Ty::Text))
+            }
+            Ty::Int if f.functions => {
+                let c = of(Ty::Text).choose(self.rng).map(|c| c.expr())?;
+                Some(E::Func("length", vec![c]))
+            }
+            _ => None,
         }
     }
 
@@ -1083,6 +1270,7 @@ impl<'a> Gen<'a> {
                     .to_string(),
             ),
             Ty::Bool => Lit::Bool(self.p(0.5)),
+            Ty::Date => Lit::Text(DATES.choose(self.rng).unwrap().to_string()),
         };
         E::Lit(l, ty)
     }
@@ -1104,6 +1292,7 @@ impl<'a> Gen<'a> {
                     .to_string(),
             ),
             Ty::Bool => Lit::Bool(self.p(0.5)),
+            Ty::Date => Lit::Text(DATES.choose(self.rng).unwrap().to_string()),
         }
     }
 
@@ -1127,6 +1316,7 @@ impl<'a> Gen<'a> {
                 Ty::Int | Ty::Num => self.numeric_arm(ty, arm, d, leaves, rich),
                 Ty::Text => self.text_arm(arm, d, leaves, rich),
                 Ty::Bool => self.bool_arm(arm, d, leaves, rich),
+                Ty::Date => self.date_arm(arm, d, leaves, rich),
             };
             if let Some(e) = e {
                 return e;
@@ -1160,7 +1350,11 @@ impl<'a> Gen<'a> {
                 // Multiply by a small constant only, so nothing overflows.
                 let a = self.gen_expr(ty, d, leaves);
                 let k = self.rng.gen_range(-2..=3);
-                E::Arith(Arith::Mul, Box::new(a), Box::new(E::Lit(Lit::Int(k), Ty::Int)))
+                E::Arith(
+                    Arith::Mul,
+                    Box::new(a),
+                    Box::new(E::Lit(Lit::Int(k), Ty::Int)),
+                )
             }
             3 if f.int_division && ty == Ty::Int => {
                 let op = *[Arith::Div, Arith::Mod].choose(self.rng).unwrap();
@@ -1208,7 +1402,9 @@ impl<'a> Gen<'a> {
                 let a = self.gen_expr(Ty::Text, d, leaves);
                 E::Func(name, vec![a])
             }
-            2 if f.functions => {
+            // sqlparser reads substr() as SUBSTRING, which direct
+            // evaluation refuses over group keys.
+            2 if f.functions && rich => {
                 let a = self.gen_expr(Ty::Text, d, leaves);
                 let from = self.rng.gen_range(1..=2);
                 let len = self.rng.gen_range(1..=2);
@@ -1248,14 +1444,29 @@ impl<'a> Gen<'a> {
         })
     }
 
+    fn date_arm(&mut self, arm: usize, d: usize, leaves: &Leaves<'_>, rich: bool) -> Option<E> {
+        let f = self.features;
+        Some(match arm {
+            0 if f.case_expr && rich => {
+                let c = self.gen_expr(Ty::Bool, d, leaves);
+                let t = self.gen_expr(Ty::Date, d, leaves);
+                let other = self.gen_expr(Ty::Date, d, leaves);
+                E::Case(vec![(c, t)], Some(Box::new(other)))
+            }
+            1 if f.coalesce => {
+                let a = self.gen_expr(Ty::Date, d, leaves);
+                E::Coalesce(vec![a, self.literal(Ty::Date)])
+            }
+            _ => return None,
+        })
+    }
+
     fn bool_arm(&mut self, arm: usize, d: usize, leaves: &Leaves<'_>, rich: bool) -> Option<E> {
         let f = self.features;
         Some(match arm {
             0 | 1 => {
                 // A comparison; over rows, usually a column against a value.
-                let t = *[Ty::Int, Ty::Int, Ty::Num, Ty::Text, Ty::Bool]
-                    .choose(self.rng)
-                    .unwrap();
+                let t = self.pick_ty(&[Ty::Int, Ty::Int, Ty::Num, Ty::Text, Ty::Bool]);
                 let op = *[Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge]
                     .choose(self.rng)
                     .unwrap();
@@ -1286,14 +1497,12 @@ impl<'a> Gen<'a> {
                 E::Not(Box::new(a))
             }
             4 if rich => {
-                let t = *[Ty::Int, Ty::Num, Ty::Text, Ty::Bool]
-                    .choose(self.rng)
-                    .unwrap();
+                let t = self.pick_ty(&[Ty::Int, Ty::Num, Ty::Text, Ty::Bool]);
                 let a = self.gen_expr(t, d, leaves);
                 E::IsNull(Box::new(a), self.p(0.5))
             }
             5 if f.in_list && rich => {
-                let t = *[Ty::Int, Ty::Num, Ty::Text].choose(self.rng).unwrap();
+                let t = self.pick_ty(&[Ty::Int, Ty::Num, Ty::Text]);
                 let a = self.gen_expr(t, d, leaves);
                 let n = self.rng.gen_range(1..=3);
                 let mut list: Vec<Lit> = (0..n).map(|_| self.value_lit(t)).collect();
@@ -1303,7 +1512,7 @@ impl<'a> Gen<'a> {
                 E::InList(Box::new(a), list, self.p(0.3))
             }
             6 if f.between && rich => {
-                let t = *[Ty::Int, Ty::Num, Ty::Text].choose(self.rng).unwrap();
+                let t = self.pick_ty(&[Ty::Int, Ty::Num, Ty::Text]);
                 let a = self.gen_expr(t, d, leaves);
                 let (x, y) = (self.value_lit(t), self.value_lit(t));
                 E::Between(Box::new(a), x, y, self.p(0.3))
@@ -1324,8 +1533,8 @@ impl<'a> Gen<'a> {
 /// keeps one only if it fails the same way, so candidates need not be valid.
 pub fn simplify(q: &Query) -> Vec<Query> {
     let mut out = Vec::new();
-    let mut push = |c: Query, out: &mut Vec<Query>| {
-        if c.deterministic() && c != *q {
+    let push = |c: Query, out: &mut Vec<Query>| {
+        if c.valid() && c != *q {
             out.push(c);
         }
     };

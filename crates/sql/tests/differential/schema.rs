@@ -14,6 +14,8 @@ pub enum ColType {
     Text,
     Boolean,
     Numeric,
+    /// Stored by SQLite as ISO text, which orders like the dates.
+    Date,
 }
 
 impl ColType {
@@ -24,6 +26,7 @@ impl ColType {
             ColType::Text => "text",
             ColType::Boolean => "boolean",
             ColType::Numeric => "numeric",
+            ColType::Date => "date",
         }
     }
 
@@ -33,6 +36,7 @@ impl ColType {
             ColType::Numeric => Ty::Num,
             ColType::Text => Ty::Text,
             ColType::Boolean => Ty::Bool,
+            ColType::Date => Ty::Date,
         }
     }
 
@@ -55,9 +59,19 @@ impl ColType {
                 .map(|s| Lit::Text(s.to_string()))
                 .collect(),
             ColType::Boolean => vec![Lit::Bool(false), Lit::Bool(true)],
+            ColType::Date => DATES.iter().map(|s| Lit::Text(s.to_string())).collect(),
         }
     }
 }
+
+/// The dates a date column holds (and date literals use).
+pub const DATES: &[&str] = &[
+    "2024-01-01",
+    "2024-01-02",
+    "2024-02-29",
+    "2023-12-31",
+    "2024-01-10",
+];
 
 /// The type of an expression, as far as the generator cares: integers of
 /// any width are one type, numerics another.
@@ -67,6 +81,7 @@ pub enum Ty {
     Num,
     Text,
     Bool,
+    Date,
 }
 
 impl Ty {
@@ -167,7 +182,8 @@ pub struct Schema {
 }
 
 impl Schema {
-    pub fn random(rng: &mut StdRng) -> Schema {
+    /// `dates`: whether columns may be of type date.
+    pub fn random(rng: &mut StdRng, dates: bool) -> Schema {
         let n = rng.gen_range(2..=3);
         let names = ["ta", "tb", "tc"];
         let col_names = ["a", "b", "c", "d"];
@@ -179,7 +195,13 @@ impl Schema {
             ColType::Text,
             ColType::Boolean,
             ColType::Numeric,
+            ColType::Date,
         ];
+        let types = if dates {
+            &types[..]
+        } else {
+            &types[..types.len() - 1]
+        };
         let mut tables = Vec::new();
         for name in names.iter().take(n) {
             let id_ty = if rng.gen_bool(0.7) {

@@ -64,7 +64,9 @@ impl Dml {
         };
         match self {
             Dml::Insert { rows, .. } => insert_sql(&t.name, rows),
-            Dml::Update { sets, filter: f, .. } => {
+            Dml::Update {
+                sets, filter: f, ..
+            } => {
                 let sets: Vec<String> = sets
                     .iter()
                     .map(|(c, s)| {
@@ -116,6 +118,8 @@ pub struct Case {
     /// Views are created before the initial rows are inserted.
     pub views_first: bool,
     pub batches: Vec<Batch>,
+    /// Close and reopen the engine after this batch (1-based).
+    pub restart_after: Option<usize>,
 }
 
 /// How big a generated case is.
@@ -149,7 +153,7 @@ pub fn sqlite_schema(conn: &rusqlite::Connection, schema: &Schema) {
 impl Case {
     pub fn generate(seed: u64, features: &Features, sizes: &Sizes) -> Case {
         let mut rng = StdRng::seed_from_u64(seed);
-        let schema = Schema::random(&mut rng);
+        let schema = Schema::random(&mut rng, features.dates);
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         sqlite_schema(&conn, &schema);
         let mut initial = Vec::new();
@@ -170,6 +174,11 @@ impl Case {
             let mut g = Gen::new(&mut rng, features, &schema);
             for _ in 0..sizes.views {
                 let query = g.query();
+                assert!(
+                    query.valid(),
+                    "seed {seed}: generated an invalid query:\n{}",
+                    query.render()
+                );
                 // A query SQLite cannot prepare is a bug in the generator.
                 if let Err(e) = conn.prepare(&query.render()) {
                     panic!(
@@ -192,7 +201,13 @@ impl Case {
             next_id: initial.iter().map(|r| r.len() as i64 + 1).collect(),
         };
         let batches = (0..sizes.batches).map(|_| w.batch()).collect();
+        let restart_after = if sizes.batches > 0 && rng.gen_bool(0.25) {
+            Some(rng.gen_range(1..=sizes.batches))
+        } else {
+            None
+        };
         Case {
+            restart_after,
             seed,
             schema,
             initial,
@@ -262,7 +277,9 @@ impl Writer<'_> {
     fn fresh_id(&mut self, t: usize, taken: &[i64]) -> i64 {
         // Sometimes reuse the id of a deleted row.
         if self.rng.gen_bool(0.2) {
-            let free: Vec<i64> = (1..self.next_id[t]).filter(|i| !taken.contains(i)).collect();
+            let free: Vec<i64> = (1..self.next_id[t])
+                .filter(|i| !taken.contains(i))
+                .collect();
             if let Some(id) = free.choose(self.rng) {
                 return *id;
             }
@@ -355,11 +372,11 @@ impl Writer<'_> {
                     ColType::Integer | ColType::BigInt => {
                         Set::Add(Lit::Int(*[-1, 1, 2].choose(self.rng).unwrap()))
                     }
-                    ColType::Numeric => {
-                        Set::Add(Lit::Num(["1", "-0.5"].choose(self.rng).unwrap().to_string()))
-                    }
+                    ColType::Numeric => Set::Add(Lit::Num(
+                        ["1", "-0.5"].choose(self.rng).unwrap().to_string(),
+                    )),
                     ColType::Boolean => Set::Not,
-                    ColType::Text => Set::Lit(table.random_value(self.rng, c)),
+                    ColType::Text | ColType::Date => Set::Lit(table.random_value(self.rng, c)),
                 };
                 let f = self.rng.gen_range(1..ncols);
                 let filter = match table.random_value(self.rng, f) {
