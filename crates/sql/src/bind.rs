@@ -138,20 +138,6 @@ pub struct SortKey {
 pub struct SelectBody {
     pub filter: Option<Expr>,
     pub grouping: Option<Grouping>,
-    pub outputs: Vec<Expr>,
-    pub visible: usize,
-    pub order_by: Vec<SortKey>,
-    pub distinct: bool,
-    pub limit: Option<Expr>,
-    pub offset: Option<Expr>,
-}
-
-#[derive(Clone, Debug)]
-pub struct SelectPlan {
-    pub table: TableId,
-    pub access: Access,
-    pub filter: Option<Expr>,
-    pub grouping: Option<Grouping>,
     /// Output expressions (over the input row, or over the grouped row).
     pub outputs: Vec<Expr>,
     /// Hidden sort columns are appended to `outputs` and removed after sorting.
@@ -160,6 +146,14 @@ pub struct SelectPlan {
     pub distinct: bool,
     pub limit: Option<Expr>,
     pub offset: Option<Expr>,
+}
+
+/// A SELECT over one base table, as direct evaluation runs it.
+#[derive(Clone, Debug)]
+pub struct SelectPlan {
+    pub table: TableId,
+    pub access: Access,
+    pub body: SelectBody,
 }
 
 #[derive(Clone, Debug)]
@@ -204,6 +198,17 @@ pub struct DeletePlan {
     pub access: Access,
     pub filter: Option<Expr>,
     pub returning: Vec<Expr>,
+}
+
+/// The columns of `SHOW VIEWS`.
+pub(crate) fn show_views_columns() -> Vec<Column> {
+    vec![
+        Column::computed("name", DataType::Text),
+        Column::computed("watermark", DataType::Int8),
+        Column::computed("rows", DataType::Int8),
+        Column::computed("keys", DataType::Int8),
+        Column::computed("status", DataType::Text),
+    ]
 }
 
 /// Binds one statement.
@@ -449,16 +454,7 @@ impl<'a> Binder<'a> {
                     return catalog_queries::show_tables(self.catalog);
                 }
                 if name == "views" {
-                    return Ok((
-                        Plan::ShowViews,
-                        vec![
-                            Column::computed("name", DataType::Text),
-                            Column::computed("watermark", DataType::Int8),
-                            Column::computed("rows", DataType::Int8),
-                            Column::computed("keys", DataType::Int8),
-                            Column::computed("status", DataType::Text),
-                        ],
-                    ));
+                    return Ok((Plan::ShowViews, show_views_columns()));
                 }
                 let columns = if name == "all" {
                     vec![
@@ -471,18 +467,7 @@ impl<'a> Binder<'a> {
                 (Plan::Show { name }, columns)
             }
             S::ShowTables { .. } => return catalog_queries::show_tables(self.catalog),
-            S::ShowViews { .. } => {
-                return Ok((
-                    Plan::ShowViews,
-                    vec![
-                        Column::computed("name", DataType::Text),
-                        Column::computed("watermark", DataType::Int8),
-                        Column::computed("rows", DataType::Int8),
-                        Column::computed("keys", DataType::Int8),
-                        Column::computed("status", DataType::Text),
-                    ],
-                ))
-            }
+            S::ShowViews { .. } => return Ok((Plan::ShowViews, show_views_columns())),
             S::Deallocate { name, .. } => (Plan::Deallocate { name: ident(name) }, vec![]),
             S::Discard { .. } => (
                 Plan::Set {
@@ -1119,14 +1104,7 @@ impl<'a> Binder<'a> {
             SelectPlan {
                 table: table.schema.id,
                 access,
-                filter: body.filter,
-                grouping: body.grouping,
-                outputs: body.outputs,
-                visible: body.visible,
-                order_by: body.order_by,
-                distinct: body.distinct,
-                limit: body.limit,
-                offset: body.offset,
+                body,
             },
             columns,
         ))

@@ -166,23 +166,23 @@ fn select(
     let rows = read_rows(catalog, txn, t, &p.access, params)?;
     let mut matching = Vec::with_capacity(rows.len());
     for (_, row) in rows {
-        if passes(p.filter.as_ref(), &row, params)? {
+        if passes(p.body.filter.as_ref(), &row, params)? {
             matching.push(row);
         }
     }
-    let mut out: Vec<Vec<Value>> = match &p.grouping {
+    let mut out: Vec<Vec<Value>> = match &p.body.grouping {
         None => matching
             .iter()
-            .map(|row| eval_all(&p.outputs, &Env { row, params }))
+            .map(|row| eval_all(&p.body.outputs, &Env { row, params }))
             .collect::<Result<_, _>>()?,
-        Some(g) => group(&matching, g, &p.outputs, params)?,
+        Some(g) => group(&matching, g, &p.body.outputs, params)?,
     };
-    if p.distinct {
+    if p.body.distinct {
         let mut seen = HashSet::new();
-        out.retain(|r| seen.insert(r[..p.visible].to_vec()));
+        out.retain(|r| seen.insert(r[..p.body.visible].to_vec()));
     }
-    if !p.order_by.is_empty() {
-        let keys = &p.order_by;
+    if !p.body.order_by.is_empty() {
+        let keys = &p.body.order_by;
         let mut keyed: Vec<(Vec<Value>, Vec<Value>)> = out
             .into_iter()
             .map(|r| {
@@ -229,15 +229,15 @@ fn select(
         out = keyed.into_iter().map(|(_, r)| r).collect();
     }
     let env = Env { row: &[], params };
-    let offset = count_arg(p.offset.as_ref(), &env, "OFFSET")?.unwrap_or(0);
-    let limit = count_arg(p.limit.as_ref(), &env, "LIMIT")?;
+    let offset = count_arg(p.body.offset.as_ref(), &env, "OFFSET")?.unwrap_or(0);
+    let limit = count_arg(p.body.limit.as_ref(), &env, "LIMIT")?;
     let mut out: Vec<Vec<Value>> = out
         .into_iter()
         .skip(offset)
         .take(limit.unwrap_or(usize::MAX))
         .collect();
     for r in &mut out {
-        r.truncate(p.visible);
+        r.truncate(p.body.visible);
     }
     Ok(out)
 }

@@ -540,13 +540,7 @@ impl Session {
             .collect();
         Outcome::Rows {
             tag: format!("SHOW VIEWS {}", rows.len()),
-            columns: vec![
-                Column::computed("name", DataType::Text),
-                Column::computed("watermark", DataType::Int8),
-                Column::computed("rows", DataType::Int8),
-                Column::computed("keys", DataType::Int8),
-                Column::computed("status", DataType::Text),
-            ],
+            columns: bind::show_views_columns(),
             rows,
         }
     }
