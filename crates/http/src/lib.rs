@@ -50,6 +50,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/health", get(health))
         .route("/metrics", get(metrics_page))
         .route("/v1/sql", post(sql))
+        .route("/v1/graph", get(graph))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -128,6 +129,70 @@ async fn metrics_page(State(s): State<AppState>) -> impl IntoResponse {
         )],
         out,
     )
+}
+
+#[derive(Deserialize)]
+struct GraphQuery {
+    format: Option<String>,
+}
+
+/// The whole dataflow graph: Graphviz DOT by default, SVG with
+/// `?format=svg` (rendered by the `dot` tool when it is installed).
+async fn graph(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<GraphQuery>,
+) -> Response {
+    if !authorized(&s.tokens, &headers) {
+        let e = SqlError::new("28000", "a valid bearer token is required");
+        return error_response(StatusCode::UNAUTHORIZED, &e);
+    }
+    let dot = s.engine.views.dot();
+    match q.format.as_deref().unwrap_or("dot") {
+        "dot" => (
+            [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+            dot,
+        )
+            .into_response(),
+        "svg" => match tokio::task::spawn_blocking(move || render_svg(&dot)).await {
+            Ok(Ok(svg)) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
+            Ok(Err(why)) => error_response(
+                StatusCode::NOT_IMPLEMENTED,
+                &SqlError::new("0A000", format!("cannot render SVG: {why}"))
+                    .with_hint("install Graphviz (the `dot` tool), or ask for ?format=dot"),
+            ),
+            Err(e) => error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &SqlError::new("XX000", e.to_string()),
+            ),
+        },
+        other => error_response(
+            StatusCode::BAD_REQUEST,
+            &SqlError::new("22023", format!("unknown format '{other}': use dot or svg")),
+        ),
+    }
+}
+
+fn render_svg(dot: &str) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run dot: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(dot.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(out.stdout)
 }
 
 #[derive(Deserialize)]

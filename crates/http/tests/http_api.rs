@@ -120,6 +120,22 @@ async fn sql_health_and_metrics() {
     assert_eq!(status, 400);
     assert_eq!(json(&body)["error"]["code"], "08P01");
 
+    let (status, _) = request(
+        addr,
+        "POST",
+        "/v1/sql",
+        "",
+        r#"{"sql": "CREATE VIEW named AS SELECT name, count(*) AS n FROM t GROUP BY name"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, body) = request(addr, "GET", "/v1/graph", "", "").await;
+    assert_eq!(status, 200);
+    assert!(body.starts_with("digraph"), "{body}");
+    assert!(body.contains("view named"), "{body}");
+    let (status, _) = request(addr, "GET", "/v1/graph?format=png", "", "").await;
+    assert_eq!(status, 400);
+
     let (status, body) = request(addr, "GET", "/metrics", "", "").await;
     assert_eq!(status, 200);
     for needle in [
