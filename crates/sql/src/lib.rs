@@ -7,6 +7,7 @@
 //! transaction so reads are validated at commit; writes buffered, then
 //! committed as one log batch).
 
+mod auto_views;
 pub mod bind;
 mod catalog_queries;
 mod compile;

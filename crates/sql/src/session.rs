@@ -72,6 +72,7 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("timezone", "UTC"),
     ("transaction_isolation", "serializable"),
     ("aqueduct.last_lsn", "0"),
+    ("aqueduct.auto_views", "on"),
 ];
 
 /// Settings clients may not change.
@@ -218,6 +219,14 @@ impl Session {
                 statement: None,
             });
         };
+        if let Some(auto) = self.auto_view_for(st, true)? {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: auto.param_types,
+                columns: auto.columns,
+                statement,
+            });
+        }
         let bound = {
             let catalog = self.engine.database().read();
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
@@ -310,6 +319,24 @@ impl Session {
         hints: &[Option<DataType>],
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
+        if let Some(auto) = self.auto_view_for(st, false)? {
+            self.engine.metrics.count(&self.engine.metrics.select);
+            let entry = self
+                .engine
+                .views
+                .get(&auto.view)
+                .ok_or_else(|| SqlError::new("XX000", "an automatic view went missing"))?;
+            let key: Vec<usize> = (auto.visible..auto.visible + auto.params.len()).collect();
+            let (mut rows, _) = self.engine.views.lookup(&entry, &key, &auto.key(params)?)?;
+            for r in &mut rows {
+                r.truncate(auto.visible);
+            }
+            return Ok(Outcome::Rows {
+                tag: format!("SELECT {}", rows.len()),
+                columns: auto.columns,
+                rows,
+            });
+        }
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
         }
@@ -458,6 +485,43 @@ impl Session {
             bound.columns,
             params,
         )
+    }
+
+    /// The automatic view serving `st`, when there is (or, with `make`,
+    /// can be) one: a query with parameters that direct evaluation cannot
+    /// answer, outside a transaction block, with automatic views enabled.
+    fn auto_view_for(
+        &self,
+        st: &Statement,
+        make: bool,
+    ) -> Result<Option<crate::auto_views::AutoView>, SqlError> {
+        let Statement::Query(q) = st else {
+            return Ok(None);
+        };
+        if self.txn.is_some() || self.settings["aqueduct.auto_views"] != "on" {
+            return Ok(None);
+        }
+        let sql = st.to_string();
+        if let Some(a) = self.engine.views.auto_view(&sql) {
+            return Ok(Some(a));
+        }
+        if !make {
+            return Ok(None);
+        }
+        // Only where direct evaluation cannot answer: single-table reads are
+        // already index lookups.
+        let direct = {
+            let catalog = self.engine.database().read();
+            bind::bind(&catalog, st, &[], &self.settings)
+        };
+        match direct {
+            Err(e) if e.code == "0A000" => {
+                self.engine
+                    .views
+                    .make_auto_view(self.engine.database(), &sql, q)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The maintained views a statement reads, as tables holding their

@@ -48,7 +48,12 @@ pub struct ViewRegistry {
     /// Extra readers of a view keyed on some of its columns, made on first
     /// use by a query that looks rows up by those columns.
     keyed: RwLock<HashMap<(String, Vec<usize>), ViewReader>>,
+    /// Automatic views by the SQL text of the prepared query they serve.
+    auto: RwLock<HashMap<String, crate::auto_views::AutoView>>,
 }
+
+/// Ids of automatic views count down from here (table ids count up from 1).
+const AUTO_VIEW_IDS: TableId = u64::MAX / 2;
 
 /// The name of the graph view behind a keyed reader.
 fn keyed_name(view: &str, key: &[usize]) -> String {
@@ -166,6 +171,36 @@ impl ViewRegistry {
                 _ => {}
             }
         }
+    }
+
+    /// The automatic view serving `sql`, if one was made.
+    pub fn auto_view(&self, sql: &str) -> Option<crate::auto_views::AutoView> {
+        self.auto.read().get(sql).cloned()
+    }
+
+    /// Makes (or finds) the automatic view for the prepared query `q`,
+    /// whose text is `sql`. `None` when the query is not of a shape that a
+    /// keyed view can serve.
+    pub fn make_auto_view(
+        &self,
+        db: &aqueduct_tables::Database,
+        sql: &str,
+        q: &ast::Query,
+    ) -> Result<Option<crate::auto_views::AutoView>, SqlError> {
+        if let Some(a) = self.auto_view(sql) {
+            return Ok(Some(a));
+        }
+        let Some((rewritten, params)) = crate::auto_views::parameterize(q) else {
+            return Ok(None);
+        };
+        let text = rewritten.to_string();
+        let id = AUTO_VIEW_IDS - self.auto.read().len() as u64;
+        let name = format!("auto_{}", AUTO_VIEW_IDS - id);
+        db.with_commits_paused(|catalog, lsn| self.install(catalog, lsn, id, &name, &text))?;
+        let entry = self.get(&name).expect("just installed");
+        let auto = crate::auto_views::AutoView::describe(&entry, params)?;
+        self.auto.write().insert(sql.to_string(), auto.clone());
+        Ok(Some(auto))
     }
 
     pub fn names(&self) -> Vec<String> {

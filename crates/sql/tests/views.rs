@@ -252,3 +252,47 @@ fn keyed_lookups_and_prepared_reads_of_views() {
         "42P01"
     );
 }
+
+#[test]
+fn prepared_joins_become_automatic_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'a', 10), (2, 'b', 20)",
+    );
+    ok(
+        &mut se,
+        "INSERT INTO vote VALUES (1, 100), (1, 101), (2, 100)",
+    );
+    // The application's query, with a join and a count: direct evaluation
+    // cannot answer it, so it becomes a view keyed on its parameter.
+    let q = "SELECT a.title, count(*) AS votes FROM article a JOIN vote v ON a.id = v.article_id \
+             WHERE a.id = $1 GROUP BY a.id, a.title";
+    let p = se.prepare(q, &[]).unwrap();
+    assert_eq!(p.params, vec![aqueduct_values::DataType::Int8]);
+    assert_eq!(p.columns.len(), 2);
+    let read = |se: &mut Session, id: i64| match se
+        .execute_prepared(&p, &[aqueduct_values::Value::Int(id)])
+        .unwrap()
+    {
+        Outcome::Rows { rows, .. } => rows
+            .into_iter()
+            .map(|r| r.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(read(&mut se, 1), vec![s(&["a", "2"])]);
+    ok(&mut se, "INSERT INTO vote VALUES (2, 101), (2, 102)");
+    assert_eq!(read(&mut se, 2), vec![s(&["b", "3"])]);
+    assert!(read(&mut se, 9).is_empty());
+    assert!(rows(&mut se, "SHOW VIEWS")
+        .iter()
+        .any(|v| v[0].starts_with("auto_")));
+    // Turned off, the same query is refused as unsupported by direct evaluation.
+    let mut plain = e.session();
+    ok(&mut plain, "SET aqueduct.auto_views = off");
+    assert_eq!(plain.prepare(q, &[]).unwrap_err().code, "0A000");
+}
