@@ -518,6 +518,18 @@ impl Conn {
             .0
     }
 
+    /// Runs `f` on the session right here, on the connection's task: only
+    /// for calls that never wait for an fsync or a long scan.
+    fn inline<T>(&self, f: impl FnOnce(&mut Session) -> T) -> (T, Snapshot) {
+        let mut s = self.session().lock();
+        let out = f(&mut s);
+        let snap = Snapshot {
+            status: s.status(),
+            last_lsn: s.last_lsn(),
+        };
+        (out, snap)
+    }
+
     /// Runs `f` on the session on the blocking pool (session calls may wait
     /// for an fsync).
     async fn blocking<T: Send + 'static>(
@@ -874,9 +886,14 @@ impl Conn {
         let (columns, rows, tag, suspended) = match state {
             PortalState::New { params } => {
                 let statement = portal.statement.clone();
-                let (outcome, snap) = self
-                    .blocking(move |s| s.execute_prepared(&statement, &params))
-                    .await?;
+                let (outcome, snap) = if statement.quick {
+                    // A lookup takes microseconds: handing it to the blocking
+                    // pool and back would cost more than running it.
+                    self.inline(|s| s.execute_prepared(&statement, &params))
+                } else {
+                    self.blocking(move |s| s.execute_prepared(&statement, &params))
+                        .await?
+                };
                 snapshot = Some(snap);
                 match outcome? {
                     Outcome::Rows { columns, rows, tag } => {

@@ -50,6 +50,9 @@ pub struct Prepared {
     pub params: Vec<DataType>,
     /// Result columns; empty for statements without rows.
     pub columns: Vec<Column>,
+    /// A read that finishes in microseconds (a key or index lookup, a view
+    /// lookup): front ends may run it without moving to a blocking thread.
+    pub quick: bool,
     statement: Option<Statement>,
 }
 
@@ -216,6 +219,7 @@ impl Session {
                     .map(|h| h.clone().unwrap_or(DataType::Text))
                     .collect(),
                 columns: Vec::new(),
+                quick: true,
                 statement: None,
             });
         };
@@ -224,6 +228,7 @@ impl Session {
                 sql: sql.to_string(),
                 params: auto.param_types,
                 columns: auto.columns,
+                quick: true,
                 statement,
             });
         }
@@ -238,10 +243,19 @@ impl Session {
                 bind::bind(&catalog, st, hints, &self.settings)?
             }
         };
+        let quick = match &bound.plan {
+            Plan::Select(p) => matches!(
+                p.access,
+                bind::Access::PrimaryKey(_) | bind::Access::Index(..)
+            ),
+            Plan::Values(_) => true,
+            _ => false,
+        };
         Ok(Prepared {
             sql: sql.to_string(),
             params: bound.params,
             columns: bound.columns,
+            quick,
             statement,
         })
     }
