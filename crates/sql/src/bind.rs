@@ -898,7 +898,16 @@ impl<'a> Binder<'a> {
             }
             ast::Value::SingleQuotedString(s)
             | ast::Value::EscapedStringLiteral(s)
-            | ast::Value::DoubleQuotedString(s) => Value::Text(s.clone()),
+            | ast::Value::DoubleQuotedString(s) => {
+                // A quoted literal has no type of its own (PostgreSQL's
+                // "unknown"): where the context expects a date, a number...
+                // it is read as one, so `d IN ('2024-01-01')` compares dates.
+                let text = Value::Text(s.clone());
+                match expected {
+                    Some(ty) if !ty.is_textual() => text.clone().coerce(ty).unwrap_or(text),
+                    _ => text,
+                }
+            }
             ast::Value::DollarQuotedString(s) => Value::Text(s.value.clone()),
             ast::Value::HexStringLiteral(h) => {
                 Value::Text(format!("\\x{h}")).coerce(&DataType::Bytea)?
