@@ -1894,18 +1894,27 @@ struct GroupBinder {
 }
 
 impl GroupBinder {
+    /// The type of an expression over the grouped row (group keys, then
+    /// aggregate results).
     fn type_of(&self, b: &Binder<'_>, e: &Expr, scope: &Scope) -> DataType {
-        match e {
-            Expr::Column(p) if *p < self.keys.len() => b.type_of(&self.keys[*p], scope),
-            Expr::Column(p) => self.agg_types[*p - self.keys.len()].clone(),
-            other => {
-                if other.is_constant() {
-                    b.type_of(other, scope)
-                } else {
-                    DataType::Text
-                }
-            }
+        let mut grouped = Scope::empty();
+        for k in &self.keys {
+            grouped.columns.push(ScopeColumn {
+                qualifier: None,
+                name: String::new(),
+                ty: b.type_of(k, scope),
+                qualified_only: false,
+            });
         }
+        for ty in &self.agg_types {
+            grouped.columns.push(ScopeColumn {
+                qualifier: None,
+                name: String::new(),
+                ty: ty.clone(),
+                qualified_only: false,
+            });
+        }
+        b.type_of(e, &grouped)
     }
 }
 

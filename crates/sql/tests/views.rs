@@ -296,3 +296,28 @@ fn prepared_joins_become_automatic_views() {
     ok(&mut plain, "SET aqueduct.auto_views = off");
     assert_eq!(plain.prepare(q, &[]).unwrap_err().code, "0A000");
 }
+
+#[test]
+fn lookups_on_expressions_over_aggregates() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(
+        &mut se,
+        "CREATE TABLE tb (id bigint PRIMARY KEY, a integer, b boolean)",
+    );
+    ok(
+        &mut se,
+        "CREATE VIEW v0 AS SELECT COALESCE(count(*), 1) AS o0 FROM tb",
+    );
+    assert_eq!(rows(&mut se, "SELECT * FROM v0"), vec![s(&["0"])]);
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM v0 WHERE o0 = 0"),
+        vec![s(&["0"])]
+    );
+    ok(&mut se, "INSERT INTO tb VALUES (1, 7, true)");
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM v0 WHERE o0 = 1"),
+        vec![s(&["1"])]
+    );
+}
