@@ -1,41 +1,11 @@
 //! SQL sessions end to end on a real log: statements, errors with SQLSTATE,
 //! transactions, restart recovery, and serializability under concurrency.
 
-use std::sync::Arc;
+mod common;
 
-use aqueduct_log::{Log, Options, SyncPolicy};
-use aqueduct_sql::{Engine, Outcome, Session, SqlError, TxnStatus};
+use aqueduct_sql::{Outcome, Session, TxnStatus};
 use aqueduct_values::Value;
-
-fn engine(dir: &std::path::Path) -> Arc<Engine> {
-    let (log, _) = Log::open(
-        dir,
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    Engine::open(log, &mut |_| {}).unwrap()
-}
-
-fn run(s: &mut Session, sql: &str) -> Result<Outcome, SqlError> {
-    s.execute(sql).pop().unwrap()
-}
-
-fn ok(s: &mut Session, sql: &str) -> Outcome {
-    run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
-    match ok(s, sql) {
-        Outcome::Rows { rows, .. } => rows
-            .into_iter()
-            .map(|r| r.iter().map(|v| v.to_string()).collect())
-            .collect(),
-        other => panic!("{sql}: expected rows, got {other:?}"),
-    }
-}
+use common::{engine, ok, rows, run};
 
 fn tag(s: &mut Session, sql: &str) -> String {
     match ok(s, sql) {

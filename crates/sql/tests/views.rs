@@ -1,43 +1,17 @@
 //! Maintained views end to end: created in SQL, kept up to date by every
 //! commit, rebuilt at restart, explained, refused where they cannot be kept.
 
-use std::sync::Arc;
+mod common;
 
-use aqueduct_log::{Log, Options, SyncPolicy};
-use aqueduct_sql::{Engine, Outcome, Session, SqlError};
-
-fn engine(dir: &std::path::Path) -> Arc<Engine> {
-    let (log, _) = Log::open(
-        dir,
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    Engine::open(log, &mut |_| {}).unwrap()
-}
-
-fn run(s: &mut Session, sql: &str) -> Result<Outcome, SqlError> {
-    s.execute(sql).pop().unwrap()
-}
+use aqueduct_sql::{Outcome, Session};
+use common::{engine, run};
 
 fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
-    match run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}")) {
-        Outcome::Rows { rows, .. } => {
-            let mut out: Vec<Vec<String>> = rows
-                .into_iter()
-                .map(|r| r.iter().map(|v| v.to_string()).collect())
-                .collect();
-            out.sort();
-            out
-        }
-        other => panic!("{sql}: expected rows, got {other:?}"),
-    }
+    common::sorted_rows(s, sql)
 }
 
 fn ok(s: &mut Session, sql: &str) {
-    run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    common::ok(s, sql);
 }
 
 const SCHEMA: &str = "CREATE TABLE article (id bigint PRIMARY KEY, title text, author bigint); \
