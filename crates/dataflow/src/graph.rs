@@ -7,9 +7,12 @@
 //! deltas smallest id first delivers every input before a node runs.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use aqueduct_expr::SqlError;
 
+pub use crate::view::ViewFailure;
 use crate::view::{new_view, Lsn, ViewReader, ViewWriter};
 use crate::{consolidate, Delta, Operator, Row};
 
@@ -38,22 +41,16 @@ struct Node {
     output: BTreeMap<Row, i64>,
 }
 
-/// A view's failure: an operator on its path failed (say, a division by zero
-/// in a projection of a newly written row). Reads fall back to evaluating the
-/// query directly, which reports the same error to the reader.
-#[derive(Clone, Debug)]
-pub struct ViewFailure {
-    pub lsn: Lsn,
-    pub error: SqlError,
-}
-
 #[derive(Default)]
 pub struct Graph {
     nodes: Vec<Node>,
     reuse: HashMap<(String, Vec<NodeId>), NodeId>,
     sources: HashMap<TableId, NodeId>,
     views: HashMap<String, NodeId>,
+    /// Views already marked failed (their readers see the failure).
     failed: HashMap<NodeId, ViewFailure>,
+    /// The LSN up to which every batch has been processed and published.
+    processed: Arc<AtomicU64>,
 }
 
 impl Graph {
@@ -106,7 +103,7 @@ impl Graph {
 
     /// Adds a view named `name` over `parent`, keyed by `key` columns.
     pub fn view(&mut self, name: &str, parent: NodeId, key: Vec<usize>) -> (NodeId, ViewReader) {
-        let (writer, reader) = new_view(key);
+        let (writer, reader) = new_view(key, self.processed.clone());
         let id = self.push(
             Kind::View {
                 name: name.to_string(),
@@ -127,6 +124,11 @@ impl Graph {
 
     pub fn has_view(&self, name: &str) -> bool {
         self.views.contains_key(name)
+    }
+
+    /// The LSN up to which every batch has been processed and published.
+    pub fn processed(&self) -> Lsn {
+        self.processed.load(Ordering::Acquire)
     }
 
     /// Why a view cannot be read, if it failed.
@@ -222,11 +224,17 @@ impl Graph {
                 }
             }
         }
+        // Only views this batch changed are republished; the processed LSN
+        // carries the others' watermarks forward.
         for node in &mut self.nodes {
             if let Kind::View { writer, .. } = &mut node.kind {
-                writer.publish(lsn);
+                if writer.is_dirty() {
+                    writer.publish(lsn);
+                }
             }
         }
+        debug_assert!(lsn >= self.processed(), "batches arrive in LSN order");
+        self.processed.store(lsn, Ordering::Release);
     }
 
     fn fail_below(&mut self, id: NodeId, failure: &ViewFailure) {
@@ -236,8 +244,11 @@ impl Graph {
             if !seen.insert(n) {
                 continue;
             }
-            if matches!(self.nodes[n].kind, Kind::View { .. }) {
-                self.failed.entry(n).or_insert_with(|| failure.clone());
+            if let Kind::View { writer, .. } = &mut self.nodes[n].kind {
+                if let std::collections::hash_map::Entry::Vacant(e) = self.failed.entry(n) {
+                    e.insert(failure.clone());
+                    writer.fail(failure.clone());
+                }
             }
             stack.extend(self.nodes[n].children.iter().map(|(c, _)| *c));
         }

@@ -14,6 +14,7 @@
 pub mod graph;
 pub mod ops;
 pub mod view;
+pub mod worker;
 
 use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
@@ -43,6 +44,15 @@ pub trait Operator: Send {
     fn state_rows(&self) -> usize {
         0
     }
+}
+
+/// Approximate bytes a row takes in memory: its values and their contents.
+pub fn row_bytes(row: &[Value]) -> usize {
+    std::mem::size_of::<Row>()
+        + row
+            .iter()
+            .map(|v| std::mem::size_of::<Value>() + v.payload_len())
+            .sum::<usize>()
 }
 
 /// Sums the weights of equal rows and drops rows whose weight is zero. The

@@ -4,35 +4,62 @@
 //! by). The single writer (the dataflow) applies a batch's changes to one copy
 //! and publishes; readers keep reading the other copy meanwhile, so a reader
 //! never waits for a writer and never sees half of a batch (left-right).
-//! Every published copy carries its watermark: the LSN of the last write it
-//! reflects.
+//!
+//! Every view knows its watermark: the LSN of the last write it reflects. A
+//! view is republished only when a batch changes it; the graph's shared
+//! "processed" LSN covers the batches that did not, so a reader takes the
+//! larger of the two (reading the shared LSN *before* entering the copy, so
+//! that every batch it covers is already published).
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 use left_right::{Absorb, ReadHandle, ReadHandleFactory, WriteHandle};
 
-use crate::{Delta, Row};
+use crate::{row_bytes, Delta, Row};
 
 /// The LSN type of the log (kept as a plain integer here to stay below the log).
 pub type Lsn = u64;
+
+/// A view's failure: an operator on its path failed (say, a division by zero
+/// in a projection of a newly written row). Reads report it; the rest of the
+/// graph stays correct.
+#[derive(Clone, Debug)]
+pub struct ViewFailure {
+    pub lsn: Lsn,
+    pub error: SqlError,
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct ViewState {
     rows: HashMap<Vec<Value>, BTreeMap<Row, i64>>,
     watermark: Lsn,
     row_count: i64,
+    bytes: i64,
+    failure: Option<ViewFailure>,
 }
 
 impl ViewState {
     /// The rows stored under `key`, each repeated by its multiplicity.
     pub fn lookup(&self, key: &[Value]) -> Vec<Row> {
-        match self.rows.get(key) {
-            None => Vec::new(),
-            Some(bag) => bag
-                .iter()
-                .flat_map(|(r, &n)| std::iter::repeat_n(r.clone(), n.max(0) as usize))
-                .collect(),
+        let mut out = Vec::new();
+        self.for_each(key, |r| out.push(r.clone()));
+        out
+    }
+
+    /// Calls `f` on every row stored under `key` (once per copy), without
+    /// cloning anything.
+    pub fn for_each(&self, key: &[Value], mut f: impl FnMut(&Row)) {
+        if let Some(bag) = self.rows.get(key) {
+            for (r, &n) in bag {
+                for _ in 0..n.max(0) {
+                    f(r);
+                }
+            }
         }
     }
 
@@ -43,6 +70,8 @@ impl ViewState {
         keys.into_iter().flat_map(|k| self.lookup(k)).collect()
     }
 
+    /// The LSN of the last batch that changed this copy (see
+    /// [`ViewReader::read`] for the view's watermark).
     pub fn watermark(&self) -> Lsn {
         self.watermark
     }
@@ -54,6 +83,16 @@ impl ViewState {
     pub fn key_count(&self) -> usize {
         self.rows.len()
     }
+
+    /// Approximate bytes held: keys and distinct rows with their payloads.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.max(0) as u64
+    }
+
+    /// Why the view cannot be read, if an operator above it failed.
+    pub fn failure(&self) -> Option<&ViewFailure> {
+        self.failure.as_ref()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -64,24 +103,45 @@ pub enum ViewOp {
         weight: i64,
     },
     Watermark(Lsn),
+    Fail(ViewFailure),
 }
+
+/// Bookkeeping bytes per distinct row and per key, besides the values.
+const ENTRY_OVERHEAD: i64 = 48;
 
 impl Absorb<ViewOp> for ViewState {
     fn absorb_first(&mut self, op: &mut ViewOp, _other: &Self) {
         match op {
             ViewOp::Change { key, row, weight } => {
-                let bag = self.rows.entry(key.clone()).or_default();
-                let n = bag.entry(row.clone()).or_insert(0);
+                let bag = match self.rows.get_mut(key) {
+                    Some(bag) => bag,
+                    None => {
+                        self.bytes += row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                        self.rows.entry(key.clone()).or_default()
+                    }
+                };
+                let n = match bag.get_mut(row) {
+                    Some(n) => n,
+                    None => {
+                        self.bytes += row_bytes(row) as i64 + ENTRY_OVERHEAD;
+                        bag.entry(row.clone()).or_insert(0)
+                    }
+                };
                 *n += *weight;
                 if *n == 0 {
                     bag.remove(row);
+                    self.bytes -= row_bytes(row) as i64 + ENTRY_OVERHEAD;
                 }
                 if bag.is_empty() {
                     self.rows.remove(key);
+                    self.bytes -= row_bytes(key) as i64 + ENTRY_OVERHEAD;
                 }
                 self.row_count += *weight;
             }
             ViewOp::Watermark(lsn) => self.watermark = *lsn,
+            ViewOp::Fail(f) => {
+                self.failure.get_or_insert_with(|| f.clone());
+            }
         }
     }
 
@@ -94,26 +154,46 @@ impl Absorb<ViewOp> for ViewState {
 pub struct ViewWriter {
     key: Vec<usize>,
     handle: WriteHandle<ViewState, ViewOp>,
+    /// Whether anything was applied since the last publish.
+    dirty: bool,
 }
 
-/// The readers' end: clone freely; each thread takes its own handle.
+/// Ids that tell readers apart in each thread's cache of read handles.
+static NEXT_READER: AtomicU64 = AtomicU64::new(1);
+
+/// Read handles this thread has taken, by reader id. A handle is cheap to
+/// use but costly to make (it registers with the writer), so each thread
+/// keeps one per view it reads.
+const CACHED_HANDLES: usize = 4096;
+
+thread_local! {
+    static HANDLES: RefCell<HashMap<u64, ReadHandle<ViewState>>> = RefCell::new(HashMap::new());
+}
+
+/// The readers' end: clone freely and read from any thread.
 #[derive(Clone)]
 pub struct ViewReader {
+    id: u64,
     key: Vec<usize>,
     factory: ReadHandleFactory<ViewState>,
+    processed: Arc<AtomicU64>,
 }
 
-/// Creates an empty view keyed by the columns `key` of its rows.
-pub fn new_view(key: Vec<usize>) -> (ViewWriter, ViewReader) {
+/// Creates an empty view keyed by the columns `key` of its rows. `processed`
+/// is the LSN up to which the dataflow has handled every batch.
+pub fn new_view(key: Vec<usize>, processed: Arc<AtomicU64>) -> (ViewWriter, ViewReader) {
     let (w, r) = left_right::new::<ViewState, ViewOp>();
     (
         ViewWriter {
             key: key.clone(),
             handle: w,
+            dirty: false,
         },
         ViewReader {
+            id: NEXT_READER.fetch_add(1, Ordering::Relaxed),
             key,
             factory: r.factory(),
+            processed,
         },
     )
 }
@@ -132,13 +212,26 @@ impl ViewWriter {
                 row: row.clone(),
                 weight: *w,
             });
+            self.dirty = true;
         }
+    }
+
+    /// Marks the view failed (visible at the next publish).
+    pub fn fail(&mut self, failure: ViewFailure) {
+        self.handle.append(ViewOp::Fail(failure));
+        self.dirty = true;
+    }
+
+    /// Whether there is anything to publish.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
     }
 
     /// Makes everything applied visible, as of `lsn`.
     pub fn publish(&mut self, lsn: Lsn) {
         self.handle.append(ViewOp::Watermark(lsn));
         self.handle.publish();
+        self.dirty = false;
     }
 }
 
@@ -148,9 +241,29 @@ impl ViewReader {
         &self.key
     }
 
-    /// A handle for one thread (a session keeps one per view it reads).
+    /// A new handle (for a thread that wants to hold one itself).
     pub fn handle(&self) -> ReadHandle<ViewState> {
         self.factory.handle()
+    }
+
+    /// Runs `f` on the current published copy and the view's watermark,
+    /// without taking any lock a writer holds. `None` if the view is gone.
+    pub fn read<T>(&self, f: impl FnOnce(&ViewState, Lsn) -> T) -> Option<T> {
+        // Read the processed LSN first: every batch up to it is published,
+        // so the copy entered next reflects at least that much.
+        let processed = self.processed.load(Ordering::Acquire);
+        HANDLES.with(|cell| {
+            let mut handles = cell.borrow_mut();
+            if !handles.contains_key(&self.id) {
+                if handles.len() >= CACHED_HANDLES {
+                    handles.clear();
+                }
+                handles.insert(self.id, self.factory.handle());
+            }
+            let guard = handles[&self.id].enter()?;
+            let watermark = processed.max(guard.watermark());
+            Some(f(&guard, watermark))
+        })
     }
 }
 
@@ -160,7 +273,8 @@ mod tests {
 
     #[test]
     fn readers_see_whole_batches_only() {
-        let (mut w, r) = new_view(vec![0]);
+        let processed = Arc::new(AtomicU64::new(0));
+        let (mut w, r) = new_view(vec![0], processed.clone());
         let h = r.handle();
         let row = |k: i64, v: i64| vec![Value::Int(k), Value::Int(v)];
         w.apply(&vec![(row(1, 10), 1), (row(1, 11), 2), (row(2, 20), 1)]);
@@ -183,5 +297,31 @@ mod tests {
         let s = h.enter().unwrap();
         assert_eq!(s.lookup(&[Value::Int(1)]), vec![row(1, 10)]);
         assert_eq!(s.key_count(), 2);
+    }
+
+    #[test]
+    fn watermark_follows_the_processed_lsn_and_failures_and_bytes_are_published() {
+        let processed = Arc::new(AtomicU64::new(0));
+        let (mut w, r) = new_view(vec![0], processed.clone());
+        let row = |k: i64, s: &str| vec![Value::Int(k), Value::Text(s.into())];
+        w.apply(&vec![(row(1, "abc"), 2)]);
+        w.publish(3);
+        processed.store(3, Ordering::Release);
+        let bytes = r.read(|s, _| s.bytes()).unwrap();
+        assert!(bytes > 0);
+        // A later batch that did not touch the view still moves its watermark.
+        processed.store(9, Ordering::Release);
+        assert_eq!(r.read(|s, lsn| (s.watermark(), lsn)), Some((3, 9)));
+        w.apply(&vec![(row(1, "abc"), -2)]);
+        w.fail(ViewFailure {
+            lsn: 10,
+            error: SqlError::new("22012", "division by zero"),
+        });
+        w.publish(10);
+        r.read(|s, _| {
+            assert_eq!(s.bytes(), 0, "every byte counted in is counted out");
+            assert_eq!(s.failure().unwrap().error.code, "22012");
+        })
+        .unwrap();
     }
 }

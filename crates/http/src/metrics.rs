@@ -167,5 +167,51 @@ pub fn render_metrics(engine: &Engine) -> String {
             escape(&name)
         );
     }
+    let progress = engine.views.progress();
+    family(
+        &mut out,
+        "aqueduct_dataflow_processed_lsn",
+        "gauge",
+        "LSN up to which the views reflect every write.",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_dataflow_processed_lsn {}",
+        progress.processed
+    );
+    family(
+        &mut out,
+        "aqueduct_dataflow_queued_batches",
+        "gauge",
+        "Committed batches waiting for the dataflow worker.",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_dataflow_queued_batches {}",
+        progress.queued_batches
+    );
+    let views = engine.views.stats();
+    for (name, help, get) in [
+        (
+            "aqueduct_view_rows",
+            "Rows in each maintained view.",
+            (|v| v.rows) as fn(&aqueduct_sql::views::ViewStats) -> u64,
+        ),
+        (
+            "aqueduct_view_bytes",
+            "Approximate bytes each view's state takes (its readers included).",
+            |v| v.bytes,
+        ),
+        (
+            "aqueduct_view_watermark_lsn",
+            "LSN of the last write each view reflects.",
+            |v| v.watermark,
+        ),
+    ] {
+        family(&mut out, name, "gauge", help);
+        for v in &views {
+            let _ = writeln!(out, "{name}{{view=\"{}\"}} {}", escape(&v.name), get(v));
+        }
+    }
     out
 }

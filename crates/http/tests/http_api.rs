@@ -144,6 +144,8 @@ async fn sql_health_and_metrics() {
         "aqueduct_table_rows{table=\"t\"} 1",
         "aqueduct_recovery_seconds",
         "aqueduct_test_extra 1",
+        "aqueduct_view_rows{view=\"named\"} 1",
+        "aqueduct_dataflow_queued_batches",
     ] {
         assert!(body.contains(needle), "missing {needle} in\n{body}");
     }

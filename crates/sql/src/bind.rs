@@ -207,6 +207,7 @@ pub(crate) fn show_views_columns() -> Vec<Column> {
         Column::computed("watermark", DataType::Int8),
         Column::computed("rows", DataType::Int8),
         Column::computed("keys", DataType::Int8),
+        Column::computed("bytes", DataType::Int8),
         Column::computed("status", DataType::Text),
     ]
 }

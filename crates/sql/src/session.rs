@@ -341,7 +341,9 @@ impl Session {
                 .get(&auto.view)
                 .ok_or_else(|| SqlError::new("XX000", "an automatic view went missing"))?;
             let key: Vec<usize> = (auto.visible..auto.visible + auto.params.len()).collect();
+            let seen = self.views_current()?;
             let (mut rows, _) = self.engine.views.lookup(&entry, &key, &auto.key(params)?)?;
+            self.engine.database().await_visible(seen)?;
             for r in &mut rows {
                 r.truncate(auto.visible);
             }
@@ -561,6 +563,11 @@ impl Session {
         if entries.is_empty() {
             return Ok(None);
         }
+        let seen = if params.is_empty() && !with_rows {
+            0
+        } else {
+            self.views_current()?
+        };
         let mut catalog = Catalog::default();
         let single = entries.len() == 1;
         for v in entries {
@@ -594,7 +601,16 @@ impl Session {
                 catalog.apply_row(v.id, vec![Value::Int(i as i64)], Some(row), watermark);
             }
         }
+        self.engine.database().await_visible(seen)?;
         Ok(Some(catalog))
+    }
+
+    /// Waits until the views reflect every write committed so far (this
+    /// session's included) and returns that LSN.
+    fn views_current(&self) -> Result<Lsn, SqlError> {
+        let seen = self.engine.database().applied_lsn();
+        self.engine.views.await_lsn(seen)?;
+        Ok(seen)
     }
 
     fn show_views(&self) -> Outcome {
@@ -609,6 +625,7 @@ impl Session {
                     Value::Int(v.watermark as i64),
                     Value::Int(v.rows as i64),
                     Value::Int(v.keys as i64),
+                    Value::Int(v.bytes as i64),
                     Value::Text(match v.failed {
                         None => "maintained".into(),
                         Some(e) => format!("failed: {e}"),

@@ -3,18 +3,23 @@
 //! A view's definition is a schema record in the log. When a commit carries
 //! one (or at start-up, for every view in the catalog), the view's query is
 //! compiled into the dataflow and filled from the tables as they are at that
-//! commit; from then on each commit's row changes flow through the graph
-//! before the commit lock is released, so a view always reflects every
-//! committed write (its watermark is the commit's LSN).
+//! commit. From then on each commit hands its row changes to the dataflow
+//! worker (on its own thread) and returns; the worker brings the views up to
+//! date and publishes their watermarks. A read that must reflect every
+//! committed write first waits for the worker to reach that write's LSN
+//! (`await_lsn`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use aqueduct_dataflow::graph::Graph;
-use aqueduct_dataflow::view::{Lsn, ViewReader};
+use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewReader, ViewState};
+use aqueduct_dataflow::worker::{Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
 use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use sqlparser::ast;
 
 use crate::compile::Compiler;
@@ -38,22 +43,38 @@ pub struct ViewStats {
     pub watermark: Lsn,
     pub rows: u64,
     pub keys: usize,
+    pub bytes: u64,
     pub failed: Option<String>,
 }
 
-#[derive(Default)]
 pub struct ViewRegistry {
-    graph: Mutex<Graph>,
+    worker: Worker,
     views: RwLock<BTreeMap<String, ViewEntry>>,
     /// Extra readers of a view keyed on some of its columns, made on first
-    /// use by a query that looks rows up by those columns.
-    keyed: RwLock<HashMap<(String, Vec<usize>), ViewReader>>,
+    /// use by a query that looks rows up by those columns: view name, then
+    /// key columns.
+    keyed: RwLock<HashMap<String, HashMap<Vec<usize>, ViewReader>>>,
     /// Automatic views by the SQL text of the prepared query they serve.
     auto: RwLock<HashMap<String, crate::auto_views::AutoView>>,
 }
 
+impl Default for ViewRegistry {
+    fn default() -> Self {
+        ViewRegistry {
+            worker: Worker::start(Graph::new()),
+            views: RwLock::default(),
+            keyed: RwLock::default(),
+            auto: RwLock::default(),
+        }
+    }
+}
+
 /// Ids of automatic views count down from here (table ids count up from 1).
 const AUTO_VIEW_IDS: TableId = u64::MAX / 2;
+
+/// Longest a read waits for the views to reflect the writes committed
+/// before it, before it fails saying the dataflow is overloaded.
+pub const VIEW_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The name of the graph view behind a keyed reader.
 fn keyed_name(view: &str, key: &[usize]) -> String {
@@ -70,6 +91,32 @@ pub(crate) fn view_query(sql: &str) -> Result<Box<ast::Query>, SqlError> {
     }
 }
 
+/// The error a read of a failed view gets.
+fn failed(name: &str, f: &ViewFailure) -> SqlError {
+    let mut e = f.error.clone();
+    e.message = format!("view \"{name}\" stopped at LSN {}: {}", f.lsn, e.message);
+    e
+}
+
+/// Reads `reader`'s current copy: the rows `f` picks and the watermark, or
+/// the view's failure.
+fn read_view<T>(
+    name: &str,
+    reader: &ViewReader,
+    f: impl FnOnce(&ViewState) -> T,
+) -> Result<(T, Lsn), SqlError> {
+    match reader.read(|state, watermark| match state.failure() {
+        Some(fail) => Err(failed(name, fail)),
+        None => Ok((f(state), watermark)),
+    }) {
+        Some(r) => r,
+        None => Err(SqlError::new(
+            "42P01",
+            format!("view \"{name}\" was dropped"),
+        )),
+    }
+}
+
 impl ViewRegistry {
     /// Checks that `query` can be maintained, without changing anything.
     pub fn check(catalog: &Catalog, query: &ast::Query) -> Result<Vec<Column>, SqlError> {
@@ -78,7 +125,9 @@ impl ViewRegistry {
         Ok(c.query(query)?.columns)
     }
 
-    /// Compiles and fills a view from `catalog` as of `lsn`.
+    /// Compiles and fills a view from `catalog` as of `lsn`. The caller
+    /// holds the commit lock, so the drained graph and `catalog` are both
+    /// exactly at `lsn`.
     pub fn install(
         &self,
         catalog: &Catalog,
@@ -88,7 +137,12 @@ impl ViewRegistry {
         sql: &str,
     ) -> Result<(), SqlError> {
         let query = view_query(sql)?;
-        let mut graph = self.graph.lock();
+        let mut graph = self.worker.drain();
+        assert!(
+            graph.processed() <= lsn,
+            "the dataflow is at LSN {} but the tables at {lsn}",
+            graph.processed()
+        );
         let mut c = Compiler::new(catalog, &mut graph);
         let compiled = c.query(&query)?;
         let mut new_nodes = std::mem::take(&mut c.new_nodes);
@@ -114,7 +168,8 @@ impl ViewRegistry {
         Ok(())
     }
 
-    /// Called under the commit lock after every commit.
+    /// Called under the commit lock after every commit: queues the commit's
+    /// row changes for the dataflow worker, and adds or removes views.
     pub fn on_commit(
         &self,
         lsn: Lsn,
@@ -132,11 +187,11 @@ impl ViewRegistry {
                 d.push(((**new).clone(), 1));
             }
         }
-        if !per_table.is_empty() {
-            let mut deltas: Vec<(TableId, Delta)> = per_table.into_iter().collect();
-            deltas.sort_by_key(|(t, _)| *t);
-            self.graph.lock().process(lsn, deltas);
-        }
+        let mut deltas: Vec<(TableId, Delta)> = per_table.into_iter().collect();
+        deltas.sort_by_key(|(t, _)| *t);
+        // Every commit is queued, even one without row changes, so that the
+        // processed LSN follows the log.
+        self.worker.submit(lsn, deltas);
         for s in schema {
             match s {
                 SchemaChange::CreateView { id, name, sql } => {
@@ -152,25 +207,36 @@ impl ViewRegistry {
                         .find(|v| v.id == *id)
                         .map(|v| v.name.clone());
                     if let Some(name) = name {
-                        self.views.write().remove(&name);
-                        let mut graph = self.graph.lock();
-                        let keyed: Vec<Vec<usize>> = self
-                            .keyed
-                            .read()
-                            .keys()
-                            .filter(|(v, _)| *v == name)
-                            .map(|(_, k)| k.clone())
-                            .collect();
-                        for k in keyed {
-                            graph.drop_view(&keyed_name(&name, &k));
-                            self.keyed.write().remove(&(name.clone(), k));
-                        }
-                        graph.drop_view(&name);
+                        self.drop_view(&name);
                     }
                 }
                 _ => {}
             }
         }
+    }
+
+    /// Removes a view, its keyed readers and whatever only they needed.
+    fn drop_view(&self, name: &str) {
+        let mut graph = self.worker.drain();
+        self.views.write().remove(name);
+        if let Some(keyed) = self.keyed.write().remove(name) {
+            for k in keyed.keys() {
+                graph.drop_view(&keyed_name(name, k));
+            }
+        }
+        graph.drop_view(name);
+    }
+
+    /// Waits (up to [`VIEW_WAIT_TIMEOUT`]) until the views reflect every
+    /// write up to `lsn`.
+    pub fn await_lsn(&self, lsn: Lsn) -> Result<(), SqlError> {
+        self.worker.wait_processed(lsn, VIEW_WAIT_TIMEOUT)
+    }
+
+    /// The LSN up to which the views reflect every write, and how many
+    /// committed batches wait for the dataflow.
+    pub fn progress(&self) -> WorkerStats {
+        self.worker.stats()
     }
 
     /// The automatic view serving `sql`, if one was made.
@@ -213,43 +279,66 @@ impl ViewRegistry {
 
     /// All rows of a view, and its watermark. An error if the view failed.
     pub fn rows(&self, entry: &ViewEntry) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let failure = self.graph.lock().failure(&entry.name).cloned();
-        if let Some(f) = failure {
-            let mut e = f.error;
-            e.message = format!(
-                "view \"{}\" stopped at LSN {}: {}",
-                entry.name, f.lsn, e.message
-            );
-            return Err(e);
-        }
-        let handle = entry.reader.handle();
-        let guard = handle.enter();
-        Ok(match guard {
-            Some(state) => (state.all(), state.watermark()),
-            None => (Vec::new(), 0),
-        })
+        read_view(&entry.name, &entry.reader, |s| s.all())
     }
 
     pub fn stats(&self) -> Vec<ViewStats> {
         let views = self.views.read();
-        let graph = self.graph.lock();
+        let keyed = self.keyed.read();
         views
             .values()
             .map(|v| {
-                let handle = v.reader.handle();
-                let (watermark, rows, keys) = handle
-                    .enter()
-                    .map(|s| (s.watermark(), s.row_count(), s.key_count()))
-                    .unwrap_or((0, 0, 0));
+                let (watermark, rows, keys, mut bytes, failed) = v
+                    .reader
+                    .read(|s, w| {
+                        (
+                            w,
+                            s.row_count(),
+                            s.key_count(),
+                            s.bytes(),
+                            s.failure().map(|f| f.error.message.clone()),
+                        )
+                    })
+                    .unwrap_or((0, 0, 0, 0, None));
+                for r in keyed.get(&v.name).into_iter().flat_map(|k| k.values()) {
+                    bytes += r.read(|s, _| s.bytes()).unwrap_or(0);
+                }
                 ViewStats {
                     name: v.name.clone(),
                     watermark,
                     rows,
                     keys,
-                    failed: graph.failure(&v.name).map(|f| f.error.message.clone()),
+                    bytes,
+                    failed,
                 }
             })
             .collect()
+    }
+
+    /// The keyed reader of view `entry` on columns `key` (built on first use).
+    fn keyed_reader(&self, entry: &ViewEntry, key: &[usize]) -> Result<ViewReader, SqlError> {
+        if let Some(r) = self.keyed.read().get(&entry.name).and_then(|m| m.get(key)) {
+            return Ok(r.clone());
+        }
+        let mut graph = self.worker.graph();
+        // Re-check under the graph lock: another session may have made it.
+        if let Some(r) = self.keyed.read().get(&entry.name).and_then(|m| m.get(key)) {
+            return Ok(r.clone());
+        }
+        let parent = graph.view_parent(&entry.name).ok_or_else(|| {
+            SqlError::new("42P01", format!("view \"{}\" was dropped", entry.name))
+        })?;
+        // The parent's output is as of the last processed batch; the worker
+        // cannot run while the graph lock is held.
+        let lsn = graph.processed();
+        let (id, reader) = graph.view(&keyed_name(&entry.name, key), parent, key.to_vec());
+        graph.initialize(&[id], &|_| Vec::new(), lsn)?;
+        self.keyed
+            .write()
+            .entry(entry.name.clone())
+            .or_default()
+            .insert(key.to_vec(), reader.clone());
+        Ok(reader)
     }
 
     /// The rows of view `entry` whose `key` columns equal `values`, found
@@ -260,59 +349,18 @@ impl ViewRegistry {
         key: &[usize],
         values: &[aqueduct_values::Value],
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let failure = self.graph.lock().failure(&entry.name).cloned();
-        if let Some(f) = failure {
-            let mut e = f.error;
-            e.message = format!(
-                "view \"{}\" stopped at LSN {}: {}",
-                entry.name, f.lsn, e.message
-            );
-            return Err(e);
-        }
-        let cache_key = (entry.name.clone(), key.to_vec());
-        let existing = self.keyed.read().get(&cache_key).cloned();
-        let reader = match existing {
-            Some(r) => r,
-            None => {
-                let mut graph = self.graph.lock();
-                // Re-check under the graph lock: another session may have made it.
-                let again = self.keyed.read().get(&cache_key).cloned();
-                if let Some(r) = again {
-                    r
-                } else {
-                    let parent = graph.view_parent(&entry.name).ok_or_else(|| {
-                        SqlError::new("XX000", format!("view \"{}\" has no dataflow", entry.name))
-                    })?;
-                    let lsn = entry
-                        .reader
-                        .handle()
-                        .enter()
-                        .map(|s| s.watermark())
-                        .unwrap_or(0);
-                    let (id, reader) =
-                        graph.view(&keyed_name(&entry.name, key), parent, key.to_vec());
-                    graph.initialize(&[id], &|_| Vec::new(), lsn)?;
-                    self.keyed.write().insert(cache_key, reader.clone());
-                    reader
-                }
-            }
-        };
-        let handle = reader.handle();
-        let guard = handle.enter();
-        Ok(match guard {
-            Some(state) => (state.lookup(values), state.watermark()),
-            None => (Vec::new(), 0),
-        })
+        let reader = self.keyed_reader(entry, key)?;
+        read_view(&entry.name, &reader, |s| s.lookup(values))
     }
 
     /// The dataflow behind a view, as text lines.
     pub fn explain(&self, name: &str) -> Vec<String> {
-        self.graph.lock().explain(name)
+        self.worker.graph().explain(name)
     }
 
     /// The whole graph in Graphviz DOT.
     pub fn dot(&self) -> String {
-        self.graph.lock().dot()
+        self.worker.graph().dot()
     }
 }
 
