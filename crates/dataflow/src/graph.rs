@@ -115,6 +115,13 @@ impl Graph {
         (id, reader)
     }
 
+    /// The tables the graph reads (its sources).
+    pub fn source_tables(&self) -> Vec<TableId> {
+        let mut t: Vec<TableId> = self.sources.keys().copied().collect();
+        t.sort_unstable();
+        t
+    }
+
     /// The node a view reads from (to hang another reader on it).
     pub fn view_parent(&self, name: &str) -> Option<NodeId> {
         self.views
@@ -315,11 +322,27 @@ impl Graph {
 
     /// The whole graph in Graphviz DOT.
     pub fn dot(&self) -> String {
+        self.dot_where(|_| true)
+    }
+
+    /// A view and everything it reads from, in Graphviz DOT.
+    pub fn dot_of(&self, name: &str) -> String {
+        let mut keep = HashSet::new();
+        let mut stack: Vec<NodeId> = self.views.get(name).copied().into_iter().collect();
+        while let Some(n) = stack.pop() {
+            if keep.insert(n) {
+                stack.extend(self.nodes[n].parents.iter().copied());
+            }
+        }
+        self.dot_where(|id| keep.contains(&id))
+    }
+
+    fn dot_where(&self, keep: impl Fn(NodeId) -> bool) -> String {
         let mut out = String::from(
             "digraph aqueduct {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n",
         );
         for (id, n) in self.nodes.iter().enumerate() {
-            if matches!(n.kind, Kind::Removed) {
+            if matches!(n.kind, Kind::Removed) || !keep(id) {
                 continue;
             }
             let shape = match n.kind {

@@ -47,10 +47,11 @@ pub enum Plan {
         name: String,
     },
     ShowViews,
-    /// `EXPLAIN`: the dataflow of a view, or how a query is answered.
+    /// `EXPLAIN`: how a statement is answered, and its dataflow (as
+    /// Graphviz DOT with `EXPLAIN (FORMAT DOT)`).
     Explain {
-        target: Option<String>,
-        sql: String,
+        statement: Box<ast::Statement>,
+        dot: bool,
     },
 }
 
@@ -76,6 +77,8 @@ pub enum Ddl {
     DropTable {
         names: Vec<String>,
         if_exists: bool,
+        /// Drop the views that depend on the tables too.
+        cascade: bool,
     },
     CreateIndex {
         table: String,
@@ -97,6 +100,7 @@ pub enum Ddl {
     DropView {
         names: Vec<String>,
         if_exists: bool,
+        cascade: bool,
     },
 }
 
@@ -222,6 +226,7 @@ pub fn bind(
     let mut b = Binder {
         catalog,
         params: hints.to_vec(),
+        values: None,
     };
     let _ = settings;
     let (plan, columns) = b.statement(st)?;
@@ -240,6 +245,8 @@ pub fn bind(
 pub(crate) struct Binder<'a> {
     catalog: &'a Catalog,
     params: Vec<Option<DataType>>,
+    /// Values to bind parameters to as constants (one-shot evaluation).
+    values: Option<Vec<Value>>,
 }
 
 impl<'a> Binder<'a> {
@@ -247,11 +254,35 @@ impl<'a> Binder<'a> {
         Binder {
             catalog,
             params: Vec::new(),
+            values: None,
         }
     }
 
+    pub(crate) fn catalog(&self) -> &'a Catalog {
+        self.catalog
+    }
+
+    /// Parameter types the client declared.
+    pub(crate) fn seed_param_types(&mut self, hints: &[Option<DataType>]) {
+        self.params = hints.to_vec();
+    }
+
+    /// Binds `$n` to `values[n - 1]` as a constant instead of a parameter.
+    pub(crate) fn set_values(&mut self, values: Vec<Value>) {
+        self.values = Some(values);
+    }
+
+    /// Whether the statement has parameters left unbound.
     pub(crate) fn has_params(&self) -> bool {
-        !self.params.is_empty()
+        !self.params.is_empty() && self.values.is_none()
+    }
+
+    /// The parameters' types as far as the statement shows them.
+    pub(crate) fn param_types(&self) -> Vec<DataType> {
+        self.params
+            .iter()
+            .map(|p| p.clone().unwrap_or(DataType::Text))
+            .collect()
     }
 }
 
@@ -303,6 +334,21 @@ pub(crate) fn ident(i: &ast::Ident) -> String {
     } else {
         i.value.to_lowercase()
     }
+}
+
+/// The names of the relations a statement reads or writes (tables, views,
+/// CTEs), as the binder resolves them.
+pub(crate) fn relations(st: &ast::Statement) -> Vec<String> {
+    let mut out = Vec::new();
+    let _ = ast::visit_relations(st, |name| {
+        if let Ok(n) = object_name(name) {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    out
 }
 
 /// The last part of an object name (schema qualifiers such as `public.` are ignored).
@@ -391,23 +437,35 @@ impl<'a> Binder<'a> {
                     vec![],
                 )
             }
-            S::Explain { statement, .. } => {
-                let target = match statement.as_ref() {
-                    S::Query(q) => match q.body.as_ref() {
-                        ast::SetExpr::Select(sel) if sel.from.len() == 1 => {
-                            match &sel.from[0].relation {
-                                ast::TableFactor::Table { name, .. } => Some(object_name(name)?),
-                                _ => None,
-                            }
+            S::Explain {
+                statement,
+                format,
+                options,
+                ..
+            } => {
+                let named =
+                    |f: &str| f.eq_ignore_ascii_case("dot") || f.eq_ignore_ascii_case("graphviz");
+                let mut dot = format.as_ref().is_some_and(|f| {
+                    let text = f.to_string();
+                    named(text.rsplit([' ', '=']).next().unwrap_or(""))
+                });
+                for o in options.iter().flatten() {
+                    let value = o.arg.as_ref().map(|a| a.to_string()).unwrap_or_default();
+                    match ident(&o.name).as_str() {
+                        "format" if named(&value) => dot = true,
+                        "format" if value.eq_ignore_ascii_case("text") => {}
+                        "format" => {
+                            return Err(SqlError::unsupported(format!(
+                                "EXPLAIN format {value} (TEXT and DOT are)"
+                            )))
                         }
-                        _ => None,
-                    },
-                    _ => None,
-                };
+                        _ => {}
+                    }
+                }
                 (
                     Plan::Explain {
-                        target,
-                        sql: statement.to_string(),
+                        statement: statement.clone(),
+                        dot,
                     },
                     vec![Column::computed("QUERY PLAN", DataType::Text)],
                 )
@@ -416,8 +474,10 @@ impl<'a> Binder<'a> {
                 object_type,
                 if_exists,
                 names,
+                cascade,
                 ..
             } => {
+                let cascade = *cascade;
                 let names = names
                     .iter()
                     .map(object_name)
@@ -425,10 +485,18 @@ impl<'a> Binder<'a> {
                 let if_exists = *if_exists;
                 (
                     Plan::Ddl(match object_type {
-                        ast::ObjectType::Table => Ddl::DropTable { names, if_exists },
+                        ast::ObjectType::Table => Ddl::DropTable {
+                            names,
+                            if_exists,
+                            cascade,
+                        },
                         ast::ObjectType::Index => Ddl::DropIndex { names, if_exists },
                         ast::ObjectType::View | ast::ObjectType::MaterializedView => {
-                            Ddl::DropView { names, if_exists }
+                            Ddl::DropView {
+                                names,
+                                if_exists,
+                                cascade,
+                            }
                         }
                         other => return Err(SqlError::unsupported(format!("DROP {other}"))),
                     }),
@@ -543,6 +611,16 @@ impl<'a> Binder<'a> {
         }
         if self.params[n - 1].is_none() {
             self.params[n - 1] = expected.cloned();
+        }
+        if let Some(values) = &self.values {
+            let v = values.get(n - 1).cloned().ok_or_else(|| {
+                SqlError::new("08P01", format!("no value given for parameter {text}"))
+            })?;
+            let v = match expected {
+                Some(ty) => v.coerce(ty)?,
+                None => v,
+            };
+            return Ok(Expr::Literal(v));
         }
         Ok(Expr::Param(n - 1))
     }
@@ -765,17 +843,23 @@ impl<'a> Binder<'a> {
                     Some(o) => Some(Box::new(self.expr(o, scope, None)?)),
                     None => None,
                 };
+                // `CASE x WHEN '...'`: quoted literals take the operand's type.
+                let when_ty = operand.as_ref().map(|o| self.type_of(o, scope));
+                let results: Vec<&ast::Expr> = conditions
+                    .iter()
+                    .map(|c| &c.result)
+                    .chain(else_result.as_deref())
+                    .collect();
+                let mut results = self.bind_unified(&results, scope, expected)?.into_iter();
                 let mut whens = Vec::new();
                 for c in conditions {
-                    whens.push((
-                        self.expr(&c.condition, scope, None)?,
-                        self.expr(&c.result, scope, expected)?,
-                    ));
+                    let cond = match (&when_ty, is_untyped_literal(&c.condition)) {
+                        (Some(ty), true) => self.expr(&c.condition, scope, Some(ty))?,
+                        _ => self.expr(&c.condition, scope, None)?,
+                    };
+                    whens.push((cond, results.next().expect("one result per WHEN")));
                 }
-                let otherwise = match else_result {
-                    Some(e) => Some(Box::new(self.expr(e, scope, expected)?)),
-                    None => None,
-                };
+                let otherwise = results.next().map(Box::new);
                 Expr::Case {
                     operand,
                     whens,
@@ -977,11 +1061,52 @@ impl<'a> Binder<'a> {
             Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => expected.cloned(),
             _ => None,
         };
-        let args = args
-            .iter()
-            .map(|a| self.expr(a, scope, arg_hint.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let args = match func {
+            // Arguments that must agree take one type, quoted literals
+            // included (COALESCE(date_col, '2024-01-01') is a date).
+            Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => {
+                let refs: Vec<&ast::Expr> = args.iter().collect();
+                self.bind_unified(&refs, scope, arg_hint.as_ref())?
+            }
+            _ => args
+                .iter()
+                .map(|a| self.expr(a, scope, arg_hint.as_ref()))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
         Ok(Expr::Call(func, args))
+    }
+
+    /// Binds expressions that must have one type (COALESCE's arguments,
+    /// CASE's results): a quoted literal among them takes the type of the
+    /// others (the first typed one, or `expected`), as PostgreSQL resolves
+    /// an unknown-typed literal.
+    fn bind_unified(
+        &mut self,
+        items: &[&ast::Expr],
+        scope: &Scope,
+        expected: Option<&DataType>,
+    ) -> Result<Vec<Expr>, SqlError> {
+        let mut ty = expected.cloned();
+        if ty.is_none() {
+            for e in items {
+                if is_untyped_literal(e) || is_null_literal(e) {
+                    continue;
+                }
+                let x = self.expr(e, scope, None)?;
+                ty = Some(self.type_of(&x, scope));
+                break;
+            }
+        }
+        items
+            .iter()
+            .map(|e| {
+                if is_untyped_literal(e) {
+                    self.expr(e, scope, ty.as_ref())
+                } else {
+                    self.expr(e, scope, expected)
+                }
+            })
+            .collect()
     }
 
     // ---- queries ----
@@ -1406,26 +1531,7 @@ impl<'a> Binder<'a> {
                     return Ok(Expr::Column(g.keys.len() + g.aggregates.len() - 1));
                 }
                 // A scalar function over grouped values.
-                let fname = name
-                    .strip_prefix("pg_catalog.")
-                    .unwrap_or(&name)
-                    .to_string();
-                let func = Func::by_name(&fname).ok_or_else(|| {
-                    SqlError::new("42883", format!("function {fname}() does not exist"))
-                })?;
-                let (args, _, _) = self.function_args(f)?;
-                let args = args
-                    .iter()
-                    .map(|a| self.grouped_expr(a, scope, g))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(Expr::Call(func, args))
-            }
-            ast::Expr::Nested(inner) => self.grouped_expr(inner, scope, g),
-            ast::Expr::BinaryOp { left, op, right } => {
-                let l = self.grouped_expr(left, scope, g)?;
-                let r = self.grouped_expr(right, scope, g)?;
-                let op = bin_op(op)?;
-                Ok(Expr::Binary(op, Box::new(l), Box::new(r)))
+                self.grouped_generic(e, scope, g)
             }
             ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => {
                 let x = self.expr(e, scope, None)?;
@@ -1437,19 +1543,85 @@ impl<'a> Binder<'a> {
                     )),
                 }
             }
-            other => {
-                // Constants and expressions without columns are fine as they are.
-                let x = self.expr(other, scope, None)?;
-                if x.is_constant() {
-                    Ok(x)
-                } else {
-                    Err(SqlError::new(
-                        "42803",
-                        format!("\"{other}\" must appear in the GROUP BY clause or be used in an aggregate function"),
-                    ))
+            other => self.grouped_generic(other, scope, g),
+        }
+    }
+
+    /// Any other expression over a grouped row (CASE, NOT, IS NULL, CAST,
+    /// LIKE, IN, BETWEEN ... around aggregates and group keys): each
+    /// aggregate call and group key inside it is bound on its own and
+    /// replaced by a reference to its column of the grouped row; what is
+    /// left is bound as an ordinary expression over that row. A column that
+    /// is neither grouped nor aggregated is the usual error.
+    fn grouped_generic(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope,
+        g: &mut GroupBinder,
+    ) -> Result<Expr, SqlError> {
+        use sqlparser::ast::VisitMut;
+        use std::ops::ControlFlow;
+
+        struct Replace<'b, 'a, 'g, 's> {
+            binder: &'b mut Binder<'a>,
+            group: &'g mut GroupBinder,
+            scope: &'s Scope,
+            error: Option<SqlError>,
+        }
+        impl ast::VisitorMut for Replace<'_, '_, '_, '_> {
+            type Break = ();
+            fn pre_visit_expr(&mut self, e: &mut ast::Expr) -> ControlFlow<()> {
+                let is_aggregate = matches!(e, ast::Expr::Function(f)
+                    if object_name(&f.name).ok().and_then(|n| AggFunc::by_name(&n)).is_some());
+                let is_column = matches!(
+                    e,
+                    ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_)
+                );
+                let is_key = self.group.key_asts.iter().any(|k| k == e);
+                if !(is_aggregate || is_column || is_key) {
+                    return ControlFlow::Continue(());
+                }
+                match self.binder.grouped_expr(e, self.scope, self.group) {
+                    Ok(Expr::Column(c)) => {
+                        *e = ast::Expr::Identifier(ast::Ident::new(format!("{GROUPED_ALIAS}{c}")));
+                        ControlFlow::Continue(())
+                    }
+                    Ok(_) => ControlFlow::Continue(()),
+                    Err(err) => {
+                        self.error = Some(err);
+                        ControlFlow::Break(())
+                    }
                 }
             }
         }
+
+        let mut rewritten = e.clone();
+        let mut r = Replace {
+            binder: self,
+            group: g,
+            scope,
+            error: None,
+        };
+        let _ = rewritten.visit(&mut r);
+        if let Some(err) = r.error {
+            return Err(err);
+        }
+        let mut grouped = Scope::empty();
+        let types: Vec<DataType> = g
+            .keys
+            .iter()
+            .map(|k| self.type_of(k, scope))
+            .chain(g.agg_types.iter().cloned())
+            .collect();
+        for (i, ty) in types.into_iter().enumerate() {
+            grouped.columns.push(ScopeColumn {
+                qualifier: None,
+                name: format!("{GROUPED_ALIAS}{i}"),
+                ty,
+                qualified_only: false,
+            });
+        }
+        self.expr(&rewritten, &grouped, None)
     }
 
     // ---- writes ----
@@ -1886,6 +2058,10 @@ impl<'a> Binder<'a> {
     }
 }
 
+/// Names given to the columns of a grouped row while binding an expression
+/// over it (never visible: they are bound away at once).
+const GROUPED_ALIAS: &str = "__aqueduct_grouped_";
+
 /// Aggregates found while binding a grouped query.
 struct GroupBinder {
     keys: Vec<Expr>,
@@ -1937,6 +2113,23 @@ fn bin_op(op: &ast::BinaryOperator) -> Result<BinOp, SqlError> {
         ast::BinaryOperator::StringConcat => BinOp::Concat,
         other => return Err(SqlError::unsupported(format!("operator {other}"))),
     })
+}
+
+/// A quoted string with no type of its own (`'2024-01-01'`).
+fn is_untyped_literal(e: &ast::Expr) -> bool {
+    match e {
+        ast::Expr::Value(v) => matches!(v.value, ast::Value::SingleQuotedString(_)),
+        ast::Expr::Nested(inner) => is_untyped_literal(inner),
+        _ => false,
+    }
+}
+
+fn is_null_literal(e: &ast::Expr) -> bool {
+    match e {
+        ast::Expr::Value(v) => matches!(v.value, ast::Value::Null),
+        ast::Expr::Nested(inner) => is_null_literal(inner),
+        _ => false,
+    }
 }
 
 fn contains_aggregate(e: &ast::Expr) -> bool {

@@ -24,7 +24,13 @@ use crate::{Column, SqlError};
 pub struct Compiled {
     pub node: NodeId,
     pub columns: Vec<Column>,
+    /// With [`Compiler::keep_order`]: the top-level ORDER BY over the output
+    /// rows, which then carry hidden sort columns after `columns`.
+    pub order: Vec<SortColumn>,
 }
+
+/// Deepest nesting of queries (views over views, subqueries) compiled.
+pub const MAX_VIEW_NESTING: usize = 32;
 
 pub struct Compiler<'a, 'g> {
     binder: Binder<'a>,
@@ -32,6 +38,15 @@ pub struct Compiler<'a, 'g> {
     /// Nodes this compilation added (they must be initialised).
     pub new_nodes: Vec<NodeId>,
     ctes: HashMap<String, (NodeId, Vec<Column>)>,
+    /// Keep the top-level ORDER BY (for a result read once and sorted),
+    /// instead of dropping it as a view's unordered rows do.
+    pub keep_order: bool,
+    /// Accept unbound parameters (to describe a statement, not to run it).
+    pub allow_params: bool,
+    /// Nesting of queries being compiled (1 = the top level).
+    depth: usize,
+    /// The top-level ORDER BY, when kept.
+    order: Vec<SortColumn>,
 }
 
 fn unsupported_in_view(what: &str) -> SqlError {
@@ -80,7 +95,36 @@ impl<'a, 'g> Compiler<'a, 'g> {
             graph,
             new_nodes: Vec::new(),
             ctes: HashMap::new(),
+            keep_order: false,
+            allow_params: false,
+            depth: 0,
+            order: Vec::new(),
         }
+    }
+
+    /// Binds parameters `$n` to `values` as constants.
+    pub fn bind_values(&mut self, values: Vec<aqueduct_values::Value>) {
+        self.binder.set_values(values);
+    }
+
+    /// The definition of the view `name`, if there is one.
+    fn view_sql(&self, name: &str) -> Option<String> {
+        self.binder
+            .catalog()
+            .views
+            .values()
+            .find(|(n, _)| n == name)
+            .map(|(_, sql)| sql.clone())
+    }
+
+    /// Parameter types the client declared.
+    pub fn seed_param_types(&mut self, hints: &[Option<DataType>]) {
+        self.binder.seed_param_types(hints);
+    }
+
+    /// The parameters' types, as the statement shows them.
+    pub fn param_types(&self) -> Vec<DataType> {
+        self.binder.param_types()
     }
 
     fn add(&mut self, op: Box<dyn aqueduct_dataflow::Operator>, parents: Vec<NodeId>) -> NodeId {
@@ -92,6 +136,17 @@ impl<'a, 'g> Compiler<'a, 'g> {
     }
 
     pub fn query(&mut self, q: &ast::Query) -> Result<Compiled, SqlError> {
+        self.depth += 1;
+        let out = self.query_inner(q);
+        self.depth -= 1;
+        let mut out = out?;
+        if self.depth == 0 {
+            out.order = std::mem::take(&mut self.order);
+        }
+        Ok(out)
+    }
+
+    fn query_inner(&mut self, q: &ast::Query) -> Result<Compiled, SqlError> {
         if let Some(with) = &q.with {
             if with.recursive {
                 return Err(unsupported_in_view("WITH RECURSIVE"));
@@ -113,7 +168,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 set_quantifier,
                 left,
                 right,
-            } if q.order_by.is_none() && limit.is_none() && offset.is_none() => {
+            } => {
                 let l = self.set_expr(left)?;
                 let r = self.set_expr(right)?;
                 if l.columns.len() != r.columns.len() {
@@ -122,18 +177,82 @@ impl<'a, 'g> Compiler<'a, 'g> {
                         "each UNION query must have the same number of columns",
                     ));
                 }
-                let width = l.columns.len();
-                let mut node = self.add(Box::new(Union::new(2, width)), vec![l.node, r.node]);
+                let (left_node, right_node, columns) = self.union_types(l, r)?;
+                let width = columns.len();
+                let mut node =
+                    self.add(Box::new(Union::new(2, width)), vec![left_node, right_node]);
                 if !matches!(set_quantifier, ast::SetQuantifier::All) {
                     node = self.add(Box::new(Distinct::new()), vec![node]);
                 }
+                // ORDER BY / LIMIT of a UNION sort its output columns.
+                let order = union_order(q.order_by.as_ref(), &columns)?;
+                let limit = constant(&limit, "LIMIT")?;
+                let offset = constant(&offset, "OFFSET")?.unwrap_or(0);
+                if limit.is_some() || offset > 0 {
+                    node = self.add(
+                        Box::new(TopK::new(vec![], order.clone(), limit, offset)),
+                        vec![node],
+                    );
+                }
+                if self.keep_order && self.depth == 1 {
+                    self.order = order;
+                }
                 Ok(Compiled {
                     node,
-                    columns: l.columns,
+                    columns,
+                    order: Vec::new(),
                 })
             }
             other => Err(unsupported_in_view(&format!("{other}"))),
         }
+    }
+
+    /// The two sides of a UNION with one type per column: where one side
+    /// is text (say, a quoted literal) or a narrower number, it is cast to
+    /// the other side's type, as PostgreSQL resolves the column.
+    fn union_types(
+        &mut self,
+        l: Compiled,
+        r: Compiled,
+    ) -> Result<(NodeId, NodeId, Vec<Column>), SqlError> {
+        let mut columns = l.columns.clone();
+        let mut casts = (vec![], vec![]);
+        for (i, (a, b)) in l.columns.iter().zip(&r.columns).enumerate() {
+            let (ta, tb) = (&a.ty, &b.ty);
+            let target = if ta == tb {
+                None
+            } else if *tb == DataType::Text || widens(tb, ta) {
+                Some((1, ta.clone()))
+            } else if *ta == DataType::Text || widens(ta, tb) {
+                Some((0, tb.clone()))
+            } else {
+                return Err(SqlError::new(
+                    "42804",
+                    format!("UNION types {ta} and {tb} cannot be matched"),
+                ));
+            };
+            let cast = |side: usize| match &target {
+                Some((s, ty)) if *s == side => Expr::Cast(Box::new(Expr::Column(i)), ty.clone()),
+                _ => Expr::Column(i),
+            };
+            casts.0.push(cast(0));
+            casts.1.push(cast(1));
+            if let Some((_, ty)) = &target {
+                columns[i].ty = ty.clone();
+            }
+        }
+        let identity = |v: &[Expr]| v.iter().all(|e| matches!(e, Expr::Column(_)));
+        let left = if identity(&casts.0) {
+            l.node
+        } else {
+            self.add(Box::new(Project::new(casts.0)), vec![l.node])
+        };
+        let right = if identity(&casts.1) {
+            r.node
+        } else {
+            self.add(Box::new(Project::new(casts.1)), vec![r.node])
+        };
+        Ok((left, right, columns))
     }
 
     fn set_expr(&mut self, e: &ast::SetExpr) -> Result<Compiled, SqlError> {
@@ -163,6 +282,22 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 let qualifier = alias.as_ref().map(|a| ident(&a.name)).unwrap_or(n.clone());
                 if let Some((node, columns)) = self.ctes.get(&n) {
                     return Ok((*node, scope_of(columns, &qualifier)));
+                }
+                // A view over a view compiles the inner view's query in
+                // place; its operators are found again by signature, so the
+                // two views share them.
+                if self.binder.table(&n).is_err() {
+                    if let Some(sql) = self.view_sql(&n) {
+                        if self.depth > MAX_VIEW_NESTING {
+                            return Err(SqlError::new(
+                                "54001",
+                                format!("views nested more than {MAX_VIEW_NESTING} deep"),
+                            ));
+                        }
+                        let inner = crate::views::view_query(&sql)?;
+                        let compiled = self.query(&inner)?;
+                        return Ok((compiled.node, scope_of(&compiled.columns, &qualifier)));
+                    }
                 }
                 let t = self.binder.table(&n)?;
                 let node = self.graph.source(t.schema.id, &t.schema.name);
@@ -231,6 +366,16 @@ impl<'a, 'g> Compiler<'a, 'g> {
             return Err(unsupported_in_view(
                 "a LEFT JOIN condition other than column equalities",
             ));
+        }
+        for &(l, r) in &keys {
+            let (lt, rt) = (&scope.columns[l].ty, &scope.columns[lw + r].ty);
+            if (*lt == DataType::Text) != (*rt == DataType::Text) {
+                return Err(SqlError::new(
+                    "42883",
+                    format!("operator does not exist: {lt} = {rt}"),
+                )
+                .with_hint("cast one side, e.g. CAST(col AS date)"));
+            }
         }
         let (lk, rk): (Vec<usize>, Vec<usize>) = keys.into_iter().unzip();
         let mut node = self.add(Box::new(Join::new(kind, lk, rk, rw)), vec![left.0, right.0]);
@@ -310,11 +455,15 @@ impl<'a, 'g> Compiler<'a, 'g> {
         let (body, columns) = self
             .binder
             .select_body(&scope, &origin, &select, order_by, limit, offset)?;
-        if self.binder.has_params() {
+        if self.binder.has_params() && !self.allow_params {
             return Err(unsupported_in_view("a parameter"));
         }
         let node = self.body(input, body)?;
-        Ok(Compiled { node, columns })
+        Ok(Compiled {
+            node,
+            columns,
+            order: Vec::new(),
+        })
     }
 
     fn body(&mut self, input: NodeId, body: SelectBody) -> Result<NodeId, SqlError> {
@@ -356,9 +505,9 @@ impl<'a, 'g> Compiler<'a, 'g> {
         }
         let limit = constant(&body.limit, "LIMIT")?;
         let offset = constant(&body.offset, "OFFSET")?.unwrap_or(0);
-        if limit.is_some() || offset > 0 {
-            let order = body
-                .order_by
+        let top_level = self.keep_order && self.depth == 1 && !body.order_by.is_empty();
+        let order = || {
+            body.order_by
                 .iter()
                 .map(|k| match &k.expr {
                     Expr::Column(c) => Ok(SortColumn {
@@ -368,11 +517,18 @@ impl<'a, 'g> Compiler<'a, 'g> {
                     }),
                     _ => Err(unsupported_in_view("this ORDER BY")),
                 })
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+        };
+        if limit.is_some() || offset > 0 {
             node = self.add(
-                Box::new(TopK::new(vec![], order, limit, offset)),
+                Box::new(TopK::new(vec![], order()?, limit, offset)),
                 vec![node],
             );
+        }
+        if top_level {
+            // The reader sorts by these and drops the hidden columns.
+            self.order = order()?;
+            return Ok(node);
         }
         if body.visible < body.outputs.len() {
             let keep = (0..body.visible).map(Expr::Column).collect();
@@ -380,6 +536,78 @@ impl<'a, 'g> Compiler<'a, 'g> {
         }
         Ok(node)
     }
+}
+
+/// Whether a value of type `from` converts to `to` without loss in a UNION
+/// (integers to wider integers, numeric or float; numeric to float).
+fn widens(from: &DataType, to: &DataType) -> bool {
+    use DataType as T;
+    let rank = |t: &DataType| match t {
+        T::Int2 => Some(0),
+        T::Int4 => Some(1),
+        T::Int8 => Some(2),
+        T::Numeric => Some(3),
+        T::Float4 => Some(4),
+        T::Float8 => Some(5),
+        _ => None,
+    };
+    matches!((rank(from), rank(to)), (Some(a), Some(b)) if a < b)
+}
+
+/// The ORDER BY of a UNION: output columns by name or by position.
+fn union_order(
+    order_by: Option<&ast::OrderBy>,
+    columns: &[Column],
+) -> Result<Vec<SortColumn>, SqlError> {
+    let Some(o) = order_by else {
+        return Ok(Vec::new());
+    };
+    let ast::OrderByKind::Expressions(items) = &o.kind else {
+        return Err(unsupported_in_view("ORDER BY ALL"));
+    };
+    items
+        .iter()
+        .map(|item| {
+            let column = match &item.expr {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::Number(n, _) => n
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|&p| p >= 1 && p <= columns.len())
+                        .map(|p| p - 1)
+                        .ok_or_else(|| {
+                            SqlError::new(
+                                "42P10",
+                                format!("ORDER BY position {n} is not in select list"),
+                            )
+                        })?,
+                    _ => return Err(unsupported_in_view("this ORDER BY of a UNION")),
+                },
+                ast::Expr::Identifier(i) => {
+                    let name = ident(i);
+                    columns.iter().position(|c| c.name == name).ok_or_else(|| {
+                        SqlError::new(
+                            "42703",
+                            format!("column \"{name}\" does not exist in the UNION's output"),
+                        )
+                        .with_hint("ORDER BY of a UNION names its output columns")
+                    })?
+                }
+                _ => {
+                    return Err(SqlError::new(
+                        "0A000",
+                        "ORDER BY of a UNION takes output column names or positions",
+                    ))
+                }
+            };
+            let descending = matches!(item.options.sort, Some(ast::OrderBySort::Desc));
+            Ok(SortColumn {
+                column,
+                descending,
+                nulls_first: item.options.nulls_first.unwrap_or(descending),
+            })
+        })
+        .collect()
 }
 
 /// Whether a bound condition is an equality between a column left of

@@ -97,6 +97,15 @@ fn key_values(
 
 /// The rows a statement reads from `t` via `access`, as this transaction
 /// sees them (its own writes included). Records the reads for validation.
+/// Every row of `t` as `txn` sees it (its own writes included), noting the
+/// scan in the transaction's read set.
+pub(crate) fn scan_rows(catalog: &Catalog, txn: &mut Txn, t: &Table) -> Result<Vec<Row>, SqlError> {
+    Ok(read_rows(catalog, txn, t, &Access::Scan, &[])?
+        .into_iter()
+        .map(|(_, r)| (*r).clone())
+        .collect())
+}
+
 fn read_rows(
     catalog: &Catalog,
     txn: &mut Txn,
@@ -559,10 +568,15 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             });
             tag("CREATE VIEW")
         }
-        Ddl::DropView { names, if_exists } => {
+        Ddl::DropView {
+            names,
+            if_exists,
+            cascade,
+        } => {
+            let mut dropping = Vec::new();
             for n in names {
                 match catalog.view(n) {
-                    Some(id) => txn.schema(SchemaChange::DropView { id }),
+                    Some(_) => dropping.push(n.clone()),
                     None if *if_exists => {}
                     None => {
                         return Err(SqlError::new(
@@ -572,22 +586,31 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
                     }
                 }
             }
+            drop_dependents(catalog, txn, &dropping, *cascade, "view")?;
+            for n in &dropping {
+                if let Some(id) = catalog.view(n) {
+                    txn.schema(SchemaChange::DropView { id });
+                }
+            }
             tag("DROP VIEW")
         }
-        Ddl::DropTable { names, if_exists } => {
+        Ddl::DropTable {
+            names,
+            if_exists,
+            cascade,
+        } => {
+            let mut dropping = Vec::new();
             for n in names {
-                if let Some(v) = dependent_view(catalog, n) {
-                    return Err(SqlError::new(
-                        "2BP01",
-                        format!("cannot drop table {n} because view {v} depends on it"),
-                    )
-                    .with_hint(format!("drop the view first: DROP VIEW {v}")));
-                }
                 match catalog.table(n) {
-                    Some(t) => txn.schema(SchemaChange::DropTable { id: t.schema.id }),
+                    Some(t) => dropping.push((n.clone(), t.schema.id)),
                     None if *if_exists => {}
                     None => return Err(SqlError::undefined_table(n)),
                 }
+            }
+            let names: Vec<String> = dropping.iter().map(|(n, _)| n.clone()).collect();
+            drop_dependents(catalog, txn, &names, *cascade, "table")?;
+            for (_, id) in dropping {
+                txn.schema(SchemaChange::DropTable { id });
             }
             tag("DROP TABLE")
         }
@@ -666,11 +689,54 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
 }
 
 /// A view whose definition names table `table` (as a whole word).
-fn dependent_view(catalog: &Catalog, table: &str) -> Option<String> {
-    catalog.views.values().find_map(|(name, sql)| {
-        let mentions = sql
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .any(|w| w.eq_ignore_ascii_case(table));
-        mentions.then(|| name.clone())
-    })
+/// Whether a view's definition reads `relation`.
+fn mentions(sql: &str, relation: &str) -> bool {
+    match crate::session::parse(sql) {
+        Ok(statements) => statements
+            .iter()
+            .any(|st| crate::bind::relations(st).iter().any(|r| r == relation)),
+        // Unreadable (never expected): assume it does, to be safe.
+        Err(_) => true,
+    }
+}
+
+/// Before dropping `relations` (tables or views): with `cascade`, drops
+/// every view that depends on them, directly or through other views (the
+/// furthest first); without, refuses if there is one.
+fn drop_dependents(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    relations: &[String],
+    cascade: bool,
+    kind: &str,
+) -> Result<(), SqlError> {
+    let mut gone: Vec<String> = relations.to_vec();
+    let mut dependents: Vec<(String, TableId)> = Vec::new();
+    let mut i = 0;
+    while i < gone.len() {
+        for (id, (name, sql)) in &catalog.views {
+            if gone.contains(name) || !mentions(sql, &gone[i]) {
+                continue;
+            }
+            if !cascade {
+                return Err(SqlError::new(
+                    "2BP01",
+                    format!(
+                        "cannot drop {kind} {} because view {name} depends on it",
+                        gone[i]
+                    ),
+                )
+                .with_hint(format!(
+                    "drop the view first (DROP VIEW {name}), or use DROP ... CASCADE"
+                )));
+            }
+            gone.push(name.clone());
+            dependents.push((name.clone(), *id));
+        }
+        i += 1;
+    }
+    for (_, id) in dependents.into_iter().rev() {
+        txn.schema(SchemaChange::DropView { id });
+    }
+    Ok(())
 }

@@ -12,6 +12,8 @@ pub mod bind;
 mod catalog_queries;
 mod compile;
 pub mod exec;
+mod oneshot;
+mod routes;
 mod session;
 pub mod views;
 

@@ -17,6 +17,7 @@ use sqlparser::parser::Parser;
 use crate::bind::{self, Bound, Plan};
 use crate::catalog_queries;
 use crate::exec;
+use crate::routes::{wants_dataflow, PreparedAuto};
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
 /// `ReadyForQuery` status.
@@ -54,6 +55,8 @@ pub struct Prepared {
     /// lookup): front ends may run it without moving to a blocking thread.
     pub quick: bool,
     statement: Option<Statement>,
+    /// The automatic view that answers it, found when it was prepared.
+    auto: Option<PreparedAuto>,
 }
 
 /// Settings a client may read with `SHOW` and change with `SET`.
@@ -89,10 +92,10 @@ const READ_ONLY_SETTINGS: &[&str] = &[
 ];
 
 pub struct Session {
-    engine: Arc<Engine>,
-    txn: Option<Txn>,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) txn: Option<Txn>,
     failed: bool,
-    settings: BTreeMap<String, String>,
+    pub(crate) settings: BTreeMap<String, String>,
     last_lsn: Lsn,
 }
 
@@ -221,27 +224,59 @@ impl Session {
                 columns: Vec::new(),
                 quick: true,
                 statement: None,
+                auto: None,
             });
         };
-        if let Some(auto) = self.auto_view_for(st, true)? {
-            return Ok(Prepared {
-                sql: sql.to_string(),
-                params: auto.param_types,
-                columns: auto.columns,
-                quick: true,
-                statement,
-            });
-        }
         let bound = {
             let catalog = self.engine.database().read();
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
                 let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
-                bind::bind(&virtual_catalog, st, hints, &self.settings)?
+                bind::bind(&virtual_catalog, st, hints, &self.settings)
             } else if let Some(views) = self.view_catalog(st, &[], false)? {
-                bind::bind(&views, st, hints, &self.settings)?
+                bind::bind(&views, st, hints, &self.settings)
             } else {
-                bind::bind(&catalog, st, hints, &self.settings)?
+                bind::bind(&catalog, st, hints, &self.settings)
             }
+        };
+        let bound = match (bound, st) {
+            (Ok(b), _) => b,
+            (Err(e), Statement::Query(q)) if wants_dataflow(&e) => {
+                if let Some((view, lifted)) = self.auto_for_query(q, true)? {
+                    let own = view.param_types.len() - lifted.literals.len();
+                    // A type the client declared stands (the value is then
+                    // converted to the key column's type).
+                    let params = view.param_types[..own]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| hints.get(i).cloned().flatten().unwrap_or_else(|| t.clone()))
+                        .collect();
+                    return Ok(Prepared {
+                        sql: sql.to_string(),
+                        params,
+                        columns: view.columns.clone(),
+                        quick: true,
+                        statement,
+                        auto: Some(PreparedAuto {
+                            view,
+                            literals: lifted.literals,
+                            generation: self.engine.views.auto_generation(),
+                        }),
+                    });
+                }
+                let (columns, params) = {
+                    let catalog = self.engine.database().read();
+                    crate::oneshot::describe(&catalog, q, hints)?
+                };
+                return Ok(Prepared {
+                    sql: sql.to_string(),
+                    params,
+                    columns,
+                    quick: false,
+                    statement,
+                    auto: None,
+                });
+            }
+            (Err(e), _) => return Err(e),
         };
         let quick = match &bound.plan {
             Plan::Select(p) => matches!(
@@ -257,6 +292,7 @@ impl Session {
             columns: bound.columns,
             quick,
             statement,
+            auto: None,
         })
     }
 
@@ -276,6 +312,23 @@ impl Session {
                     p.params.len()
                 ),
             ));
+        }
+        if let Some(a) = &p.auto {
+            if a.generation == self.engine.views.auto_generation() && self.auto_views_on() {
+                let values: Vec<Value> = params
+                    .iter()
+                    .cloned()
+                    .chain(a.literals.iter().cloned())
+                    .collect();
+                match self.read_auto(&a.view, &values) {
+                    Ok(Some(out)) => return Ok(out),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.note_error();
+                        return Err(e);
+                    }
+                }
+            }
         }
         match &p.statement {
             None => Ok(Outcome::Empty),
@@ -333,26 +386,6 @@ impl Session {
         hints: &[Option<DataType>],
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
-        if let Some(auto) = self.auto_view_for(st, false)? {
-            self.engine.metrics.count(&self.engine.metrics.select);
-            let entry = self
-                .engine
-                .views
-                .get(&auto.view)
-                .ok_or_else(|| SqlError::new("XX000", "an automatic view went missing"))?;
-            let key: Vec<usize> = (auto.visible..auto.visible + auto.params.len()).collect();
-            let seen = self.views_current()?;
-            let (mut rows, _) = self.engine.views.lookup(&entry, &key, &auto.key(params)?)?;
-            self.engine.database().await_visible(seen)?;
-            for r in &mut rows {
-                r.truncate(auto.visible);
-            }
-            return Ok(Outcome::Rows {
-                tag: format!("SELECT {}", rows.len()),
-                columns: auto.columns,
-                rows,
-            });
-        }
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
         }
@@ -368,9 +401,19 @@ impl Session {
                 return self.run_read_only(&views, st, hints, params, "a view cannot be written");
             }
         }
-        let bound: Bound = {
+        let bound = {
             let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, hints, &self.settings)?
+            bind::bind(&catalog, st, hints, &self.settings)
+        };
+        let bound: Bound = match (bound, st) {
+            (Ok(b), _) => b,
+            (Err(e), Statement::Query(q)) if wants_dataflow(&e) => {
+                if self.failed {
+                    return Err(SqlError::in_failed_transaction());
+                }
+                return self.answer_by_dataflow(q, params);
+            }
+            (Err(e), _) => return Err(e),
         };
         let m = &self.engine.metrics;
         match &bound.plan {
@@ -409,7 +452,7 @@ impl Session {
                 Ok(command("ROLLBACK"))
             }
             Plan::ShowViews => Ok(self.show_views()),
-            Plan::Explain { target, sql } => self.explain(target, &sql),
+            Plan::Explain { statement, dot } => self.explain(&statement, dot),
             Plan::Set { name, value } => self.set(&name, value),
             Plan::Deallocate { name } => Ok(command(if name == "all" {
                 "DEALLOCATE ALL"
@@ -503,41 +546,18 @@ impl Session {
         )
     }
 
-    /// The automatic view serving `st`, when there is (or, with `make`,
-    /// can be) one: a query with parameters that direct evaluation cannot
-    /// answer, outside a transaction block, with automatic views enabled.
-    fn auto_view_for(
-        &self,
-        st: &Statement,
-        make: bool,
-    ) -> Result<Option<crate::auto_views::AutoView>, SqlError> {
-        let Statement::Query(q) = st else {
-            return Ok(None);
-        };
-        if self.txn.is_some() || self.settings["aqueduct.auto_views"] != "on" {
-            return Ok(None);
+    /// The maintained views `st` reads, when every relation it names is one
+    /// (anything else — a table, a CTE — goes the general way).
+    pub(crate) fn views_only(&self, st: &Statement) -> Option<Vec<String>> {
+        let relations = bind::relations(st);
+        if relations.is_empty() {
+            return None;
         }
-        let sql = st.to_string();
-        if let Some(a) = self.engine.views.auto_view(&sql) {
-            return Ok(Some(a));
-        }
-        if !make {
-            return Ok(None);
-        }
-        // Only where direct evaluation cannot answer: single-table reads are
-        // already index lookups.
-        let direct = {
-            let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, &[], &self.settings)
-        };
-        match direct {
-            Err(e) if e.code == "0A000" => {
-                self.engine
-                    .views
-                    .make_auto_view(self.engine.database(), &sql, q)
-            }
-            _ => Ok(None),
-        }
+        let views = &self.engine.views;
+        relations
+            .into_iter()
+            .map(|r| views.get(&r).map(|_| r))
+            .collect()
     }
 
     /// The maintained views a statement reads, as tables holding their
@@ -548,17 +568,12 @@ impl Session {
         params: &[Value],
         with_rows: bool,
     ) -> Result<Option<Catalog>, SqlError> {
-        let text = st.to_string();
-        let words: std::collections::HashSet<&str> = text
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .collect();
-        let entries: Vec<_> = self
-            .engine
-            .views
-            .names()
-            .into_iter()
-            .filter(|n| words.contains(n.as_str()))
-            .filter_map(|n| self.engine.views.get(&n))
+        let Some(names) = self.views_only(st) else {
+            return Ok(None);
+        };
+        let entries: Vec<_> = names
+            .iter()
+            .filter_map(|n| self.engine.views.get(n))
             .collect();
         if entries.is_empty() {
             return Ok(None);
@@ -607,7 +622,7 @@ impl Session {
 
     /// Waits until the views reflect every write committed so far (this
     /// session's included) and returns that LSN.
-    fn views_current(&self) -> Result<Lsn, SqlError> {
+    pub(crate) fn views_current(&self) -> Result<Lsn, SqlError> {
         let seen = self.engine.database().applied_lsn();
         self.engine.views.await_lsn(seen)?;
         Ok(seen)
@@ -638,25 +653,6 @@ impl Session {
             columns: bind::show_views_columns(),
             rows,
         }
-    }
-
-    fn explain(&self, target: Option<String>, sql: &str) -> Result<Outcome, SqlError> {
-        let lines = match target.as_deref().and_then(|t| self.engine.views.get(t)) {
-            Some(v) => {
-                let mut lines = vec![format!(
-                    "read from maintained view {} (dataflow below, updated by every commit)",
-                    v.name
-                )];
-                lines.extend(self.engine.views.explain(&v.name));
-                lines
-            }
-            None => vec![format!("evaluated directly over the base tables: {sql}")],
-        };
-        Ok(Outcome::Rows {
-            tag: format!("EXPLAIN {}", lines.len()),
-            columns: vec![Column::computed("QUERY PLAN", DataType::Text)],
-            rows: lines.into_iter().map(|l| vec![Value::Text(l)]).collect(),
-        })
     }
 
     fn set_last_lsn(&mut self, lsn: Lsn) {

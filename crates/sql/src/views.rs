@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aqueduct_dataflow::graph::Graph;
@@ -56,6 +57,11 @@ pub struct ViewRegistry {
     keyed: RwLock<HashMap<String, HashMap<Vec<usize>, ViewReader>>>,
     /// Automatic views by the SQL text of the prepared query they serve.
     auto: RwLock<HashMap<String, crate::auto_views::AutoView>>,
+    /// Bumped whenever automatic views are dropped, so that a prepared
+    /// statement holding one knows to look again.
+    auto_generation: AtomicU64,
+    /// Numbers automatic views.
+    auto_made: AtomicU64,
 }
 
 impl Default for ViewRegistry {
@@ -65,6 +71,8 @@ impl Default for ViewRegistry {
             views: RwLock::default(),
             keyed: RwLock::default(),
             auto: RwLock::default(),
+            auto_generation: AtomicU64::new(0),
+            auto_made: AtomicU64::new(0),
         }
     }
 }
@@ -137,6 +145,9 @@ impl ViewRegistry {
         sql: &str,
     ) -> Result<(), SqlError> {
         let query = view_query(sql)?;
+        // Compile into a scratch graph first: a query that fails half way
+        // must not leave operators behind in the real one.
+        Self::check(catalog, &query)?;
         let mut graph = self.worker.drain();
         assert!(
             graph.processed() <= lsn,
@@ -209,7 +220,11 @@ impl ViewRegistry {
                     if let Some(name) = name {
                         self.drop_view(&name);
                     }
+                    self.drop_auto_views();
                 }
+                // An automatic view reads tables by id: once one is gone,
+                // the queries are made again against what exists now.
+                SchemaChange::DropTable { .. } => self.drop_auto_views(),
                 _ => {}
             }
         }
@@ -225,6 +240,23 @@ impl ViewRegistry {
             }
         }
         graph.drop_view(name);
+    }
+
+    /// Drops every automatic view (they are made again on next use).
+    fn drop_auto_views(&self) {
+        let autos: Vec<String> = self.auto.write().drain().map(|(_, a)| a.view).collect();
+        if autos.is_empty() {
+            return;
+        }
+        self.auto_generation.fetch_add(1, Ordering::AcqRel);
+        for name in autos {
+            self.drop_view(&name);
+        }
+    }
+
+    /// Changes whenever automatic views are dropped.
+    pub fn auto_generation(&self) -> u64 {
+        self.auto_generation.load(Ordering::Acquire)
     }
 
     /// Waits (up to [`VIEW_WAIT_TIMEOUT`]) until the views reflect every
@@ -256,17 +288,32 @@ impl ViewRegistry {
         if let Some(a) = self.auto_view(sql) {
             return Ok(Some(a));
         }
-        let Some((rewritten, params)) = crate::auto_views::parameterize(q) else {
+        let Some(p) = crate::auto_views::parameterize(q) else {
             return Ok(None);
         };
-        let text = rewritten.to_string();
-        let id = AUTO_VIEW_IDS - self.auto.read().len() as u64;
-        let name = format!("auto_{}", AUTO_VIEW_IDS - id);
-        db.with_commits_paused(|catalog, lsn| self.install(catalog, lsn, id, &name, &text))?;
-        let entry = self.get(&name).expect("just installed");
-        let auto = crate::auto_views::AutoView::describe(&entry, params)?;
-        self.auto.write().insert(sql.to_string(), auto.clone());
-        Ok(Some(auto))
+        let text = p.query.to_string();
+        let n = self.auto_made.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = AUTO_VIEW_IDS - n;
+        let name = format!("auto_{n}");
+        let made = db.with_commits_paused(|catalog, lsn| {
+            // Made by another session meanwhile?
+            if let Some(a) = self.auto_view(sql) {
+                return Ok(Some(a));
+            }
+            self.install(catalog, lsn, id, &name, &text)?;
+            let entry = self.get(&name).expect("just installed");
+            match crate::auto_views::AutoView::describe(&entry, p.params, p.global) {
+                Ok(auto) => {
+                    self.auto.write().insert(sql.to_string(), auto.clone());
+                    Ok(Some(auto))
+                }
+                Err(e) => {
+                    self.drop_view(&name);
+                    Err(e)
+                }
+            }
+        })?;
+        Ok(made)
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -361,6 +408,11 @@ impl ViewRegistry {
     /// The whole graph in Graphviz DOT.
     pub fn dot(&self) -> String {
         self.worker.graph().dot()
+    }
+
+    /// A view's part of the graph in Graphviz DOT.
+    pub fn dot_of(&self, name: &str) -> String {
+        self.worker.graph().dot_of(name)
     }
 }
 

@@ -269,10 +269,195 @@ fn prepared_joins_become_automatic_views() {
     assert!(rows(&mut se, "SHOW VIEWS")
         .iter()
         .any(|v| v[0].starts_with("auto_")));
-    // Turned off, the same query is refused as unsupported by direct evaluation.
+    // A parameter type the client declares stands (drivers send small
+    // integers as int2).
+    let declared = se
+        .prepare(q, &[Some(aqueduct_values::DataType::Int2)])
+        .unwrap();
+    assert_eq!(declared.params, vec![aqueduct_values::DataType::Int2]);
+    match se
+        .execute_prepared(&declared, &[aqueduct_values::Value::Int(2)])
+        .unwrap()
+    {
+        Outcome::Rows { rows, .. } => assert_eq!(rows[0][1].to_string(), "3"),
+        other => panic!("{other:?}"),
+    }
+    // Mixed case and a column named like a table are still view reads.
+    ok(
+        &mut se,
+        "CREATE VIEW TitleVotes AS SELECT title AS vote FROM article",
+    );
+    assert_eq!(
+        rows(&mut se, "SELECT vote FROM TitleVotes WHERE vote = 'a'"),
+        vec![s(&["a"])]
+    );
+    // Turned off, the same query is evaluated once per execution, with the
+    // same answers, and no view is made.
+    let views = rows(&mut se, "SHOW VIEWS").len();
     let mut plain = e.session();
     ok(&mut plain, "SET aqueduct.auto_views = off");
-    assert_eq!(plain.prepare(q, &[]).unwrap_err().code, "0A000");
+    let p = plain.prepare(q, &[]).unwrap();
+    assert_eq!(p.params, vec![aqueduct_values::DataType::Int8]);
+    match plain
+        .execute_prepared(&p, &[aqueduct_values::Value::Int(2)])
+        .unwrap()
+    {
+        Outcome::Rows { rows, .. } => assert_eq!(rows[0][1].to_string(), "3"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rows(&mut se, "SHOW VIEWS").len(), views);
+}
+
+#[test]
+fn literal_queries_share_automatic_views_and_the_rest_is_evaluated_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 10)",
+    );
+    ok(
+        &mut se,
+        "INSERT INTO vote VALUES (1, 100), (1, 101), (2, 100)",
+    );
+    let count = |se: &mut Session, id: i64| {
+        rows(
+            se,
+            &format!(
+                "SELECT a.title, count(*) FROM article a JOIN vote v ON a.id = v.article_id \
+                 WHERE a.id = {id} GROUP BY a.title"
+            ),
+        )
+    };
+    assert_eq!(count(&mut se, 1), vec![s(&["a", "2"])]);
+    assert_eq!(count(&mut se, 2), vec![s(&["b", "1"])]);
+    assert!(count(&mut se, 3).is_empty());
+    let autos = |se: &mut Session| {
+        rows(se, "SHOW VIEWS")
+            .into_iter()
+            .filter(|v| v[0].starts_with("auto_"))
+            .count()
+    };
+    assert_eq!(autos(&mut se), 1, "WHERE a.id = 1 and = 2 share one view");
+    let plan = common::rows(
+        &mut se,
+        "EXPLAIN SELECT a.title, count(*) FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.id = 7 GROUP BY a.title",
+    );
+    assert!(
+        plan[0][0].starts_with("read from automatic view"),
+        "{plan:?}"
+    );
+
+    // A count without GROUP BY still answers 0 for a key with no rows.
+    assert_eq!(
+        rows(
+            &mut se,
+            "SELECT count(*) FROM article a JOIN vote v ON a.id = v.article_id WHERE a.id = 3"
+        ),
+        vec![s(&["0"])]
+    );
+    // No column pinned, ORDER BY and LIMIT: evaluated once, in order.
+    assert_eq!(
+        common::rows(
+            &mut se,
+            "SELECT a.id, count(v.article_id) AS n FROM article a \
+             LEFT JOIN vote v ON a.id = v.article_id GROUP BY a.id ORDER BY n DESC, a.id LIMIT 2"
+        ),
+        vec![s(&["1", "2"]), s(&["2", "1"])]
+    );
+    let plan = common::rows(
+        &mut se,
+        "EXPLAIN SELECT a.id FROM article a, vote v WHERE a.id = v.article_id ORDER BY a.id",
+    );
+    assert!(
+        plan[0][0].starts_with("evaluated once through a temporary dataflow"),
+        "{plan:?}"
+    );
+    assert!(plan.iter().any(|l| l[0].contains("join")), "{plan:?}");
+    let dot = rows(
+        &mut se,
+        "EXPLAIN (FORMAT DOT) SELECT a.id FROM article a JOIN vote v ON a.id = v.article_id",
+    );
+    assert_eq!(dot.len(), 1);
+    assert!(dot[0][0].starts_with("digraph"), "{dot:?}");
+    let direct = common::rows(&mut se, "EXPLAIN SELECT * FROM article WHERE id = 1");
+    assert!(direct[0][0].contains("primary-key lookup"), "{direct:?}");
+
+    // Inside a transaction block the same query sees the block's own writes.
+    ok(&mut se, "BEGIN");
+    ok(&mut se, "INSERT INTO vote VALUES (3, 7)");
+    assert_eq!(count(&mut se, 3), vec![s(&["c", "1"])]);
+    ok(&mut se, "ROLLBACK");
+    assert!(count(&mut se, 3).is_empty());
+
+    // Dropping a table the automatic view reads drops the view with it.
+    ok(&mut se, "DROP TABLE vote");
+    assert_eq!(autos(&mut se), 0);
+    ok(
+        &mut se,
+        "CREATE TABLE vote (article_id bigint, \"user\" bigint)",
+    );
+    ok(&mut se, "INSERT INTO vote VALUES (2, 5)");
+    assert!(count(&mut se, 1).is_empty());
+    assert_eq!(count(&mut se, 2), vec![s(&["b", "1"])]);
+}
+
+#[test]
+fn views_over_views_and_dropping_what_views_depend_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 10)",
+    );
+    ok(
+        &mut se,
+        "CREATE VIEW per_author AS SELECT author, count(*) AS n FROM article GROUP BY author",
+    );
+    ok(
+        &mut se,
+        "CREATE VIEW histogram AS SELECT n, count(*) AS authors FROM per_author GROUP BY n",
+    );
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM histogram"),
+        vec![s(&["1", "1"]), s(&["2", "1"])]
+    );
+    ok(&mut se, "INSERT INTO article VALUES (4, 'd', 20)");
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM histogram"),
+        vec![s(&["2", "2"])]
+    );
+    // A view joined with a table.
+    assert_eq!(
+        rows(
+            &mut se,
+            "SELECT a.id, p.n FROM article a JOIN per_author p ON a.author = p.author WHERE a.id = 4"
+        ),
+        vec![s(&["4", "2"])]
+    );
+    let err = run(&mut se, "DROP VIEW per_author").unwrap_err();
+    assert_eq!(err.code, "2BP01", "{err}");
+    let err = run(&mut se, "DROP TABLE article").unwrap_err();
+    assert_eq!(err.code, "2BP01", "{err}");
+    ok(&mut se, "DROP TABLE article CASCADE");
+    assert!(rows(&mut se, "SHOW VIEWS")
+        .iter()
+        .all(|v| v[0] != "per_author" && v[0] != "histogram"));
+    // And after a restart nothing comes back.
+    drop(se);
+    drop(e);
+    let e = engine(dir.path());
+    let mut se = e.session();
+    assert!(rows(&mut se, "SHOW VIEWS").is_empty());
+    assert_eq!(
+        run(&mut se, "SELECT * FROM histogram").unwrap_err().code,
+        "42P01"
+    );
 }
 
 #[test]

@@ -242,7 +242,9 @@ impl std::hash::Hash for Value {
             Value::Float(f) => float(*f, state),
             Value::Numeric(d) => match d.to_i64() {
                 Some(i) if d.fract().is_zero() => (2u8, i).hash(state),
-                _ => float(d.to_f64().unwrap_or(f64::NAN), state),
+                // Normalised first: 1.64 and 1.6400 are equal and must not
+                // round to different floats.
+                _ => float(d.normalize().to_f64().unwrap_or(f64::NAN), state),
             },
             Value::Text(s) => (4u8, s).hash(state),
             Value::Bytes(b) => (5u8, b).hash(state),
@@ -428,6 +430,21 @@ mod tests {
             prop_assert_eq!(back.len(), row.len());
             for (x, y) in row.iter().zip(&back) {
                 prop_assert_eq!(x.cmp(y), Ordering::Equal);
+            }
+        }
+
+        #[test]
+        fn equal_values_hash_equally(a in value(), b in value(), extra in 0u32..8) {
+            use std::hash::{BuildHasher, RandomState};
+            let h = RandomState::new();
+            prop_assert!(a != b || h.hash_one(&a) == h.hash_one(&b));
+            // The same number at another scale (1.64 and 1.6400).
+            if let Value::Numeric(d) = &a {
+                let mut wide = *d;
+                wide.rescale(d.scale() + extra);
+                if wide == *d {
+                    prop_assert_eq!(h.hash_one(&a), h.hash_one(Value::Numeric(wide)));
+                }
             }
         }
 

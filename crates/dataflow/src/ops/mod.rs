@@ -13,7 +13,7 @@ pub use distinct::Distinct;
 pub use filter::Filter;
 pub use join::{Join, JoinKind};
 pub use project::Project;
-pub use topk::{SortColumn, TopK};
+pub use topk::{compare_rows, SortColumn, TopK};
 pub use union::Union;
 
 #[cfg(test)]

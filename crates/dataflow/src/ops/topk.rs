@@ -47,6 +47,27 @@ impl SortColumn {
     }
 }
 
+/// Compares two rows by `order`, as `ORDER BY` sorts them (the order a TopK
+/// keeps its rows in, ties left equal).
+pub fn compare_rows(order: &[SortColumn], a: &Row, b: &Row) -> std::cmp::Ordering {
+    let key = |r: &Row| -> Vec<Part> { order.iter().map(|s| part(s, &r[s.column])).collect() };
+    key(a).cmp(&key(b))
+}
+
+fn part(s: &SortColumn, v: &Value) -> Part {
+    let null_rank = match (v.is_null(), s.nulls_first) {
+        (false, _) => 1,
+        (true, true) => 0,
+        (true, false) => 2,
+    };
+    let value = if s.descending {
+        Directed::Desc(Reverse(v.clone()))
+    } else {
+        Directed::Asc(v.clone())
+    };
+    Part { null_rank, value }
+}
+
 /// One sort column of a row, ordered as the `SortColumn` says: NULLs by
 /// `null_rank` (0 before the values, 2 after), values ascending or reversed.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,24 +111,7 @@ impl TopK {
     }
 
     fn place(&self, row: Row) -> Place {
-        let parts = self
-            .order
-            .iter()
-            .map(|s| {
-                let v = &row[s.column];
-                let null_rank = match (v.is_null(), s.nulls_first) {
-                    (false, _) => 1,
-                    (true, true) => 0,
-                    (true, false) => 2,
-                };
-                let value = if s.descending {
-                    Directed::Desc(Reverse(v.clone()))
-                } else {
-                    Directed::Asc(v.clone())
-                };
-                Part { null_rank, value }
-            })
-            .collect();
+        let parts = self.order.iter().map(|s| part(s, &row[s.column])).collect();
         (parts, row)
     }
 

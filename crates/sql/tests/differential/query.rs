@@ -111,11 +111,7 @@ impl Features {
             with_cte: false,
             union: false,
             union_all: false,
-            // CASE, NOT, IS NULL, IN, BETWEEN, LIKE, CAST and substr() over
-            // aggregates and group keys are refused (42803).
-            rich_grouped_exprs: false,
-            // Text literals are not read as dates in IN lists, BETWEEN,
-            // COALESCE, CASE and UNION: wrong answers.
+            // See `view_features` in differential.rs.
             dates: false,
             ..Features::all()
         }
@@ -1411,8 +1407,10 @@ impl<'a> Gen<'a> {
     fn literal(&mut self, ty: Ty) -> E {
         let l = match ty {
             Ty::Int => Lit::Int(self.rng.gen_range(-2..=6)),
+            // "2.0", not "2": a numeric literal, as the type says (PostgreSQL
+            // reads a bare 2 as an integer).
             Ty::Num => Lit::Num(
-                ["0.5", "1.25", "2", "-0.75", "3.5"]
+                ["0.5", "1.25", "2.0", "-0.75", "3.5"]
                     .choose(self.rng)
                     .unwrap()
                     .to_string(),

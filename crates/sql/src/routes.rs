@@ -1,0 +1,323 @@
+//! How a read is answered when direct evaluation cannot answer it, and
+//! `EXPLAIN` of every route.
+//!
+//! A `SELECT` goes the cheapest way that gives the right answer:
+//! 1. a read of maintained views only (`SELECT ... FROM v WHERE k = ...`):
+//!    their rows, by a keyed lookup where the WHERE pins columns;
+//! 2. direct evaluation over the base tables (one table, by key, index or
+//!    scan — `exec.rs`);
+//! 3. an automatic view: the query with its `column = literal` conditions
+//!    turned into parameters (so `WHERE id = 5` and `WHERE id = 6` share
+//!    one view), made on first use and keyed on those parameters;
+//! 4. one-shot evaluation through a temporary dataflow (`oneshot.rs`), for
+//!    what no view can serve (no pinned column, ORDER BY with parameters,
+//!    inside a transaction block, automatic views off).
+
+use aqueduct_dataflow::graph::Graph;
+use aqueduct_tables::Txn;
+use aqueduct_values::Value;
+use sqlparser::ast::{self, Statement};
+
+use crate::auto_views::{lift_literals, AutoView, Lifted};
+use crate::bind::{self, Access, Plan};
+use crate::compile::Compiler;
+use crate::session::{Outcome, Session};
+use crate::{catalog_queries, oneshot, Column, SqlError};
+
+/// An automatic view a prepared statement was bound to.
+#[derive(Clone, Debug)]
+pub struct PreparedAuto {
+    pub view: AutoView,
+    /// Literals lifted out of the statement (parameters after its own).
+    pub literals: Vec<Value>,
+    /// The registry's generation when it was found (stale once it moves).
+    pub generation: u64,
+}
+
+/// Whether a failed direct bind means "try the dataflow": unsupported by
+/// direct evaluation, or naming a relation that is a view.
+pub(crate) fn wants_dataflow(e: &SqlError) -> bool {
+    e.code == "0A000" || e.code == "42P01"
+}
+
+impl Session {
+    /// Automatic views serve this session now: enabled, and outside a
+    /// transaction block (whose reads must see its own writes).
+    pub(crate) fn auto_views_on(&self) -> bool {
+        self.txn.is_none() && self.settings["aqueduct.auto_views"] == "on"
+    }
+
+    /// The automatic view for `q` (made now when `make`), with the literals
+    /// lifted out of it. `None` inside a transaction block, with automatic
+    /// views off, or when no view can serve the query.
+    pub(crate) fn auto_for_query(
+        &self,
+        q: &ast::Query,
+        make: bool,
+    ) -> Result<Option<(AutoView, Lifted)>, SqlError> {
+        if !self.auto_views_on() {
+            return Ok(None);
+        }
+        let lifted = lift_literals(q);
+        let views = &self.engine.views;
+        if let Some(a) = views.auto_view(&lifted.sql) {
+            return Ok(Some((a, lifted)));
+        }
+        if !make {
+            return Ok(None);
+        }
+        match views.make_auto_view(self.engine.database(), &lifted.sql, &lifted.query) {
+            Ok(Some(a)) => Ok(Some((a, lifted))),
+            Ok(None) => Ok(None),
+            // Not maintainable as a keyed view: one-shot evaluation answers
+            // (or reports the error for the query as the user wrote it).
+            Err(e) => {
+                tracing::debug!(sql = %lifted.sql, "no automatic view: {e}");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reads an automatic view with `values` (the statement's parameters,
+    /// then the lifted literals). `None` when the view cannot answer these
+    /// values (a literal of another type, a NULL key, no rows for a query
+    /// that aggregates without GROUP BY): the caller evaluates once instead.
+    pub(crate) fn read_auto(
+        &mut self,
+        auto: &AutoView,
+        values: &[Value],
+    ) -> Result<Option<Outcome>, SqlError> {
+        let Ok(key) = auto.key(values) else {
+            return Ok(None);
+        };
+        if key.iter().any(Value::is_null) {
+            return Ok(None);
+        }
+        let Some(entry) = self.engine.views.get(&auto.view) else {
+            return Ok(None);
+        };
+        self.engine.metrics.count(&self.engine.metrics.select);
+        let columns: Vec<usize> = (auto.visible..auto.visible + auto.params.len()).collect();
+        let seen = self.views_current()?;
+        let (mut rows, _) = self.engine.views.lookup(&entry, &columns, &key)?;
+        if rows.is_empty() && auto.global {
+            return Ok(None);
+        }
+        self.engine.database().await_visible(seen)?;
+        for r in &mut rows {
+            r.truncate(auto.visible);
+        }
+        Ok(Some(Outcome::Rows {
+            tag: format!("SELECT {}", rows.len()),
+            columns: auto.columns.clone(),
+            rows,
+        }))
+    }
+
+    /// Answers a query direct evaluation cannot: from an automatic view if
+    /// one can serve it, else by one-shot evaluation. `bind_error` is what
+    /// direct evaluation said, reported if the dataflow cannot do better.
+    pub(crate) fn answer_by_dataflow(
+        &mut self,
+        q: &ast::Query,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        if let Some((auto, lifted)) = self.auto_for_query(q, true)? {
+            let values: Vec<Value> = params.iter().cloned().chain(lifted.literals).collect();
+            if let Some(out) = self.read_auto(&auto, &values)? {
+                return Ok(out);
+            }
+        }
+        self.engine.metrics.count(&self.engine.metrics.select);
+        let db = self.engine.database();
+        let (columns, rows) = match self.txn.as_mut() {
+            Some(txn) => oneshot::evaluate(&db.read(), txn, q, params)?,
+            None => {
+                let seen = db.applied_lsn();
+                let out = oneshot::evaluate(&db.read(), &mut Txn::default(), q, params)?;
+                db.await_visible(seen)?;
+                out
+            }
+        };
+        Ok(Outcome::Rows {
+            tag: format!("SELECT {}", rows.len()),
+            columns,
+            rows,
+        })
+    }
+
+    /// `EXPLAIN`: the route `st` takes and why, with its dataflow (as text
+    /// lines, or one Graphviz DOT document with `dot`).
+    pub(crate) fn explain(&self, st: &Statement, dot: bool) -> Result<Outcome, SqlError> {
+        let (mut lines, graph_dot) = self.explain_route(st)?;
+        if dot {
+            lines = vec![graph_dot.unwrap_or_else(|| {
+                "digraph aqueduct {\n  // evaluated directly: no dataflow\n}\n".into()
+            })];
+        }
+        Ok(Outcome::Rows {
+            tag: format!("EXPLAIN {}", lines.len()),
+            columns: vec![Column::computed(
+                "QUERY PLAN",
+                aqueduct_values::DataType::Text,
+            )],
+            rows: lines.into_iter().map(|l| vec![Value::Text(l)]).collect(),
+        })
+    }
+
+    fn explain_route(&self, st: &Statement) -> Result<(Vec<String>, Option<String>), SqlError> {
+        let views = &self.engine.views;
+        let Statement::Query(q) = st else {
+            return Ok((vec![format!("run directly: {st}")], None));
+        };
+        let text = st.to_string();
+        if catalog_queries::uses_virtual_tables(&text) {
+            return Ok((
+                vec!["evaluated directly over catalog tables built for the statement".into()],
+                None,
+            ));
+        }
+        if let Some(names) = self.views_only(st) {
+            let mut lines = Vec::new();
+            let mut dots = Vec::new();
+            for name in &names {
+                lines.push(format!(
+                    "read from maintained view {name} (kept current by every commit; a WHERE that pins its columns is a keyed lookup, other reads scan it, and the rest of the statement runs over those rows)"
+                ));
+                lines.extend(views.explain(name).into_iter().map(|l| format!("  {l}")));
+                dots.push(views.dot_of(name));
+            }
+            return Ok((lines, dots.into_iter().next()));
+        }
+        let direct = {
+            let catalog = self.engine.database().read();
+            bind::bind(&catalog, st, &[], &self.settings)
+        };
+        match direct {
+            Ok(b) => {
+                let how = match &b.plan {
+                    Plan::Select(p) => match &p.access {
+                        Access::PrimaryKey(_) => "by primary-key lookup",
+                        Access::Index(..) => "by secondary-index lookup",
+                        Access::Scan => "by a scan of the table",
+                    },
+                    _ => "without reading a table",
+                };
+                Ok((
+                    vec![format!(
+                        "evaluated directly over the base tables, {how} (one table needs no dataflow)"
+                    )],
+                    None,
+                ))
+            }
+            Err(e) if wants_dataflow(&e) => {
+                if let Some((auto, lifted)) = self.auto_for_query(q, false)? {
+                    let mut lines = vec![format!(
+                        "read from automatic view {} keyed on {} (made for: {})",
+                        auto.view,
+                        describe_params(&auto, &lifted),
+                        lifted.sql
+                    )];
+                    lines.extend(
+                        views
+                            .explain(&auto.view)
+                            .into_iter()
+                            .map(|l| format!("  {l}")),
+                    );
+                    return Ok((lines, Some(views.dot_of(&auto.view))));
+                }
+                let catalog = self.engine.database().read();
+                let lifted = lift_literals(q);
+                let planned = match crate::auto_views::parameterize(&lifted.query) {
+                    Some(p) if self.auto_views_on() => {
+                        let mut scratch = Graph::new();
+                        let mut c = Compiler::new(&catalog, &mut scratch);
+                        c.query(&p.query)
+                            .ok()
+                            .map(|compiled| (p, compiled, scratch))
+                    }
+                    _ => None,
+                };
+                if let Some((p, compiled, mut scratch)) = planned {
+                    scratch.view("result", compiled.node, vec![]);
+                    let keys = p
+                        .params
+                        .iter()
+                        .map(|&i| format!("${}", i + 1))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let mut lines = vec![format!(
+                        "will be answered from an automatic view keyed on {keys}, made on first execution (for: {})",
+                        lifted.sql
+                    )];
+                    lines.extend(
+                        scratch
+                            .explain("result")
+                            .into_iter()
+                            .map(|l| format!("  {l}")),
+                    );
+                    return Ok((lines, Some(scratch.dot())));
+                }
+                let why = self.why_not_auto(q, &e);
+                let mut scratch = Graph::new();
+                let mut c = Compiler::new(&catalog, &mut scratch);
+                c.allow_params = true;
+                c.keep_order = true;
+                let compiled = c.query(q)?;
+                drop(c);
+                scratch.view("result", compiled.node, vec![]);
+                let mut lines = vec![format!(
+                    "evaluated once through a temporary dataflow, not maintained: {why}"
+                )];
+                lines.extend(
+                    scratch
+                        .explain("result")
+                        .into_iter()
+                        .map(|l| format!("  {l}")),
+                );
+                Ok((lines, Some(scratch.dot())))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Why no automatic view serves `q` (for `EXPLAIN`).
+    fn why_not_auto(&self, q: &ast::Query, direct: &SqlError) -> String {
+        if self.txn.is_some() {
+            return "inside a transaction block reads see the transaction's own writes".into();
+        }
+        if self.settings["aqueduct.auto_views"] != "on" {
+            return "automatic views are off (SET aqueduct.auto_views = on)".into();
+        }
+        let lifted = lift_literals(q);
+        match crate::auto_views::parameterize(&lifted.query) {
+            None if q.order_by.is_some() || q.limit_clause.is_some() => {
+                "ORDER BY / LIMIT with a parameter is not kept per key yet".into()
+            }
+            None => format!(
+                "no `column = value` condition to key a view on ({})",
+                direct.message
+            ),
+            Some(_) => {
+                "the automatic view would not be made the same way it binds (see the server log)"
+                    .into()
+            }
+        }
+    }
+}
+
+/// `a.id = $1, title = 'x'` for `EXPLAIN`.
+fn describe_params(auto: &AutoView, lifted: &Lifted) -> String {
+    let own = auto.param_types.len() - lifted.literals.len();
+    auto.params
+        .iter()
+        .map(|&p| {
+            if p < own {
+                format!("${}", p + 1)
+            } else {
+                format!("a literal (${})", p + 1)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
