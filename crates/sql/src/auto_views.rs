@@ -5,6 +5,8 @@
 //! a keyed lookup. Automatic views live in memory only and are made again
 //! after a restart on first use.
 
+use aqueduct_dataflow::ops::{compare_rows, SortColumn};
+use aqueduct_dataflow::Row;
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
@@ -19,17 +21,29 @@ const KEY_ALIAS: &str = "__aqueduct_key";
 pub struct AutoView {
     /// The view's name in the registry.
     pub view: String,
-    /// Output columns the query itself has (the view appends key columns).
+    /// Output columns the query itself has (the view appends key columns,
+    /// then any hidden sort columns).
     pub visible: usize,
-    /// For each key column (in order), the parameter (0-based) it is pinned to.
-    pub params: Vec<usize>,
+    /// For each key column (in order), how the query pins it.
+    pub keys: Vec<KeyParam>,
     pub columns: Vec<Column>,
     pub param_types: Vec<DataType>,
     /// The query aggregates without GROUP BY: for a key the view holds no
     /// rows for, the answer is still one row (counts of zero, ...), which
     /// the view does not hold.
     pub global: bool,
+    /// `SELECT DISTINCT` (rows merged from several keys are deduplicated).
+    pub distinct: bool,
+    /// ORDER BY over the view's rows, and the query's LIMIT and OFFSET,
+    /// applied to the rows of the keys a read asks for.
+    pub order: Vec<SortColumn>,
+    pub limit: Option<usize>,
+    pub offset: usize,
 }
+
+/// Most key combinations one read looks up (`IN` lists multiply); beyond
+/// that the query is evaluated once instead.
+pub const MAX_KEYS_PER_READ: usize = 1024;
 
 /// A query whose `column = literal` conditions were turned into parameters,
 /// so that queries differing only in those literals share one view.
@@ -44,7 +58,8 @@ pub struct Lifted {
 }
 
 /// Replaces each top-level `column = literal` condition of `q`'s WHERE with
-/// `column = $n`, numbering after the parameters `q` already has.
+/// `column = $n` (and `column IN (literals)` with `column IN ($n, ...)`),
+/// numbering after the parameters `q` already has.
 pub fn lift_literals(q: &ast::Query) -> Lifted {
     let mut query = q.clone();
     let mut literals = Vec::new();
@@ -56,15 +71,27 @@ pub fn lift_literals(q: &ast::Query) -> Lifted {
             let lifted: Vec<ast::Expr> = conjuncts
                 .into_iter()
                 .map(|c| match literal_pin(c) {
-                    Some((column, value)) => {
-                        next += 1;
-                        literals.push(value);
-                        ast::Expr::BinaryOp {
-                            left: Box::new(column),
-                            op: ast::BinaryOperator::Eq,
-                            right: Box::new(ast::Expr::Value(
+                    Some((column, values, in_list)) => {
+                        let mut placeholders = Vec::new();
+                        for v in values {
+                            next += 1;
+                            literals.push(v);
+                            placeholders.push(ast::Expr::Value(
                                 ast::Value::Placeholder(format!("${next}")).into(),
-                            )),
+                            ));
+                        }
+                        if in_list {
+                            ast::Expr::InList {
+                                expr: Box::new(column),
+                                list: placeholders,
+                                negated: false,
+                            }
+                        } else {
+                            ast::Expr::BinaryOp {
+                                left: Box::new(column),
+                                op: ast::BinaryOperator::Eq,
+                                right: Box::new(placeholders.pop().expect("one value")),
+                            }
                         }
                     }
                     None => c.clone(),
@@ -98,27 +125,47 @@ fn max_placeholder(text: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// `column = literal` (either way round), a number or a quoted string.
-fn literal_pin(e: &ast::Expr) -> Option<(ast::Expr, Value)> {
-    let ast::Expr::BinaryOp {
-        left,
-        op: ast::BinaryOperator::Eq,
-        right,
-    } = e
-    else {
-        return None;
-    };
-    let literal = |x: &ast::Expr| match x {
-        ast::Expr::Value(v) => match &v.value {
-            ast::Value::Number(n, _) => Some(Value::Text(n.clone())),
-            ast::Value::SingleQuotedString(s) => Some(Value::Text(s.clone())),
+/// `column = literal` (either way round) or `column IN (literals)`, of
+/// numbers and quoted strings: the column, the values, and whether it was
+/// an IN list.
+fn literal_pin(e: &ast::Expr) -> Option<(ast::Expr, Vec<Value>, bool)> {
+    fn literal(x: &ast::Expr) -> Option<Value> {
+        match x {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => Some(Value::Text(n.clone())),
+                ast::Value::SingleQuotedString(s) => Some(Value::Text(s.clone())),
+                _ => None,
+            },
+            ast::Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr,
+            } => match literal(expr)? {
+                Value::Text(n) if n.starts_with(|c: char| c.is_ascii_digit()) => {
+                    Some(Value::Text(format!("-{n}")))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    match e {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } => match (left.as_ref(), right.as_ref()) {
+            (c, l) if is_column(c) => literal(l).map(|v| (c.clone(), vec![v], false)),
+            (l, c) if is_column(c) => literal(l).map(|v| (c.clone(), vec![v], false)),
             _ => None,
         },
-        _ => None,
-    };
-    match (left.as_ref(), right.as_ref()) {
-        (c, l) if is_column(c) => literal(l).map(|v| (c.clone(), v)),
-        (l, c) if is_column(c) => literal(l).map(|v| (c.clone(), v)),
+        ast::Expr::InList {
+            expr,
+            list,
+            negated: false,
+        } if is_column(expr) && !list.is_empty() => {
+            let values = list.iter().map(literal).collect::<Option<Vec<_>>>()?;
+            Some((expr.as_ref().clone(), values, true))
+        }
         _ => None,
     }
 }
@@ -130,32 +177,40 @@ fn is_column(x: &ast::Expr) -> bool {
     )
 }
 
-/// Rewrites `SELECT ... WHERE c1 = $1 AND c2 = $2 AND rest` into
-/// `SELECT ..., c1 AS key0, c2 AS key1 WHERE rest`, returning the new query
-/// and the parameter of each key; `None` if the query is not of that shape.
+/// Rewrites `SELECT ... WHERE c1 = $1 AND c2 IN ($2, $3) AND rest
+/// [ORDER BY ... LIMIT n OFFSET m]` into `SELECT ..., c1 AS key0, c2 AS key1
+/// WHERE rest [ORDER BY ... LIMIT n + m]`, returning the new query and how
+/// each key column is pinned; `None` if the query is not of that shape.
+///
+/// The view keeps, per key, the first `n + m` rows in order (a top-k per
+/// key); a read merges the keys it asks for, sorts, and skips and takes.
 pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
-    if q.order_by.is_some() || q.limit_clause.is_some() || q.fetch.is_some() {
+    if q.fetch.is_some() {
         return None;
     }
+    let (limit, offset) = constant_limit(q)?;
     let ast::SetExpr::Select(sel) = q.body.as_ref() else {
         return None;
     };
     let mut conjuncts = Vec::new();
     split(sel.selection.as_ref()?, &mut conjuncts);
-    let mut keys: Vec<(ast::Expr, usize)> = Vec::new();
+    let mut keys: Vec<(ast::Expr, KeyParam)> = Vec::new();
     let mut rest = Vec::new();
     for c in conjuncts {
         match pinned(c) {
-            Some(k) => keys.push(k),
-            None => rest.push(c.clone()),
+            Some(k) if !keys.iter().any(|(e, _)| *e == k.0) => keys.push(k),
+            _ => rest.push(c.clone()),
         }
     }
-    let has_placeholder = |e: &ast::Expr| {
-        let t = e.to_string();
-        t.match_indices('$')
-            .any(|(i, _)| t[i + 1..].starts_with(|c: char| c.is_ascii_digit()))
-    };
-    if keys.is_empty() || rest.iter().any(has_placeholder) {
+    if keys.is_empty() || rest.iter().any(|e| max_placeholder(&e.to_string()) > 0) {
+        return None;
+    }
+    // Several values for one column, at most one such column.
+    let many = keys
+        .iter()
+        .filter(|(_, k)| matches!(k, KeyParam::Many(_)))
+        .count();
+    if many > 1 {
         return None;
     }
     let mut sel = sel.clone();
@@ -165,7 +220,7 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
         right: Box::new(b),
     });
     if sel.projection.iter().any(|i| {
-        matches!(i, ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } if has_placeholder(e))
+        matches!(i, ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } if max_placeholder(&e.to_string()) > 0)
     }) {
         return None;
     }
@@ -178,7 +233,25 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
         ast::GroupByExpr::All(_) => return None,
     };
     let global = !grouped && aggregates(&sel.projection);
-    let mut params = Vec::new();
+    if many > 0 {
+        // Rows of several keys are merged: each group must belong to one
+        // key, so the column must already be a group key (or nothing is
+        // grouped), and a global aggregate would span keys.
+        let grouped_by_key = keys.iter().all(|(e, k)| match (k, &sel.group_by) {
+            (KeyParam::One(_), _) => true,
+            (KeyParam::Many(_), ast::GroupByExpr::Expressions(list, _)) => list.contains(e),
+            _ => false,
+        });
+        if global || (grouped && !grouped_by_key) {
+            return None;
+        }
+    }
+    let distinct = match &sel.distinct {
+        None => false,
+        Some(ast::Distinct::Distinct) => true,
+        Some(_) => return None,
+    };
+    let mut pins = Vec::new();
     for (i, (expr, param)) in keys.into_iter().enumerate() {
         if grouped || global {
             if let ast::GroupByExpr::Expressions(list, _) = &mut sel.group_by {
@@ -191,24 +264,79 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
             expr,
             alias: ast::Ident::new(format!("{KEY_ALIAS}{i}")),
         });
-        params.push(param);
+        pins.push(param);
     }
     let mut out = q.clone();
     out.body = Box::new(ast::SetExpr::Select(sel));
+    // Per key, the rows up to the last one a read may take.
+    out.limit_clause = limit.map(|n| ast::LimitClause::LimitOffset {
+        limit: Some(ast::Expr::Value(
+            ast::Value::Number((n + offset).to_string(), false).into(),
+        )),
+        offset: None,
+        limit_by: vec![],
+    });
     Some(Parameterized {
         query: out,
-        params,
+        keys: pins,
         global,
+        distinct,
+        limit,
+        offset,
     })
+}
+
+/// `LIMIT n OFFSET m` of `q` when both are constants (or absent).
+fn constant_limit(q: &ast::Query) -> Option<(Option<usize>, usize)> {
+    let number = |e: &ast::Expr| match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => n.parse::<usize>().ok(),
+            _ => None,
+        },
+        _ => None,
+    };
+    match &q.limit_clause {
+        None => Some((None, 0)),
+        Some(ast::LimitClause::LimitOffset {
+            limit,
+            offset,
+            limit_by,
+        }) if limit_by.is_empty() => {
+            let limit = match limit {
+                None => None,
+                Some(l) => Some(number(l)?),
+            };
+            let offset = match offset {
+                None => 0,
+                Some(o) => number(&o.value)?,
+            };
+            Some((limit, offset))
+        }
+        _ => None,
+    }
+}
+
+/// How a key column of an automatic view is pinned by the query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyParam {
+    /// `column = $n`.
+    One(usize),
+    /// `column IN ($n, $m, ...)`.
+    Many(Vec<usize>),
 }
 
 /// A query rewritten to be served by a view keyed on its parameters.
 pub struct Parameterized {
     pub query: ast::Query,
-    /// For each key column (in order), the parameter it is pinned to.
-    pub params: Vec<usize>,
+    /// For each key column (in order), how the query pins it.
+    pub keys: Vec<KeyParam>,
     /// The query aggregates without GROUP BY (see [`AutoView::global`]).
     pub global: bool,
+    /// `SELECT DISTINCT`: rows merged from several keys are deduplicated.
+    pub distinct: bool,
+    /// The query's own LIMIT and OFFSET, applied after merging keys.
+    pub limit: Option<usize>,
+    pub offset: usize,
 }
 
 /// Whether a projection calls an aggregate function (by name; a false
@@ -238,16 +366,9 @@ fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
     }
 }
 
-/// `column = $n` (either way round): the column and the parameter index.
-fn pinned(e: &ast::Expr) -> Option<(ast::Expr, usize)> {
-    let ast::Expr::BinaryOp {
-        left,
-        op: ast::BinaryOperator::Eq,
-        right,
-    } = e
-    else {
-        return None;
-    };
+/// `column = $n` (either way round) or `column IN ($n, ...)`: the column
+/// and its parameters (0-based).
+fn pinned(e: &ast::Expr) -> Option<(ast::Expr, KeyParam)> {
     let param = |x: &ast::Expr| match x {
         ast::Expr::Value(v) => match &v.value {
             ast::Value::Placeholder(p) => {
@@ -257,26 +378,46 @@ fn pinned(e: &ast::Expr) -> Option<(ast::Expr, usize)> {
         },
         _ => None,
     };
-    match (left.as_ref(), right.as_ref()) {
-        (c, p) if is_column(c) => param(p).map(|n| (c.clone(), n)),
-        (p, c) if is_column(c) => param(p).map(|n| (c.clone(), n)),
+    match e {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } => match (left.as_ref(), right.as_ref()) {
+            (c, p) if is_column(c) => param(p).map(|n| (c.clone(), KeyParam::One(n))),
+            (p, c) if is_column(c) => param(p).map(|n| (c.clone(), KeyParam::One(n))),
+            _ => None,
+        },
+        ast::Expr::InList {
+            expr,
+            list,
+            negated: false,
+        } if is_column(expr) && !list.is_empty() => {
+            let params = list.iter().map(param).collect::<Option<Vec<_>>>()?;
+            Some((expr.as_ref().clone(), KeyParam::Many(params)))
+        }
         _ => None,
     }
 }
 
 impl AutoView {
     /// Builds the description of a compiled automatic view.
-    pub fn describe(
-        entry: &ViewEntry,
-        params: Vec<usize>,
-        global: bool,
-    ) -> Result<AutoView, SqlError> {
-        let keys = params.len();
+    pub fn describe(entry: &ViewEntry, p: Parameterized) -> Result<AutoView, SqlError> {
+        let keys = p.keys.len();
         let visible = entry.columns.len() - keys;
-        let count = params.iter().max().map(|m| m + 1).unwrap_or(0);
+        let all: Vec<(usize, usize)> = p
+            .keys
+            .iter()
+            .enumerate()
+            .flat_map(|(i, k)| match k {
+                KeyParam::One(n) => vec![(i, *n)],
+                KeyParam::Many(ns) => ns.iter().map(|n| (i, *n)).collect(),
+            })
+            .collect();
+        let count = all.iter().map(|(_, n)| n + 1).max().unwrap_or(0);
         let mut param_types = vec![None; count];
-        for (i, &p) in params.iter().enumerate() {
-            param_types[p].get_or_insert(entry.columns[visible + i].ty.clone());
+        for &(i, n) in &all {
+            param_types[n].get_or_insert(entry.columns[visible + i].ty.clone());
         }
         let param_types = param_types
             .into_iter()
@@ -284,31 +425,83 @@ impl AutoView {
             .map(|(i, t)| {
                 t.ok_or_else(|| {
                     SqlError::unsupported(format!(
-                        "parameter ${} in this query (only `column = $n` conditions are maintained)",
+                        "parameter ${} in this query (only `column = $n` and `column IN ($n, ...)` conditions key a view)",
                         i + 1
                     ))
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let columns = entry.columns[..visible].to_vec();
         Ok(AutoView {
             view: entry.name.clone(),
             visible,
-            params,
-            columns,
+            keys: p.keys,
+            columns: entry.columns[..visible].to_vec(),
             param_types,
-            global,
+            global: p.global,
+            distinct: p.distinct,
+            order: entry.order.clone(),
+            limit: p.limit,
+            offset: p.offset,
         })
     }
 
-    /// The key values for a set of parameters, as the key columns' types.
-    pub fn key(&self, params: &[Value]) -> Result<Vec<Value>, SqlError> {
-        self.params
-            .iter()
-            .map(|&p| {
-                let v = params.get(p).cloned().unwrap_or(Value::Null);
-                Ok(v.coerce(&self.param_types[p])?)
-            })
-            .collect()
+    /// The keys to look up for a set of parameters (each a value per key
+    /// column, as the key columns' types), without repeats. NULL never
+    /// matches `=` or `IN`, so keys with one are left out. An error if a
+    /// value does not convert; `None` if there are too many combinations.
+    pub fn lookups(&self, params: &[Value]) -> Result<Option<Vec<Vec<Value>>>, SqlError> {
+        let value = |n: usize| -> Result<Value, SqlError> {
+            let v = params.get(n).cloned().unwrap_or(Value::Null);
+            Ok(v.coerce(&self.param_types[n])?)
+        };
+        let mut combos: Vec<Vec<Value>> = vec![Vec::new()];
+        for k in &self.keys {
+            let values = match k {
+                KeyParam::One(n) => vec![value(*n)?],
+                KeyParam::Many(ns) => ns.iter().map(|&n| value(n)).collect::<Result<_, _>>()?,
+            };
+            let mut next = Vec::with_capacity(combos.len() * values.len());
+            for c in &combos {
+                for v in &values {
+                    if v.is_null() {
+                        continue;
+                    }
+                    let mut c = c.clone();
+                    c.push(v.clone());
+                    if !next.contains(&c) {
+                        next.push(c);
+                    }
+                }
+            }
+            if next.len() > MAX_KEYS_PER_READ {
+                return Ok(None);
+            }
+            combos = next;
+        }
+        Ok(Some(combos))
+    }
+
+    /// The answer from the rows of every key looked up: merged, made
+    /// distinct, sorted, offset and limited as the query says, and cut to
+    /// its own columns.
+    pub fn finish(&self, mut rows: Vec<Row>, keys_read: usize) -> Vec<Row> {
+        if self.distinct && keys_read > 1 {
+            let mut seen = std::collections::HashSet::new();
+            rows.retain(|r| seen.insert(r[..self.visible].to_vec()));
+        }
+        if !self.order.is_empty() {
+            rows.sort_by(|a, b| compare_rows(&self.order, a, b));
+        }
+        if self.offset > 0 || self.limit.is_some() {
+            rows = rows
+                .into_iter()
+                .skip(self.offset)
+                .take(self.limit.unwrap_or(usize::MAX))
+                .collect();
+        }
+        for r in &mut rows {
+            r.truncate(self.visible);
+        }
+        rows
     }
 }

@@ -43,6 +43,9 @@ pub struct Compiler<'a, 'g> {
     pub keep_order: bool,
     /// Accept unbound parameters (to describe a statement, not to run it).
     pub allow_params: bool,
+    /// The top-level query's last this-many output columns are the keys of
+    /// an automatic view: its ORDER BY ... LIMIT keeps a top-k per key.
+    pub partition_last: usize,
     /// Nesting of queries being compiled (1 = the top level).
     depth: usize,
     /// The top-level ORDER BY, when kept.
@@ -97,6 +100,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
             ctes: HashMap::new(),
             keep_order: false,
             allow_params: false,
+            partition_last: 0,
             depth: 0,
             order: Vec::new(),
         }
@@ -520,8 +524,14 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 .collect::<Result<Vec<_>, _>>()
         };
         if limit.is_some() || offset > 0 {
+            let group_by = if self.depth == 1 && self.partition_last > 0 {
+                assert!(self.partition_last <= body.visible, "keys are outputs");
+                (body.visible - self.partition_last..body.visible).collect()
+            } else {
+                vec![]
+            };
             node = self.add(
-                Box::new(TopK::new(vec![], order()?, limit, offset)),
+                Box::new(TopK::new(group_by, order()?, limit, offset)),
                 vec![node],
             );
         }

@@ -18,7 +18,7 @@ use aqueduct_tables::Txn;
 use aqueduct_values::Value;
 use sqlparser::ast::{self, Statement};
 
-use crate::auto_views::{lift_literals, AutoView, Lifted};
+use crate::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
 use crate::bind::{self, Access, Plan};
 use crate::compile::Compiler;
 use crate::session::{Outcome, Session};
@@ -87,26 +87,27 @@ impl Session {
         auto: &AutoView,
         values: &[Value],
     ) -> Result<Option<Outcome>, SqlError> {
-        let Ok(key) = auto.key(values) else {
+        let Ok(Some(keys)) = auto.lookups(values) else {
             return Ok(None);
         };
-        if key.iter().any(Value::is_null) {
+        if keys.is_empty() && auto.global {
             return Ok(None);
         }
         let Some(entry) = self.engine.views.get(&auto.view) else {
             return Ok(None);
         };
         self.engine.metrics.count(&self.engine.metrics.select);
-        let columns: Vec<usize> = (auto.visible..auto.visible + auto.params.len()).collect();
+        let columns: Vec<usize> = (auto.visible..auto.visible + auto.keys.len()).collect();
         let seen = self.views_current()?;
-        let (mut rows, _) = self.engine.views.lookup(&entry, &columns, &key)?;
+        let mut rows = Vec::new();
+        for key in &keys {
+            rows.extend(self.engine.views.lookup(&entry, &columns, key)?.0);
+        }
         if rows.is_empty() && auto.global {
             return Ok(None);
         }
         self.engine.database().await_visible(seen)?;
-        for r in &mut rows {
-            r.truncate(auto.visible);
-        }
+        let rows = auto.finish(rows, keys.len());
         Ok(Some(Outcome::Rows {
             tag: format!("SELECT {}", rows.len()),
             columns: auto.columns.clone(),
@@ -241,9 +242,9 @@ impl Session {
                 if let Some((p, compiled, mut scratch)) = planned {
                     scratch.view("result", compiled.node, vec![]);
                     let keys = p
-                        .params
+                        .keys
                         .iter()
-                        .map(|&i| format!("${}", i + 1))
+                        .map(describe_key)
                         .collect::<Vec<_>>()
                         .join(", ");
                     let mut lines = vec![format!(
@@ -291,8 +292,8 @@ impl Session {
         }
         let lifted = lift_literals(q);
         match crate::auto_views::parameterize(&lifted.query) {
-            None if q.order_by.is_some() || q.limit_clause.is_some() => {
-                "ORDER BY / LIMIT with a parameter is not kept per key yet".into()
+            None if q.limit_clause.is_some() || q.fetch.is_some() => {
+                "a LIMIT or OFFSET that is not a constant".into()
             }
             None => format!(
                 "no `column = value` condition to key a view on ({})",
@@ -306,18 +307,35 @@ impl Session {
     }
 }
 
-/// `a.id = $1, title = 'x'` for `EXPLAIN`.
+/// `$1`, `one of $2, $3` for `EXPLAIN`.
+fn describe_key(k: &KeyParam) -> String {
+    match k {
+        KeyParam::One(n) => format!("${}", n + 1),
+        KeyParam::Many(ns) => format!(
+            "one of {}",
+            ns.iter()
+                .map(|n| format!("${}", n + 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The keys of an automatic view and where their values come from, for
+/// `EXPLAIN`.
 fn describe_params(auto: &AutoView, lifted: &Lifted) -> String {
     let own = auto.param_types.len() - lifted.literals.len();
-    auto.params
+    let mut out = auto
+        .keys
         .iter()
-        .map(|&p| {
-            if p < own {
-                format!("${}", p + 1)
-            } else {
-                format!("a literal (${})", p + 1)
-            }
-        })
+        .map(describe_key)
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if own < auto.param_types.len() {
+        out.push_str(&format!(" (from ${} on: literals of the query)", own + 1));
+    }
+    if auto.limit.is_some() || auto.offset > 0 {
+        out.push_str("; a top-k per key");
+    }
+    out
 }

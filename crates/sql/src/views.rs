@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aqueduct_dataflow::graph::Graph;
+use aqueduct_dataflow::ops::SortColumn;
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewReader, ViewState};
 use aqueduct_dataflow::worker::{Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
@@ -34,7 +35,19 @@ pub struct ViewEntry {
     pub name: String,
     pub sql: String,
     pub columns: Vec<Column>,
+    /// For an automatic view with ORDER BY: the order of its rows, which
+    /// then carry hidden sort columns after `columns`.
+    pub order: Vec<SortColumn>,
     reader: ViewReader,
+}
+
+/// How a view is compiled.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InstallOptions {
+    /// Keep the ORDER BY (and its hidden sort columns) for reads to sort by.
+    pub keep_order: bool,
+    /// The last this-many columns are automatic-view keys (top-k per key).
+    pub partition_last: usize,
 }
 
 /// What `SHOW VIEWS` reports.
@@ -128,8 +141,18 @@ fn read_view<T>(
 impl ViewRegistry {
     /// Checks that `query` can be maintained, without changing anything.
     pub fn check(catalog: &Catalog, query: &ast::Query) -> Result<Vec<Column>, SqlError> {
+        Self::check_with(catalog, query, InstallOptions::default())
+    }
+
+    fn check_with(
+        catalog: &Catalog,
+        query: &ast::Query,
+        options: InstallOptions,
+    ) -> Result<Vec<Column>, SqlError> {
         let mut scratch = Graph::new();
         let mut c = Compiler::new(catalog, &mut scratch);
+        c.keep_order = options.keep_order;
+        c.partition_last = options.partition_last;
         Ok(c.query(query)?.columns)
     }
 
@@ -144,10 +167,22 @@ impl ViewRegistry {
         name: &str,
         sql: &str,
     ) -> Result<(), SqlError> {
+        self.install_with(catalog, lsn, id, name, sql, InstallOptions::default())
+    }
+
+    fn install_with(
+        &self,
+        catalog: &Catalog,
+        lsn: Lsn,
+        id: TableId,
+        name: &str,
+        sql: &str,
+        options: InstallOptions,
+    ) -> Result<(), SqlError> {
         let query = view_query(sql)?;
         // Compile into a scratch graph first: a query that fails half way
         // must not leave operators behind in the real one.
-        Self::check(catalog, &query)?;
+        Self::check_with(catalog, &query, options)?;
         let mut graph = self.worker.drain();
         assert!(
             graph.processed() <= lsn,
@@ -155,6 +190,8 @@ impl ViewRegistry {
             graph.processed()
         );
         let mut c = Compiler::new(catalog, &mut graph);
+        c.keep_order = options.keep_order;
+        c.partition_last = options.partition_last;
         let compiled = c.query(&query)?;
         let mut new_nodes = std::mem::take(&mut c.new_nodes);
         let (view_node, reader) = graph.view(name, compiled.node, vec![]);
@@ -173,6 +210,7 @@ impl ViewRegistry {
                 name: name.to_string(),
                 sql: sql.to_string(),
                 columns: compiled.columns,
+                order: compiled.order,
                 reader,
             },
         );
@@ -292,23 +330,42 @@ impl ViewRegistry {
             return Ok(None);
         };
         let text = p.query.to_string();
-        let n = self.auto_made.fetch_add(1, Ordering::Relaxed) + 1;
-        let id = AUTO_VIEW_IDS - n;
-        let name = format!("auto_{n}");
+        let options = InstallOptions {
+            keep_order: true,
+            partition_last: p.keys.len(),
+        };
         let made = db.with_commits_paused(|catalog, lsn| {
             // Made by another session meanwhile?
             if let Some(a) = self.auto_view(sql) {
                 return Ok(Some(a));
             }
-            self.install(catalog, lsn, id, &name, &text)?;
-            let entry = self.get(&name).expect("just installed");
-            match crate::auto_views::AutoView::describe(&entry, p.params, p.global) {
+            // Another query with the same rewritten form (an IN list of
+            // another length, say) already has the view: share it.
+            let existing = self
+                .auto
+                .read()
+                .values()
+                .find(|a| self.get(&a.view).is_some_and(|v| v.sql == text))
+                .map(|a| a.view.clone());
+            let name = match existing {
+                Some(name) => name,
+                None => {
+                    let n = self.auto_made.fetch_add(1, Ordering::Relaxed) + 1;
+                    let name = format!("auto_{n}");
+                    self.install_with(catalog, lsn, AUTO_VIEW_IDS - n, &name, &text, options)?;
+                    name
+                }
+            };
+            let entry = self.get(&name).expect("installed");
+            match crate::auto_views::AutoView::describe(&entry, p) {
                 Ok(auto) => {
                     self.auto.write().insert(sql.to_string(), auto.clone());
                     Ok(Some(auto))
                 }
                 Err(e) => {
-                    self.drop_view(&name);
+                    if !self.auto.read().values().any(|a| a.view == name) {
+                        self.drop_view(&name);
+                    }
                     Err(e)
                 }
             }

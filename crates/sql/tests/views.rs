@@ -545,3 +545,71 @@ fn reads_see_every_earlier_write_while_others_write() {
         "{all:?}"
     );
 }
+
+/// `IN` lists and `ORDER BY ... LIMIT` in automatic views: a top-k per key,
+/// merged for the keys a read asks for, equal to evaluating the query once
+/// (automatic views off) after every write.
+#[test]
+fn automatic_views_with_in_lists_and_a_top_k_per_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    let mut plain = e.session();
+    ok(&mut plain, "SET aqueduct.auto_views = off");
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 10), (4, 'd', 30)",
+    );
+    let queries = [
+        "SELECT v.\"user\", a.title FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.author = 10 ORDER BY v.\"user\" DESC, a.title LIMIT 3",
+        "SELECT v.\"user\", a.title FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.author IN (10, 30) ORDER BY v.\"user\", a.title LIMIT 2 OFFSET 1",
+        "SELECT DISTINCT v.\"user\" FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.id IN (1, 3, 3, 4) ORDER BY v.\"user\"",
+        "SELECT a.id, count(*) FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.id IN (1, 2) GROUP BY a.id",
+    ];
+    for step in 0..12i64 {
+        ok(
+            &mut se,
+            &format!(
+                "INSERT INTO vote VALUES ({}, {}), ({}, {})",
+                step % 4 + 1,
+                100 - step,
+                (step * 7) % 4 + 1,
+                step
+            ),
+        );
+        if step % 3 == 2 {
+            ok(
+                &mut se,
+                &format!("DELETE FROM vote WHERE \"user\" = {}", 100 - step),
+            );
+        }
+        for q in queries {
+            let got = common::rows(&mut se, q);
+            let want = common::rows(&mut plain, q);
+            if q.contains("ORDER BY") {
+                assert_eq!(got, want, "step {step}: {q}");
+            } else {
+                let (mut g, mut w) = (got, want);
+                g.sort();
+                w.sort();
+                assert_eq!(g, w, "step {step}: {q}");
+            }
+        }
+    }
+    let plan = common::rows(&mut se, &format!("EXPLAIN {}", queries[1]));
+    assert!(
+        plan[0][0].contains("one of") && plan[0][0].contains("top-k"),
+        "{plan:?}"
+    );
+    // The IN lists of three and four values share the view.
+    let autos = rows(&mut se, "SHOW VIEWS")
+        .into_iter()
+        .filter(|v| v[0].starts_with("auto_"))
+        .count();
+    assert!(autos <= 4, "{autos} automatic views");
+}
