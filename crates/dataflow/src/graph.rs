@@ -13,7 +13,7 @@ use std::sync::Arc;
 use aqueduct_expr::SqlError;
 
 pub use crate::view::ViewFailure;
-use crate::view::{new_view, Lsn, ViewReader, ViewWriter};
+use crate::view::{new_view_with, Lsn, ViewReader, ViewWriter};
 use crate::{consolidate, Delta, Operator, Row};
 
 pub type NodeId = usize;
@@ -103,7 +103,19 @@ impl Graph {
 
     /// Adds a view named `name` over `parent`, keyed by `key` columns.
     pub fn view(&mut self, name: &str, parent: NodeId, key: Vec<usize>) -> (NodeId, ViewReader) {
-        let (writer, reader) = new_view(key, self.processed.clone());
+        self.view_with(name, parent, key, false)
+    }
+
+    /// [`Graph::view`], with its keys kept in order when `ordered` (for
+    /// range reads of the last key column).
+    pub fn view_with(
+        &mut self,
+        name: &str,
+        parent: NodeId,
+        key: Vec<usize>,
+        ordered: bool,
+    ) -> (NodeId, ViewReader) {
+        let (writer, reader) = new_view_with(key, self.processed.clone(), ordered);
         let id = self.push(
             Kind::View {
                 name: name.to_string(),

@@ -12,7 +12,8 @@
 //! that every batch it covers is already published).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -41,6 +42,8 @@ pub struct ViewState {
     row_count: i64,
     bytes: i64,
     failure: Option<ViewFailure>,
+    /// The keys in order, for views read by ranges of their last key column.
+    ordered: Option<BTreeSet<Vec<Value>>>,
 }
 
 impl ViewState {
@@ -60,6 +63,50 @@ impl ViewState {
                     f(r);
                 }
             }
+        }
+    }
+
+    /// Calls `f` on every row whose key starts with `prefix` and whose next
+    /// (last) key value lies between `low` and `high` — never NULL, which
+    /// no comparison matches. Only for views made with ordered keys.
+    pub fn for_each_in_range(
+        &self,
+        prefix: &[Value],
+        low: Bound<&Value>,
+        high: Bound<&Value>,
+        mut f: impl FnMut(&Row),
+    ) {
+        let keys = self
+            .ordered
+            .as_ref()
+            .expect("a range read of a view without ordered keys");
+        let with = |v: &Value| {
+            let mut k = prefix.to_vec();
+            k.push(v.clone());
+            k
+        };
+        let start = match low {
+            Bound::Included(v) => Bound::Included(with(v)),
+            Bound::Excluded(v) => Bound::Excluded(with(v)),
+            Bound::Unbounded => Bound::Included(prefix.to_vec()),
+        };
+        for key in keys.range((start, Bound::Unbounded)) {
+            // Every key has the same length: past the prefix is past the end.
+            if !key.starts_with(prefix) {
+                break;
+            }
+            debug_assert_eq!(key.len(), prefix.len() + 1, "the range column is last");
+            let last = &key[prefix.len()];
+            let below = match high {
+                Bound::Included(h) => last <= h,
+                Bound::Excluded(h) => last < h,
+                Bound::Unbounded => true,
+            };
+            // NULL sorts after every value: past the high end, or the end.
+            if !below || last.is_null() {
+                break;
+            }
+            self.for_each(key, &mut f);
         }
     }
 
@@ -117,6 +164,10 @@ impl Absorb<ViewOp> for ViewState {
                     Some(bag) => bag,
                     None => {
                         self.bytes += row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                        if let Some(keys) = &mut self.ordered {
+                            keys.insert(key.clone());
+                            self.bytes += row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                        }
                         self.rows.entry(key.clone()).or_default()
                     }
                 };
@@ -135,6 +186,10 @@ impl Absorb<ViewOp> for ViewState {
                 if bag.is_empty() {
                     self.rows.remove(key);
                     self.bytes -= row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                    if let Some(keys) = &mut self.ordered {
+                        keys.remove(key);
+                        self.bytes -= row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                    }
                 }
                 self.row_count += *weight;
             }
@@ -182,7 +237,21 @@ pub struct ViewReader {
 /// Creates an empty view keyed by the columns `key` of its rows. `processed`
 /// is the LSN up to which the dataflow has handled every batch.
 pub fn new_view(key: Vec<usize>, processed: Arc<AtomicU64>) -> (ViewWriter, ViewReader) {
-    let (w, r) = left_right::new::<ViewState, ViewOp>();
+    new_view_with(key, processed, false)
+}
+
+/// [`new_view`], with its keys also kept in order when `ordered` (for reads
+/// of a range of the last key column).
+pub fn new_view_with(
+    key: Vec<usize>,
+    processed: Arc<AtomicU64>,
+    ordered: bool,
+) -> (ViewWriter, ViewReader) {
+    let state = ViewState {
+        ordered: ordered.then(BTreeSet::new),
+        ..ViewState::default()
+    };
+    let (w, r) = left_right::new_from_empty::<ViewState, ViewOp>(state);
     (
         ViewWriter {
             key: key.clone(),
@@ -323,5 +392,45 @@ mod tests {
             assert_eq!(s.failure().unwrap().error.code, "22012");
         })
         .unwrap();
+    }
+
+    #[test]
+    fn range_reads_take_the_keys_between_the_bounds_and_never_null() {
+        let (mut w, r) = new_view_with(vec![0, 1], Arc::new(AtomicU64::new(0)), true);
+        let row = |a: i64, b: Option<i64>| vec![Value::Int(a), b.map_or(Value::Null, Value::Int)];
+        let mut delta = vec![];
+        for a in 1..=2 {
+            for b in [Some(1), Some(3), Some(5), None] {
+                delta.push((row(a, b), 1));
+            }
+        }
+        w.apply(&delta);
+        w.publish(1);
+        let read = |low: Bound<&Value>, high: Bound<&Value>| {
+            r.read(|s, _| {
+                let mut out = vec![];
+                s.for_each_in_range(&[Value::Int(1)], low, high, |r| out.push(r[1].clone()));
+                out
+            })
+            .unwrap()
+        };
+        let (one, three, five) = (Value::Int(1), Value::Int(3), Value::Int(5));
+        assert_eq!(
+            read(Bound::Excluded(&one), Bound::Unbounded),
+            vec![three.clone(), five.clone()]
+        );
+        assert_eq!(
+            read(Bound::Unbounded, Bound::Included(&three)),
+            vec![one.clone(), three.clone()]
+        );
+        assert_eq!(
+            read(Bound::Included(&three), Bound::Excluded(&five)),
+            vec![three.clone()]
+        );
+        assert_eq!(read(Bound::Unbounded, Bound::Unbounded).len(), 3);
+        // Deleting a key's last row takes it out of the order too.
+        w.apply(&vec![(row(1, Some(3)), -1)]);
+        w.publish(2);
+        assert_eq!(read(Bound::Unbounded, Bound::Unbounded), vec![one, five]);
     }
 }

@@ -5,6 +5,8 @@
 //! a keyed lookup. Automatic views live in memory only and are made again
 //! after a restart on first use.
 
+use std::ops::Bound;
+
 use aqueduct_dataflow::ops::{compare_rows, SortColumn};
 use aqueduct_dataflow::Row;
 use aqueduct_values::{DataType, Value};
@@ -41,6 +43,14 @@ pub struct AutoView {
     pub offset: usize,
 }
 
+/// One lookup of an automatic view: rows whose equality keys are `prefix`
+/// and, with `range`, whose last key column lies in it.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    pub prefix: Vec<Value>,
+    pub range: Option<(Bound<Value>, Bound<Value>)>,
+}
+
 /// Most key combinations one read looks up (`IN` lists multiply); beyond
 /// that the query is evaluated once instead.
 pub const MAX_KEYS_PER_READ: usize = 1024;
@@ -70,32 +80,7 @@ pub fn lift_literals(q: &ast::Query) -> Lifted {
             split(&w, &mut conjuncts);
             let lifted: Vec<ast::Expr> = conjuncts
                 .into_iter()
-                .map(|c| match literal_pin(c) {
-                    Some((column, values, in_list)) => {
-                        let mut placeholders = Vec::new();
-                        for v in values {
-                            next += 1;
-                            literals.push(v);
-                            placeholders.push(ast::Expr::Value(
-                                ast::Value::Placeholder(format!("${next}")).into(),
-                            ));
-                        }
-                        if in_list {
-                            ast::Expr::InList {
-                                expr: Box::new(column),
-                                list: placeholders,
-                                negated: false,
-                            }
-                        } else {
-                            ast::Expr::BinaryOp {
-                                left: Box::new(column),
-                                op: ast::BinaryOperator::Eq,
-                                right: Box::new(placeholders.pop().expect("one value")),
-                            }
-                        }
-                    }
-                    None => c.clone(),
-                })
+                .map(|c| lift_conjunct(c, &mut next, &mut literals))
                 .collect();
             sel.selection = lifted.into_iter().reduce(|a, b| ast::Expr::BinaryOp {
                 left: Box::new(a),
@@ -125,48 +110,84 @@ fn max_placeholder(text: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// `column = literal` (either way round) or `column IN (literals)`, of
-/// numbers and quoted strings: the column, the values, and whether it was
-/// an IN list.
-fn literal_pin(e: &ast::Expr) -> Option<(ast::Expr, Vec<Value>, bool)> {
-    fn literal(x: &ast::Expr) -> Option<Value> {
-        match x {
-            ast::Expr::Value(v) => match &v.value {
-                ast::Value::Number(n, _) => Some(Value::Text(n.clone())),
-                ast::Value::SingleQuotedString(s) => Some(Value::Text(s.clone())),
-                _ => None,
-            },
-            ast::Expr::UnaryOp {
-                op: ast::UnaryOperator::Minus,
-                expr,
-            } => match literal(expr)? {
-                Value::Text(n) if n.starts_with(|c: char| c.is_ascii_digit()) => {
-                    Some(Value::Text(format!("-{n}")))
-                }
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-    match e {
-        ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::Eq,
-            right,
-        } => match (left.as_ref(), right.as_ref()) {
-            (c, l) if is_column(c) => literal(l).map(|v| (c.clone(), vec![v], false)),
-            (l, c) if is_column(c) => literal(l).map(|v| (c.clone(), vec![v], false)),
+/// A number or quoted string (a negative number included), as text.
+fn literal(x: &ast::Expr) -> Option<Value> {
+    match x {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => Some(Value::Text(n.clone())),
+            ast::Value::SingleQuotedString(s) => Some(Value::Text(s.clone())),
             _ => None,
         },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match literal(expr)? {
+            Value::Text(n) if n.starts_with(|c: char| c.is_ascii_digit()) => {
+                Some(Value::Text(format!("-{n}")))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `c` with the literals of `column = / < / <= / > / >= literal`,
+/// `column IN (literals)` and `column BETWEEN literal AND literal` replaced
+/// by parameters `$next + 1, ...` (their values pushed on `literals`).
+fn lift_conjunct(c: &ast::Expr, next: &mut usize, literals: &mut Vec<Value>) -> ast::Expr {
+    let mut take = |v: Value| {
+        *next += 1;
+        literals.push(v);
+        ast::Expr::Value(ast::Value::Placeholder(format!("${next}")).into())
+    };
+    let comparison = |op: &ast::BinaryOperator| {
+        use ast::BinaryOperator as B;
+        matches!(op, B::Eq | B::Lt | B::LtEq | B::Gt | B::GtEq)
+    };
+    match c {
+        ast::Expr::BinaryOp { left, op, right } if comparison(op) => {
+            match (left.as_ref(), right.as_ref()) {
+                (col, l) if is_column(col) && literal(l).is_some() => ast::Expr::BinaryOp {
+                    left: left.clone(),
+                    op: op.clone(),
+                    right: Box::new(take(literal(l).expect("checked"))),
+                },
+                (l, col) if is_column(col) && literal(l).is_some() => ast::Expr::BinaryOp {
+                    left: Box::new(take(literal(l).expect("checked"))),
+                    op: op.clone(),
+                    right: right.clone(),
+                },
+                _ => c.clone(),
+            }
+        }
         ast::Expr::InList {
             expr,
             list,
             negated: false,
-        } if is_column(expr) && !list.is_empty() => {
-            let values = list.iter().map(literal).collect::<Option<Vec<_>>>()?;
-            Some((expr.as_ref().clone(), values, true))
+        } if is_column(expr) && !list.is_empty() && list.iter().all(|x| literal(x).is_some()) => {
+            ast::Expr::InList {
+                expr: expr.clone(),
+                list: list
+                    .iter()
+                    .map(|x| take(literal(x).expect("checked")))
+                    .collect(),
+                negated: false,
+            }
         }
-        _ => None,
+        ast::Expr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } if is_column(expr) && literal(low).is_some() && literal(high).is_some() => {
+            ast::Expr::Between {
+                expr: expr.clone(),
+                negated: false,
+                low: Box::new(take(literal(low).expect("checked"))),
+                high: Box::new(take(literal(high).expect("checked"))),
+            }
+        }
+        _ => c.clone(),
     }
 }
 
@@ -198,10 +219,37 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
     let mut rest = Vec::new();
     for c in conjuncts {
         match pinned(c) {
-            Some(k) if !keys.iter().any(|(e, _)| *e == k.0) => keys.push(k),
-            _ => rest.push(c.clone()),
+            Some((col, k)) => match keys.iter_mut().find(|(e, _)| *e == col) {
+                None => keys.push((col, k)),
+                // `col > $1 AND col < $2`: one range.
+                Some((_, existing)) => match (existing, k) {
+                    (
+                        KeyParam::Range { low, high },
+                        KeyParam::Range {
+                            low: new_low,
+                            high: new_high,
+                        },
+                    ) if (low.is_none() || new_low.is_none())
+                        && (high.is_none() || new_high.is_none()) =>
+                    {
+                        *low = low.or(new_low);
+                        *high = high.or(new_high);
+                    }
+                    _ => rest.push(c.clone()),
+                },
+            },
+            None => rest.push(c.clone()),
         }
     }
+    // A range is read over the last key column.
+    let ranges = keys
+        .iter()
+        .filter(|(_, k)| matches!(k, KeyParam::Range { .. }))
+        .count();
+    if ranges > 1 {
+        return None;
+    }
+    keys.sort_by_key(|(_, k)| matches!(k, KeyParam::Range { .. }));
     if keys.is_empty() || rest.iter().any(|e| max_placeholder(&e.to_string()) > 0) {
         return None;
     }
@@ -213,6 +261,8 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
     if many > 1 {
         return None;
     }
+    // Both read the rows of several keys.
+    let many = many + ranges;
     let mut sel = sel.clone();
     sel.selection = rest.into_iter().reduce(|a, b| ast::Expr::BinaryOp {
         left: Box::new(a),
@@ -239,7 +289,7 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
         // grouped), and a global aggregate would span keys.
         let grouped_by_key = keys.iter().all(|(e, k)| match (k, &sel.group_by) {
             (KeyParam::One(_), _) => true,
-            (KeyParam::Many(_), ast::GroupByExpr::Expressions(list, _)) => list.contains(e),
+            (_, ast::GroupByExpr::Expressions(list, _)) => list.contains(e),
             _ => false,
         });
         if global || (grouped && !grouped_by_key) {
@@ -323,6 +373,12 @@ pub enum KeyParam {
     One(usize),
     /// `column IN ($n, $m, ...)`.
     Many(Vec<usize>),
+    /// `column > $n`, `column <= $m`, `column BETWEEN $n AND $m`: the
+    /// parameters of the low and high ends, and whether each is included.
+    Range {
+        low: Option<(usize, bool)>,
+        high: Option<(usize, bool)>,
+    },
 }
 
 /// A query rewritten to be served by a view keyed on its parameters.
@@ -378,16 +434,46 @@ fn pinned(e: &ast::Expr) -> Option<(ast::Expr, KeyParam)> {
         },
         _ => None,
     };
+    use ast::BinaryOperator as B;
+    // `column op $n` as a key; `flipped` when written `$n op column`.
+    let key = |op: &B, n: usize, flipped: bool| -> Option<KeyParam> {
+        let op = match (op, flipped) {
+            (B::Eq, _) => return Some(KeyParam::One(n)),
+            (B::Lt, false) | (B::Gt, true) => (false, false),
+            (B::LtEq, false) | (B::GtEq, true) => (false, true),
+            (B::Gt, false) | (B::Lt, true) => (true, false),
+            (B::GtEq, false) | (B::LtEq, true) => (true, true),
+            _ => return None,
+        };
+        Some(match op {
+            (true, inclusive) => KeyParam::Range {
+                low: Some((n, inclusive)),
+                high: None,
+            },
+            (false, inclusive) => KeyParam::Range {
+                low: None,
+                high: Some((n, inclusive)),
+            },
+        })
+    };
     match e {
-        ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::Eq,
-            right,
-        } => match (left.as_ref(), right.as_ref()) {
-            (c, p) if is_column(c) => param(p).map(|n| (c.clone(), KeyParam::One(n))),
-            (p, c) if is_column(c) => param(p).map(|n| (c.clone(), KeyParam::One(n))),
+        ast::Expr::BinaryOp { left, op, right } => match (left.as_ref(), right.as_ref()) {
+            (c, p) if is_column(c) => Some((c.clone(), key(op, param(p)?, false)?)),
+            (p, c) if is_column(c) => Some((c.clone(), key(op, param(p)?, true)?)),
             _ => None,
         },
+        ast::Expr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } if is_column(expr) => Some((
+            expr.as_ref().clone(),
+            KeyParam::Range {
+                low: Some((param(low)?, true)),
+                high: Some((param(high)?, true)),
+            },
+        )),
         ast::Expr::InList {
             expr,
             list,
@@ -412,6 +498,9 @@ impl AutoView {
             .flat_map(|(i, k)| match k {
                 KeyParam::One(n) => vec![(i, *n)],
                 KeyParam::Many(ns) => ns.iter().map(|n| (i, *n)).collect(),
+                KeyParam::Range { low, high } => {
+                    low.iter().chain(high).map(|(n, _)| (i, *n)).collect()
+                }
             })
             .collect();
         let count = all.iter().map(|(_, n)| n + 1).max().unwrap_or(0);
@@ -445,20 +534,50 @@ impl AutoView {
         })
     }
 
-    /// The keys to look up for a set of parameters (each a value per key
-    /// column, as the key columns' types), without repeats. NULL never
-    /// matches `=` or `IN`, so keys with one are left out. An error if a
-    /// value does not convert; `None` if there are too many combinations.
-    pub fn lookups(&self, params: &[Value]) -> Result<Option<Vec<Vec<Value>>>, SqlError> {
+    /// Whether reads take a range of the last key column.
+    pub fn has_range(&self) -> bool {
+        matches!(self.keys.last(), Some(KeyParam::Range { .. }))
+    }
+
+    /// What to look up for a set of parameters (converted to the key
+    /// columns' types): each the values of the equality keys, and the range
+    /// of the last key column when it has one. NULL never matches `=`,
+    /// `IN` or a comparison, so lookups with one are left out. An error if
+    /// a value does not convert; `None` if there are too many lookups.
+    pub fn lookups(&self, params: &[Value]) -> Result<Option<Vec<Lookup>>, SqlError> {
         let value = |n: usize| -> Result<Value, SqlError> {
             let v = params.get(n).cloned().unwrap_or(Value::Null);
             Ok(v.coerce(&self.param_types[n])?)
         };
         let mut combos: Vec<Vec<Value>> = vec![Vec::new()];
+        let mut range = None;
         for k in &self.keys {
             let values = match k {
                 KeyParam::One(n) => vec![value(*n)?],
                 KeyParam::Many(ns) => ns.iter().map(|&n| value(n)).collect::<Result<_, _>>()?,
+                KeyParam::Range { low, high } => {
+                    let bound =
+                        |b: &Option<(usize, bool)>| -> Result<Option<Bound<Value>>, SqlError> {
+                            Ok(match b {
+                                None => Some(Bound::Unbounded),
+                                Some((n, inclusive)) => {
+                                    let v = value(*n)?;
+                                    if v.is_null() {
+                                        None
+                                    } else if *inclusive {
+                                        Some(Bound::Included(v))
+                                    } else {
+                                        Some(Bound::Excluded(v))
+                                    }
+                                }
+                            })
+                        };
+                    match (bound(low)?, bound(high)?) {
+                        (Some(l), Some(h)) => range = Some((l, h)),
+                        _ => return Ok(Some(Vec::new())),
+                    }
+                    continue;
+                }
             };
             let mut next = Vec::with_capacity(combos.len() * values.len());
             for c in &combos {
@@ -478,7 +597,15 @@ impl AutoView {
             }
             combos = next;
         }
-        Ok(Some(combos))
+        Ok(Some(
+            combos
+                .into_iter()
+                .map(|prefix| Lookup {
+                    prefix,
+                    range: range.clone(),
+                })
+                .collect(),
+        ))
     }
 
     /// The answer from the rows of every key looked up: merged, made

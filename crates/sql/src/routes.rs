@@ -100,8 +100,16 @@ impl Session {
         let columns: Vec<usize> = (auto.visible..auto.visible + auto.keys.len()).collect();
         let seen = self.views_current()?;
         let mut rows = Vec::new();
-        for key in &keys {
-            rows.extend(self.engine.views.lookup(&entry, &columns, key)?.0);
+        for l in &keys {
+            rows.extend(match &l.range {
+                None => self.engine.views.lookup(&entry, &columns, &l.prefix)?.0,
+                Some((low, high)) => {
+                    self.engine
+                        .views
+                        .lookup_range(&entry, &columns, &l.prefix, low.as_ref(), high.as_ref())?
+                        .0
+                }
+            });
         }
         if rows.is_empty() && auto.global {
             return Ok(None);
@@ -309,7 +317,15 @@ impl Session {
 
 /// `$1`, `one of $2, $3` for `EXPLAIN`.
 fn describe_key(k: &KeyParam) -> String {
+    let end = |b: &Option<(usize, bool)>, incl: &str, excl: &str| match b {
+        None => String::new(),
+        Some((n, true)) => format!(" {incl} ${}", n + 1),
+        Some((n, false)) => format!(" {excl} ${}", n + 1),
+    };
     match k {
+        KeyParam::Range { low, high } => {
+            format!("a range ({}{} )", end(low, ">=", ">"), end(high, "<=", "<"))
+        }
         KeyParam::One(n) => format!("${}", n + 1),
         KeyParam::Many(ns) => format!(
             "one of {}",

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -67,7 +68,7 @@ pub struct ViewRegistry {
     /// Extra readers of a view keyed on some of its columns, made on first
     /// use by a query that looks rows up by those columns: view name, then
     /// key columns.
-    keyed: RwLock<HashMap<String, HashMap<Vec<usize>, ViewReader>>>,
+    keyed: RwLock<HashMap<String, KeyedReaders>>,
     /// Automatic views by the SQL text of the prepared query they serve.
     auto: RwLock<HashMap<String, crate::auto_views::AutoView>>,
     /// Bumped whenever automatic views are dropped, so that a prepared
@@ -90,6 +91,9 @@ impl Default for ViewRegistry {
     }
 }
 
+/// A view's keyed readers, by key columns and whether keys are ordered.
+type KeyedReaders = HashMap<(Vec<usize>, bool), ViewReader>;
+
 /// Ids of automatic views count down from here (table ids count up from 1).
 const AUTO_VIEW_IDS: TableId = u64::MAX / 2;
 
@@ -97,9 +101,10 @@ const AUTO_VIEW_IDS: TableId = u64::MAX / 2;
 /// before it, before it fails saying the dataflow is overloaded.
 pub const VIEW_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The name of the graph view behind a keyed reader.
-fn keyed_name(view: &str, key: &[usize]) -> String {
-    format!("{view}#{key:?}")
+/// The name of the graph view behind a keyed reader (`ordered`: its keys
+/// are kept in order for range reads).
+fn keyed_name(view: &str, key: &[usize], ordered: bool) -> String {
+    format!("{view}#{key:?}{}", if ordered { "<>" } else { "" })
 }
 
 /// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.
@@ -273,8 +278,8 @@ impl ViewRegistry {
         let mut graph = self.worker.drain();
         self.views.write().remove(name);
         if let Some(keyed) = self.keyed.write().remove(name) {
-            for k in keyed.keys() {
-                graph.drop_view(&keyed_name(name, k));
+            for (k, ordered) in keyed.keys() {
+                graph.drop_view(&keyed_name(name, k, *ordered));
             }
         }
         graph.drop_view(name);
@@ -419,15 +424,27 @@ impl ViewRegistry {
             .collect()
     }
 
-    /// The keyed reader of view `entry` on columns `key` (built on first use).
-    fn keyed_reader(&self, entry: &ViewEntry, key: &[usize]) -> Result<ViewReader, SqlError> {
-        if let Some(r) = self.keyed.read().get(&entry.name).and_then(|m| m.get(key)) {
-            return Ok(r.clone());
+    /// The keyed reader of view `entry` on columns `key` (built on first
+    /// use), with its keys in order when `ordered`.
+    fn keyed_reader(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        ordered: bool,
+    ) -> Result<ViewReader, SqlError> {
+        let find = || {
+            self.keyed
+                .read()
+                .get(&entry.name)
+                .and_then(|m| m.get(&(key.to_vec(), ordered)).cloned())
+        };
+        if let Some(r) = find() {
+            return Ok(r);
         }
         let mut graph = self.worker.graph();
         // Re-check under the graph lock: another session may have made it.
-        if let Some(r) = self.keyed.read().get(&entry.name).and_then(|m| m.get(key)) {
-            return Ok(r.clone());
+        if let Some(r) = find() {
+            return Ok(r);
         }
         let parent = graph.view_parent(&entry.name).ok_or_else(|| {
             SqlError::new("42P01", format!("view \"{}\" was dropped", entry.name))
@@ -435,13 +452,14 @@ impl ViewRegistry {
         // The parent's output is as of the last processed batch; the worker
         // cannot run while the graph lock is held.
         let lsn = graph.processed();
-        let (id, reader) = graph.view(&keyed_name(&entry.name, key), parent, key.to_vec());
+        let name = keyed_name(&entry.name, key, ordered);
+        let (id, reader) = graph.view_with(&name, parent, key.to_vec(), ordered);
         graph.initialize(&[id], &|_| Vec::new(), lsn)?;
         self.keyed
             .write()
             .entry(entry.name.clone())
             .or_default()
-            .insert(key.to_vec(), reader.clone());
+            .insert((key.to_vec(), ordered), reader.clone());
         Ok(reader)
     }
 
@@ -453,8 +471,26 @@ impl ViewRegistry {
         key: &[usize],
         values: &[aqueduct_values::Value],
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let reader = self.keyed_reader(entry, key)?;
+        let reader = self.keyed_reader(entry, key, false)?;
         read_view(&entry.name, &reader, |s| s.lookup(values))
+    }
+
+    /// The rows of view `entry` whose first `key` columns equal `prefix`
+    /// and whose last key column lies between `low` and `high`.
+    pub fn lookup_range(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        prefix: &[aqueduct_values::Value],
+        low: Bound<&aqueduct_values::Value>,
+        high: Bound<&aqueduct_values::Value>,
+    ) -> Result<(Vec<Row>, Lsn), SqlError> {
+        let reader = self.keyed_reader(entry, key, true)?;
+        read_view(&entry.name, &reader, |s| {
+            let mut out = Vec::new();
+            s.for_each_in_range(prefix, low, high, |r| out.push(r.clone()));
+            out
+        })
     }
 
     /// The dataflow behind a view, as text lines.
