@@ -22,7 +22,7 @@ user, password and database from the usual libpq variables (PGUSER, ...).
 Needs psycopg 3 (`pip install "psycopg[binary]"`).
 
 The example owns the tables users, stories, votes, comments and the views
-storywithvotes, karma and frontpage: without --resume it drops and recreates
+StoryWithVotes, Karma and FrontPage: without --resume it drops and recreates
 them.
 """
 
@@ -39,11 +39,13 @@ import urllib.request
 from collections import Counter
 
 import psycopg
-from psycopg.types.numeric import Int8
+from psycopg.types.numeric import Int2, Int4, Int8
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FRONT_PAGE_SIZE = 10  # the LIMIT of FrontPage in views.sql
-VIEWS = ("storywithvotes", "karma", "frontpage")
+# In the order of views.sql (Karma reads StoryWithVotes): created in this
+# order, dropped in the reverse one.
+VIEWS = ("StoryWithVotes", "Karma", "FrontPage")
 TABLES = ("users", "stories", "votes", "comments")
 MAX_SHOWN = 20  # mismatches printed in full
 
@@ -55,10 +57,12 @@ WORDS = (
 ).split()
 
 # The reads. Keyed reads of a view (WHERE on the view's columns) are lookups
-# in the view; the rest read the base tables directly.
-Q_STORY = "SELECT id, author, title, url, votes FROM storywithvotes WHERE id = %s"
-Q_KARMA = "SELECT id, name, karma FROM karma WHERE id = %s"
-Q_FRONT = "SELECT id, title, votes, comments FROM frontpage ORDER BY votes DESC, id DESC"
+# in the view; the rest read the base tables directly. Parameters are plain
+# Python ints: psycopg sends each as a smallint, integer or bigint by its
+# value, and the server takes the type the client declares.
+Q_STORY = "SELECT id, author, title, url, votes FROM StoryWithVotes WHERE id = %s"
+Q_KARMA = "SELECT id, name, karma FROM Karma WHERE id = %s"
+Q_FRONT = "SELECT id, title, votes, comments FROM FrontPage ORDER BY votes DESC, id DESC"
 Q_COMMENTS = "SELECT id, author, body FROM comments WHERE story_id = %s ORDER BY id"
 Q_VOTE_COUNT = "SELECT count(*) FROM votes WHERE story_id = %s"
 # The Karma of one user written as a join: not a view, but Aqueduct answers a
@@ -256,7 +260,6 @@ class News:
         self.touched_users = set()
         self.latency = {}  # kind -> list of seconds
         self.counts = {}  # operation -> how many
-        self.stale_auto_views = False
 
     # --- output and checking ---------------------------------------------------
 
@@ -299,27 +302,15 @@ class News:
     # --- setup -------------------------------------------------------------------
 
     def reset(self):
-        # Automatic views live until the server stops, and one made by an
-        # earlier run outlives the DROP TABLE below: it would go on serving
-        # that run's rows (a known issue). Then the join is not compared.
-        names = [r[0] for r in self.w.execute("SHOW VIEWS").fetchall()]
-        autos = [n for n in names if n.startswith("auto_")]
-        if autos and any(t in self.tables() for t in TABLES):
-            self.stale_auto_views = True
-            print(
-                f"news: known issue: the server has automatic views ({', '.join(autos)}) that keep "
-                "serving dropped tables' rows; not checking the join query this run "
-                "(restart the server for a clean run)",
-                flush=True,
-            )
-        # Views first: a table that a view reads cannot be dropped.
-        for v in VIEWS:
+        # Views first, Karma before the StoryWithVotes it reads: a table or
+        # view that a view reads cannot be dropped. Automatic views made by
+        # an earlier run against the server (the karma join) go with the
+        # tables they read; this run's checks of the join would see any
+        # that kept serving the old rows.
+        for v in reversed(VIEWS):
             self.w.execute(f"DROP VIEW IF EXISTS {v}")
         for t in reversed(TABLES):
             self.w.execute(f"DROP TABLE IF EXISTS {t}")
-
-    def tables(self):
-        return {r[0] for r in self.w.execute("SHOW TABLES").fetchall()}
 
     def create_schema(self):
         for st in sql_statements(os.path.join(HERE, "schema.sql")):
@@ -328,11 +319,11 @@ class News:
 
     def create_views(self, which):
         for st in sql_statements(os.path.join(HERE, "views.sql")):
-            name = st.split()[2].lower()  # CREATE VIEW <name> AS ...
+            name = st.split()[2]  # CREATE VIEW <name> AS ...
             if name in which:
                 t0 = time.perf_counter()
                 self.w.execute(st)
-                self.say(f"created view {st.split()[2]} ({(time.perf_counter() - t0) * 1000:.0f} ms)")
+                self.say(f"created view {name} ({(time.perf_counter() - t0) * 1000:.0f} ms)")
 
     def title(self):
         n = self.rng.randint(2, 6)
@@ -437,12 +428,8 @@ class News:
         self.compare(f"{Q_VOTE_COUNT} [story_id={sid}]", rows, [(len(self.model.voters.get(sid, ())),)])
 
     def read_karma_join(self, uid):
-        # Int8: the parameter goes as a bigint whatever its size (see
-        # probe_known_issues).
-        _, rows = self.timed("karma as a join (automatic view)", self.r, Q_KARMA_JOIN, (Int8(uid),))
+        _, rows = self.timed("karma as a join (automatic view)", self.r, Q_KARMA_JOIN, (uid,))
         k = self.model.karma_value(uid)
-        if self.stale_auto_views:
-            return
         self.compare(f"{Q_KARMA_JOIN} [author={uid}]", rows, [(uid, k)] if k else [])
 
     def random_read(self):
@@ -600,13 +587,13 @@ class News:
             return
         m = self.model
         key = lambda r: r[0]  # noqa: E731 (ids are unique in each view)
-        rows = self.r.execute("SELECT * FROM storywithvotes").fetchall()
-        self.compare(f"SELECT * FROM storywithvotes ({label})", sorted(rows, key=key), m.story_with_votes())
-        rows = self.r.execute("SELECT * FROM karma").fetchall()
-        self.compare(f"SELECT * FROM karma ({label})", sorted(rows, key=key), m.karma())
-        rows = self.r.execute("SELECT * FROM frontpage").fetchall()
+        rows = self.r.execute("SELECT * FROM StoryWithVotes").fetchall()
+        self.compare(f"SELECT * FROM StoryWithVotes ({label})", sorted(rows, key=key), m.story_with_votes())
+        rows = self.r.execute("SELECT * FROM Karma").fetchall()
+        self.compare(f"SELECT * FROM Karma ({label})", sorted(rows, key=key), m.karma())
+        rows = self.r.execute("SELECT * FROM FrontPage").fetchall()
         self.compare(
-            f"SELECT * FROM frontpage ({label})",
+            f"SELECT * FROM FrontPage ({label})",
             sorted(rows, key=key),
             sorted(m.front_page(), key=key),
         )
@@ -652,6 +639,9 @@ class News:
         lsn = int(self.w.info.parameter_status("aqueduct.last_lsn") or 0)
         cur = self.r.execute("SHOW VIEWS")
         cols = [d.name for d in cur.description]
+        self.compare("SHOW VIEWS columns", cols, ["name", "watermark", "rows", "keys", "bytes", "status"])
+        # Unquoted names are folded to lower case: SHOW VIEWS lists
+        # StoryWithVotes as storywithvotes.
         views = {r[cols.index("name")]: dict(zip(cols, r)) for r in cur.fetchall()}
         want_rows = {
             "storywithvotes": len(m.stories),
@@ -665,6 +655,10 @@ class News:
                 continue
             self.compare(f"SHOW VIEWS: status of {v}", info["status"], "maintained")
             self.compare(f"SHOW VIEWS: rows of {v}", int(info["rows"]), n)
+            # Each of these views is keyed on no column: its rows sit under
+            # one (empty) key.
+            self.compare(f"SHOW VIEWS: keys of {v}", int(info["keys"]), 1)
+            self.compare(f"SHOW VIEWS: {v} reports the bytes it holds", int(info["bytes"]) > 0, True)
             self.compare(
                 f"SHOW VIEWS: watermark of {v} reaches this session's last write (LSN {lsn})",
                 int(info["watermark"]) >= lsn,
@@ -680,31 +674,57 @@ class News:
             dot = resp.read().decode()
         self.compare("GET /v1/graph is a DOT digraph", dot.startswith("digraph"), True)
         for v in VIEWS:
-            self.compare(f"GET /v1/graph shows view {v}", f"view {v}" in dot, True)
+            self.compare(f"GET /v1/graph shows view {v}", f"view {v.lower()}" in dot, True)
 
-    def probe_known_issues(self):
-        """Things the example works around; reported, not failed."""
-        # Unquoted names are case-insensitive in SQL: StoryWithVotes is
-        # storywithvotes. The example reads the views by lower-case names.
+    def query(self, sql, params=None, prepare=None):
+        """Runs a read for a check; an error is a mismatch, not the end."""
         try:
-            self.r.execute("SELECT count(*) FROM StoryWithVotes").fetchall()
+            return self.r.execute(sql, params, prepare=prepare).fetchall()
         except psycopg.Error as e:
-            print(
-                f"news: known issue: SELECT count(*) FROM StoryWithVotes fails "
-                f"(SQLSTATE {e.sqlstate}: {e}); reading storywithvotes works",
-                flush=True,
+            return f"error {e.sqlstate}: {e}"
+
+    def check_fixed_issues(self):
+        """What the example once worked around, now checked like any other
+        answer: each of these fails the run if it comes back."""
+        if not self.args.check:
+            return
+        m = self.model
+        # Unquoted names are case-insensitive: CREATE VIEW StoryWithVotes
+        # makes storywithvotes, and every spelling reads it (a mixed-case
+        # name in a read used to fail with 42P01).
+        for name in ("StoryWithVotes", "storywithvotes", "STORYWITHVOTES", '"storywithvotes"'):
+            sql = f"SELECT count(*) FROM {name}"
+            self.compare(sql, self.query(sql), [(len(m.stories),)])
+        # An automatic view takes the parameter types the client declares
+        # (psycopg declares a Python int as a smallint, integer or bigint by
+        # its value; a smallint used to fail with 22P03).
+        uid = max(m.users, key=lambda u: (m.karma_value(u), -u))
+        params = [(Int4(uid), "integer"), (Int8(uid), "bigint"), (70_000, "integer"), (2**40, "bigint")]
+        if uid < 2**15:
+            params.insert(0, (Int2(uid), "smallint"))
+        for param, declared in params:
+            author = int(param)
+            k = m.karma_value(author)
+            for prepare in (True, False):
+                what = f"{Q_KARMA_JOIN} [author={author} as {declared}, prepare={prepare}]"
+                got = self.query(Q_KARMA_JOIN, (param,), prepare=prepare)
+                self.compare(what, got, [(author, k)] if k else [])
+        # A view reads another view (Karma reads StoryWithVotes; checked
+        # with every read of Karma), and any SELECT is answered: a view
+        # joined with a table, by a literal id, goes to an automatic view;
+        # a UNION in a subquery is evaluated once.
+        front = m.front_page()
+        if front:
+            sid = front[0][0]
+            author, title, _ = m.stories[sid]
+            sql = (
+                "SELECT users.name, s.title, s.votes FROM StoryWithVotes AS s "
+                f"JOIN users ON users.id = s.author WHERE s.id = {sid}"
             )
-        # psycopg declares a Python int parameter as smallint, integer or
-        # bigint by its value, in binary. The example passes Int8 to the
-        # query that Aqueduct answers with an automatic view.
-        try:
-            self.r.execute(Q_KARMA_JOIN, (1,), prepare=True).fetchall()
-        except psycopg.Error as e:
-            print(
-                f"news: known issue: a query served by an automatic view refuses a smallint "
-                f"parameter (SQLSTATE {e.sqlstate}: {e}); an Int8 parameter works",
-                flush=True,
-            )
+            self.compare(sql, self.query(sql), [(m.users[author], title, len(m.voters[sid]))])
+        sql = "SELECT count(*) FROM (SELECT author FROM stories UNION SELECT user_id FROM votes) AS active"
+        active = {a for a, _, _ in m.stories.values()} | {u for us in m.voters.values() for u in us}
+        self.compare(sql, self.query(sql), [(len(active),)])
 
     # --- the walk-through ------------------------------------------------------------
 
@@ -712,7 +732,7 @@ class News:
         """Votes on the most popular story, and how the views follow."""
         m = self.model
         front = self.read_front()
-        self.say("\nFrontPage (SELECT * FROM frontpage ORDER BY votes DESC, id DESC):")
+        self.say("\nFrontPage (SELECT * FROM FrontPage ORDER BY votes DESC, id DESC):")
         for sid, title, votes, comments in front[:5]:
             self.say(f"  {votes:5} votes {comments:4} comments  #{sid} {title}")
         if not front:
@@ -785,7 +805,7 @@ class News:
             self.check_tables("after loading")
             self.check_views("after loading", every_key=True)
         if a.check:
-            self.probe_known_issues()
+            self.check_fixed_issues()
             self.check_graph()
         if not a.resume:
             self.tour()

@@ -5,6 +5,8 @@
 -- news.py creates StoryWithVotes before it loads any data (the load then
 -- flows through the dataflow) and the other two afterwards (they are filled
 -- from the data already there), as an application adds queries over time.
+-- Karma reads StoryWithVotes, so it comes after it (and goes first when
+-- they are dropped).
 
 -- Each story with its number of votes: the paper's example (Figure 1a).
 -- The LEFT JOIN keeps stories nobody has voted for yet, with 0 votes.
@@ -16,23 +18,22 @@ LEFT JOIN (SELECT story_id, count(*) AS votes FROM votes GROUP BY story_id) AS v
        ON stories.id = vc.story_id;
 
 -- Each user's karma: the votes on all the stories the user wrote (Figure 1b).
--- The vote count is written exactly as in StoryWithVotes, so the dataflow
--- shares it: Karma adds a join and a sum below the existing count instead of
--- counting every vote again (EXPLAIN shows the shared nodes). Users who
--- wrote nothing, or got no votes, have karma 0.
+-- Karma reads StoryWithVotes, as in the paper, so the dataflow does not
+-- count the votes again: it adds a sum by author and a join with users
+-- below the operators StoryWithVotes already keeps (EXPLAIN shows the
+-- shared nodes). Users who wrote nothing, or got no votes, have karma 0.
 CREATE VIEW Karma AS
 SELECT users.id, users.name, CAST(COALESCE(k.karma, 0) AS bigint) AS karma
 FROM users
-LEFT JOIN (SELECT stories.author, sum(vc.votes) AS karma
-           FROM stories
-           JOIN (SELECT story_id, count(*) AS votes FROM votes GROUP BY story_id) AS vc
-             ON stories.id = vc.story_id
-           GROUP BY stories.author) AS k
+LEFT JOIN (SELECT author, sum(votes) AS karma FROM StoryWithVotes GROUP BY author) AS k
        ON users.id = k.author;
 
 -- The front page: the ten stories with the most votes (the newest first among
 -- equals), with their comment counts. ORDER BY ... LIMIT becomes a top-k
--- operator: a vote far below the front page changes nothing here.
+-- operator: a vote far below the front page changes nothing here. The vote
+-- count is written out rather than read from StoryWithVotes; it is the same
+-- subquery, so the dataflow finds it and shares the join of stories with it
+-- instead of building a second one.
 CREATE VIEW FrontPage AS
 SELECT stories.id, stories.title,
        COALESCE(vc.votes, 0) AS votes,
