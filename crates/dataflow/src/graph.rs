@@ -37,8 +37,9 @@ struct Node {
     kind: Kind,
     parents: Vec<NodeId>,
     children: Vec<(NodeId, usize)>,
-    /// Everything the node has emitted so far, to start new children with.
-    output: BTreeMap<Row, i64>,
+    /// Everything the node has emitted so far, to start new children with
+    /// (empty for sources, whose children start from the table).
+    output: HashMap<Row, i64>,
 }
 
 #[derive(Default)]
@@ -67,7 +68,7 @@ impl Graph {
             kind,
             parents,
             children: Vec::new(),
-            output: BTreeMap::new(),
+            output: HashMap::new(),
         });
         id
     }
@@ -168,7 +169,7 @@ impl Graph {
         for id in ids {
             let parents = self.nodes[id].parents.clone();
             for (port, p) in parents.into_iter().enumerate() {
-                let input: Delta = match &self.nodes[p].kind {
+                let mut input: Delta = match &self.nodes[p].kind {
                     Kind::Source { table, .. } => {
                         table_rows(*table).into_iter().map(|r| (r, 1)).collect()
                     }
@@ -178,6 +179,9 @@ impl Graph {
                         .map(|(r, w)| (r.clone(), *w))
                         .collect(),
                 };
+                // In a fixed order, whatever order the bag is kept in, so a
+                // new node ends in the same state on every replica.
+                consolidate(&mut input);
                 self.deliver(id, port, input, lsn)?;
             }
             if let Kind::View { writer, .. } = &mut self.nodes[id].kind {
@@ -202,7 +206,13 @@ impl Graph {
                 writer.apply(&delta);
                 return Ok(Vec::new());
             }
-            Kind::Source { .. } => delta,
+            // A source passes its table's changes on without keeping them:
+            // new children of a source are filled from the table itself.
+            Kind::Source { .. } => {
+                let mut delta = delta;
+                consolidate(&mut delta);
+                return Ok(delta);
+            }
             Kind::Removed => return Ok(Vec::new()),
         };
         let _ = lsn;

@@ -10,6 +10,9 @@ use crate::{Error, Result};
 
 pub const LOCK_NAME: &str = "LOCK";
 
+/// How long a busy lock is retried before the directory is reported in use.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Held for as long as the directory is in use.
 #[derive(Debug)]
 pub struct DirLock {
@@ -30,8 +33,21 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        // SAFETY: flock on a file descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        // A holder that is going away (a process exiting, or a copy of the
+        // descriptor a concurrent fork made that its exec is about to close)
+        // lets go within moments: try again for a short while before
+        // reporting the directory in use.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let rc = loop {
+            // SAFETY: flock on a file descriptor we own; no memory is involved.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            let busy = rc != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK);
+            if !busy || std::time::Instant::now() >= deadline {
+                break rc;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
         if rc != 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {

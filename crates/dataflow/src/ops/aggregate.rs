@@ -11,7 +11,7 @@
 //! call to `process`, so a graph primes a new global aggregate with an empty
 //! delta.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use aqueduct_expr::agg::{Accumulator, AggFunc};
 use aqueduct_expr::SqlError;
@@ -64,7 +64,7 @@ struct Group {
 pub struct Aggregate {
     group_by: Vec<usize>,
     calls: Vec<AggCall>,
-    groups: BTreeMap<Row, Group>,
+    groups: HashMap<Row, Group>,
     /// A global aggregate's row has been emitted.
     primed: bool,
 }
@@ -81,7 +81,7 @@ impl Aggregate {
         let mut a = Aggregate {
             group_by,
             calls,
-            groups: BTreeMap::new(),
+            groups: HashMap::new(),
             primed: false,
         };
         if a.is_global() {

@@ -5,7 +5,7 @@
 //! zero to positive and retracted (-1) when it returns to zero, so the output
 //! always holds exactly the rows with a positive count, once each.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use aqueduct_expr::SqlError;
 
@@ -13,7 +13,7 @@ use crate::{consolidate, Delta, Operator, Row};
 
 #[derive(Default)]
 pub struct Distinct {
-    counts: BTreeMap<Row, i64>,
+    counts: HashMap<Row, i64>,
 }
 
 impl Distinct {

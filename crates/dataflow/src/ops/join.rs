@@ -15,7 +15,7 @@
 //! padded rows are retracted and the joined ones emitted, and when its last
 //! right row goes the padded rows come back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
@@ -37,7 +37,8 @@ struct Bag {
 }
 
 /// One side: join key → its rows.
-type Index = BTreeMap<Row, Bag>;
+/// Rows by join key: hashed, since lookups are by exact key.
+type Index = HashMap<Row, Bag>;
 
 impl Bag {
     /// Adds `w` copies of `row`, dropping rows whose count reaches zero.
