@@ -91,8 +91,9 @@ impl Default for ViewRegistry {
     }
 }
 
-/// A view's keyed readers, by key columns and whether keys are ordered.
-type KeyedReaders = HashMap<(Vec<usize>, bool), ViewReader>;
+/// A view's keyed readers: key columns, whether keys are ordered, the
+/// reader. A view has a few; a scan finds one without allocating.
+type KeyedReaders = Vec<(Vec<usize>, bool, Arc<ViewReader>)>;
 
 /// Ids of automatic views count down from here (table ids count up from 1).
 const AUTO_VIEW_IDS: TableId = u64::MAX / 2;
@@ -278,7 +279,7 @@ impl ViewRegistry {
         let mut graph = self.worker.drain();
         self.views.write().remove(name);
         if let Some(keyed) = self.keyed.write().remove(name) {
-            for (k, ordered) in keyed.keys() {
+            for (k, ordered, _) in &keyed {
                 graph.drop_view(&keyed_name(name, k, *ordered));
             }
         }
@@ -409,7 +410,7 @@ impl ViewRegistry {
                         )
                     })
                     .unwrap_or((0, 0, 0, 0, None));
-                for r in keyed.get(&v.name).into_iter().flat_map(|k| k.values()) {
+                for (_, _, r) in keyed.get(&v.name).into_iter().flatten() {
                     bytes += r.read(|s, _| s.bytes()).unwrap_or(0);
                 }
                 ViewStats {
@@ -431,12 +432,14 @@ impl ViewRegistry {
         entry: &ViewEntry,
         key: &[usize],
         ordered: bool,
-    ) -> Result<ViewReader, SqlError> {
+    ) -> Result<Arc<ViewReader>, SqlError> {
         let find = || {
-            self.keyed
-                .read()
-                .get(&entry.name)
-                .and_then(|m| m.get(&(key.to_vec(), ordered)).cloned())
+            self.keyed.read().get(&entry.name).and_then(|readers| {
+                readers
+                    .iter()
+                    .find(|(k, o, _)| k == key && *o == ordered)
+                    .map(|(_, _, r)| r.clone())
+            })
         };
         if let Some(r) = find() {
             return Ok(r);
@@ -455,11 +458,12 @@ impl ViewRegistry {
         let name = keyed_name(&entry.name, key, ordered);
         let (id, reader) = graph.view_with(&name, parent, key.to_vec(), ordered);
         graph.initialize(&[id], &|_| Vec::new(), lsn)?;
+        let reader = Arc::new(reader);
         self.keyed
             .write()
             .entry(entry.name.clone())
             .or_default()
-            .insert((key.to_vec(), ordered), reader.clone());
+            .push((key.to_vec(), ordered, reader.clone()));
         Ok(reader)
     }
 
@@ -473,6 +477,20 @@ impl ViewRegistry {
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
         let reader = self.keyed_reader(entry, key, false)?;
         read_view(&entry.name, &reader, |s| s.lookup(values))
+    }
+
+    /// Like [`ViewRegistry::lookup`], calling `f` on each row in place
+    /// instead of copying them out (the embedded API's fastest read).
+    /// Returns the watermark.
+    pub fn lookup_with(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[aqueduct_values::Value],
+        f: impl FnMut(&Row),
+    ) -> Result<Lsn, SqlError> {
+        let reader = self.keyed_reader(entry, key, false)?;
+        Ok(read_view(&entry.name, &reader, |s| s.for_each(values, f))?.1)
     }
 
     /// The rows of view `entry` whose first `key` columns equal `prefix`
