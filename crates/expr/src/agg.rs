@@ -71,9 +71,9 @@ impl AggFunc {
             AggFunc::Sum => match input {
                 DataType::Int2 | DataType::Int4 => DataType::Int8,
                 DataType::Int8 => DataType::Numeric,
-                other => other.clone(),
+                other => other.unconstrained(),
             },
-            AggFunc::Min | AggFunc::Max => input.clone(),
+            AggFunc::Min | AggFunc::Max => input.unconstrained(),
         }
     }
 }

@@ -80,6 +80,9 @@ impl std::error::Error for SqlError {}
 
 impl From<ValueError> for SqlError {
     fn from(e: ValueError) -> SqlError {
-        SqlError::new(e.sqlstate(), e.to_string())
+        SqlError {
+            detail: e.detail(),
+            ..SqlError::new(e.sqlstate(), e.to_string())
+        }
     }
 }

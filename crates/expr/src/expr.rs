@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 
 use aqueduct_values::{DataType, Decimal, Value, DAY_MICROS};
 
+use crate::numeric;
 use crate::SqlError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,13 @@ pub enum Func {
     CurrentDatabase,
     CurrentSchema,
     CurrentUser,
+    /// The text form of a `real` (its own shortest digits, `0.1` rather
+    /// than the double `0.10000000149011612` it is held as). Not callable
+    /// by name: the binder puts it where a `real` becomes text.
+    RealText,
+    /// A `real` as a `numeric`, from its 6 significant digits
+    /// (`0.1::real::numeric` is 0.1). Not callable by name either.
+    RealNumeric,
 }
 
 impl Func {
@@ -134,7 +142,7 @@ impl Expr {
                 Value::Null => Value::Null,
                 Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(overflow)?),
                 Value::Float(f) => Value::Float(-f),
-                Value::Numeric(d) => Value::Numeric(-d),
+                Value::Numeric(d) => Value::Numeric(numeric::neg(d)),
                 v => return Err(operator_error("-", &v, &v)),
             },
             Expr::Binary(BinOp::And, l, r) => {
@@ -294,8 +302,10 @@ impl Expr {
     }
 }
 
+/// 64-bit integer arithmetic overflowed. (Narrower integer types are
+/// checked by the casts the binder puts around their arithmetic.)
 fn overflow() -> SqlError {
-    SqlError::new("22003", "integer out of range")
+    SqlError::new("22003", "bigint out of range")
 }
 
 fn operator_error(op: &str, a: &Value, b: &Value) -> SqlError {
@@ -312,6 +322,15 @@ fn operator_error(op: &str, a: &Value, b: &Value) -> SqlError {
 
 fn text_of(v: &Value) -> String {
     v.to_text().unwrap_or_default()
+}
+
+/// A value as `||` sees it: cast to text, so booleans are spelled out
+/// (`'a' || true` is `atrue`; `concat` uses the output form `t`).
+fn concat_text(v: &Value) -> String {
+    match v {
+        Value::Bool(b) => if *b { "true" } else { "false" }.to_string(),
+        v => text_of(v),
+    }
 }
 
 fn cmp_op(op: BinOp, a: &Value, b: &Value) -> Value {
@@ -368,7 +387,7 @@ fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
         return Ok(Value::Null);
     }
     if op == BinOp::Concat {
-        return Ok(Value::Text(text_of(&a) + &text_of(&b)));
+        return Ok(Value::Text(concat_text(&a) + &concat_text(&b)));
     }
     let (a, b) = unify(a, b)?;
     if matches!(
@@ -418,6 +437,8 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 BinOp::Div if y == 0 => return Err(division_by_zero()),
                 BinOp::Div => x.checked_div(y),
                 BinOp::Mod if y == 0 => return Err(division_by_zero()),
+                // i64::MIN % -1 is 0 (checked_rem calls it an overflow).
+                BinOp::Mod if y == -1 => Some(0),
                 BinOp::Mod => x.checked_rem(y),
                 _ => return Err(operator_error(op_name(op), &a, &b)),
             }
@@ -431,8 +452,7 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 BinOp::Mul => x * y,
                 BinOp::Div if y == 0.0 => return Err(division_by_zero()),
                 BinOp::Div => x / y,
-                BinOp::Mod if y == 0.0 => return Err(division_by_zero()),
-                BinOp::Mod => x % y,
+                // PostgreSQL has no % for floats.
                 _ => return Err(operator_error(op_name(op), &a, &b)),
             };
             // Finite operands with an infinite result overflowed (PostgreSQL: 22003).
@@ -448,19 +468,15 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 _ => unreachable!(),
             };
             let (x, y) = (d(&a), d(&b));
-            Numeric(
-                match op {
-                    BinOp::Add => x.checked_add(y),
-                    BinOp::Sub => x.checked_sub(y),
-                    BinOp::Mul => x.checked_mul(y),
-                    BinOp::Div if y.is_zero() => return Err(division_by_zero()),
-                    BinOp::Div => x.checked_div(y),
-                    BinOp::Mod if y.is_zero() => return Err(division_by_zero()),
-                    BinOp::Mod => x.checked_rem(y),
-                    _ => return Err(operator_error(op_name(op), &a, &b)),
-                }
-                .ok_or_else(|| SqlError::new("22003", "numeric value out of range"))?,
-            )
+            Numeric(match op {
+                BinOp::Add => numeric::add(x, y)?,
+                BinOp::Sub => numeric::sub(x, y)?,
+                BinOp::Mul => numeric::mul(x, y)?,
+                BinOp::Div => numeric::div(x, y)?,
+                BinOp::Mod if y.is_zero() => return Err(division_by_zero()),
+                BinOp::Mod => numeric::rem(x, y)?,
+                _ => return Err(operator_error(op_name(op), &a, &b)),
+            })
         }
         (Timestamp(t), Int(days)) | (TimestampTz(t), Int(days)) if op == BinOp::Add => {
             let v = t + days * DAY_MICROS;
@@ -477,6 +493,28 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
         (Date(x), Date(y)) if op == BinOp::Sub => Int((*x - *y) as i64),
         _ => return Err(operator_error(op_name(op), &a, &b)),
     })
+}
+
+/// `upper` of one character as PostgreSQL does it: each character on its
+/// own, kept when its upper case is several characters (`ß`, `ﬁ`).
+fn upper_char(c: char) -> char {
+    let mut up = c.to_uppercase();
+    match (up.next(), up.next()) {
+        (Some(u), None) => u,
+        _ => c,
+    }
+}
+
+/// `lower` of one character, likewise (`İ` becomes `i`, its simple lower case).
+fn lower_char(c: char) -> char {
+    if c == '\u{130}' {
+        return 'i';
+    }
+    let mut low = c.to_lowercase();
+    match (low.next(), low.next()) {
+        (Some(l), None) => l,
+        _ => c,
+    }
 }
 
 /// SQL LIKE with `%` and `_` and backslash escapes.
@@ -557,34 +595,50 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         Func::CurrentSchema => Value::Text("public".into()),
         Func::CurrentUser => Value::Text("aqueduct".into()),
         _ if vals.iter().any(strict) => Value::Null,
-        Func::Lower => Value::Text(text_of(&arg(0)).to_lowercase()),
-        Func::Upper => Value::Text(text_of(&arg(0)).to_uppercase()),
+        Func::Lower => Value::Text(text_of(&arg(0)).chars().map(lower_char).collect()),
+        Func::Upper => Value::Text(text_of(&arg(0)).chars().map(upper_char).collect()),
         Func::Length => Value::Int(match arg(0) {
             Value::Bytes(b) => b.len() as i64,
             v => text_of(&v).chars().count() as i64,
         }),
         Func::Trim => Value::Text(text_of(&arg(0)).trim().to_string()),
+        Func::RealNumeric => match arg(0) {
+            Value::Float(f) => Value::Numeric(aqueduct_values::real_to_numeric(f as f32)?),
+            v => v.coerce(&DataType::Numeric)?,
+        },
+        Func::RealText => match arg(0) {
+            Value::Float(f) => Value::Text(aqueduct_values::format_float4(f as f32)),
+            v => Value::Text(text_of(&v)),
+        },
         Func::Abs => match arg(0) {
             Value::Int(i) => Value::Int(i.checked_abs().ok_or_else(overflow)?),
             Value::Float(x) => Value::Float(x.abs()),
             Value::Numeric(d) => Value::Numeric(d.abs()),
             v => return Err(operator_error("abs", &v, &v)),
         },
-        Func::Round => {
-            let places = match arg(1) {
-                Value::Int(p) => p as u32,
-                _ => 0,
-            };
-            match arg(0) {
-                Value::Int(i) => Value::Int(i),
-                Value::Float(x) => {
-                    let m = 10f64.powi(places as i32);
-                    Value::Float((x * m).round() / m)
-                }
-                Value::Numeric(d) => Value::Numeric(d.round_dp(places)),
-                v => return Err(operator_error("round", &v, &v)),
+        // round(numeric [, s]) rounds half away from zero; round(float8)
+        // half to even; round(int) is round(float8), round(int, s)
+        // round(numeric, s); there is no round(float8, s).
+        Func::Round => match (arg(0), vals.get(1)) {
+            (Value::Int(i), None) => Value::Float(i as f64),
+            (Value::Float(x), None) => Value::Float(x.round_ties_even()),
+            (Value::Numeric(d), None) => Value::Numeric(numeric::round(d, 0)?),
+            (Value::Int(i), Some(Value::Int(p))) => {
+                Value::Numeric(numeric::round(Decimal::from(i), *p)?)
             }
-        }
+            (Value::Numeric(d), Some(Value::Int(p))) => Value::Numeric(numeric::round(d, *p)?),
+            (v, _) => {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "function round({}{}) does not exist",
+                        v.kind_name(),
+                        if vals.len() > 1 { ", integer" } else { "" }
+                    ),
+                )
+                .with_hint("round with places takes a numeric: cast the value to numeric"))
+            }
+        },
         Func::Substring => {
             let s: Vec<char> = text_of(&arg(0)).chars().collect();
             let start = match arg(1) {
@@ -652,6 +706,181 @@ mod tests {
         let list = vec![Expr::Literal(Value::Int(2)), Expr::Literal(Value::Null)];
         assert!(eval(Expr::InList(lit(Value::Int(1)), list.clone(), false)).is_null());
         assert!(eval(Expr::InList(lit(Value::Int(1)), list, true)).is_null());
+    }
+
+    fn eval_err(e: Expr) -> SqlError {
+        e.eval(&Env {
+            row: &[],
+            params: &[],
+        })
+        .unwrap_err()
+    }
+
+    fn text(s: &str) -> Box<Expr> {
+        lit(Value::Text(s.into()))
+    }
+
+    fn num(s: &str) -> Value {
+        Value::Numeric(aqueduct_values::parse_numeric(s).unwrap())
+    }
+
+    #[test]
+    fn sixty_four_bit_overflow_is_a_bigint_error() {
+        // 9223372036854775807 + 1 and abs(-9223372036854775808).
+        let e = eval_err(Expr::Binary(
+            BinOp::Add,
+            lit(Value::Int(i64::MAX)),
+            lit(Value::Int(1)),
+        ));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("22003", "bigint out of range")
+        );
+        let e = eval_err(Expr::Call(
+            Func::Abs,
+            vec![Expr::Literal(Value::Int(i64::MIN))],
+        ));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("22003", "bigint out of range")
+        );
+        // An integer result checked in its own type (the binder's cast).
+        let e = eval_err(Expr::Cast(
+            Box::new(Expr::Binary(
+                BinOp::Add,
+                lit(Value::Int(2_147_483_647)),
+                lit(Value::Int(1)),
+            )),
+            DataType::Int4,
+        ));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("22003", "integer out of range")
+        );
+        // -9223372036854775808 % -1 is 0.
+        assert_eq!(
+            eval(Expr::Binary(
+                BinOp::Mod,
+                lit(Value::Int(i64::MIN)),
+                lit(Value::Int(-1))
+            )),
+            Value::Int(0)
+        );
+        // There is no % for floats.
+        let e = eval_err(Expr::Binary(
+            BinOp::Mod,
+            lit(Value::Float(5.5)),
+            lit(Value::Int(2)),
+        ));
+        assert_eq!(e.code, "42883");
+    }
+
+    #[test]
+    fn concatenated_booleans_are_spelled_out() {
+        // 'a' || true is 'atrue'; concat(true, 1) is 't1'.
+        assert_eq!(
+            eval(Expr::Binary(
+                BinOp::Concat,
+                text("a"),
+                lit(Value::Bool(true))
+            )),
+            Value::Text("atrue".into())
+        );
+        assert_eq!(
+            eval(Expr::Call(
+                Func::Concat,
+                vec![
+                    Expr::Literal(Value::Bool(true)),
+                    Expr::Literal(Value::Int(1))
+                ]
+            )),
+            Value::Text("t1".into())
+        );
+    }
+
+    #[test]
+    fn case_mapping_is_per_character() {
+        // upper('straße') is 'STRAßE' in PostgreSQL, not 'STRASSE'.
+        let call = |f, s: &str| eval(Expr::Call(f, vec![Expr::Literal(Value::Text(s.into()))]));
+        assert_eq!(call(Func::Upper, "straße"), Value::Text("STRAßE".into()));
+        assert_eq!(call(Func::Upper, "ﬁx"), Value::Text("ﬁX".into()));
+        assert_eq!(call(Func::Lower, "ÀB"), Value::Text("àb".into()));
+        assert_eq!(call(Func::Lower, "İ"), Value::Text("i".into()));
+    }
+
+    #[test]
+    fn round_follows_the_argument_type() {
+        let round = |args: Vec<Value>| {
+            eval(Expr::Call(
+                Func::Round,
+                args.into_iter().map(Expr::Literal).collect(),
+            ))
+        };
+        // numeric: half away from zero, at the requested scale.
+        assert_eq!(round(vec![num("2.5")]).to_text().unwrap(), "3");
+        assert_eq!(round(vec![num("-2.5")]).to_text().unwrap(), "-3");
+        assert_eq!(
+            round(vec![num("12.345"), Value::Int(2)]).to_text().unwrap(),
+            "12.35"
+        );
+        assert_eq!(round(vec![num("0.5")]).to_text().unwrap(), "1");
+        // float8: half to even.
+        assert_eq!(round(vec![Value::Float(2.5)]), Value::Float(2.0));
+        assert_eq!(round(vec![Value::Float(3.5)]), Value::Float(4.0));
+        // round(int) is round(float8); round(int, s) is numeric.
+        assert_eq!(round(vec![Value::Int(7)]), Value::Float(7.0));
+        assert_eq!(
+            round(vec![Value::Int(5), Value::Int(2)]).to_text().unwrap(),
+            "5.00"
+        );
+        // No round(double precision, integer).
+        let e = eval_err(Expr::Call(
+            Func::Round,
+            vec![
+                Expr::Literal(Value::Float(2.5)),
+                Expr::Literal(Value::Int(1)),
+            ],
+        ));
+        assert_eq!(e.code, "42883");
+    }
+
+    #[test]
+    fn numeric_arithmetic_keeps_postgres_scales() {
+        let op = |op, a: &str, b: &str| {
+            eval(Expr::Binary(op, lit(num(a)), lit(num(b))))
+                .to_text()
+                .unwrap()
+        };
+        assert_eq!(op(BinOp::Div, "1.50", "3"), "0.50000000000000000000");
+        assert_eq!(op(BinOp::Add, "0.00", "1"), "1.00");
+        assert_eq!(op(BinOp::Mul, "2.00", "0"), "0.00");
+        assert_eq!(
+            eval(Expr::Binary(
+                BinOp::Div,
+                lit(Value::Int(3)),
+                lit(num("2.0"))
+            ))
+            .to_text()
+            .unwrap(),
+            "1.5000000000000000"
+        );
+        assert_eq!(
+            eval(Expr::Unary(UnOp::Neg, lit(num("0.00"))))
+                .to_text()
+                .unwrap(),
+            "0.00"
+        );
+    }
+
+    #[test]
+    fn real_text_has_real_digits() {
+        assert_eq!(
+            eval(Expr::Call(
+                Func::RealText,
+                vec![Expr::Literal(Value::Float(0.1f32 as f64))]
+            )),
+            Value::Text("0.1".into())
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod agg;
 mod error;
 pub mod expr;
+pub mod numeric;
 
 pub use error::SqlError;
 pub use expr::{BinOp, Env, Expr, Func, UnOp};

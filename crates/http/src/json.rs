@@ -5,7 +5,7 @@
 //! everything else as its PostgreSQL text form.
 
 use aqueduct_sql::Outcome;
-use aqueduct_values::Value;
+use aqueduct_values::{DataType, Value};
 use serde_json::{json, Value as Json};
 
 /// A JSON parameter as a SQL value; the statement's inferred types convert it further.
@@ -42,7 +42,20 @@ pub fn outcome(o: &Outcome, lsn: u64) -> Json {
                 .collect::<Vec<_>>(),
             "rows": rows
                 .iter()
-                .map(|r| r.iter().map(value).collect::<Vec<_>>())
+                .map(|r| {
+                    r.iter()
+                        .zip(columns)
+                        .map(|(v, c)| match (v, &c.ty) {
+                            // A real is held as the nearest double; as a JSON
+                            // number it keeps the real's own digits (0.1).
+                            (Value::Float(f), DataType::Float4) if f.is_finite() => {
+                                let shortest = (*f as f32).to_string();
+                                json!(shortest.parse::<f64>().unwrap_or(*f))
+                            }
+                            _ => value(v),
+                        })
+                        .collect::<Vec<_>>()
+                })
                 .collect::<Vec<_>>(),
             "command": tag,
             "lsn": lsn,

@@ -105,6 +105,21 @@ async fn sql_health_and_metrics() {
         serde_json::json!([[1, "ada", "1.50", {"k": [1, 2]}]])
     );
 
+    // A real keeps its own digits as a JSON number.
+    let (status, body) = request(
+        addr,
+        "POST",
+        "/v1/sql",
+        "",
+        r#"{"sql": "SELECT 0.1::real, 0.1::real::float8"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json(&body)["rows"],
+        serde_json::json!([[0.1, 0.10000000149011612]])
+    );
+
     // Errors are JSON with the SQLSTATE.
     let (status, body) = request(
         addr,

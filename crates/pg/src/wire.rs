@@ -78,10 +78,8 @@ pub(crate) fn encode_text(v: &Value, ty: &DataType, out: &mut BytesMut) -> Resul
     // A float4 is held as the f64 nearest to it; printed as f64 it would show
     // digits the float4 never had (0.1 as 0.10000000149011612).
     if let (DataType::Float4, Value::Float(f)) = (ty, v) {
-        if f.is_finite() {
-            out.put_slice((*f as f32).to_string().as_bytes());
-            return Ok(());
-        }
+        out.put_slice(aqueduct_values::format_float4(*f as f32).as_bytes());
+        return Ok(());
     }
     match v.to_text() {
         Some(s) => {
@@ -106,7 +104,9 @@ pub(crate) fn encode_binary(v: &Value, ty: &DataType, out: &mut BytesMut) -> Res
         (DataType::Int8, Value::Int(i)) => out.put_i64(*i),
         (DataType::Float4, Value::Float(f)) => out.put_f32(*f as f32),
         (DataType::Float8, Value::Float(f)) => out.put_f64(*f),
-        (DataType::Numeric, Value::Numeric(d)) => encode_numeric(d, out),
+        (DataType::Numeric | DataType::NumericTypmod { .. }, Value::Numeric(d)) => {
+            encode_numeric(d, out)
+        }
         (DataType::Bool, Value::Bool(b)) => out.put_u8(u8::from(*b)),
         (DataType::Text | DataType::Varchar(_), Value::Text(s)) => out.put_slice(s.as_bytes()),
         (DataType::Bytea, Value::Bytes(b)) => out.put_slice(b),
@@ -167,7 +167,7 @@ pub(crate) fn decode_binary(b: &[u8], ty: &DataType) -> Result<Value, SqlError> 
         DataType::Int8 => Value::Int(i64::from_be_bytes(fixed(b, ty)?)),
         DataType::Float4 => Value::Float(f32::from_be_bytes(fixed(b, ty)?).into()),
         DataType::Float8 => Value::Float(f64::from_be_bytes(fixed(b, ty)?)),
-        DataType::Numeric => Value::Numeric(decode_numeric(b)?),
+        DataType::Numeric | DataType::NumericTypmod { .. } => Value::Numeric(decode_numeric(b)?),
         DataType::Bool => match fixed::<1>(b, ty)?[0] {
             0 => Value::Bool(false),
             1 => Value::Bool(true),
@@ -465,5 +465,14 @@ mod tests {
         let mut b = BytesMut::new();
         encode_text(&Value::Float(0.1f32 as f64), &DataType::Float4, &mut b).unwrap();
         assert_eq!(&b[..], b"0.1");
+        // PostgreSQL prints 123456789::real as 1.2345679e+08.
+        let mut b = BytesMut::new();
+        encode_text(
+            &Value::Float(123456789f32 as f64),
+            &DataType::Float4,
+            &mut b,
+        )
+        .unwrap();
+        assert_eq!(&b[..], b"1.2345679e+08");
     }
 }

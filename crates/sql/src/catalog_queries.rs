@@ -279,7 +279,15 @@ pub fn virtual_catalog(catalog: &Catalog) -> Catalog {
                         .map(Value::Text)
                         .unwrap_or(Value::Null),
                     text(if c.not_null { "NO" } else { "YES" }),
-                    text(&c.ty.to_string()),
+                    // PostgreSQL's data_type has no modifiers
+                    // (`character varying`, `numeric`).
+                    text(
+                        &match &c.ty {
+                            DataType::Varchar(_) => DataType::Varchar(None),
+                            other => other.unconstrained(),
+                        }
+                        .to_string(),
+                    ),
                 ],
             );
         }

@@ -81,7 +81,9 @@ fn eval_all(exprs: &[Expr], env: &Env<'_>) -> Result<Vec<Value>, SqlError> {
     exprs.iter().map(|e| e.eval(env)).collect()
 }
 
-/// Evaluates constant key expressions as values of the key columns' types.
+/// Evaluates constant key expressions as values of the key columns' types
+/// (without a numeric's precision and scale: `WHERE k = 1.234` on a
+/// `numeric(10,2)` key looks for 1.234, which is not there, not for 1.23).
 fn key_values(
     t: &Table,
     cols: &[usize],
@@ -91,7 +93,10 @@ fn key_values(
     let env = Env { row: &[], params };
     cols.iter()
         .zip(exprs)
-        .map(|(&c, e)| Ok(e.eval(&env)?.coerce(&t.schema.columns[c].ty)?))
+        .map(|(&c, e)| {
+            Ok(e.eval(&env)?
+                .coerce(&t.schema.columns[c].ty.unconstrained())?)
+        })
         .collect()
 }
 
@@ -257,7 +262,9 @@ fn count_arg(e: Option<&Expr>, env: &Env<'_>, what: &str) -> Result<Option<usize
         Value::Null => Ok(None),
         Value::Int(n) if n >= 0 => Ok(Some(n as usize)),
         _ => Err(SqlError::new(
-            "2201W",
+            // PostgreSQL: invalid_row_count_in_limit_clause and
+            // invalid_row_count_in_result_offset_clause.
+            if what == "OFFSET" { "2201X" } else { "2201W" },
             format!("{what} must not be negative"),
         )),
     }

@@ -168,6 +168,12 @@ impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
     pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        if let Some(r) = self.refresh(sql) {
+            if r.is_err() {
+                self.note_error();
+            }
+            return vec![r];
+        }
         let statements = match parse(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -188,6 +194,52 @@ impl Session {
             }
         }
         out
+    }
+
+    /// `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`:
+    /// nothing to do, as every view is always current; an error if there is
+    /// no such view. `None` for any other statement.
+    fn refresh(&self, sql: &str) -> Option<Result<Outcome, SqlError>> {
+        let words: Vec<&str> = sql
+            .trim()
+            .trim_end_matches(';')
+            .split_whitespace()
+            .collect();
+        let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+        if lower.len() < 4 || lower[..3] != ["refresh", "materialized", "view"] {
+            return None;
+        }
+        let mut rest = &words[3..];
+        if rest
+            .first()
+            .is_some_and(|w| w.eq_ignore_ascii_case("concurrently"))
+        {
+            rest = &rest[1..];
+        }
+        let tail: Vec<String> = rest
+            .iter()
+            .skip(1)
+            .map(|w| w.to_ascii_lowercase())
+            .collect();
+        if rest.is_empty()
+            || !(tail.is_empty() || tail == ["with", "data"] || tail == ["with", "no", "data"])
+        {
+            return Some(Err(SqlError::syntax(format!(
+                "syntax error in REFRESH MATERIALIZED VIEW: {sql}"
+            ))));
+        }
+        let name = match rest[0].strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+            Some(quoted) => quoted.to_string(),
+            None => rest[0].to_lowercase(),
+        };
+        let name = name.strip_prefix("public.").unwrap_or(&name).to_string();
+        if self.engine.database().read().view(&name).is_none() {
+            return Some(Err(SqlError::new(
+                "42P01",
+                format!("materialized view \"{name}\" does not exist"),
+            )));
+        }
+        Some(Ok(command("REFRESH MATERIALIZED VIEW")))
     }
 
     /// Parses and describes one statement for the extended protocol.

@@ -440,6 +440,18 @@ fn views_over_views_and_dropping_what_views_depend_on() {
         ),
         vec![s(&["4", "2"])]
     );
+    // Views are always current: REFRESH has nothing to do.
+    ok(&mut se, "REFRESH MATERIALIZED VIEW histogram");
+    ok(
+        &mut se,
+        "refresh materialized view concurrently Histogram with data;",
+    );
+    assert_eq!(
+        run(&mut se, "REFRESH MATERIALIZED VIEW nothing")
+            .unwrap_err()
+            .code,
+        "42P01"
+    );
     let err = run(&mut se, "DROP VIEW per_author").unwrap_err();
     assert_eq!(err.code, "2BP01", "{err}");
     let err = run(&mut se, "DROP TABLE article").unwrap_err();

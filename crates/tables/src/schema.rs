@@ -325,7 +325,23 @@ mod tests {
             }],
         };
         for c in [
-            SchemaChange::CreateTable(t),
+            SchemaChange::CreateTable(t.clone()),
+            SchemaChange::CreateTable(TableSchema {
+                columns: vec![ColumnDef {
+                    name: "price".into(),
+                    ty: DataType::NumericTypmod {
+                        precision: 10,
+                        scale: 2,
+                    },
+                    not_null: false,
+                    default: Some(
+                        Value::Text("1.5".into())
+                            .coerce(&DataType::Numeric)
+                            .unwrap(),
+                    ),
+                }],
+                ..t
+            }),
             SchemaChange::DropTable { id: 7 },
             SchemaChange::DropIndex {
                 table: 7,
@@ -334,5 +350,45 @@ mod tests {
         ] {
             assert_eq!(SchemaChange::decode(&c.encode()).unwrap(), c);
         }
+    }
+
+    #[test]
+    fn numeric_precision_and_scale_are_kept_and_old_records_load() {
+        let column = |ty: &str| {
+            format!(
+                r#"{{"op":"create_table","v":1,"id":3,"name":"m","columns":[{{"name":"n","ty":"{ty}","not_null":false,"default":"1.5"}}],"primary_key":[],"indexes":[]}}"#
+            )
+        };
+        // A record written before numeric(p, s) was kept: plain numeric.
+        let SchemaChange::CreateTable(old) =
+            SchemaChange::decode(column("numeric").as_bytes()).unwrap()
+        else {
+            panic!("not a table")
+        };
+        assert_eq!(old.columns[0].ty, DataType::Numeric);
+        assert_eq!(
+            old.columns[0].default.as_ref().unwrap().to_text().unwrap(),
+            "1.5"
+        );
+        // Today's record: the type text carries them, and the default is
+        // read at that scale.
+        let SchemaChange::CreateTable(new) =
+            SchemaChange::decode(column("numeric(10,2)").as_bytes()).unwrap()
+        else {
+            panic!("not a table")
+        };
+        assert_eq!(
+            new.columns[0].ty,
+            DataType::NumericTypmod {
+                precision: 10,
+                scale: 2
+            }
+        );
+        assert_eq!(
+            new.columns[0].default.as_ref().unwrap().to_text().unwrap(),
+            "1.50"
+        );
+        let again = SchemaChange::decode(&SchemaChange::CreateTable(new.clone()).encode()).unwrap();
+        assert_eq!(again, SchemaChange::CreateTable(new));
     }
 }

@@ -19,8 +19,9 @@ use std::cmp::Ordering;
 use std::fmt;
 
 pub use rust_decimal::Decimal;
+pub use text::format_float4;
 pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
-pub use types::{parse_numeric, DataType, MAX_NUMERIC_DIGITS};
+pub use types::{numeric_typmod, parse_numeric, real_to_numeric, DataType, MAX_NUMERIC_DIGITS};
 
 /// Largest text, bytea or json value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1024 * 1024;
@@ -58,6 +59,18 @@ pub enum ValueError {
     /// SQLSTATE 22003.
     #[error("value out of range for type {ty}")]
     OutOfRange { ty: String },
+    /// SQLSTATE 22003, with PostgreSQL's own message (`integer out of
+    /// range`, `numeric field overflow`, ...).
+    #[error("{0}")]
+    Range(String),
+    /// SQLSTATE 22003: a value with more digits before the point than a
+    /// `numeric(precision, scale)` column allows.
+    #[error("numeric field overflow")]
+    NumericFieldOverflow { precision: u32, scale: u32 },
+    /// SQLSTATE 22008: a date or timestamp whose fields are out of range
+    /// (`2024-02-30`).
+    #[error("date/time field value out of range: \"{input}\"")]
+    DatetimeField { input: String },
     /// SQLSTATE 22001.
     #[error("value too long for type {ty}")]
     TooLong { ty: String },
@@ -73,12 +86,33 @@ pub enum ValueError {
 }
 
 impl ValueError {
+    /// PostgreSQL's DETAIL line for this error, if it has one.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            ValueError::NumericFieldOverflow { precision, scale } => {
+                let digits = *precision as i64 - *scale as i64;
+                let bound = if digits == 0 {
+                    "1".to_string()
+                } else {
+                    format!("10^{digits}")
+                };
+                Some(format!(
+                    "A field with precision {precision}, scale {scale} must round to an absolute value less than {bound}."
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// The PostgreSQL SQLSTATE for this error.
     pub fn sqlstate(&self) -> &'static str {
         match self {
             ValueError::Syntax { ty, .. } if ty.starts_with("timestamp") || ty == "date" => "22007",
             ValueError::Syntax { .. } => "22P02",
-            ValueError::OutOfRange { .. } => "22003",
+            ValueError::OutOfRange { .. }
+            | ValueError::Range(_)
+            | ValueError::NumericFieldOverflow { .. } => "22003",
+            ValueError::DatetimeField { .. } => "22008",
             ValueError::TooLong { .. } => "22001",
             ValueError::Mismatch { .. } => "42804",
             ValueError::TooLarge { .. } => "54000",

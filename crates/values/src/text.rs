@@ -60,6 +60,52 @@ pub fn format_finite_float(f: f64, digits: i32) -> String {
     }
 }
 
+/// A `real` as PostgreSQL prints it: the shortest digits that read back as
+/// the same `f32`, in exponent form when the decimal exponent is below -4
+/// or at least 6 (`1.2345679e+08`, `1e-05`, `123456.7`).
+pub fn format_float4(f: f32) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("exponent digits");
+    if (-4..6).contains(&exp) {
+        format!("{f}")
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    }
+}
+
+/// Whether `s` is written like a date or timestamp (digits in the places
+/// of `YYYY-MM-DD[ HH:MM[:SS[.f]]][zone]`), so that failing to read it
+/// means a field is out of range rather than bad syntax.
+pub(crate) fn has_datetime_shape(s: &str) -> bool {
+    let Some((body, _)) = split_zone(s) else {
+        return false;
+    };
+    let body = body.trim().replacen('T', " ", 1);
+    let (date, time) = match body.split_once(' ') {
+        Some((d, t)) => (d, Some(t.trim())),
+        None => (body.as_str(), None),
+    };
+    let numbers = |part: &str, sep: char, counts: &[usize]| {
+        let fields: Vec<&str> = part.split(sep).collect();
+        counts.contains(&fields.len())
+            && fields
+                .iter()
+                .all(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+    };
+    numbers(date, '-', &[3]) && time.is_none_or(|t| numbers(t, ':', &[2, 3]))
+}
+
 /// `YYYY-MM-DD` for days since 1970-01-01.
 pub fn format_date(days: i32) -> String {
     match NaiveDate::from_num_days_from_ce_opt(days + EPOCH_DAYS_FROM_CE) {
@@ -150,6 +196,28 @@ fn split_zone(s: &str) -> Option<(&str, i32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reals_print_as_postgres_prints_them() {
+        // SELECT 3e38::real, 1e-10::real, 123456789::real, ... in PostgreSQL 15.
+        for (f, text) in [
+            (3e38f32, "3e+38"),
+            (1e-10, "1e-10"),
+            (123456789.0, "1.2345679e+08"),
+            (0.1, "0.1"),
+            (1234567.0, "1.234567e+06"),
+            (999999.0, "999999"),
+            (1e6, "1e+06"),
+            (123456.7, "123456.7"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-0.0, "-0"),
+            (f32::NAN, "NaN"),
+            (f32::NEG_INFINITY, "-Infinity"),
+        ] {
+            assert_eq!(format_float4(f), text);
+        }
+    }
 
     #[test]
     fn timestamps_parse_with_zones() {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use rust_decimal::prelude::{FromPrimitive, ToPrimitive};
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
 use crate::text::{parse_date, parse_timestamp};
@@ -17,6 +17,14 @@ pub enum DataType {
     Float4,
     Float8,
     Numeric,
+    /// `numeric(precision, scale)`: values are rounded to `scale` places
+    /// and refused when they need more than `precision` digits. Only a
+    /// table column has it; expressions over the column see [`DataType::Numeric`]
+    /// (see [`DataType::unconstrained`]).
+    NumericTypmod {
+        precision: u32,
+        scale: u32,
+    },
     Bool,
     Text,
     /// `varchar(n)`; `None` is unbounded.
@@ -39,7 +47,18 @@ impl DataType {
             "bigint" | "int8" | "bigserial" => DataType::Int8,
             "real" | "float4" => DataType::Float4,
             "double precision" | "float8" | "double" | "float" => DataType::Float8,
-            "numeric" | "decimal" => DataType::Numeric,
+            "numeric" | "decimal" => match *modifiers {
+                [] => DataType::Numeric,
+                [p] if p >= 1 => DataType::NumericTypmod {
+                    precision: u32::try_from(p).ok()?,
+                    scale: 0,
+                },
+                [p, s] if p >= 1 => DataType::NumericTypmod {
+                    precision: u32::try_from(p).ok()?,
+                    scale: u32::try_from(s).ok()?,
+                },
+                _ => return None,
+            },
             "boolean" | "bool" => DataType::Bool,
             "text" | "string" => DataType::Text,
             "varchar" | "character varying" | "char" | "character" | "bpchar" => {
@@ -72,7 +91,7 @@ impl DataType {
             DataType::Date => 1082,
             DataType::Timestamp => 1114,
             DataType::TimestampTz => 1184,
-            DataType::Numeric => 1700,
+            DataType::Numeric | DataType::NumericTypmod { .. } => 1700,
             DataType::Uuid => 2950,
             DataType::Jsonb => 3802,
         }
@@ -122,7 +141,18 @@ impl DataType {
                 | DataType::Float4
                 | DataType::Float8
                 | DataType::Numeric
+                | DataType::NumericTypmod { .. }
         )
+    }
+
+    /// The type without a `numeric` precision and scale: what an expression
+    /// reading a `numeric(p, s)` column has (as in PostgreSQL, arithmetic
+    /// on it is plain `numeric`). Other types are unchanged.
+    pub fn unconstrained(&self) -> DataType {
+        match self {
+            DataType::NumericTypmod { .. } => DataType::Numeric,
+            other => other.clone(),
+        }
     }
 
     pub fn is_textual(&self) -> bool {
@@ -139,6 +169,9 @@ impl fmt::Display for DataType {
             DataType::Float4 => "real",
             DataType::Float8 => "double precision",
             DataType::Numeric => "numeric",
+            DataType::NumericTypmod { precision, scale } => {
+                return write!(f, "numeric({precision},{scale})")
+            }
             DataType::Bool => "boolean",
             DataType::Text => "text",
             DataType::Varchar(None) => "character varying",
@@ -165,6 +198,23 @@ fn range(ty: &DataType) -> ValueError {
     ValueError::OutOfRange { ty: ty.to_string() }
 }
 
+/// PostgreSQL's error for text that is a number too large (or too small)
+/// for `ty`: `value "3000000000" is out of range for type integer`.
+fn input_range(ty: &DataType, input: &str, quoted_value: bool) -> ValueError {
+    let input: String = input.chars().take(100).collect();
+    ValueError::Range(if quoted_value {
+        format!("value \"{input}\" is out of range for type {ty}")
+    } else {
+        format!("\"{input}\" is out of range for type {ty}")
+    })
+}
+
+/// PostgreSQL's error for a number that does not fit an integer type:
+/// `integer out of range`.
+fn integer_range(ty: &DataType) -> ValueError {
+    ValueError::Range(format!("{ty} out of range"))
+}
+
 fn int_in(ty: &DataType, i: i64) -> Result<Value, ValueError> {
     let ok = match ty {
         DataType::Int2 => i16::try_from(i).is_ok(),
@@ -174,7 +224,7 @@ fn int_in(ty: &DataType, i: i64) -> Result<Value, ValueError> {
     if ok {
         Ok(Value::Int(i))
     } else {
-        Err(range(ty))
+        Err(integer_range(ty))
     }
 }
 
@@ -199,23 +249,18 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
                     e.kind(),
                     std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow
                 ) {
-                    range(ty)
+                    input_range(ty, s, true)
                 } else {
                     syntax(ty, s)
                 }
             })?;
-            int_in(ty, i)
+            int_in(ty, i).map_err(|_| input_range(ty, s, true))
         }
-        DataType::Float4 | DataType::Float8 => {
-            let f = match t.to_ascii_lowercase().as_str() {
-                "nan" => f64::NAN,
-                "infinity" | "+infinity" | "inf" => f64::INFINITY,
-                "-infinity" | "-inf" => f64::NEG_INFINITY,
-                _ => t.parse::<f64>().map_err(|_| syntax(ty, s))?,
-            };
-            float_in(ty, f)
-        }
+        DataType::Float4 | DataType::Float8 => parse_float(s, ty),
         DataType::Numeric => parse_numeric(t).map(Value::Numeric),
+        DataType::NumericTypmod { precision, scale } => {
+            numeric_typmod(parse_numeric(t)?, *precision, *scale).map(Value::Numeric)
+        }
         DataType::Bool => match t.to_ascii_lowercase().as_str() {
             "t" | "true" | "y" | "yes" | "on" | "1" => Ok(Value::Bool(true)),
             "f" | "false" | "n" | "no" | "off" | "0" => Ok(Value::Bool(false)),
@@ -232,11 +277,13 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
         }
         DataType::Timestamp => parse_timestamp(t, false)
             .map(Value::Timestamp)
-            .ok_or_else(|| syntax(ty, s)),
+            .ok_or_else(|| datetime_error(ty, s)),
         DataType::TimestampTz => parse_timestamp(t, true)
             .map(Value::TimestampTz)
-            .ok_or_else(|| syntax(ty, s)),
-        DataType::Date => parse_date(t).map(Value::Date).ok_or_else(|| syntax(ty, s)),
+            .ok_or_else(|| datetime_error(ty, s)),
+        DataType::Date => parse_date(t)
+            .map(Value::Date)
+            .ok_or_else(|| datetime_error(ty, s)),
         DataType::Uuid => uuid::Uuid::parse_str(t)
             .map(|u| Value::Uuid(u.as_u128()))
             .map_err(|_| syntax(ty, s)),
@@ -245,6 +292,52 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
             check_len(Value::Json(s.to_string()))
         }
     }
+}
+
+/// A date or timestamp that did not parse: 22008 when it has the shape of
+/// one but a field is out of range (`2024-02-30`, `25:00`), else 22007.
+fn datetime_error(ty: &DataType, s: &str) -> ValueError {
+    if crate::text::has_datetime_shape(s.trim()) {
+        ValueError::DatetimeField {
+            input: s.chars().take(100).collect(),
+        }
+    } else {
+        syntax(ty, s)
+    }
+}
+
+/// `real` and `double precision` from text, as PostgreSQL's `float4in` and
+/// `float8in`: a number that overflows to infinity or underflows to zero is
+/// out of range (22003); `Infinity`, `-inf` and `NaN` are values.
+fn parse_float(s: &str, ty: &DataType) -> Result<Value, ValueError> {
+    let t = s.trim();
+    let special = match t.to_ascii_lowercase().as_str() {
+        "nan" | "+nan" | "-nan" => Some(f64::NAN),
+        "infinity" | "+infinity" | "inf" | "+inf" => Some(f64::INFINITY),
+        "-infinity" | "-inf" => Some(f64::NEG_INFINITY),
+        _ => None,
+    };
+    if let Some(f) = special {
+        return Ok(Value::Float(f));
+    }
+    let nonzero = t
+        .split(['e', 'E'])
+        .next()
+        .is_some_and(|m| m.bytes().any(|b| (b'1'..=b'9').contains(&b)));
+    let f = if *ty == DataType::Float4 {
+        let f: f32 = t.parse().map_err(|_| syntax(ty, s))?;
+        if f.is_infinite() || (f == 0.0 && nonzero) {
+            return Err(input_range(ty, s, false));
+        }
+        f as f64
+    } else {
+        let f: f64 = t.parse().map_err(|_| syntax(ty, s))?;
+        if f.is_infinite() || (f == 0.0 && nonzero) {
+            return Err(input_range(ty, s, false));
+        }
+        f
+    };
+    Ok(Value::Float(f))
 }
 
 /// Significant digits a `numeric` holds (rust_decimal's 96-bit mantissa).
@@ -262,19 +355,121 @@ pub fn parse_numeric(t: &str) -> Result<Decimal, ValueError> {
             ty: format!("numeric (at most {MAX_NUMERIC_DIGITS} significant digits)"),
         });
     }
-    t.parse::<Decimal>()
-        .or_else(|_| Decimal::from_scientific(t))
-        .map_err(|_| syntax(&ty, t))
+    let d = match t.parse::<Decimal>() {
+        Ok(d) => d,
+        Err(_) if t.contains(['e', 'E']) && mantissa.bytes().any(|b| b.is_ascii_digit()) => {
+            Decimal::from_scientific(t).map_err(|_| ValueError::OutOfRange {
+                ty: format!(
+                    "numeric (at most {MAX_NUMERIC_DIGITS} significant digits and decimal places)"
+                ),
+            })?
+        }
+        Err(_) => return Err(syntax(&ty, t)),
+    };
+    Ok(positive_zero(d))
+}
+
+/// PostgreSQL's numeric has no negative zero.
+fn positive_zero(mut d: Decimal) -> Decimal {
+    if d.is_zero() {
+        d.set_sign_positive(true);
+    }
+    d
+}
+
+/// Rounds `d` (half away from zero) to `scale` places and checks that it
+/// fits `numeric(precision, scale)`, as PostgreSQL stores into such a column.
+pub fn numeric_typmod(d: Decimal, precision: u32, scale: u32) -> Result<Decimal, ValueError> {
+    let too_many = || ValueError::OutOfRange {
+        ty: format!(
+            "numeric({precision},{scale}) (at most {MAX_NUMERIC_DIGITS} significant digits)"
+        ),
+    };
+    if scale > MAX_NUMERIC_DIGITS as u32 {
+        return Err(too_many());
+    }
+    let mut r =
+        d.round_dp_with_strategy(scale, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
+    // Pad to the scale (1 is 1.00 in numeric(10,2)).
+    if r.scale() < scale {
+        let m = r.mantissa();
+        let padded = 10i128
+            .checked_pow(scale - r.scale())
+            .and_then(|p| m.checked_mul(p))
+            .ok_or_else(too_many)?;
+        r = Decimal::try_from_i128_with_scale(padded, scale).map_err(|_| too_many())?;
+    }
+    // |r| < 10^(precision - scale).
+    let bound = if precision >= scale {
+        match 10i128.checked_pow(precision - scale) {
+            Some(b) if precision - scale <= MAX_NUMERIC_DIGITS as u32 => {
+                Some(Decimal::from_i128_with_scale(b, 0))
+            }
+            _ => None,
+        }
+    } else {
+        Some(Decimal::from_i128_with_scale(1, scale - precision))
+    };
+    if bound.is_some_and(|b| r.abs() >= b) {
+        return Err(ValueError::NumericFieldOverflow { precision, scale });
+    }
+    Ok(positive_zero(r))
 }
 
 fn float_in(ty: &DataType, f: f64) -> Result<Value, ValueError> {
     if *ty == DataType::Float4 {
-        if f.is_finite() && (f as f32).is_infinite() {
-            return Err(range(ty));
+        let narrow = f as f32;
+        if f.is_finite() && narrow.is_infinite() {
+            return Err(ValueError::Range("value out of range: overflow".into()));
         }
-        return Ok(Value::Float(f as f32 as f64));
+        if f != 0.0 && narrow == 0.0 {
+            return Err(ValueError::Range("value out of range: underflow".into()));
+        }
+        return Ok(Value::Float(narrow as f64));
     }
     Ok(Value::Float(f))
+}
+
+/// A `numeric` as PostgreSQL's `float4_numeric` makes it from a `real`: its
+/// 6 significant digits (`FLT_DIG`), without trailing zeros
+/// (`123456.7::real::numeric` is 123457).
+pub fn real_to_numeric(f: f32) -> Result<Decimal, ValueError> {
+    float_digits_to_numeric(f as f64, 6, &DataType::Numeric)
+}
+
+/// A `numeric` as PostgreSQL's `float8_numeric` makes it: the float's 15
+/// significant digits (`DBL_DIG`), without trailing zeros.
+fn float_to_numeric(f: f64, ty: &DataType) -> Result<Decimal, ValueError> {
+    float_digits_to_numeric(f, 15, ty)
+}
+
+fn float_digits_to_numeric(f: f64, digits: usize, ty: &DataType) -> Result<Decimal, ValueError> {
+    if !f.is_finite() {
+        return Err(ValueError::Range(format!(
+            "cannot convert {} to numeric",
+            if f.is_nan() { "NaN" } else { "infinity" }
+        )));
+    }
+    if f == 0.0 {
+        return Ok(Decimal::ZERO);
+    }
+    let text = format!("{f:.*e}", digits - 1);
+    let d = Decimal::from_scientific(&text).map_err(|_| range(ty))?;
+    Ok(positive_zero(d.normalize()))
+}
+
+/// A `numeric` as a float, correctly rounded (through its text, as
+/// PostgreSQL converts).
+fn numeric_to_float(d: &Decimal, ty: &DataType) -> Result<Value, ValueError> {
+    let text = d.to_string();
+    if *ty == DataType::Float4 {
+        let f: f32 = text.parse().map_err(|_| range(ty))?;
+        if f.is_infinite() {
+            return Err(ValueError::Range("value out of range: overflow".into()));
+        }
+        return Ok(Value::Float(f as f64));
+    }
+    Ok(Value::Float(text.parse().map_err(|_| range(ty))?))
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
@@ -292,6 +487,12 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
         from: v.kind_name().to_string(),
         to: ty.to_string(),
     };
+    if let DataType::NumericTypmod { precision, scale } = ty {
+        return match coerce(v, &DataType::Numeric)? {
+            Value::Numeric(d) => numeric_typmod(d, *precision, *scale).map(Value::Numeric),
+            other => Ok(other),
+        };
+    }
     match (v, ty) {
         (Value::Null, _) => Ok(Value::Null),
         (Value::Text(s), DataType::Text) => check_len(Value::Text(s)),
@@ -311,23 +512,23 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
         (Value::Float(f), DataType::Int2 | DataType::Int4 | DataType::Int8) => {
             let r = f.round_ties_even();
             if !r.is_finite() || r < i64::MIN as f64 || r >= i64::MAX as f64 {
-                return Err(range(ty));
+                return Err(integer_range(ty));
             }
             int_in(ty, r as i64)
         }
-        (Value::Float(f), DataType::Numeric) => Decimal::from_f64(f)
-            .map(Value::Numeric)
-            .ok_or_else(|| range(ty)),
+        (Value::Float(f), DataType::Numeric) => float_to_numeric(f, ty).map(Value::Numeric),
         (Value::Numeric(d), DataType::Numeric) => Ok(Value::Numeric(d)),
         (Value::Numeric(d), DataType::Int2 | DataType::Int4 | DataType::Int8) => {
             let r =
                 d.round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointAwayFromZero);
-            int_in(ty, r.to_i64().ok_or_else(|| range(ty))?)
+            int_in(ty, r.to_i64().ok_or_else(|| integer_range(ty))?)
         }
-        (Value::Numeric(d), DataType::Float4 | DataType::Float8) => {
-            float_in(ty, d.to_f64().ok_or_else(|| range(ty))?)
-        }
+        (Value::Numeric(d), DataType::Float4 | DataType::Float8) => numeric_to_float(&d, ty),
         (Value::Bool(b), DataType::Bool) => Ok(Value::Bool(b)),
+        // The cast to text spells booleans out (the output form is t/f).
+        (Value::Bool(b), DataType::Text | DataType::Varchar(_)) => {
+            coerce(Value::Text(if b { "true" } else { "false" }.into()), ty)
+        }
         (Value::Bytes(b), DataType::Bytea) => check_len(Value::Bytes(b)),
         (Value::Timestamp(t), DataType::Timestamp) => Ok(Value::Timestamp(t)),
         (Value::TimestampTz(t), DataType::TimestampTz) => Ok(Value::TimestampTz(t)),
@@ -382,6 +583,177 @@ mod tests {
             .coerce(&DataType::Jsonb)
             .unwrap_err();
         assert_eq!(e.sqlstate(), "22P02");
+    }
+
+    #[test]
+    fn out_of_range_errors_read_as_postgres() {
+        let msg = |r: Result<Value, ValueError>| {
+            let e = r.unwrap_err();
+            (e.sqlstate(), e.to_string())
+        };
+        assert_eq!(
+            msg(Value::Int(2_147_483_648).coerce(&DataType::Int4)),
+            ("22003", "integer out of range".into())
+        );
+        assert_eq!(
+            msg(Value::Int(32_768).coerce(&DataType::Int2)),
+            ("22003", "smallint out of range".into())
+        );
+        assert_eq!(
+            msg(Value::Text("3000000000".into()).coerce(&DataType::Int4)),
+            (
+                "22003",
+                "value \"3000000000\" is out of range for type integer".into()
+            )
+        );
+        // '1e400'::float8, '1e-400'::float8 and '1e39'::real overflow or
+        // underflow; a denormal is a value.
+        for (text, ty) in [
+            ("1e400", DataType::Float8),
+            ("-1e400", DataType::Float8),
+            ("1e-400", DataType::Float8),
+            ("1e39", DataType::Float4),
+            ("1e-50", DataType::Float4),
+        ] {
+            let (code, m) = msg(Value::Text(text.into()).coerce(&ty));
+            assert_eq!(code, "22003");
+            assert_eq!(m, format!("\"{text}\" is out of range for type {ty}"));
+        }
+        assert_eq!(
+            parse_text("1e-310", &DataType::Float8).unwrap(),
+            Value::Float(1e-310)
+        );
+        assert!(parse_text("-Infinity", &DataType::Float8)
+            .is_ok_and(|v| v == Value::Float(f64::NEG_INFINITY)));
+        assert!(parse_text("x1", &DataType::Float8).is_err());
+        // 1e39::float8::real overflows, 1e-50::float8::real underflows.
+        assert_eq!(
+            msg(Value::Float(1e39).coerce(&DataType::Float4)).1,
+            "value out of range: overflow"
+        );
+        assert_eq!(
+            msg(Value::Float(1e-50).coerce(&DataType::Float4)).1,
+            "value out of range: underflow"
+        );
+    }
+
+    #[test]
+    fn impossible_dates_are_field_errors() {
+        // '2024-02-30'::date is 22008 in PostgreSQL, 'abc'::date 22007.
+        for (text, ty, code) in [
+            ("2024-02-30", DataType::Date, "22008"),
+            ("2024-13-01", DataType::Date, "22008"),
+            ("abc", DataType::Date, "22007"),
+            ("2024-02-30 10:00", DataType::Timestamp, "22008"),
+            ("2024-02-01 25:00", DataType::Timestamp, "22008"),
+            ("2024-02-01 25:00+02", DataType::TimestampTz, "22008"),
+            ("yesterday-ish", DataType::Timestamp, "22007"),
+        ] {
+            let e = Value::Text(text.into()).coerce(&ty).unwrap_err();
+            assert_eq!(e.sqlstate(), code, "{text}");
+        }
+        let e = Value::Text("2024-02-30".into())
+            .coerce(&DataType::Date)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "date/time field value out of range: \"2024-02-30\""
+        );
+    }
+
+    #[test]
+    fn booleans_cast_to_text_are_spelled_out() {
+        // true::text is 'true' in PostgreSQL; the output form stays t/f.
+        assert_eq!(
+            Value::Bool(true).coerce(&DataType::Text).unwrap(),
+            Value::Text("true".into())
+        );
+        assert_eq!(
+            Value::Bool(false).coerce(&DataType::Varchar(None)).unwrap(),
+            Value::Text("false".into())
+        );
+        assert_eq!(Value::Bool(true).to_text().unwrap(), "t");
+    }
+
+    #[test]
+    fn numeric_typmod_rounds_pads_and_overflows() {
+        let ty = DataType::from_sql("numeric", &[10, 2]).unwrap();
+        assert_eq!(ty.to_string(), "numeric(10,2)");
+        assert_eq!(ty.unconstrained(), DataType::Numeric);
+        let text = |v: &str, ty: &DataType| {
+            Value::Text(v.into())
+                .coerce(ty)
+                .map(|v| v.to_text().unwrap())
+        };
+        // PostgreSQL: 1.234 -> 1.23, 1 -> 1.00, 1.235 -> 1.24, -1.235 -> -1.24.
+        assert_eq!(text("1.234", &ty).unwrap(), "1.23");
+        assert_eq!(text("1", &ty).unwrap(), "1.00");
+        assert_eq!(text("1.235", &ty).unwrap(), "1.24");
+        assert_eq!(text("-1.235", &ty).unwrap(), "-1.24");
+        assert_eq!(text("-0.001", &ty).unwrap(), "0.00");
+        assert_eq!(
+            Value::Int(1).coerce(&ty).unwrap().to_text().unwrap(),
+            "1.00"
+        );
+        let six_two = DataType::from_sql("numeric", &[6, 2]).unwrap();
+        let e = text("123456.78", &six_two).unwrap_err();
+        assert_eq!(e.sqlstate(), "22003");
+        assert_eq!(e.to_string(), "numeric field overflow");
+        assert_eq!(
+            e.detail().unwrap(),
+            "A field with precision 6, scale 2 must round to an absolute value less than 10^4."
+        );
+        // 9999.995 rounds to 10000.00, which does not fit either.
+        assert!(text("9999.995", &six_two).is_err());
+        assert_eq!(text("9999.994", &six_two).unwrap(), "9999.99");
+        let three = DataType::from_sql("numeric", &[3]).unwrap();
+        assert_eq!(text("999.4", &three).unwrap(), "999");
+        assert!(text("999.5", &three).is_err());
+        // numeric(3,5) holds values below 10^-2.
+        let tiny = DataType::from_sql("numeric", &[3, 5]).unwrap();
+        assert_eq!(text("0.001234", &tiny).unwrap(), "0.00123");
+        assert!(text("0.01", &tiny).is_err());
+        assert!(DataType::from_sql("numeric", &[0]).is_none());
+    }
+
+    #[test]
+    fn floats_become_numerics_with_fifteen_digits() {
+        // PostgreSQL's float8 -> numeric keeps 15 significant digits.
+        for (f, text) in [
+            (0.1, "0.1"),
+            (1.0 / 3.0, "0.333333333333333"),
+            (123456789012345678.0, "123456789012346000"),
+            (1e20, "100000000000000000000"),
+            (-0.0, "0"),
+        ] {
+            let v = Value::Float(f).coerce(&DataType::Numeric).unwrap();
+            assert_eq!(v.to_text().unwrap(), text);
+        }
+        assert!(Value::Float(f64::NAN).coerce(&DataType::Numeric).is_err());
+        // A real keeps 6: 123456.7::real::numeric is 123457.
+        assert_eq!(real_to_numeric(123456.7).unwrap().to_string(), "123457");
+        assert_eq!(real_to_numeric(0.1).unwrap().to_string(), "0.1");
+        // And back, correctly rounded.
+        let d = parse_numeric("0.1").unwrap();
+        assert_eq!(
+            Value::Numeric(d).coerce(&DataType::Float8).unwrap(),
+            Value::Float(0.1)
+        );
+    }
+
+    #[test]
+    fn exponent_numerics_keep_postgres_scale() {
+        // 1.50e1 is 15.0, 1e5 is 100000, 1.5e-3 is 0.0015.
+        for (text, shown) in [
+            ("1.50e1", "15.0"),
+            ("1e5", "100000"),
+            ("1.5e-3", "0.0015"),
+            ("1e-10", "0.0000000001"),
+        ] {
+            assert_eq!(parse_numeric(text).unwrap().to_string(), shown);
+        }
+        assert_eq!(parse_numeric("1e400").unwrap_err().sqlstate(), "22003");
+        assert_eq!(parse_numeric("1x").unwrap_err().sqlstate(), "22P02");
     }
 
     #[test]

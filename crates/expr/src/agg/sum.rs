@@ -13,6 +13,7 @@ use std::cmp::Ordering;
 
 use aqueduct_values::{Decimal, Value};
 
+use crate::numeric::{base10000_lead, div_scale};
 use crate::SqlError;
 
 /// Finest scale of a `Decimal`; integer and numeric inputs are summed at it.
@@ -21,10 +22,6 @@ const SCALE_MAX: u32 = 28;
 const DECIMAL_MANTISSA_BITS: usize = 96;
 /// Bit 0 of a float sum weighs 2^-1074.
 const FLOAT_UNIT_EXP: i32 = -1074;
-/// PostgreSQL's `NUMERIC_MIN_SIG_DIGITS`: the least significant digits of a quotient.
-const PG_DIV_MIN_DIGITS: i64 = 16;
-/// PostgreSQL's `NUMERIC_MAX_DISPLAY_SCALE`.
-const PG_DISPLAY_SCALE_MAX: i64 = 1000;
 
 /// Limbs of the numeric sum: |mantissa| < 2^96, times 10^28 < 2^93.1, times
 /// |weight| ≤ 2^63 is below 2^253, which leaves 2^66 terms of headroom in 320
@@ -277,43 +274,16 @@ fn fit_decimal(
     }
 }
 
-/// PostgreSQL's numeric digits are base 10000: the weight (power of 10000)
-/// of the first non-zero digit of `digits × 10^-scale` and that digit.
-/// Zero is (0, 0), as PostgreSQL's `select_div_scale` sees it.
-fn base10000_lead(digits: &str, scale: u32) -> (i64, u64) {
-    let d = digits.as_bytes();
-    if digits == "0" {
-        return (0, 0);
-    }
-    // Power of ten of the leading decimal digit.
-    let lead = d.len() as i64 - 1 - scale as i64;
-    let weight = lead.div_euclid(4);
-    let mut group = 0u64;
-    for p in (4 * weight..4 * weight + 4).rev() {
-        let i = lead - p;
-        let digit = if (0..d.len() as i64).contains(&i) {
-            (d[i as usize] - b'0') as u64
-        } else {
-            0
-        };
-        group = group * 10 + digit;
-    }
-    (weight, group)
-}
-
 /// The result scale PostgreSQL's `numeric_div` gives `sum / count`
 /// (`select_div_scale`): at least 16 significant digits, at least the sum's
 /// scale.
 fn pg_div_scale(sum_digits: &str, sum_scale: u32, count: u64) -> i64 {
-    let (w1, d1) = base10000_lead(sum_digits, sum_scale);
-    let (w2, d2) = base10000_lead(&count.to_string(), 0);
-    let mut qweight = w1 - w2;
-    if d1 <= d2 {
-        qweight -= 1;
-    }
-    (PG_DIV_MIN_DIGITS - qweight * 4)
-        .max(sum_scale as i64)
-        .clamp(0, PG_DISPLAY_SCALE_MAX)
+    div_scale(
+        base10000_lead(sum_digits, sum_scale),
+        sum_scale,
+        base10000_lead(&count.to_string(), 0),
+        0,
+    )
 }
 
 /// Sum of floats in units of 2^-1074, with infinities and NaNs counted apart.
