@@ -25,6 +25,28 @@ pub enum BinOp {
     Concat,
 }
 
+impl BinOp {
+    /// How SQL writes the operator (`+`, `<=`, `AND`, `||`, ...).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Mod => "%",
+            BinOp::Eq => "=",
+            BinOp::NotEq => "<>",
+            BinOp::Lt => "<",
+            BinOp::LtEq => "<=",
+            BinOp::Gt => ">",
+            BinOp::GtEq => ">=",
+            BinOp::And => "AND",
+            BinOp::Or => "OR",
+            BinOp::Concat => "||",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnOp {
     Not,
@@ -395,30 +417,11 @@ fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
         BinOp::Eq | BinOp::NotEq | BinOp::Lt | BinOp::LtEq | BinOp::Gt | BinOp::GtEq
     ) {
         if a.sql_cmp(&b).is_none() {
-            return Err(operator_error(op_name(op), &a, &b));
+            return Err(operator_error(op.symbol(), &a, &b));
         }
         return Ok(cmp_op(op, &a, &b));
     }
     arithmetic(op, a, b)
-}
-
-fn op_name(op: BinOp) -> &'static str {
-    match op {
-        BinOp::Add => "+",
-        BinOp::Sub => "-",
-        BinOp::Mul => "*",
-        BinOp::Div => "/",
-        BinOp::Mod => "%",
-        BinOp::Eq => "=",
-        BinOp::NotEq => "<>",
-        BinOp::Lt => "<",
-        BinOp::LtEq => "<=",
-        BinOp::Gt => ">",
-        BinOp::GtEq => ">=",
-        BinOp::And => "AND",
-        BinOp::Or => "OR",
-        BinOp::Concat => "||",
-    }
 }
 
 fn division_by_zero() -> SqlError {
@@ -440,7 +443,7 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 // i64::MIN % -1 is 0 (checked_rem calls it an overflow).
                 BinOp::Mod if y == -1 => Some(0),
                 BinOp::Mod => x.checked_rem(y),
-                _ => return Err(operator_error(op_name(op), &a, &b)),
+                _ => return Err(operator_error(op.symbol(), &a, &b)),
             }
             .ok_or_else(overflow)?)
         }
@@ -453,7 +456,7 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 BinOp::Div if y == 0.0 => return Err(division_by_zero()),
                 BinOp::Div => x / y,
                 // PostgreSQL has no % for floats.
-                _ => return Err(operator_error(op_name(op), &a, &b)),
+                _ => return Err(operator_error(op.symbol(), &a, &b)),
             };
             // Finite operands with an infinite result overflowed (PostgreSQL: 22003).
             if r.is_infinite() && x.is_finite() && y.is_finite() {
@@ -475,7 +478,7 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 BinOp::Div => numeric::div(x, y)?,
                 BinOp::Mod if y.is_zero() => return Err(division_by_zero()),
                 BinOp::Mod => numeric::rem(x, y)?,
-                _ => return Err(operator_error(op_name(op), &a, &b)),
+                _ => return Err(operator_error(op.symbol(), &a, &b)),
             })
         }
         (Timestamp(t), Int(days)) | (TimestampTz(t), Int(days)) if op == BinOp::Add => {
@@ -491,7 +494,7 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
             Date(if op == BinOp::Add { d + n } else { d - n })
         }
         (Date(x), Date(y)) if op == BinOp::Sub => Int((*x - *y) as i64),
-        _ => return Err(operator_error(op_name(op), &a, &b)),
+        _ => return Err(operator_error(op.symbol(), &a, &b)),
     })
 }
 

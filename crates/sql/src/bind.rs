@@ -1170,7 +1170,7 @@ impl<'a> Binder<'a> {
                 format!(
                     "operator does not exist: {} {} {}",
                     type_name(&a),
-                    binop_symbol(op),
+                    op.symbol(),
                     type_name(&b)
                 ),
             )
@@ -2505,25 +2505,6 @@ fn type_name(ty: &DataType) -> String {
     match ty {
         DataType::Varchar(_) => "character varying".into(),
         other => other.unconstrained().to_string(),
-    }
-}
-
-fn binop_symbol(op: BinOp) -> &'static str {
-    match op {
-        BinOp::Add => "+",
-        BinOp::Sub => "-",
-        BinOp::Mul => "*",
-        BinOp::Div => "/",
-        BinOp::Mod => "%",
-        BinOp::Eq => "=",
-        BinOp::NotEq => "<>",
-        BinOp::Lt => "<",
-        BinOp::LtEq => "<=",
-        BinOp::Gt => ">",
-        BinOp::GtEq => ">=",
-        BinOp::And => "AND",
-        BinOp::Or => "OR",
-        BinOp::Concat => "||",
     }
 }
 

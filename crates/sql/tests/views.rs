@@ -3,7 +3,7 @@
 
 mod common;
 
-use aqueduct_sql::{Outcome, Session};
+use aqueduct_sql::Session;
 use common::{engine, run};
 
 fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
@@ -198,15 +198,8 @@ fn keyed_lookups_and_prepared_reads_of_views() {
         .prepare("SELECT title, votes FROM article_votes WHERE id = $1", &[])
         .unwrap();
     assert_eq!(p.params, vec![aqueduct_values::DataType::Int8]);
-    let read = |se: &mut Session, id: i64| match se
-        .execute_prepared(&p, &[aqueduct_values::Value::Int(id)])
-        .unwrap()
-    {
-        Outcome::Rows { rows, .. } => rows
-            .into_iter()
-            .map(|r| r.iter().map(|v| v.to_string()).collect::<Vec<_>>())
-            .collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
+    let read = |se: &mut Session, id: i64| {
+        common::prepared_rows(se, &p, &[aqueduct_values::Value::Int(id)])
     };
     assert_eq!(read(&mut se, 1), vec![s(&["a", "2"])]);
     assert_eq!(read(&mut se, 3), Vec::<Vec<String>>::new());
@@ -252,15 +245,8 @@ fn prepared_joins_become_automatic_views() {
     let p = se.prepare(q, &[]).unwrap();
     assert_eq!(p.params, vec![aqueduct_values::DataType::Int8]);
     assert_eq!(p.columns.len(), 2);
-    let read = |se: &mut Session, id: i64| match se
-        .execute_prepared(&p, &[aqueduct_values::Value::Int(id)])
-        .unwrap()
-    {
-        Outcome::Rows { rows, .. } => rows
-            .into_iter()
-            .map(|r| r.iter().map(|v| v.to_string()).collect::<Vec<_>>())
-            .collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
+    let read = |se: &mut Session, id: i64| {
+        common::prepared_rows(se, &p, &[aqueduct_values::Value::Int(id)])
     };
     assert_eq!(read(&mut se, 1), vec![s(&["a", "2"])]);
     ok(&mut se, "INSERT INTO vote VALUES (2, 101), (2, 102)");
@@ -275,13 +261,8 @@ fn prepared_joins_become_automatic_views() {
         .prepare(q, &[Some(aqueduct_values::DataType::Int2)])
         .unwrap();
     assert_eq!(declared.params, vec![aqueduct_values::DataType::Int2]);
-    match se
-        .execute_prepared(&declared, &[aqueduct_values::Value::Int(2)])
-        .unwrap()
-    {
-        Outcome::Rows { rows, .. } => assert_eq!(rows[0][1].to_string(), "3"),
-        other => panic!("{other:?}"),
-    }
+    let got = common::prepared_rows(&mut se, &declared, &[aqueduct_values::Value::Int(2)]);
+    assert_eq!(got[0][1], "3");
     // Mixed case and a column named like a table are still view reads.
     ok(
         &mut se,
@@ -298,13 +279,8 @@ fn prepared_joins_become_automatic_views() {
     ok(&mut plain, "SET aqueduct.auto_views = off");
     let p = plain.prepare(q, &[]).unwrap();
     assert_eq!(p.params, vec![aqueduct_values::DataType::Int8]);
-    match plain
-        .execute_prepared(&p, &[aqueduct_values::Value::Int(2)])
-        .unwrap()
-    {
-        Outcome::Rows { rows, .. } => assert_eq!(rows[0][1].to_string(), "3"),
-        other => panic!("{other:?}"),
-    }
+    let got = common::prepared_rows(&mut plain, &p, &[aqueduct_values::Value::Int(2)]);
+    assert_eq!(got[0][1], "3");
     assert_eq!(rows(&mut se, "SHOW VIEWS").len(), views);
 }
 
@@ -536,15 +512,12 @@ fn reads_see_every_earlier_write_while_others_write() {
                     );
                     assert_eq!(got, vec![vec![n.to_string()]], "thread {t}, vote {n}");
                     if n % 10 == 0 {
-                        match se
-                            .execute_prepared(&auto, &[aqueduct_values::Value::Int(t)])
-                            .unwrap()
-                        {
-                            Outcome::Rows { rows, .. } => {
-                                assert_eq!(rows[0][1].to_string(), n.to_string(), "thread {t}")
-                            }
-                            other => panic!("{other:?}"),
-                        }
+                        let got = common::prepared_rows(
+                            &mut se,
+                            &auto,
+                            &[aqueduct_values::Value::Int(t)],
+                        );
+                        assert_eq!(got[0][1], n.to_string(), "thread {t}");
                     }
                 }
             });
@@ -695,13 +668,7 @@ fn automatic_views_read_ranges() {
             &[],
         )
         .unwrap();
-    match se
-        .execute_prepared(&p, &[aqueduct_values::Value::Null])
-        .unwrap()
-    {
-        Outcome::Rows { rows, .. } => assert!(rows.is_empty()),
-        other => panic!("{other:?}"),
-    }
+    assert!(common::prepared_rows(&mut se, &p, &[aqueduct_values::Value::Null]).is_empty());
 }
 
 /// The embedded read API: rows found in place, equal to the copying lookup.

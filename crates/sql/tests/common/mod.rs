@@ -46,3 +46,21 @@ pub fn sorted_rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
     out.sort();
     out
 }
+
+/// The rows of a prepared statement run with `params`, as text.
+pub fn prepared_rows(
+    s: &mut Session,
+    p: &aqueduct_sql::Prepared,
+    params: &[aqueduct_values::Value],
+) -> Vec<Vec<String>> {
+    match s
+        .execute_prepared(p, params)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.sql))
+    {
+        Outcome::Rows { rows, .. } => rows
+            .into_iter()
+            .map(|r| r.iter().map(|v| v.to_string()).collect())
+            .collect(),
+        other => panic!("{}: expected rows, got {other:?}", p.sql),
+    }
+}
