@@ -43,12 +43,17 @@ pub struct AutoView {
     pub offset: usize,
 }
 
-/// One lookup of an automatic view: rows whose equality keys are `prefix`
-/// and, with `range`, whose last key column lies in it.
+/// One lookup of an automatic view: rows whose `columns` are `prefix` and,
+/// with `range`, whose last key column lies in it.
 #[derive(Clone, Debug)]
 pub struct Lookup {
+    /// The key columns (positions among the view's keys) looked up by.
+    pub columns: Vec<usize>,
     pub prefix: Vec<Value>,
     pub range: Option<(Bound<Value>, Bound<Value>)>,
+    /// Rows whose key column (position) holds this value were found by an
+    /// earlier side of an OR: left out, so each row comes once.
+    pub exclude: Vec<(usize, Value)>,
 }
 
 /// Most key combinations one read looks up (`IN` lists multiply); beyond
@@ -145,6 +150,27 @@ fn lift_conjunct(c: &ast::Expr, next: &mut usize, literals: &mut Vec<Value>) -> 
         matches!(op, B::Eq | B::Lt | B::LtEq | B::Gt | B::GtEq)
     };
     match c {
+        // `a = 1 OR b = 2`: both sides.
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Or,
+            right,
+        } => ast::Expr::BinaryOp {
+            left: Box::new(lift_conjunct(left, next, literals)),
+            op: ast::BinaryOperator::Or,
+            right: Box::new(lift_conjunct(right, next, literals)),
+        },
+        ast::Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                ast::Expr::BinaryOp {
+                    op: ast::BinaryOperator::Or,
+                    ..
+                }
+            ) =>
+        {
+            ast::Expr::Nested(Box::new(lift_conjunct(inner, next, literals)))
+        }
         ast::Expr::BinaryOp { left, op, right } if comparison(op) => {
             match (left.as_ref(), right.as_ref()) {
                 (col, l) if is_column(col) && literal(l).is_some() => ast::Expr::BinaryOp {
@@ -238,8 +264,25 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
                     _ => rest.push(c.clone()),
                 },
             },
-            None => rest.push(c.clone()),
+            None => match pinned_or(c) {
+                // One OR group, over columns no other condition pins.
+                Some(group)
+                    if !keys.iter().any(|(_, k)| matches!(k, KeyParam::Or(_)))
+                        && group.iter().all(|(c, _)| !keys.iter().any(|(e, _)| e == c)) =>
+                {
+                    keys.extend(group)
+                }
+                _ => rest.push(c.clone()),
+            },
         }
+    }
+    if keys
+        .iter()
+        .filter(|(e, _)| keys.iter().filter(|(o, _)| o == e).count() > 1)
+        .count()
+        > 0
+    {
+        return None;
     }
     // A range is read over the last key column.
     let ranges = keys
@@ -261,8 +304,12 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
     if many > 1 {
         return None;
     }
-    // Both read the rows of several keys.
-    let many = many + ranges;
+    // All three read the rows of several keys.
+    let ors = keys
+        .iter()
+        .filter(|(_, k)| matches!(k, KeyParam::Or(_)))
+        .count();
+    let many = many + ranges + ors;
     let mut sel = sel.clone();
     sel.selection = rest.into_iter().reduce(|a, b| ast::Expr::BinaryOp {
         left: Box::new(a),
@@ -373,6 +420,8 @@ pub enum KeyParam {
     One(usize),
     /// `column IN ($n, $m, ...)`.
     Many(Vec<usize>),
+    /// One side of `a = $n OR b = $m OR ...`: rows matching any side.
+    Or(usize),
     /// `column > $n`, `column <= $m`, `column BETWEEN $n AND $m`: the
     /// parameters of the low and high ends, and whether each is included.
     Range {
@@ -486,6 +535,40 @@ fn pinned(e: &ast::Expr) -> Option<(ast::Expr, KeyParam)> {
     }
 }
 
+/// `a = $n OR b = $m OR ...` over different columns: each column with its
+/// parameter.
+fn pinned_or(e: &ast::Expr) -> Option<Vec<(ast::Expr, KeyParam)>> {
+    fn disjuncts<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+        match e {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Or,
+                right,
+            } => {
+                disjuncts(left, out);
+                disjuncts(right, out);
+            }
+            ast::Expr::Nested(inner) => disjuncts(inner, out),
+            other => out.push(other),
+        }
+    }
+    let mut parts = Vec::new();
+    disjuncts(e, &mut parts);
+    if parts.len() < 2 {
+        return None;
+    }
+    let mut out: Vec<(ast::Expr, KeyParam)> = Vec::new();
+    for p in parts {
+        match pinned(p)? {
+            (col, KeyParam::One(n)) if !out.iter().any(|(c, _)| *c == col) => {
+                out.push((col, KeyParam::Or(n)))
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 impl AutoView {
     /// Builds the description of a compiled automatic view.
     pub fn describe(entry: &ViewEntry, p: Parameterized) -> Result<AutoView, SqlError> {
@@ -496,7 +579,7 @@ impl AutoView {
             .iter()
             .enumerate()
             .flat_map(|(i, k)| match k {
-                KeyParam::One(n) => vec![(i, *n)],
+                KeyParam::One(n) | KeyParam::Or(n) => vec![(i, *n)],
                 KeyParam::Many(ns) => ns.iter().map(|n| (i, *n)).collect(),
                 KeyParam::Range { low, high } => {
                     low.iter().chain(high).map(|(n, _)| (i, *n)).collect()
@@ -534,11 +617,6 @@ impl AutoView {
         })
     }
 
-    /// Whether reads take a range of the last key column.
-    pub fn has_range(&self) -> bool {
-        matches!(self.keys.last(), Some(KeyParam::Range { .. }))
-    }
-
     /// What to look up for a set of parameters (converted to the key
     /// columns' types): each the values of the equality keys, and the range
     /// of the last key column when it has one. NULL never matches `=`,
@@ -550,11 +628,18 @@ impl AutoView {
             Ok(v.coerce(&self.param_types[n])?)
         };
         let mut combos: Vec<Vec<Value>> = vec![Vec::new()];
+        let mut columns = Vec::new();
+        let mut ors: Vec<(usize, Value)> = Vec::new();
         let mut range = None;
-        for k in &self.keys {
+        let mut range_column = None;
+        for (i, k) in self.keys.iter().enumerate() {
             let values = match k {
                 KeyParam::One(n) => vec![value(*n)?],
                 KeyParam::Many(ns) => ns.iter().map(|&n| value(n)).collect::<Result<_, _>>()?,
+                KeyParam::Or(n) => {
+                    ors.push((i, value(*n)?));
+                    continue;
+                }
                 KeyParam::Range { low, high } => {
                     let bound =
                         |b: &Option<(usize, bool)>| -> Result<Option<Bound<Value>>, SqlError> {
@@ -576,9 +661,11 @@ impl AutoView {
                         (Some(l), Some(h)) => range = Some((l, h)),
                         _ => return Ok(Some(Vec::new())),
                     }
+                    range_column = Some(i);
                     continue;
                 }
             };
+            columns.push(i);
             let mut next = Vec::with_capacity(combos.len() * values.len());
             for c in &combos {
                 for v in &values {
@@ -597,15 +684,43 @@ impl AutoView {
             }
             combos = next;
         }
-        Ok(Some(
-            combos
-                .into_iter()
-                .map(|prefix| Lookup {
+        // Without an OR, one lookup per combination; with one, one per side
+        // (a NULL side matches nothing), each leaving out the rows an
+        // earlier side found.
+        let sides: Vec<Option<(usize, Value)>> = if ors.is_empty() {
+            vec![None]
+        } else {
+            ors.iter()
+                .filter(|(_, v)| !v.is_null())
+                .cloned()
+                .map(Some)
+                .collect()
+        };
+        let mut out = Vec::new();
+        for (s, side) in sides.iter().enumerate() {
+            let mut cols = columns.clone();
+            let exclude: Vec<(usize, Value)> = sides[..s].iter().flatten().cloned().collect();
+            if let Some((i, _)) = side {
+                cols.push(*i);
+            }
+            cols.extend(range_column);
+            for prefix in &combos {
+                let mut prefix = prefix.clone();
+                if let Some((_, v)) = side {
+                    prefix.push(v.clone());
+                }
+                out.push(Lookup {
+                    columns: cols.clone(),
                     prefix,
                     range: range.clone(),
-                })
-                .collect(),
-        ))
+                    exclude: exclude.clone(),
+                });
+            }
+        }
+        if out.len() > MAX_KEYS_PER_READ {
+            return Ok(None);
+        }
+        Ok(Some(out))
     }
 
     /// The answer from the rows of every key looked up: merged, made

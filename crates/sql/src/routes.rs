@@ -97,11 +97,11 @@ impl Session {
             return Ok(None);
         };
         self.engine.metrics.count(&self.engine.metrics.select);
-        let columns: Vec<usize> = (auto.visible..auto.visible + auto.keys.len()).collect();
         let seen = self.views_current()?;
         let mut rows = Vec::new();
         for l in &keys {
-            rows.extend(match &l.range {
+            let columns: Vec<usize> = l.columns.iter().map(|c| auto.visible + c).collect();
+            let found = match &l.range {
                 None => self.engine.views.lookup(&entry, &columns, &l.prefix)?.0,
                 Some((low, high)) => {
                     self.engine
@@ -109,7 +109,13 @@ impl Session {
                         .lookup_range(&entry, &columns, &l.prefix, low.as_ref(), high.as_ref())?
                         .0
                 }
-            });
+            };
+            // A row an earlier side of an OR found is not counted again.
+            rows.extend(found.into_iter().filter(|r| {
+                !l.exclude
+                    .iter()
+                    .any(|(c, v)| r[auto.visible + c] == *v && !v.is_null())
+            }));
         }
         if rows.is_empty() && auto.global {
             return Ok(None);
@@ -327,6 +333,7 @@ fn describe_key(k: &KeyParam) -> String {
             format!("a range ({}{} )", end(low, ">=", ">"), end(high, "<=", "<"))
         }
         KeyParam::One(n) => format!("${}", n + 1),
+        KeyParam::Or(n) => format!("or ${}", n + 1),
         KeyParam::Many(ns) => format!(
             "one of {}",
             ns.iter()

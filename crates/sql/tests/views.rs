@@ -700,3 +700,58 @@ fn embedded_lookups_read_rows_in_place() {
     assert_eq!(seen[0][3].to_string(), "2");
     assert!(lsn > 0 && lsn == lsn2);
 }
+
+/// `a = $1 OR b = $2` keys one automatic view read by each side, each row
+/// once even when it matches both sides; equal to evaluating it once.
+#[test]
+fn automatic_views_read_either_side_of_an_or() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    let mut plain = e.session();
+    ok(&mut plain, "SET aqueduct.auto_views = off");
+    let queries = [
+        "SELECT a.id, v.\"user\" FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.author = 10 OR v.\"user\" = 3",
+        "SELECT a.title, v.\"user\" FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE (a.id = 2 OR v.\"user\" = 4) AND a.author IN (10, 20) ORDER BY v.\"user\", a.title LIMIT 3",
+        "SELECT DISTINCT a.author FROM article a JOIN vote v ON a.id = v.article_id \
+         WHERE a.id = 1 OR a.author = 20 OR v.\"user\" = 5",
+    ];
+    for step in 0..10i64 {
+        ok(
+            &mut se,
+            &format!(
+                "INSERT INTO article VALUES ({step}, 't{step}', {})",
+                if step % 5 == 4 {
+                    "NULL".to_string()
+                } else {
+                    (step % 3 * 10).to_string()
+                }
+            ),
+        );
+        ok(
+            &mut se,
+            &format!(
+                "INSERT INTO vote VALUES ({}, {}), ({}, {}), ({step}, NULL)",
+                step / 2,
+                step % 6,
+                (step + 1) % 4,
+                (step * 5) % 7
+            ),
+        );
+        for q in queries {
+            let (mut got, mut want) = (common::rows(&mut se, q), common::rows(&mut plain, q));
+            if !q.contains("ORDER BY") {
+                got.sort();
+                want.sort();
+            }
+            assert_eq!(got, want, "step {step}: {q}");
+        }
+    }
+    for q in queries {
+        let plan = common::rows(&mut se, &format!("EXPLAIN {q}"));
+        assert!(plan[0][0].contains("or $"), "{plan:?}");
+    }
+}
