@@ -645,7 +645,16 @@ impl Session {
             };
             let (rows, watermark) = match (keyed, params.is_empty() && !with_rows) {
                 (_, true) => (Vec::new(), 0),
-                (Some((cols, values)), _) => self.engine.views.lookup(&v, &cols, &values)?,
+                (Some((cols, combos)), _) => {
+                    let mut rows = Vec::new();
+                    let mut watermark = 0;
+                    for values in &combos {
+                        let (found, w) = self.engine.views.lookup(&v, &cols, values)?;
+                        rows.extend(found);
+                        watermark = w;
+                    }
+                    (rows, watermark)
+                }
                 (None, _) => self.engine.views.rows(&v)?,
             };
             catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
@@ -794,14 +803,15 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     })
 }
 
-/// For `SELECT ... FROM view WHERE col = value AND ...`: the view columns
-/// pinned to constants (or given parameters) and their values, sorted by
-/// column, so the rows can be found by a keyed lookup instead of a scan.
+/// For `SELECT ... FROM view WHERE col = value AND other IN (...) ...`: the
+/// view columns pinned to constants (or given parameters), sorted, and every
+/// combination of their values, so the rows can be found by keyed lookups
+/// instead of a scan.
 fn equality_key(
     st: &Statement,
     view: &crate::views::ViewEntry,
     params: &[Value],
-) -> Option<(Vec<usize>, Vec<Value>)> {
+) -> Option<(Vec<usize>, Vec<Vec<Value>>)> {
     use sqlparser::ast;
     let Statement::Query(q) = st else { return None };
     let ast::SetExpr::Select(sel) = q.body.as_ref() else {
@@ -826,51 +836,84 @@ fn equality_key(
         }
     }
     split(sel.selection.as_ref()?, &mut conjuncts);
-    let mut key: Vec<(usize, Value)> = Vec::new();
+    let mut key: Vec<(usize, Vec<Value>)> = Vec::new();
     for c in conjuncts {
-        let ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::Eq,
-            right,
-        } = c
-        else {
-            continue;
+        // `col = value` or `col IN (values)`.
+        let (col, vals): (&ast::Expr, Vec<&ast::Expr>) = match c {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } => match (left.as_ref(), right.as_ref()) {
+                (c @ (ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_)), v)
+                | (v, c @ (ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_))) => {
+                    (c, vec![v])
+                }
+                _ => continue,
+            },
+            ast::Expr::InList {
+                expr,
+                list,
+                negated: false,
+            } if !list.is_empty() => (expr.as_ref(), list.iter().collect()),
+            _ => continue,
         };
-        let (col, val) = match (left.as_ref(), right.as_ref()) {
-            (ast::Expr::Identifier(i), v) | (v, ast::Expr::Identifier(i)) => (bind::ident(i), v),
-            (ast::Expr::CompoundIdentifier(p), v) | (v, ast::Expr::CompoundIdentifier(p)) => {
-                (bind::ident(p.last()?), v)
-            }
+        let col = match col {
+            ast::Expr::Identifier(i) => bind::ident(i),
+            ast::Expr::CompoundIdentifier(p) => bind::ident(p.last()?),
             _ => continue,
         };
         let Some(pos) = view.columns.iter().position(|c| c.name == col) else {
             continue;
         };
-        let value = match val {
-            ast::Expr::Value(v) => match &v.value {
-                ast::Value::Placeholder(p) => {
-                    let n: usize = p.strip_prefix('$')?.parse().ok()?;
-                    params.get(n.checked_sub(1)?)?.clone()
-                }
-                ast::Value::Number(n, _) => Value::Text(n.clone()),
-                ast::Value::SingleQuotedString(s) => Value::Text(s.clone()),
-                _ => continue,
-            },
-            _ => continue,
-        };
-        // A value of the wrong type is left to the normal path's error.
-        let Ok(value) = value.coerce(&view.columns[pos].ty) else {
-            return None;
-        };
-        if value.is_null() {
-            return None;
+        let mut values = Vec::new();
+        for val in vals {
+            let value = match val {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::Placeholder(p) => {
+                        let n: usize = p.strip_prefix('$')?.parse().ok()?;
+                        params.get(n.checked_sub(1)?)?.clone()
+                    }
+                    ast::Value::Number(n, _) => Value::Text(n.clone()),
+                    ast::Value::SingleQuotedString(s) => Value::Text(s.clone()),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            // A value of the wrong type is left to the normal path's error.
+            let Ok(value) = value.coerce(&view.columns[pos].ty) else {
+                return None;
+            };
+            // NULL matches nothing; the statement's own WHERE says so.
+            if !value.is_null() && !values.contains(&value) {
+                values.push(value);
+            }
         }
-        key.push((pos, value));
+        key.push((pos, values));
     }
     if key.is_empty() {
         return None;
     }
+    // The lookups fetch a superset of the answer (the whole WHERE is then
+    // evaluated over their rows), so one condition per column is enough.
     key.sort_by_key(|(c, _)| *c);
     key.dedup_by_key(|(c, _)| *c);
-    Some(key.into_iter().unzip())
+    let columns: Vec<usize> = key.iter().map(|(c, _)| *c).collect();
+    let mut combos: Vec<Vec<Value>> = vec![Vec::new()];
+    for (_, values) in key {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push(v.clone());
+                    c
+                })
+            })
+            .collect();
+        if combos.len() > crate::auto_views::MAX_KEYS_PER_READ {
+            return None;
+        }
+    }
+    Some((columns, combos))
 }
