@@ -305,6 +305,12 @@ impl ViewWriter {
 }
 
 impl ViewReader {
+    /// Tells this view apart from every other (also from a later view of
+    /// the same name).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The key columns of the view's rows.
     pub fn key_columns(&self) -> &[usize] {
         &self.key

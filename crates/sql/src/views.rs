@@ -91,6 +91,16 @@ impl Default for ViewRegistry {
     }
 }
 
+/// Views whose keyed readers one thread keeps at most (then it starts over).
+const LOCAL_KEYED_VIEWS: usize = 4096;
+
+/// One thread's copies of the keyed readers it used, by view id.
+type LocalKeyed = HashMap<u64, Vec<(Vec<usize>, bool, ViewReader)>>;
+
+thread_local! {
+    static LOCAL_KEYED: std::cell::RefCell<LocalKeyed> = std::cell::RefCell::new(HashMap::new());
+}
+
 /// A view's keyed readers: key columns, whether keys are ordered, the
 /// reader. A view has a few; a scan finds one without allocating.
 type KeyedReaders = Vec<(Vec<usize>, bool, Arc<ViewReader>)>;
@@ -475,8 +485,49 @@ impl ViewRegistry {
         key: &[usize],
         values: &[aqueduct_values::Value],
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let reader = self.keyed_reader(entry, key, false)?;
-        read_view(&entry.name, &reader, |s| s.lookup(values))
+        self.with_keyed(entry, key, false, |r| {
+            read_view(&entry.name, r, |s| s.lookup(values))
+        })?
+    }
+
+    /// Runs `f` with the keyed reader of `entry` on `key`, from this
+    /// thread's cache when it has it: a repeated read then writes nothing
+    /// another thread reads (no lock word, no reference count), so reads
+    /// scale with cores.
+    fn with_keyed<T>(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        ordered: bool,
+        f: impl FnOnce(&ViewReader) -> T,
+    ) -> Result<T, SqlError> {
+        let id = entry.reader.id();
+        let mut f = Some(f);
+        let hit = LOCAL_KEYED.with(|cell| {
+            let cache = cell.borrow();
+            let found = cache
+                .get(&id)?
+                .iter()
+                .find(|(k, o, _)| k == key && *o == ordered)
+                .map(|(_, _, r)| r)?;
+            Some((f.take().expect("called once"))(found))
+        });
+        if let Some(out) = hit {
+            return Ok(out);
+        }
+        let reader = (*self.keyed_reader(entry, key, ordered)?).clone();
+        let out = (f.take().expect("called once"))(&reader);
+        LOCAL_KEYED.with(|cell| {
+            let mut cache = cell.borrow_mut();
+            if cache.len() >= LOCAL_KEYED_VIEWS {
+                cache.clear();
+            }
+            cache
+                .entry(id)
+                .or_default()
+                .push((key.to_vec(), ordered, reader));
+        });
+        Ok(out)
     }
 
     /// Like [`ViewRegistry::lookup`], calling `f` on each row in place
@@ -489,8 +540,11 @@ impl ViewRegistry {
         values: &[aqueduct_values::Value],
         f: impl FnMut(&Row),
     ) -> Result<Lsn, SqlError> {
-        let reader = self.keyed_reader(entry, key, false)?;
-        Ok(read_view(&entry.name, &reader, |s| s.for_each(values, f))?.1)
+        Ok(self
+            .with_keyed(entry, key, false, |r| {
+                read_view(&entry.name, r, |s| s.for_each(values, f))
+            })??
+            .1)
     }
 
     /// The rows of view `entry` whose first `key` columns equal `prefix`
@@ -503,12 +557,13 @@ impl ViewRegistry {
         low: Bound<&aqueduct_values::Value>,
         high: Bound<&aqueduct_values::Value>,
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let reader = self.keyed_reader(entry, key, true)?;
-        read_view(&entry.name, &reader, |s| {
-            let mut out = Vec::new();
-            s.for_each_in_range(prefix, low, high, |r| out.push(r.clone()));
-            out
-        })
+        self.with_keyed(entry, key, true, |r| {
+            read_view(&entry.name, r, |s| {
+                let mut out = Vec::new();
+                s.for_each_in_range(prefix, low, high, |r| out.push(r.clone()));
+                out
+            })
+        })?
     }
 
     /// The dataflow behind a view, as text lines.
