@@ -1,7 +1,8 @@
 //! Aqueduct's benchmarks against real peers.
 //!
-//! `bench log append|replay|compaction [options] [--json FILE]` and
-//! `bench sql point [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench log append|replay|compaction [options] [--json FILE]`,
+//! `bench sql point [options] [--json FILE]` and
+//! `bench view read [options] [--json FILE]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
@@ -12,6 +13,7 @@ mod log_compaction;
 mod log_replay;
 mod pg;
 mod sql_point;
+mod view_read;
 
 use std::path::PathBuf;
 
@@ -38,6 +40,18 @@ enum Top {
         #[command(subcommand)]
         which: SqlBench,
     },
+    /// Maintained views, in process (the embedded engine).
+    View {
+        #[command(subcommand)]
+        which: ViewBench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ViewBench {
+    /// Keyed reads of Noria's vote view through `ViewRegistry::lookup`,
+    /// uniform and Zipf ids, 1 and 2 reader threads.
+    Read(view_read::ReadArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -108,6 +122,7 @@ fn main() -> anyhow::Result<()> {
     let result = match cli.command {
         Top::Log { which } => run(which, started),
         Top::Sql { which } => run_sql(which, started),
+        Top::View { which } => run_view(which, started),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.
@@ -139,6 +154,15 @@ fn run_sql(which: SqlBench, started: u64) -> anyhow::Result<()> {
         SqlBench::Point(args) => {
             let results = sql_point::run(&args)?;
             write_json(&args.json, "sql point", started, &args, &results)
+        }
+    }
+}
+
+fn run_view(which: ViewBench, started: u64) -> anyhow::Result<()> {
+    match which {
+        ViewBench::Read(args) => {
+            let results = view_read::run(&args)?;
+            write_json(&args.json, "view read", started, &args, &results)
         }
     }
 }
