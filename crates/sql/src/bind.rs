@@ -1514,12 +1514,12 @@ impl<'a> Binder<'a> {
     fn resolve_from(&self, from: &[ast::TableWithJoins]) -> Result<(&'a Table, String), SqlError> {
         let [twj] = from else {
             return Err(SqlError::unsupported(
-                "selecting from several tables (joins arrive with maintained views)",
+                "selecting from several tables in this statement (a SELECT may join; INSERT, UPDATE and DELETE read one table)",
             ));
         };
         if !twj.joins.is_empty() {
             return Err(SqlError::unsupported(
-                "JOIN (joins arrive with maintained views)",
+                "JOIN in this statement (a SELECT may join; INSERT, UPDATE and DELETE read one table)",
             ));
         }
         match &twj.relation {
