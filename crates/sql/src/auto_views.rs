@@ -727,7 +727,11 @@ impl AutoView {
     /// distinct, sorted, offset and limited as the query says, and cut to
     /// its own columns.
     pub fn finish(&self, mut rows: Vec<Row>, keys_read: usize) -> Vec<Row> {
-        if self.distinct && keys_read > 1 {
+        // Rows of different keys may be equal (a range or an OR reads many
+        // keys in one lookup), so DISTINCT is applied to the merged rows.
+        if self.distinct
+            && (keys_read > 1 || self.keys.iter().any(|k| !matches!(k, KeyParam::One(_))))
+        {
             let mut seen = std::collections::HashSet::new();
             rows.retain(|r| seen.insert(r[..self.visible].to_vec()));
         }
