@@ -91,9 +91,17 @@ impl Engine {
         // Views are functions of the tables: rebuilt from the recovered state,
         // in creation order, before any new commit.
         db.with_commits_paused(|catalog, lsn| {
-            for (id, (name, sql)) in &catalog.views {
-                if let Err(e) = registry.install(catalog, lsn, *id, name, sql) {
-                    tracing::error!(view = %name, "cannot rebuild the view: {e}");
+            let count = catalog.views.len();
+            for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
+                let started = Instant::now();
+                match registry.install(catalog, lsn, *id, name, sql) {
+                    Ok(()) => tracing::info!(
+                        view = %name,
+                        "rebuilt view {} of {count} in {:.2} s",
+                        i + 1,
+                        started.elapsed().as_secs_f64()
+                    ),
+                    Err(e) => tracing::error!(view = %name, "cannot rebuild the view: {e}"),
                 }
             }
         });
