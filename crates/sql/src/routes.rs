@@ -102,13 +102,21 @@ impl Session {
         for l in &keys {
             let columns: Vec<usize> = l.columns.iter().map(|c| auto.visible + c).collect();
             let found = match &l.range {
-                None => self.engine.views.lookup(&entry, &columns, &l.prefix)?.0,
-                Some((low, high)) => {
-                    self.engine
-                        .views
-                        .lookup_range(&entry, &columns, &l.prefix, low.as_ref(), high.as_ref())?
-                        .0
-                }
+                None => self.engine.views.lookup(&entry, &columns, &l.prefix),
+                Some((low, high)) => self.engine.views.lookup_range(
+                    &entry,
+                    &columns,
+                    &l.prefix,
+                    low.as_ref(),
+                    high.as_ref(),
+                ),
+            };
+            let found = match found {
+                Ok((rows, _)) => rows,
+                // Dropped meanwhile (a table or view it read went): answer
+                // another way.
+                Err(_) if self.engine.views.get(&auto.view).is_none() => return Ok(None),
+                Err(e) => return Err(e),
             };
             // A row an earlier side of an OR found is not counted again.
             rows.extend(found.into_iter().filter(|r| {

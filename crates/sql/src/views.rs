@@ -273,8 +273,8 @@ impl ViewRegistry {
                         .map(|v| v.name.clone());
                     if let Some(name) = name {
                         self.drop_view(&name);
+                        self.drop_auto_views_reading(&name);
                     }
-                    self.drop_auto_views();
                 }
                 // An automatic view reads tables by id: once one is gone,
                 // the queries are made again against what exists now.
@@ -296,9 +296,39 @@ impl ViewRegistry {
         graph.drop_view(name);
     }
 
+    /// Drops the automatic views that read the view `name` (they are made
+    /// again on next use).
+    fn drop_auto_views_reading(&self, name: &str) {
+        let reads = |view: &str| {
+            self.get(view).is_some_and(|v| {
+                crate::session::parse(&v.sql).map_or(true, |sts| {
+                    sts.iter()
+                        .any(|st| crate::bind::relations(st).iter().any(|r| r == name))
+                })
+            })
+        };
+        let gone: Vec<String> = {
+            let mut auto = self.auto.write();
+            let names: Vec<String> = auto
+                .values()
+                .map(|a| a.view.clone())
+                .filter(|v| reads(v))
+                .collect();
+            auto.retain(|_, a| !names.contains(&a.view));
+            names
+        };
+        self.forget_auto_views(gone);
+    }
+
     /// Drops every automatic view (they are made again on next use).
     fn drop_auto_views(&self) {
         let autos: Vec<String> = self.auto.write().drain().map(|(_, a)| a.view).collect();
+        self.forget_auto_views(autos);
+    }
+
+    fn forget_auto_views(&self, mut autos: Vec<String>) {
+        autos.sort();
+        autos.dedup();
         if autos.is_empty() {
             return;
         }

@@ -802,3 +802,123 @@ fn in_lists_on_views_look_up_each_value() {
     got.sort();
     assert_eq!(got, vec![s(&["b"]), s(&["c"])]);
 }
+
+/// Writers, readers that keep making automatic views, and a session that
+/// creates and drops views, all at once for a bounded time: nothing
+/// deadlocks (a watchdog fails the test), no unexpected error, and at the
+/// end every view still equals its query evaluated once.
+#[test]
+fn views_made_and_dropped_under_concurrent_reads_and_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(&mut se, VOTES);
+    for a in 0..20 {
+        ok(
+            &mut se,
+            &format!("INSERT INTO article VALUES ({a}, 't{a}', {})", a % 4),
+        );
+    }
+    let stop = AtomicBool::new(false);
+    let run_for = Duration::from_millis(1500);
+    // The watchdog: a deadlock would hang the threads below, so after 60 s
+    // without the all-clear the whole test process is stopped, loudly.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            done_rx.recv_timeout(Duration::from_secs(60))
+        {
+            eprintln!("views under concurrent load: no progress in 60 s (deadlock?)");
+            std::process::abort();
+        }
+    });
+    std::thread::scope(|scope| {
+        let (e, stop) = (&e, &stop);
+        scope.spawn(move || {
+            let mut s = e.session();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                ok(
+                    &mut s,
+                    &format!("INSERT INTO vote VALUES ({}, {n})", n % 20),
+                );
+                if n % 7 == 0 {
+                    ok(
+                        &mut s,
+                        &format!("DELETE FROM vote WHERE \"user\" = {}", n - 3),
+                    );
+                }
+                n += 1;
+            }
+        });
+        scope.spawn(move || {
+            let mut s = e.session();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                // New shapes keep making automatic views while others read.
+                let q = match i % 4 {
+                    0 => format!(
+                        "SELECT a.id, count(*) FROM article a JOIN vote v ON a.id = v.article_id \
+                         WHERE a.id = {} GROUP BY a.id",
+                        i % 20
+                    ),
+                    1 => format!(
+                        "SELECT v.\"user\" FROM article a JOIN vote v ON a.id = v.article_id \
+                         WHERE a.author IN ({}, {}) AND v.\"user\" > {}",
+                        i % 4,
+                        (i + 1) % 4,
+                        i % 50
+                    ),
+                    2 => format!("SELECT * FROM article_votes WHERE id = {}", i % 20),
+                    _ => format!(
+                        "SELECT a.title FROM article a JOIN vote v ON a.id = v.article_id \
+                         WHERE a.id = {} OR v.\"user\" = {} ORDER BY a.title LIMIT {}",
+                        i % 20,
+                        i,
+                        1 + i % 3
+                    ),
+                };
+                common::rows(&mut s, &q);
+                i += 1;
+            }
+        });
+        scope.spawn(move || {
+            let mut s = e.session();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                ok(
+                    &mut s,
+                    &format!(
+                        "CREATE VIEW churn{i} AS SELECT author, count(*) AS n FROM article a \
+                         JOIN vote v ON a.id = v.article_id GROUP BY author"
+                    ),
+                );
+                common::rows(&mut s, &format!("SELECT * FROM churn{i} WHERE author = 1"));
+                ok(&mut s, &format!("DROP VIEW churn{i}"));
+                i += 1;
+            }
+        });
+        let started = Instant::now();
+        while started.elapsed() < run_for {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    done_tx.send(()).unwrap();
+    // Every view equals its query evaluated once.
+    let mut plain = e.session();
+    ok(&mut plain, "SET aqueduct.auto_views = off");
+    let direct = "SELECT a.id, a.title, a.author, v.votes FROM article a \
+         LEFT JOIN (SELECT article_id, count(*) AS votes FROM vote GROUP BY article_id) v \
+         ON a.id = v.article_id";
+    assert_eq!(
+        rows(&mut se, "SELECT * FROM article_votes"),
+        rows(&mut plain, direct)
+    );
+    let q = "SELECT a.id, count(*) FROM article a JOIN vote v ON a.id = v.article_id \
+             WHERE a.id = 3 GROUP BY a.id";
+    assert_eq!(rows(&mut se, q), rows(&mut plain, q));
+}
