@@ -456,19 +456,25 @@ fn aggregates(projection: &[ast::SelectItem]) -> bool {
     })
 }
 
-fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+/// The operands of a chain of `op` (AND or OR), parentheses looked through.
+pub(crate) fn split_by<'e>(
+    e: &'e ast::Expr,
+    op: &ast::BinaryOperator,
+    out: &mut Vec<&'e ast::Expr>,
+) {
     match e {
-        ast::Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::And,
-            right,
-        } => {
-            split(left, out);
-            split(right, out);
+        ast::Expr::BinaryOp { left, op: o, right } if o == op => {
+            split_by(left, op, out);
+            split_by(right, op, out);
         }
-        ast::Expr::Nested(inner) => split(inner, out),
+        ast::Expr::Nested(inner) => split_by(inner, op, out),
         other => out.push(other),
     }
+}
+
+/// The conjuncts of a WHERE.
+pub(crate) fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+    split_by(e, &ast::BinaryOperator::And, out)
 }
 
 /// `column = $n` (either way round) or `column IN ($n, ...)`: the column
@@ -538,22 +544,8 @@ fn pinned(e: &ast::Expr) -> Option<(ast::Expr, KeyParam)> {
 /// `a = $n OR b = $m OR ...` over different columns: each column with its
 /// parameter.
 fn pinned_or(e: &ast::Expr) -> Option<Vec<(ast::Expr, KeyParam)>> {
-    fn disjuncts<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
-        match e {
-            ast::Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::Or,
-                right,
-            } => {
-                disjuncts(left, out);
-                disjuncts(right, out);
-            }
-            ast::Expr::Nested(inner) => disjuncts(inner, out),
-            other => out.push(other),
-        }
-    }
     let mut parts = Vec::new();
-    disjuncts(e, &mut parts);
+    split_by(e, &ast::BinaryOperator::Or, &mut parts);
     if parts.len() < 2 {
         return None;
     }

@@ -821,21 +821,7 @@ fn equality_key(
         return None;
     }
     let mut conjuncts = Vec::new();
-    fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
-        match e {
-            ast::Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::And,
-                right,
-            } => {
-                split(left, out);
-                split(right, out);
-            }
-            ast::Expr::Nested(inner) => split(inner, out),
-            other => out.push(other),
-        }
-    }
-    split(sel.selection.as_ref()?, &mut conjuncts);
+    crate::auto_views::split(sel.selection.as_ref()?, &mut conjuncts);
     let mut key: Vec<(usize, Vec<Value>)> = Vec::new();
     for c in conjuncts {
         // `col = value` or `col IN (values)`.
