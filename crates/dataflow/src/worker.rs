@@ -69,6 +69,17 @@ pub struct Worker {
 pub struct WorkerStats {
     pub queued_batches: usize,
     pub processed: Lsn,
+    /// A batch is being run now.
+    pub busy: bool,
+}
+
+impl WorkerStats {
+    /// Whether every write up to `lsn` is reflected (the same rule as
+    /// [`Worker::wait_processed`]: an idle worker with nothing queued has
+    /// everything submitted).
+    pub fn reflects(&self, lsn: Lsn) -> bool {
+        self.processed >= lsn || (self.queued_batches == 0 && !self.busy)
+    }
 }
 
 impl Worker {
@@ -170,6 +181,7 @@ impl Worker {
         WorkerStats {
             queued_batches: q.batches.len(),
             processed: q.processed,
+            busy: q.busy,
         }
     }
 }

@@ -886,7 +886,9 @@ impl Conn {
         let (columns, rows, tag, suspended) = match state {
             PortalState::New { params } => {
                 let statement = portal.statement.clone();
-                let (outcome, snap) = if statement.quick {
+                let quick =
+                    statement.quick && self.session().lock().runs_without_waiting(&statement);
+                let (outcome, snap) = if quick {
                     // A lookup takes microseconds: handing it to the blocking
                     // pool and back would cost more than running it.
                     self.inline(|s| s.execute_prepared(&statement, &params))

@@ -348,6 +348,20 @@ impl Session {
         })
     }
 
+    /// Whether `p` can run on the caller's thread without waiting for the
+    /// dataflow: a quick read, and for one a view answers, the views
+    /// already reflect every committed write (else a front end should run
+    /// it where waiting blocks nobody else).
+    pub fn runs_without_waiting(&self, p: &Prepared) -> bool {
+        p.quick
+            && (p.auto.is_none()
+                || self
+                    .engine
+                    .views
+                    .progress()
+                    .reflects(self.engine.database().applied_lsn()))
+    }
+
     /// Executes a prepared statement with its parameter values (already of
     /// the prepared parameter types).
     pub fn execute_prepared(

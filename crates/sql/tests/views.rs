@@ -252,6 +252,9 @@ fn prepared_joins_become_automatic_views() {
     ok(&mut se, "INSERT INTO vote VALUES (2, 101), (2, 102)");
     assert_eq!(read(&mut se, 2), vec![s(&["b", "3"])]);
     assert!(read(&mut se, 9).is_empty());
+    // Once the views reflect every write, a front end may run it inline.
+    e.views.await_lsn(se.last_lsn()).unwrap();
+    assert!(se.runs_without_waiting(&p));
     assert!(rows(&mut se, "SHOW VIEWS")
         .iter()
         .any(|v| v[0].starts_with("auto_")));
