@@ -96,7 +96,6 @@ impl Session {
         let Some(entry) = self.engine.views.get(&auto.view) else {
             return Ok(None);
         };
-        self.engine.metrics.count(&self.engine.metrics.select);
         let seen = self.views_current()?;
         let mut rows = Vec::new();
         for l in &keys {
@@ -128,6 +127,8 @@ impl Session {
         if rows.is_empty() && auto.global {
             return Ok(None);
         }
+        // Counted once answered here (a fallback counts its own).
+        self.engine.metrics.count(&self.engine.metrics.select);
         self.engine.database().await_visible(seen)?;
         let rows = auto.finish(rows, keys.len());
         Ok(Some(Outcome::Rows {
