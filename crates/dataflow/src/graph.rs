@@ -12,14 +12,18 @@ use std::sync::Arc;
 
 use aqueduct_expr::SqlError;
 
+use crate::partial::Region;
 pub use crate::view::ViewFailure;
-use crate::view::{new_view_with, Lsn, ViewReader, ViewWriter};
-use crate::{consolidate, Delta, Operator, Row};
+use crate::view::{new_view_with, Lsn, ViewKind, ViewReader, ViewWriter};
+use crate::{consolidate, stored_bytes, Delta, Operator, Row};
 
 pub type NodeId = usize;
 pub type TableId = u64;
 
-enum Kind {
+/// Inputs waiting for each node: (port, delta).
+pub(crate) type Pending = BTreeMap<NodeId, Vec<(usize, Delta)>>;
+
+pub(crate) enum Kind {
     Source {
         table: TableId,
         name: String,
@@ -33,18 +37,25 @@ enum Kind {
     Removed,
 }
 
-struct Node {
-    kind: Kind,
-    parents: Vec<NodeId>,
-    children: Vec<(NodeId, usize)>,
+pub(crate) struct Node {
+    pub(crate) kind: Kind,
+    pub(crate) parents: Vec<NodeId>,
+    pub(crate) children: Vec<(NodeId, usize)>,
     /// Everything the node has emitted so far, to start new children with
-    /// (empty for sources, whose children start from the table).
-    output: HashMap<Row, i64>,
+    /// (empty for sources, whose children start from the table, and for
+    /// nodes private to one view, which get no new children).
+    pub(crate) output: HashMap<Row, i64>,
+    pub(crate) output_bytes: i64,
+    pub(crate) keep_output: bool,
+    /// Made for one view only: never shared with another.
+    pub(crate) private: bool,
+    /// The partial view whose keys this node's state is limited to.
+    pub(crate) region: Option<NodeId>,
 }
 
 #[derive(Default)]
 pub struct Graph {
-    nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
     reuse: HashMap<(String, Vec<NodeId>), NodeId>,
     sources: HashMap<TableId, NodeId>,
     views: HashMap<String, NodeId>,
@@ -52,6 +63,14 @@ pub struct Graph {
     failed: HashMap<NodeId, ViewFailure>,
     /// The LSN up to which every batch has been processed and published.
     processed: Arc<AtomicU64>,
+    /// Operators added now are private to the view being compiled.
+    private: bool,
+    /// Partial views, by their view node.
+    pub(crate) regions: BTreeMap<NodeId, Region>,
+    /// Edges from a source into a partial view's operators: (child, port)
+    /// → (the partial view, the source columns its key is made of). Rows
+    /// of keys the view does not hold do not pass.
+    pub(crate) entries: HashMap<(NodeId, usize), (NodeId, Vec<usize>)>,
 }
 
 impl Graph {
@@ -69,8 +88,18 @@ impl Graph {
             parents,
             children: Vec::new(),
             output: HashMap::new(),
+            output_bytes: 0,
+            keep_output: !self.private,
+            private: self.private,
+            region: None,
         });
         id
+    }
+
+    /// While on, operators added are private to the view being compiled:
+    /// not shared with other views (their state may be partial).
+    pub fn set_private(&mut self, on: bool) {
+        self.private = on;
     }
 
     /// The source node of a table (created on first use).
@@ -93,6 +122,9 @@ impl Graph {
     /// The flag is true when the node is new (it must be initialised).
     pub fn operator(&mut self, op: Box<dyn Operator>, parents: Vec<NodeId>) -> (NodeId, bool) {
         assert_eq!(op.inputs(), parents.len(), "operator arity");
+        if self.private {
+            return (self.push(Kind::Op(op), parents), true);
+        }
         let key = (op.signature(), parents.clone());
         if let Some(&id) = self.reuse.get(&key) {
             return (id, false);
@@ -104,19 +136,18 @@ impl Graph {
 
     /// Adds a view named `name` over `parent`, keyed by `key` columns.
     pub fn view(&mut self, name: &str, parent: NodeId, key: Vec<usize>) -> (NodeId, ViewReader) {
-        self.view_with(name, parent, key, false)
+        self.view_with(name, parent, key, ViewKind::Full)
     }
 
-    /// [`Graph::view`], with its keys kept in order when `ordered` (for
-    /// range reads of the last key column).
+    /// [`Graph::view`], keeping its rows as `kind` says.
     pub fn view_with(
         &mut self,
         name: &str,
         parent: NodeId,
         key: Vec<usize>,
-        ordered: bool,
+        kind: ViewKind,
     ) -> (NodeId, ViewReader) {
-        let (writer, reader) = new_view_with(key, self.processed.clone(), ordered);
+        let (writer, reader) = new_view_with(key, self.processed.clone(), kind);
         let id = self.push(
             Kind::View {
                 name: name.to_string(),
@@ -144,6 +175,12 @@ impl Graph {
 
     pub fn has_view(&self, name: &str) -> bool {
         self.views.contains_key(name)
+    }
+
+    /// Sets the LSN the graph is at, when nothing was processed yet: the
+    /// tables it was filled from were recovered up to it.
+    pub fn set_processed(&mut self, lsn: Lsn) {
+        self.processed.store(lsn, Ordering::Release);
     }
 
     /// The LSN up to which every batch has been processed and published.
@@ -192,6 +229,16 @@ impl Graph {
     }
 
     /// Runs one node on one input and records what it emits.
+    pub(crate) fn deliver_one(
+        &mut self,
+        id: NodeId,
+        port: usize,
+        delta: Delta,
+        lsn: Lsn,
+    ) -> Result<Delta, SqlError> {
+        self.deliver(id, port, delta, lsn)
+    }
+
     fn deliver(
         &mut self,
         id: NodeId,
@@ -203,6 +250,16 @@ impl Graph {
         let mut out = match &mut node.kind {
             Kind::Op(op) => op.process(port, delta)?,
             Kind::View { writer, .. } => {
+                if let Some(region) = node.region {
+                    // A partial view only ever gets rows of keys it holds.
+                    let held = &self.regions[&region].keys;
+                    for (row, _) in &delta {
+                        assert!(
+                            held.contains_key(&writer.key_of(row)),
+                            "a partial view got rows of a key it does not hold"
+                        );
+                    }
+                }
                 writer.apply(&delta);
                 return Ok(Vec::new());
             }
@@ -217,11 +274,17 @@ impl Graph {
         };
         let _ = lsn;
         consolidate(&mut out);
-        for (r, w) in &out {
-            let n = node.output.entry(r.clone()).or_insert(0);
-            *n += w;
-            if *n == 0 {
-                node.output.remove(r);
+        if node.keep_output {
+            for (r, w) in &out {
+                let n = node.output.entry(r.clone()).or_insert(0);
+                if *n == 0 {
+                    node.output_bytes += stored_bytes(r);
+                }
+                *n += w;
+                if *n == 0 {
+                    node.output.remove(r);
+                    node.output_bytes -= stored_bytes(r);
+                }
             }
         }
         Ok(out)
@@ -231,21 +294,43 @@ impl Graph {
     /// and publishes every view at `lsn`. A failing operator marks the views
     /// below it failed; the rest of the graph stays correct.
     pub fn process(&mut self, lsn: Lsn, changes: Vec<(TableId, Delta)>) {
-        let mut pending: BTreeMap<NodeId, Vec<(usize, Delta)>> = BTreeMap::new();
+        let mut pending: Pending = BTreeMap::new();
         for (table, delta) in changes {
             if let Some(&src) = self.sources.get(&table) {
                 pending.entry(src).or_default().push((0, delta));
             }
         }
+        self.propagate(pending, lsn);
+        debug_assert!(lsn >= self.processed(), "batches arrive in LSN order");
+        self.publish(lsn);
+        self.processed.store(lsn, Ordering::Release);
+    }
+
+    /// Runs pending inputs through the graph, smallest node first. Rows a
+    /// source sends into a partial view's operators pass only for keys the
+    /// view holds.
+    pub(crate) fn propagate(&mut self, mut pending: Pending, lsn: Lsn) {
         while let Some((id, inputs)) = pending.pop_first() {
             for (port, delta) in inputs {
                 match self.deliver(id, port, delta, lsn) {
                     Ok(out) if !out.is_empty() => {
-                        for &(child, child_port) in &self.nodes[id].children {
-                            pending
-                                .entry(child)
-                                .or_default()
-                                .push((child_port, out.clone()));
+                        for i in 0..self.nodes[id].children.len() {
+                            let (child, child_port) = self.nodes[id].children[i];
+                            let d = match self.entries.get(&(child, child_port)) {
+                                Some((region, cols)) => {
+                                    let held = &self.regions[region].keys;
+                                    out.iter()
+                                        .filter(|(r, _)| {
+                                            held.contains_key(&crate::ops::columns(r, cols))
+                                        })
+                                        .cloned()
+                                        .collect()
+                                }
+                                None => out.clone(),
+                            };
+                            if !d.is_empty() {
+                                pending.entry(child).or_default().push((child_port, d));
+                            }
                         }
                     }
                     Ok(_) => {}
@@ -253,8 +338,11 @@ impl Graph {
                 }
             }
         }
-        // Only views this batch changed are republished; the processed LSN
-        // carries the others' watermarks forward.
+    }
+
+    /// Publishes the views changed since the last publish, as of `lsn`;
+    /// the processed LSN carries the others' watermarks forward.
+    pub(crate) fn publish(&mut self, lsn: Lsn) {
         for node in &mut self.nodes {
             if let Kind::View { writer, .. } = &mut node.kind {
                 if writer.is_dirty() {
@@ -262,8 +350,6 @@ impl Graph {
                 }
             }
         }
-        debug_assert!(lsn >= self.processed(), "batches arrive in LSN order");
-        self.processed.store(lsn, Ordering::Release);
     }
 
     fn fail_below(&mut self, id: NodeId, failure: &ViewFailure) {
@@ -283,12 +369,36 @@ impl Graph {
         }
     }
 
+    /// Removes freshly compiled nodes no view reads (a compilation that was
+    /// given up), children first.
+    pub fn discard(&mut self, nodes: &[NodeId]) {
+        let mut ids = nodes.to_vec();
+        ids.sort_unstable();
+        for &n in ids.iter().rev() {
+            assert!(
+                self.nodes[n].children.is_empty(),
+                "a discarded node has a child"
+            );
+            let parents = std::mem::take(&mut self.nodes[n].parents);
+            for p in &parents {
+                self.nodes[*p].children.retain(|(c, _)| *c != n);
+            }
+            self.reuse.retain(|_, v| *v != n);
+            self.nodes[n].kind = Kind::Removed;
+            self.nodes[n].output.clear();
+            self.nodes[n].output_bytes = 0;
+        }
+    }
+
     /// Removes a view and every node only it needed.
     pub fn drop_view(&mut self, name: &str) -> bool {
         let Some(id) = self.views.remove(name) else {
             return false;
         };
         self.failed.remove(&id);
+        if self.regions.remove(&id).is_some() {
+            self.entries.retain(|_, (region, _)| *region != id);
+        }
         let mut stack = vec![id];
         while let Some(n) = stack.pop() {
             if !self.nodes[n].children.is_empty() || matches!(self.nodes[n].kind, Kind::Removed) {
@@ -302,6 +412,7 @@ impl Graph {
             self.sources.retain(|_, v| *v != n);
             self.nodes[n].kind = Kind::Removed;
             self.nodes[n].output.clear();
+            self.nodes[n].output_bytes = 0;
             stack.extend(parents);
         }
         true
@@ -317,14 +428,20 @@ impl Graph {
         lines
     }
 
+    pub(crate) fn describe_node(&self, id: NodeId) -> String {
+        self.describe(id)
+    }
+
     fn describe(&self, id: NodeId) -> String {
         let n = &self.nodes[id];
         match &n.kind {
             Kind::Source { name, .. } => format!("table {name}"),
             Kind::Op(op) => op.signature(),
-            Kind::View { name, writer } => {
-                format!("view {name} keyed on {:?}", writer_key(writer))
-            }
+            Kind::View { name, writer } => format!(
+                "{}view {name} keyed on {:?}",
+                if writer.is_partial() { "partial " } else { "" },
+                writer_key(writer)
+            ),
             Kind::Removed => "removed".into(),
         }
     }

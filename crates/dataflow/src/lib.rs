@@ -13,6 +13,8 @@
 
 pub mod graph;
 pub mod ops;
+pub mod partial;
+pub mod stats;
 pub mod view;
 pub mod worker;
 
@@ -44,6 +46,30 @@ pub trait Operator: Send {
     fn state_rows(&self) -> usize {
         0
     }
+    /// Approximate bytes of state (0 for stateless operators), kept as
+    /// state changes so that asking is cheap.
+    fn state_bytes(&self) -> usize {
+        0
+    }
+    /// Where the output columns `key` come from, for partial state: per
+    /// input, `Some(columns)` when every output row with a given key is
+    /// computed from exactly the input rows with that value in `columns`
+    /// (so filling one key needs those input rows only), or `None` for an
+    /// input whose rows may all be needed (kept in full). `None` overall
+    /// when no input carries the key: the operator must be kept in full.
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        let _ = key;
+        None
+    }
+}
+
+/// Bookkeeping bytes per stored row or key besides its values: map entry,
+/// pointers, counts. An estimate, used the same way everywhere.
+pub const ENTRY_OVERHEAD: usize = 48;
+
+/// Bytes `row` takes when stored in a map of state.
+pub fn stored_bytes(row: &[Value]) -> i64 {
+    (row_bytes(row) + ENTRY_OVERHEAD) as i64
 }
 
 /// Approximate bytes a row takes in memory: its values and their contents.

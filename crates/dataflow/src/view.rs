@@ -14,13 +14,14 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 use left_right::{Absorb, ReadHandle, ReadHandleFactory, WriteHandle};
 
+use crate::stats::ReadStats;
 use crate::{row_bytes, Delta, Row};
 
 /// The LSN type of the log (kept as a plain integer here to stay below the log).
@@ -35,9 +36,33 @@ pub struct ViewFailure {
     pub error: SqlError,
 }
 
+/// The rows under one key, and for a partial view when the key was last
+/// read (a tick of [`READ_CLOCK`], shared by both copies of the view).
+#[derive(Clone, Debug, Default)]
+struct Bag {
+    rows: BTreeMap<Row, i64>,
+    stamp: Option<Arc<AtomicU32>>,
+}
+
+/// A coarse clock for least-recently-read eviction: the dataflow worker
+/// advances it, a read of a partial view's key stamps the key with it.
+pub static READ_CLOCK: AtomicU32 = AtomicU32::new(1);
+
+/// Marks a key read now. The stamp is written only when it changes, so a
+/// hot key read by many threads at once stays in their caches unshared.
+fn touch(stamp: &AtomicU32) {
+    let now = READ_CLOCK.load(Ordering::Relaxed);
+    if stamp.load(Ordering::Relaxed) != now {
+        stamp.store(now, Ordering::Relaxed);
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ViewState {
-    rows: HashMap<Vec<Value>, BTreeMap<Row, i64>>,
+    rows: HashMap<Vec<Value>, Bag>,
+    /// Holds only the keys that were filled (by upqueries): a key it does
+    /// not hold is unknown, not empty.
+    partial: bool,
     watermark: Lsn,
     row_count: i64,
     bytes: i64,
@@ -55,15 +80,33 @@ impl ViewState {
     }
 
     /// Calls `f` on every row stored under `key` (once per copy), without
-    /// cloning anything.
-    pub fn for_each(&self, key: &[Value], mut f: impl FnMut(&Row)) {
-        if let Some(bag) = self.rows.get(key) {
-            for (r, &n) in bag {
-                for _ in 0..n.max(0) {
-                    f(r);
+    /// cloning anything. False when the view is partial and does not hold
+    /// the key (then `f` is not called: the rows are unknown).
+    pub fn for_each(&self, key: &[Value], mut f: impl FnMut(&Row)) -> bool {
+        match self.rows.get(key) {
+            Some(bag) => {
+                if let Some(stamp) = &bag.stamp {
+                    touch(stamp);
                 }
+                for (r, &n) in &bag.rows {
+                    for _ in 0..n.max(0) {
+                        f(r);
+                    }
+                }
+                true
             }
+            None => !self.partial,
         }
+    }
+
+    /// Whether the view holds every key (it is not partial).
+    pub fn is_partial(&self) -> bool {
+        self.partial
+    }
+
+    /// Whether a read of `key` is answered without an upquery.
+    pub fn holds(&self, key: &[Value]) -> bool {
+        !self.partial || self.rows.contains_key(key)
     }
 
     /// Calls `f` on every row whose key starts with `prefix` and whose next
@@ -151,24 +194,36 @@ pub enum ViewOp {
     },
     Watermark(Lsn),
     Fail(ViewFailure),
+    /// A partial view now holds `key` (its rows follow as changes).
+    Fill {
+        key: Vec<Value>,
+        stamp: Arc<AtomicU32>,
+    },
+    /// A partial view no longer holds `key` (its rows were retracted first).
+    Evict {
+        key: Vec<Value>,
+    },
 }
 
-/// Bookkeeping bytes per distinct row and per key, besides the values.
-const ENTRY_OVERHEAD: i64 = 48;
+const ENTRY_OVERHEAD: i64 = crate::ENTRY_OVERHEAD as i64;
 
 impl Absorb<ViewOp> for ViewState {
     fn absorb_first(&mut self, op: &mut ViewOp, _other: &Self) {
         match op {
             ViewOp::Change { key, row, weight } => {
+                debug_assert!(
+                    !self.partial || self.rows.contains_key(key),
+                    "a change to a key the partial view does not hold"
+                );
                 let bag = match self.rows.get_mut(key) {
-                    Some(bag) => bag,
+                    Some(bag) => &mut bag.rows,
                     None => {
                         self.bytes += row_bytes(key) as i64 + ENTRY_OVERHEAD;
                         if let Some(keys) = &mut self.ordered {
                             keys.insert(key.clone());
                             self.bytes += row_bytes(key) as i64 + ENTRY_OVERHEAD;
                         }
-                        self.rows.entry(key.clone()).or_default()
+                        &mut self.rows.entry(key.clone()).or_default().rows
                     }
                 };
                 let n = match bag.get_mut(row) {
@@ -183,7 +238,9 @@ impl Absorb<ViewOp> for ViewState {
                     bag.remove(row);
                     self.bytes -= row_bytes(row) as i64 + ENTRY_OVERHEAD;
                 }
-                if bag.is_empty() {
+                // A partial view keeps a key it holds even with no rows:
+                // it knows the key has none.
+                if bag.is_empty() && !self.partial {
                     self.rows.remove(key);
                     self.bytes -= row_bytes(key) as i64 + ENTRY_OVERHEAD;
                     if let Some(keys) = &mut self.ordered {
@@ -194,6 +251,29 @@ impl Absorb<ViewOp> for ViewState {
                 self.row_count += *weight;
             }
             ViewOp::Watermark(lsn) => self.watermark = *lsn,
+            ViewOp::Fill { key, stamp } => {
+                debug_assert!(self.partial, "a fill of a full view");
+                if !self.rows.contains_key(key) {
+                    self.bytes += row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                    self.rows.insert(
+                        key.clone(),
+                        Bag {
+                            rows: BTreeMap::new(),
+                            stamp: Some(stamp.clone()),
+                        },
+                    );
+                }
+            }
+            ViewOp::Evict { key } => {
+                if let Some(bag) = self.rows.remove(key) {
+                    debug_assert!(bag.rows.is_empty(), "an evicted key's rows were retracted");
+                    self.bytes -= row_bytes(key) as i64 + ENTRY_OVERHEAD;
+                    for (row, n) in bag.rows {
+                        self.bytes -= row_bytes(&row) as i64 + ENTRY_OVERHEAD;
+                        self.row_count -= n;
+                    }
+                }
+            }
             ViewOp::Fail(f) => {
                 self.failure.get_or_insert_with(|| f.clone());
             }
@@ -208,6 +288,8 @@ impl Absorb<ViewOp> for ViewState {
 /// The writer's end of a view, owned by the dataflow.
 pub struct ViewWriter {
     key: Vec<usize>,
+    partial: bool,
+    stats: Arc<ReadStats>,
     handle: WriteHandle<ViewState, ViewOp>,
     /// Whether anything was applied since the last publish.
     dirty: bool,
@@ -232,29 +314,47 @@ pub struct ViewReader {
     key: Vec<usize>,
     factory: ReadHandleFactory<ViewState>,
     processed: Arc<AtomicU64>,
+    partial: bool,
+    stats: Arc<ReadStats>,
+}
+
+/// How a view keeps its rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ViewKind {
+    /// Every key, in a hash map.
+    #[default]
+    Full,
+    /// Every key, also in order, for reads of a range of the last key column.
+    Ordered,
+    /// Only the keys filled by upqueries (see `docs/partial-state.md`).
+    Partial,
 }
 
 /// Creates an empty view keyed by the columns `key` of its rows. `processed`
 /// is the LSN up to which the dataflow has handled every batch.
 pub fn new_view(key: Vec<usize>, processed: Arc<AtomicU64>) -> (ViewWriter, ViewReader) {
-    new_view_with(key, processed, false)
+    new_view_with(key, processed, ViewKind::Full)
 }
 
-/// [`new_view`], with its keys also kept in order when `ordered` (for reads
-/// of a range of the last key column).
+/// [`new_view`], keeping its rows as `kind` says.
 pub fn new_view_with(
     key: Vec<usize>,
     processed: Arc<AtomicU64>,
-    ordered: bool,
+    kind: ViewKind,
 ) -> (ViewWriter, ViewReader) {
+    let partial = kind == ViewKind::Partial;
     let state = ViewState {
-        ordered: ordered.then(BTreeSet::new),
+        ordered: (kind == ViewKind::Ordered).then(BTreeSet::new),
+        partial,
         ..ViewState::default()
     };
+    let stats = Arc::new(ReadStats::default());
     let (w, r) = left_right::new_from_empty::<ViewState, ViewOp>(state);
     (
         ViewWriter {
             key: key.clone(),
+            partial,
+            stats: stats.clone(),
             handle: w,
             dirty: false,
         },
@@ -263,6 +363,8 @@ pub fn new_view_with(
             key,
             factory: r.factory(),
             processed,
+            partial,
+            stats,
         },
     )
 }
@@ -283,6 +385,38 @@ impl ViewWriter {
             });
             self.dirty = true;
         }
+    }
+
+    /// Whether the view holds only the keys filled by upqueries.
+    pub fn is_partial(&self) -> bool {
+        self.partial
+    }
+
+    /// The key of `row` in this view.
+    pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
+        self.key.iter().map(|&c| row[c].clone()).collect()
+    }
+
+    /// A partial view starts holding `key`; the rows of the key follow as
+    /// changes before the next publish.
+    pub fn fill(&mut self, key: Vec<Value>, stamp: Arc<AtomicU32>) {
+        assert!(self.partial, "only a partial view is filled");
+        self.handle.append(ViewOp::Fill { key, stamp });
+        self.stats.fills.fetch_add(1, Ordering::Relaxed);
+        self.dirty = true;
+    }
+
+    /// A partial view stops holding `key`, whose rows were retracted.
+    pub fn evict(&mut self, key: Vec<Value>) {
+        assert!(self.partial, "only a partial view is evicted");
+        self.handle.append(ViewOp::Evict { key });
+        self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        self.dirty = true;
+    }
+
+    /// The published copy's approximate bytes.
+    pub fn bytes(&self) -> u64 {
+        self.handle.enter().map_or(0, |s| s.bytes())
     }
 
     /// Marks the view failed (visible at the next publish).
@@ -314,6 +448,16 @@ impl ViewReader {
     /// The key columns of the view's rows.
     pub fn key_columns(&self) -> &[usize] {
         &self.key
+    }
+
+    /// Whether the view holds only the keys filled by upqueries.
+    pub fn is_partial(&self) -> bool {
+        self.partial
+    }
+
+    /// Its hits, misses, upquery latencies and evictions.
+    pub fn stats(&self) -> &Arc<ReadStats> {
+        &self.stats
     }
 
     /// A new handle (for a thread that wants to hold one itself).
@@ -402,7 +546,7 @@ mod tests {
 
     #[test]
     fn range_reads_take_the_keys_between_the_bounds_and_never_null() {
-        let (mut w, r) = new_view_with(vec![0, 1], Arc::new(AtomicU64::new(0)), true);
+        let (mut w, r) = new_view_with(vec![0, 1], Arc::new(AtomicU64::new(0)), ViewKind::Ordered);
         let row = |a: i64, b: Option<i64>| vec![Value::Int(a), b.map_or(Value::Null, Value::Int)];
         let mut delta = vec![];
         for a in 1..=2 {

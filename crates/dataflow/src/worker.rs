@@ -14,17 +14,45 @@
 //! graph. Its caller must hold the commit lock, so nothing new is submitted
 //! meanwhile and the graph matches the tables exactly.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aqueduct_expr::SqlError;
 
-use crate::graph::{Graph, TableId};
-use crate::view::Lsn;
-use crate::Delta;
+use crate::graph::{Graph, NodeId, TableId};
+use crate::view::{Lsn, READ_CLOCK};
+use crate::{Delta, Row};
+
+/// Where upqueries get base rows: the tables, read at one consistent LSN.
+pub trait Upstream: Send + Sync {
+    /// For each `(table, columns, values)`, the table's rows whose columns
+    /// equal the values, all as of one LSN, which is returned too. Every
+    /// batch up to that LSN has been (or is about to be) submitted.
+    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Row>>, Lsn)>;
+}
+
+/// Longest the worker waits for the batch of a write it saw in the tables
+/// to be submitted (the commit that applied it is submitting it).
+const SUBMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Most keys evicted in one round: a round frees memory in one pass
+/// through the operators, then the limit is checked again.
+const MAX_EVICTIONS_PER_ROUND: usize = 4096;
+
+/// Over the limit, evict down to this share of it, so that the next few
+/// fills do not each trigger an eviction round.
+const EVICT_TO_PERCENT: u64 = 95;
+
+/// A reader's request to fill keys of a partial view.
+struct Request {
+    ticket: u64,
+    reader: u64,
+    keys: Vec<Row>,
+}
 
 /// Most rows merged into one pass through the graph: enough to amortise
 /// publishing, few enough that a reader waiting for its write is not stuck
@@ -47,6 +75,14 @@ struct Queue {
     /// Set when the worker died: what readers are told.
     broken: Option<String>,
     closed: bool,
+    /// LSN of the last batch submitted.
+    submitted: Lsn,
+    /// Upqueries waiting to be served, and the last ticket given and served.
+    requests: Vec<Request>,
+    issued: u64,
+    answered: u64,
+    /// Upqueries that could not be served, by ticket.
+    refused: HashMap<u64, String>,
 }
 
 struct Shared {
@@ -54,8 +90,13 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Signalled when a batch is queued or the worker is closed.
     work: Condvar,
-    /// Signalled when a batch is processed.
+    /// Signalled when a batch is processed or an upquery answered.
     done: Condvar,
+    upstream: RwLock<Option<Arc<dyn Upstream>>>,
+    /// Bytes all view and operator state may take (0: no limit).
+    memory_limit: AtomicU64,
+    /// Bytes all view and operator state took after the last batch.
+    state_bytes: AtomicU64,
 }
 
 /// Owns the graph and the thread that keeps it current.
@@ -71,6 +112,10 @@ pub struct WorkerStats {
     pub processed: Lsn,
     /// A batch is being run now.
     pub busy: bool,
+    /// Bytes of all view and operator state after the last batch.
+    pub state_bytes: u64,
+    /// `--memory-limit` (0: none).
+    pub memory_limit: u64,
 }
 
 impl WorkerStats {
@@ -90,10 +135,14 @@ impl Worker {
             graph: Mutex::new(graph),
             queue: Mutex::new(Queue {
                 processed,
+                submitted: processed,
                 ..Queue::default()
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            upstream: RwLock::new(None),
+            memory_limit: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -112,7 +161,81 @@ impl Worker {
         let last = q.batches.back().map(|b| b.lsn).unwrap_or(q.processed);
         assert!(lsn >= last, "batch {lsn} submitted after {last}");
         q.batches.push_back(Batch { lsn, changes });
-        self.shared.work.notify_one();
+        q.submitted = q.submitted.max(lsn);
+        self.shared.work.notify_all();
+    }
+
+    /// Says the graph (empty of batches) is as of `lsn`: the tables were
+    /// recovered up to it before any batch was submitted.
+    pub fn start_at(&self, lsn: Lsn) {
+        let mut graph = self.drain();
+        let mut q = lock(&self.shared.queue);
+        assert!(q.batches.is_empty(), "start_at before any batch");
+        q.processed = q.processed.max(lsn);
+        q.submitted = q.submitted.max(lsn);
+        graph.set_processed(q.processed);
+    }
+
+    /// Where upqueries read base rows.
+    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+        *self
+            .shared
+            .upstream
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(upstream);
+    }
+
+    /// Bounds the bytes of all view and operator state (0: no bound).
+    pub fn set_memory_limit(&self, bytes: u64) {
+        self.shared.memory_limit.store(bytes, Ordering::Relaxed);
+        self.shared.work.notify_all();
+    }
+
+    pub fn memory_limit(&self) -> u64 {
+        self.shared.memory_limit.load(Ordering::Relaxed)
+    }
+
+    /// Asks the worker to fill `keys` of the partial view read by `reader`
+    /// and waits until they are readable, or until `deadline`. Readers
+    /// missing the same key share one upquery: a key another request
+    /// filled meanwhile costs nothing.
+    pub fn upquery(&self, reader: u64, keys: Vec<Row>, deadline: Instant) -> Result<(), SqlError> {
+        let mut q = lock(&self.shared.queue);
+        q.issued += 1;
+        let ticket = q.issued;
+        q.requests.push(Request {
+            ticket,
+            reader,
+            keys,
+        });
+        self.shared.work.notify_all();
+        loop {
+            if let Some(why) = &q.broken {
+                return Err(broken(why));
+            }
+            if q.answered >= ticket {
+                return match q.refused.remove(&ticket) {
+                    Some(why) => Err(SqlError::new("XX000", why)),
+                    None => Ok(()),
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(SqlError::new(
+                    "57014",
+                    "the upquery for a key the view does not hold did not finish in time",
+                )
+                .with_hint(
+                    "the dataflow is busy; raise aqueduct.upquery_timeout, or SET aqueduct.upquery_timeout_action = 'compute' to answer such reads from the tables",
+                ));
+            }
+            q = self
+                .shared
+                .done
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// Waits until every submitted batch is processed and returns the graph,
@@ -145,10 +268,7 @@ impl Worker {
         let mut q = lock(&self.shared.queue);
         loop {
             if let Some(why) = &q.broken {
-                return Err(SqlError::new(
-                    "XX000",
-                    format!("the views stopped being maintained: {why}; restart the server to rebuild them"),
-                ));
+                return Err(broken(why));
             }
             // A write with nothing for the dataflow may never be submitted:
             // an empty queue means everything committed so far is reflected.
@@ -182,8 +302,17 @@ impl Worker {
             queued_batches: q.batches.len(),
             processed: q.processed,
             busy: q.busy,
+            state_bytes: self.shared.state_bytes.load(Ordering::Relaxed),
+            memory_limit: self.memory_limit(),
         }
     }
+}
+
+fn broken(why: &str) -> SqlError {
+    SqlError::new(
+        "XX000",
+        format!("the views stopped being maintained: {why}; restart the server to rebuild them"),
+    )
 }
 
 impl Drop for Worker {
@@ -202,45 +331,253 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The worker loop: take what is queued, merge, process, publish, repeat.
+/// The worker loop: serve upqueries first (readers wait on them), else take
+/// what is queued, merge, process, publish; then keep state under the
+/// memory limit. Repeat.
 fn run(shared: &Shared) {
+    let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
     loop {
-        let (lsn, changes) = {
+        let requests = {
             let mut q = lock(&shared.queue);
-            while q.batches.is_empty() && !q.closed {
+            while q.batches.is_empty() && q.requests.is_empty() && !q.closed {
                 q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
             }
-            if q.batches.is_empty() {
+            if q.batches.is_empty() && q.requests.is_empty() {
                 return;
             }
             q.busy = true;
-            merge(&mut q.batches)
+            std::mem::take(&mut q.requests)
         };
+        READ_CLOCK.fetch_add(1, Ordering::Relaxed);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            lock(&shared.graph).process(lsn, changes);
+            let mut refused = HashMap::new();
+            let mut kept = HashSet::new();
+            if requests.is_empty() {
+                run_batches(shared, Lsn::MAX, 1);
+            } else {
+                kept = serve(shared, &requests, &mut refused);
+            }
+            enforce_limit(shared, &kept, &mut rng);
+            refused
         }));
         let mut q = lock(&shared.queue);
         q.busy = false;
-        q.processed = lsn;
-        if let Err(panic) = outcome {
-            let why = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a dataflow operator panicked".into());
-            tracing::error!("the dataflow worker stopped: {why}");
-            q.broken = Some(why);
-            q.batches.clear();
-            shared.done.notify_all();
-            return;
+        if let Some(last) = requests.last() {
+            q.answered = q.answered.max(last.ticket);
+        }
+        match outcome {
+            Ok(refused) => q.refused.extend(refused),
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a dataflow operator panicked".into());
+                tracing::error!("the dataflow worker stopped: {why}");
+                q.broken = Some(why);
+                q.batches.clear();
+                shared.done.notify_all();
+                return;
+            }
         }
         shared.done.notify_all();
     }
 }
 
+/// Processes queued batches with LSNs up to `upto`, at most `rounds`
+/// merged batches (`usize::MAX`: until none is left up to `upto`).
+fn run_batches(shared: &Shared, upto: Lsn, rounds: usize) {
+    for _ in 0..rounds {
+        let next = {
+            let mut q = lock(&shared.queue);
+            if q.batches.front().is_none_or(|b| b.lsn > upto) {
+                return;
+            }
+            merge(&mut q.batches, upto)
+        };
+        let (lsn, changes) = next;
+        let bytes = {
+            let mut graph = lock(&shared.graph);
+            graph.process(lsn, changes);
+            graph.state_bytes()
+        };
+        shared.state_bytes.store(bytes, Ordering::Relaxed);
+        let mut q = lock(&shared.queue);
+        q.processed = lsn;
+        shared.done.notify_all();
+    }
+}
+
+/// Brings the graph to exactly `lsn`, the LSN base rows were read at: waits
+/// for its batch to be submitted (the commit that applied it is doing so),
+/// then processes every batch up to it. Keys being filled are not held yet,
+/// so those batches do not touch them; the rows read at `lsn` already
+/// contain them. False if the batch never came.
+fn catch_up(shared: &Shared, lsn: Lsn) -> bool {
+    let deadline = Instant::now() + SUBMIT_WAIT;
+    {
+        let mut q = lock(&shared.queue);
+        while q.submitted < lsn {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            q = shared
+                .work
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+    run_batches(shared, lsn, usize::MAX);
+    let graph = lock(&shared.graph);
+    assert!(
+        graph.processed() >= lsn || lock(&shared.queue).batches.is_empty(),
+        "the graph did not reach the LSN base rows were read at"
+    );
+    true
+}
+
+/// Reads the base rows of `keys` of partial views and brings the graph to
+/// the LSN they were read at; then `apply` gets them (with the graph
+/// locked). An error says why the rows could not be read.
+fn with_base_rows(
+    shared: &Shared,
+    keys: &[(NodeId, Row)],
+    apply: impl FnOnce(&mut Graph, &dyn Fn(TableId, &[usize], &Row) -> Vec<Row>),
+) -> Result<(), String> {
+    let upstream = shared
+        .upstream
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .ok_or("upqueries have no tables to read from")?;
+    let mut asks: Vec<(TableId, Vec<usize>, Row)> = Vec::new();
+    {
+        let graph = lock(&shared.graph);
+        for (view, key) in keys {
+            for e in graph.entries_of(*view) {
+                asks.push((e.table, e.columns, key.clone()));
+            }
+        }
+    }
+    asks.sort();
+    asks.dedup();
+    let (rows, lsn) = upstream.rows_at(&asks).ok_or("the tables are closed")?;
+    if !catch_up(shared, lsn) {
+        return Err(format!(
+            "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
+        ));
+    }
+    let found: HashMap<(TableId, Vec<usize>, Row), Vec<Row>> = asks.into_iter().zip(rows).collect();
+    let fetch = |table: TableId, cols: &[usize], key: &Row| -> Vec<Row> {
+        found
+            .get(&(table, cols.to_vec(), key.clone()))
+            .cloned()
+            .expect("every entry of every key was asked for")
+    };
+    let mut graph = lock(&shared.graph);
+    apply(&mut graph, &fetch);
+    Ok(())
+}
+
+/// Serves upquery requests: the keys no partial view holds yet are filled
+/// in one pass. Returns the keys filled (spared by the eviction that may
+/// follow, so their readers find them).
+fn serve(
+    shared: &Shared,
+    requests: &[Request],
+    refused: &mut HashMap<u64, String>,
+) -> HashSet<(NodeId, Row)> {
+    let mut wanted: BTreeMap<NodeId, Vec<Row>> = BTreeMap::new();
+    {
+        let graph = lock(&shared.graph);
+        for r in requests {
+            match graph.partial_of(r.reader) {
+                Some(view) => {
+                    for k in &r.keys {
+                        if !graph.holds(view, k) {
+                            wanted.entry(view).or_default().push(k.clone());
+                        }
+                    }
+                }
+                None => {
+                    refused.insert(r.ticket, "the view was dropped".to_string());
+                }
+            }
+        }
+    }
+    let keys: Vec<(NodeId, Row)> = wanted
+        .iter()
+        .flat_map(|(v, ks)| ks.iter().map(|k| (*v, k.clone())))
+        .collect();
+    if keys.is_empty() {
+        return HashSet::new();
+    }
+    let outcome = with_base_rows(shared, &keys, |graph, fetch| {
+        for (view, ks) in &wanted {
+            graph.fill(*view, ks, fetch);
+        }
+    });
+    if let Err(why) = outcome {
+        for r in requests {
+            refused.insert(r.ticket, why.clone());
+        }
+    }
+    keys.into_iter().collect()
+}
+
+/// Evicts least recently read keys of partial views while all state takes
+/// more than the memory limit.
+fn enforce_limit(shared: &Shared, keep: &HashSet<(NodeId, Row)>, rng: &mut u64) {
+    let limit = shared.memory_limit.load(Ordering::Relaxed);
+    let bytes = lock(&shared.graph).state_bytes();
+    shared.state_bytes.store(bytes, Ordering::Relaxed);
+    if limit == 0 || bytes <= limit {
+        return;
+    }
+    let target = limit / 100 * EVICT_TO_PERCENT;
+    for _ in 0..64 {
+        let victims = {
+            let graph = lock(&shared.graph);
+            let used = graph.state_bytes();
+            shared.state_bytes.store(used, Ordering::Relaxed);
+            if used <= target {
+                return;
+            }
+            let keys = graph.partial_keys().max(1) as u64;
+            let partial: u64 = graph
+                .partial_views()
+                .iter()
+                .map(|(v, _, _)| graph.view_bytes(*v))
+                .sum();
+            let per_key = (partial / keys).max(1);
+            let n = ((used - target) / per_key + 1).min(MAX_EVICTIONS_PER_ROUND as u64) as usize;
+            graph.eviction_victims(n, keep, rng)
+        };
+        if victims.is_empty() {
+            return;
+        }
+        let mut by_view: BTreeMap<NodeId, Vec<Row>> = BTreeMap::new();
+        for (v, k) in &victims {
+            by_view.entry(*v).or_default().push(k.clone());
+        }
+        let outcome = with_base_rows(shared, &victims, |graph, fetch| {
+            for (view, ks) in &by_view {
+                graph.evict(*view, ks, fetch);
+            }
+        });
+        if let Err(why) = outcome {
+            tracing::warn!("cannot evict: {why}");
+            return;
+        }
+    }
+}
+
 /// Takes queued batches from the front, up to [`MAX_MERGED_ROWS`] rows (at
-/// least one batch), and merges them into one at the last one's LSN.
-fn merge(queue: &mut VecDeque<Batch>) -> (Lsn, Vec<(TableId, Delta)>) {
+/// least one batch) and LSN `upto`, and merges them into one at the last
+/// one's LSN.
+fn merge(queue: &mut VecDeque<Batch>, upto: Lsn) -> (Lsn, Vec<(TableId, Delta)>) {
     let first = queue.pop_front().expect("a queued batch");
     let mut lsn = first.lsn;
     let mut rows: usize = first.changes.iter().map(|(_, d)| d.len()).sum();
@@ -250,7 +587,7 @@ fn merge(queue: &mut VecDeque<Batch>) -> (Lsn, Vec<(TableId, Delta)>) {
     let mut per_table: HashMap<TableId, Delta> = first.changes.into_iter().collect();
     while let Some(next) = queue.front() {
         let n: usize = next.changes.iter().map(|(_, d)| d.len()).sum();
-        if rows + n > MAX_MERGED_ROWS {
+        if rows + n > MAX_MERGED_ROWS || next.lsn > upto {
             break;
         }
         let next = queue.pop_front().expect("just seen");
@@ -302,7 +639,7 @@ mod tests {
                 changes: vec![(i % 2, vec![(row(&[i as i64]), 1)])],
             })
             .collect();
-        let (lsn, changes) = merge(&mut q);
+        let (lsn, changes) = merge(&mut q, Lsn::MAX);
         assert_eq!(lsn, 3);
         assert!(q.is_empty());
         let total: usize = changes.iter().map(|(_, d)| d.len()).sum();

@@ -151,6 +151,17 @@ async fn sql_health_and_metrics() {
     let (status, _) = request(addr, "GET", "/v1/graph?format=png", "", "").await;
     assert_eq!(status, 400);
 
+    // A view holds rows once a read needs them: this scan has it
+    // materialized in full.
+    let (status, _) = request(
+        addr,
+        "POST",
+        "/v1/sql",
+        "",
+        r#"{"sql": "SELECT * FROM named"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
     let (status, body) = request(addr, "GET", "/metrics", "", "").await;
     assert_eq!(status, 200);
     for needle in [

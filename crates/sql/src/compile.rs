@@ -382,7 +382,10 @@ impl<'a, 'g> Compiler<'a, 'g> {
             }
         }
         let (lk, rk): (Vec<usize>, Vec<usize>) = keys.into_iter().unzip();
-        let mut node = self.add(Box::new(Join::new(kind, lk, rk, rw)), vec![left.0, right.0]);
+        let mut node = self.add(
+            Box::new(Join::new(kind, lk, rk, rw).with_left_width(lw)),
+            vec![left.0, right.0],
+        );
         for r in residual {
             node = self.add(Box::new(Filter::new(r)), vec![node]);
         }

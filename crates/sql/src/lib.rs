@@ -84,13 +84,25 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Rebuilds the tables from `log` and returns the engine.
+    /// Rebuilds the tables from `log` and returns the engine (views with
+    /// partial state, no memory limit).
     pub fn open(log: Log, progress: &mut dyn FnMut(Lsn)) -> Result<Arc<Engine>, SqlError> {
+        Engine::open_with(log, progress, views::ViewOptions::default())
+    }
+
+    /// [`Engine::open`] with `options` for the views.
+    pub fn open_with(
+        log: Log,
+        progress: &mut dyn FnMut(Lsn),
+        options: views::ViewOptions,
+    ) -> Result<Arc<Engine>, SqlError> {
         let (db, replay) = Database::open(log, progress)?;
-        let registry = Arc::new(views::ViewRegistry::default());
-        // Views are functions of the tables: rebuilt from the recovered state,
-        // in creation order, before any new commit.
+        let registry = Arc::new(views::ViewRegistry::new(options));
+        // Views are functions of the tables: registered (and, with partial
+        // state off, rebuilt) from the recovered state, in creation order,
+        // before any new commit.
         db.with_commits_paused(|catalog, lsn| {
+            registry.start_at(lsn);
             let count = catalog.views.len();
             for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
                 let started = Instant::now();
@@ -109,13 +121,15 @@ impl Engine {
         db.set_commit_hook(Some(Arc::new(move |lsn, catalog, changes, schema| {
             hook_views.on_commit(lsn, catalog, changes, schema)
         })));
-        Ok(Arc::new(Engine {
+        let engine = Arc::new(Engine {
             db,
             views: registry,
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,
-        }))
+        });
+        engine.views.attach(&engine);
+        Ok(engine)
     }
 
     pub fn database(&self) -> &Database {

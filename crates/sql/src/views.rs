@@ -1,33 +1,44 @@
 //! Maintained views: their dataflow, kept current by every commit.
 //!
 //! A view's definition is a schema record in the log. When a commit carries
-//! one (or at start-up, for every view in the catalog), the view's query is
-//! compiled into the dataflow and filled from the tables as they are at that
-//! commit. From then on each commit hands its row changes to the dataflow
-//! worker (on its own thread) and returns; the worker brings the views up to
-//! date and publishes their watermarks. A read that must reflect every
-//! committed write first waits for the worker to reach that write's LSN
-//! (`await_lsn`).
+//! one (or at start-up, for every view in the catalog), the view is
+//! registered. Its state is made when reads need it (with partial state on,
+//! the default; `docs/partial-state.md`):
+//! - a read by key (`WHERE col = ...`) gets a reader keyed on those columns,
+//!   partial when the key traces to the base tables: it starts empty, at
+//!   once, and a key it does not hold is filled by an upquery;
+//! - any other read (a scan) gets the view materialized in full, filled from
+//!   the tables with commits paused.
+//!
+//! With partial state off, a view is filled in full when it is created, and
+//! keyed readers hang off it.
+//!
+//! Each commit hands its row changes to the dataflow worker (on its own
+//! thread) and returns; the worker brings the views up to date and
+//! publishes their watermarks. A read that must reflect every committed
+//! write first waits for the worker to reach that write's LSN (`await_lsn`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use aqueduct_dataflow::graph::Graph;
+use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::ops::SortColumn;
-use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewReader, ViewState};
-use aqueduct_dataflow::worker::{Worker, WorkerStats};
+use aqueduct_dataflow::stats::ReadStatsSnapshot;
+use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
+use aqueduct_dataflow::worker::{Upstream, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
 use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId};
+use aqueduct_values::Value;
 use parking_lot::RwLock;
 use sqlparser::ast;
 
 use crate::compile::Compiler;
 use crate::session::parse;
-use crate::{Column, SqlError};
+use crate::{Column, Engine, SqlError};
 
 /// One maintained view, as readers see it.
 #[derive(Clone)]
@@ -39,7 +50,9 @@ pub struct ViewEntry {
     /// For an automatic view with ORDER BY: the order of its rows, which
     /// then carry hidden sort columns after `columns`.
     pub order: Vec<SortColumn>,
-    reader: ViewReader,
+    options: InstallOptions,
+    /// Tells entries apart, also from a later view of the same name.
+    uid: u64,
 }
 
 /// How a view is compiled.
@@ -56,15 +69,61 @@ pub struct InstallOptions {
 pub struct ViewStats {
     pub name: String,
     pub watermark: Lsn,
+    /// Rows of the view held in full (0 when it is not).
     pub rows: u64,
+    /// Keys held: of the view in full and of its keyed readers.
     pub keys: usize,
     pub bytes: u64,
     pub failed: Option<String>,
+    /// How its state is kept: `full`, `partial`, both, or `none` yet.
+    pub state: String,
+    /// Hits, misses, upquery latencies and evictions over all its readers.
+    pub reads: ReadStatsSnapshot,
 }
+
+/// What a read does when the upquery for a missing key takes too long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTimeout {
+    /// Fail the read, saying so.
+    Error,
+    /// Compute the answer from the base tables without filling the key.
+    Compute,
+}
+
+/// Options fixed when the engine opens.
+#[derive(Clone, Copy, Debug)]
+pub struct ViewOptions {
+    /// Keep views read by key partial (filled by upqueries) where they can be.
+    pub partial: bool,
+    /// Bound on the bytes of all view and operator state (0: none).
+    pub memory_limit: u64,
+}
+
+impl Default for ViewOptions {
+    fn default() -> Self {
+        ViewOptions {
+            partial: true,
+            memory_limit: 0,
+        }
+    }
+}
+
+/// The SQLSTATE of a read whose upquery did not finish in time.
+pub const UPQUERY_TIMEOUT_CODE: &str = "57014";
+
+/// Default wait of a read for the upquery that fills its key.
+pub const DEFAULT_UPQUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct ViewRegistry {
     worker: Worker,
     views: RwLock<BTreeMap<String, ViewEntry>>,
+    /// Views materialized in full, by name.
+    full: RwLock<HashMap<String, Arc<ViewReader>>>,
+    /// Why a keyed reader is kept in full rather than partial, by its name.
+    not_partial: RwLock<HashMap<String, String>>,
+    partial: AtomicBool,
+    /// The engine, to pause commits and read tables (set once it exists).
+    engine: OnceLock<Weak<Engine>>,
     /// Extra readers of a view keyed on some of its columns, made on first
     /// use by a query that looks rows up by those columns: view name, then
     /// key columns.
@@ -83,6 +142,10 @@ impl Default for ViewRegistry {
         ViewRegistry {
             worker: Worker::start(Graph::new()),
             views: RwLock::default(),
+            full: RwLock::default(),
+            not_partial: RwLock::default(),
+            partial: AtomicBool::new(true),
+            engine: OnceLock::new(),
             keyed: RwLock::default(),
             auto: RwLock::default(),
             auto_generation: AtomicU64::new(0),
@@ -90,6 +153,10 @@ impl Default for ViewRegistry {
         }
     }
 }
+
+/// Numbers view entries across all engines in the process (each thread's
+/// cache of keyed readers is keyed by it).
+static NEXT_VIEW_UID: AtomicU64 = AtomicU64::new(1);
 
 /// Views whose keyed readers one thread keeps at most (then it starts over).
 const LOCAL_KEYED_VIEWS: usize = 4096;
@@ -128,6 +195,25 @@ pub(crate) fn view_query(sql: &str) -> Result<Box<ast::Query>, SqlError> {
     }
 }
 
+/// The tables, as upqueries read them: one consistent state and its LSN.
+struct Tables(Weak<Engine>);
+
+impl Upstream for Tables {
+    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Row>>, Lsn)> {
+        let engine = self.0.upgrade()?;
+        let catalog = engine.database().read_recursive();
+        let rows = asks
+            .iter()
+            .map(|(table, cols, key)| catalog.rows_where(*table, cols, key))
+            .collect();
+        Some((rows, catalog.lsn()))
+    }
+}
+
+fn dropped(name: &str) -> SqlError {
+    SqlError::new("42P01", format!("view \"{name}\" was dropped"))
+}
+
 /// The error a read of a failed view gets.
 fn failed(name: &str, f: &ViewFailure) -> SqlError {
     let mut e = f.error.clone();
@@ -147,34 +233,65 @@ fn read_view<T>(
         None => Ok((f(state), watermark)),
     }) {
         Some(r) => r,
-        None => Err(SqlError::new(
-            "42P01",
-            format!("view \"{name}\" was dropped"),
-        )),
+        None => Err(dropped(name)),
     }
 }
 
 impl ViewRegistry {
+    /// A registry with `options`.
+    pub fn new(options: ViewOptions) -> ViewRegistry {
+        let r = ViewRegistry::default();
+        r.partial.store(options.partial, Ordering::Relaxed);
+        r.worker.set_memory_limit(options.memory_limit);
+        r
+    }
+
+    /// Connects the registry to its engine, once that exists: upqueries
+    /// read its tables, and views materialized on demand pause its commits.
+    pub fn attach(&self, engine: &Arc<Engine>) {
+        let _ = self.engine.set(Arc::downgrade(engine));
+        self.worker
+            .set_upstream(Arc::new(Tables(Arc::downgrade(engine))));
+    }
+
+    /// Says the tables were recovered up to `lsn` before any commit.
+    pub fn start_at(&self, lsn: Lsn) {
+        self.worker.start_at(lsn);
+    }
+
+    fn engine(&self) -> Result<Arc<Engine>, SqlError> {
+        self.engine
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| SqlError::new("57P01", "the engine is shutting down"))
+    }
+
+    /// Whether views read by key are kept partial where they can be.
+    pub fn partial_on(&self) -> bool {
+        self.partial.load(Ordering::Relaxed)
+    }
+
     /// Checks that `query` can be maintained, without changing anything.
     pub fn check(catalog: &Catalog, query: &ast::Query) -> Result<Vec<Column>, SqlError> {
-        Self::check_with(catalog, query, InstallOptions::default())
+        Ok(Self::check_with(catalog, query, InstallOptions::default())?.0)
     }
 
     fn check_with(
         catalog: &Catalog,
         query: &ast::Query,
         options: InstallOptions,
-    ) -> Result<Vec<Column>, SqlError> {
+    ) -> Result<(Vec<Column>, Vec<SortColumn>), SqlError> {
         let mut scratch = Graph::new();
         let mut c = Compiler::new(catalog, &mut scratch);
         c.keep_order = options.keep_order;
         c.partition_last = options.partition_last;
-        Ok(c.query(query)?.columns)
+        let compiled = c.query(query)?;
+        Ok((compiled.columns, compiled.order))
     }
 
-    /// Compiles and fills a view from `catalog` as of `lsn`. The caller
-    /// holds the commit lock, so the drained graph and `catalog` are both
-    /// exactly at `lsn`.
+    /// Registers a view. The caller holds the commit lock, so with partial
+    /// state off the drained graph and `catalog` are both exactly at `lsn`
+    /// and the view is filled in full from them at once.
     pub fn install(
         &self,
         catalog: &Catalog,
@@ -198,7 +315,34 @@ impl ViewRegistry {
         let query = view_query(sql)?;
         // Compile into a scratch graph first: a query that fails half way
         // must not leave operators behind in the real one.
-        Self::check_with(catalog, &query, options)?;
+        let (columns, order) = Self::check_with(catalog, &query, options)?;
+        let entry = ViewEntry {
+            id,
+            name: name.to_string(),
+            sql: sql.to_string(),
+            columns,
+            order,
+            options,
+            uid: NEXT_VIEW_UID.fetch_add(1, Ordering::Relaxed),
+        };
+        if !self.partial_on() {
+            self.materialize_full(catalog, lsn, &entry)?;
+        }
+        self.views.write().insert(name.to_string(), entry);
+        Ok(())
+    }
+
+    /// Compiles `entry` (operators shared with other views) and fills it
+    /// in full from `catalog` as of `lsn`; the caller holds the commit lock.
+    /// Refused when state that cannot be evicted would then pass the
+    /// memory limit.
+    fn materialize_full(
+        &self,
+        catalog: &Catalog,
+        lsn: Lsn,
+        entry: &ViewEntry,
+    ) -> Result<Arc<ViewReader>, SqlError> {
+        let query = view_query(&entry.sql)?;
         let mut graph = self.worker.drain();
         assert!(
             graph.processed() <= lsn,
@@ -206,31 +350,75 @@ impl ViewRegistry {
             graph.processed()
         );
         let mut c = Compiler::new(catalog, &mut graph);
-        c.keep_order = options.keep_order;
-        c.partition_last = options.partition_last;
+        c.keep_order = entry.options.keep_order;
+        c.partition_last = entry.options.partition_last;
         let compiled = c.query(&query)?;
         let mut new_nodes = std::mem::take(&mut c.new_nodes);
-        let (view_node, reader) = graph.view(name, compiled.node, vec![]);
+        let (view_node, reader) = graph.view(&entry.name, compiled.node, vec![]);
         new_nodes.push(view_node);
-        let rows = |table: TableId| -> Vec<Row> {
-            catalog
-                .table_by_id(table)
-                .map(|t| t.scan().map(|(_, rv)| (*rv.row).clone()).collect())
-                .unwrap_or_default()
-        };
-        graph.initialize(&new_nodes, &rows, lsn)?;
-        self.views.write().insert(
-            name.to_string(),
-            ViewEntry {
-                id,
-                name: name.to_string(),
-                sql: sql.to_string(),
-                columns: compiled.columns,
-                order: compiled.order,
-                reader,
-            },
-        );
-        Ok(())
+        graph.initialize(&new_nodes, &table_rows(catalog), lsn)?;
+        if let Err(e) = self.check_memory(&graph, &entry.name, "in full") {
+            graph.drop_view(&entry.name);
+            return Err(e);
+        }
+        let reader = Arc::new(reader);
+        self.full.write().insert(entry.name.clone(), reader.clone());
+        Ok(reader)
+    }
+
+    /// Refuses state that would keep the graph over the memory limit even
+    /// with every partial key evicted.
+    fn check_memory(&self, graph: &Graph, name: &str, how: &str) -> Result<(), SqlError> {
+        let limit = self.worker.memory_limit();
+        if limit == 0 {
+            return Ok(());
+        }
+        let total = graph.state_bytes();
+        let evictable: u64 = graph
+            .partial_views()
+            .iter()
+            .map(|(v, _, _)| graph.view_bytes(*v))
+            .sum();
+        let fixed = total.saturating_sub(evictable);
+        if fixed <= limit {
+            return Ok(());
+        }
+        Err(SqlError::new(
+            "53200",
+            format!(
+                "view \"{name}\" kept {how} would hold state that cannot be evicted: {} in all with the other views kept in full, over the memory limit of {}",
+                human_bytes(fixed),
+                human_bytes(limit)
+            ),
+        )
+        .with_hint(
+            "read the view by key (WHERE col = ...) so that it can be partial, drop views kept in full, or raise --memory-limit",
+        ))
+    }
+
+    /// The view in full, materialized now if it is not yet (with commits
+    /// paused, so it starts exactly at the tables' state).
+    fn full_reader(&self, entry: &ViewEntry) -> Result<Arc<ViewReader>, SqlError> {
+        if let Some(r) = self.full.read().get(&entry.name) {
+            return Ok(r.clone());
+        }
+        let engine = self.engine()?;
+        engine.database().with_commits_paused(|catalog, lsn| {
+            if let Some(r) = self.full.read().get(&entry.name) {
+                return Ok(r.clone());
+            }
+            if self.get(&entry.name).is_none_or(|e| e.uid != entry.uid) {
+                return Err(dropped(&entry.name));
+            }
+            let started = Instant::now();
+            let r = self.materialize_full(catalog, lsn, entry)?;
+            tracing::info!(
+                view = %entry.name,
+                "materialized in full for a read without a key in {:.2} s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(r)
+        })
     }
 
     /// Called under the commit lock after every commit: queues the commit's
@@ -290,9 +478,12 @@ impl ViewRegistry {
         self.views.write().remove(name);
         if let Some(keyed) = self.keyed.write().remove(name) {
             for (k, ordered, _) in &keyed {
-                graph.drop_view(&keyed_name(name, k, *ordered));
+                let kn = keyed_name(name, k, *ordered);
+                self.not_partial.write().remove(&kn);
+                graph.drop_view(&kn);
             }
         }
+        self.full.write().remove(name);
         graph.drop_view(name);
     }
 
@@ -429,95 +620,302 @@ impl ViewRegistry {
 
     /// All rows of a view, and its watermark. An error if the view failed.
     pub fn rows(&self, entry: &ViewEntry) -> Result<(Vec<Row>, Lsn), SqlError> {
-        read_view(&entry.name, &entry.reader, |s| s.all())
+        let reader = self.full_reader(entry)?;
+        read_view(&entry.name, &reader, |s| s.all())
     }
 
     pub fn stats(&self) -> Vec<ViewStats> {
-        let views = self.views.read();
-        let keyed = self.keyed.read();
+        let views = self.views.read().clone();
+        let full = self.full.read().clone();
+        let keyed = self.keyed.read().clone();
+        // Bytes of partial readers include their private operators, which
+        // only the graph knows.
+        let partial_bytes: HashMap<u64, u64> = {
+            let graph = self.worker.graph();
+            graph
+                .partial_views()
+                .into_iter()
+                .map(|(node, reader, _)| (reader, graph.view_bytes(node)))
+                .collect()
+        };
+        let processed = self.worker.stats().processed;
         views
             .values()
             .map(|v| {
-                let (watermark, rows, keys, mut bytes, failed) = v
-                    .reader
-                    .read(|s, w| {
-                        (
-                            w,
-                            s.row_count(),
-                            s.key_count(),
-                            s.bytes(),
-                            s.failure().map(|f| f.error.message.clone()),
-                        )
-                    })
-                    .unwrap_or((0, 0, 0, 0, None));
-                for (_, _, r) in keyed.get(&v.name).into_iter().flatten() {
-                    bytes += r.read(|s, _| s.bytes()).unwrap_or(0);
-                }
-                ViewStats {
+                let mut out = ViewStats {
                     name: v.name.clone(),
-                    watermark,
-                    rows,
-                    keys,
-                    bytes,
-                    failed,
+                    watermark: processed,
+                    rows: 0,
+                    keys: 0,
+                    bytes: 0,
+                    failed: None,
+                    state: String::new(),
+                    reads: ReadStatsSnapshot::default(),
+                };
+                let mut kinds = Vec::new();
+                let readers = full.get(&v.name).into_iter().map(|r| (true, r)).chain(
+                    keyed
+                        .get(&v.name)
+                        .into_iter()
+                        .flatten()
+                        .map(|(_, _, r)| (false, r)),
+                );
+                for (is_full, r) in readers {
+                    let (watermark, rows, keys, bytes, failed) = r
+                        .read(|s, w| {
+                            (
+                                w,
+                                s.row_count(),
+                                s.key_count(),
+                                s.bytes(),
+                                s.failure().map(|f| f.error.message.clone()),
+                            )
+                        })
+                        .unwrap_or((0, 0, 0, 0, None));
+                    if is_full {
+                        out.rows = rows;
+                        out.watermark = watermark;
+                    }
+                    out.keys += keys;
+                    out.bytes += partial_bytes.get(&r.id()).copied().unwrap_or(bytes);
+                    out.failed = out.failed.or(failed);
+                    out.reads.add(&r.stats().snapshot());
+                    kinds.push(if r.is_partial() { "partial" } else { "full" });
                 }
+                kinds.sort_unstable();
+                kinds.dedup();
+                out.state = if kinds.is_empty() {
+                    "none yet".into()
+                } else {
+                    kinds.join(", ")
+                };
+                out
             })
             .collect()
     }
 
     /// The keyed reader of view `entry` on columns `key` (built on first
-    /// use), with its keys in order when `ordered`.
+    /// use), with its keys in order when `ordered`: partial when partial
+    /// state is on and the key traces to the base tables, otherwise kept in
+    /// full (and the view with it).
     fn keyed_reader(
         &self,
         entry: &ViewEntry,
         key: &[usize],
         ordered: bool,
     ) -> Result<Arc<ViewReader>, SqlError> {
-        let find = || {
-            self.keyed.read().get(&entry.name).and_then(|readers| {
-                readers
-                    .iter()
-                    .find(|(k, o, _)| k == key && *o == ordered)
-                    .map(|(_, _, r)| r.clone())
-            })
-        };
-        if let Some(r) = find() {
+        if let Some(r) = self.find_keyed(entry, key, ordered) {
             return Ok(r);
         }
+        if self.partial_on() && !ordered {
+            if let Some(r) = self.make_partial(entry, key)? {
+                return Ok(r);
+            }
+        } else if ordered {
+            self.not_partial.write().insert(
+                keyed_name(&entry.name, key, ordered),
+                "it is read by ranges, which an upquery of one key cannot fill".into(),
+            );
+        }
+        self.full_reader(entry)?;
         let mut graph = self.worker.graph();
         // Re-check under the graph lock: another session may have made it.
-        if let Some(r) = find() {
+        if let Some(r) = self.find_keyed(entry, key, ordered) {
             return Ok(r);
         }
-        let parent = graph.view_parent(&entry.name).ok_or_else(|| {
-            SqlError::new("42P01", format!("view \"{}\" was dropped", entry.name))
-        })?;
+        let parent = graph
+            .view_parent(&entry.name)
+            .ok_or_else(|| dropped(&entry.name))?;
         // The parent's output is as of the last processed batch; the worker
         // cannot run while the graph lock is held.
         let lsn = graph.processed();
         let name = keyed_name(&entry.name, key, ordered);
-        let (id, reader) = graph.view_with(&name, parent, key.to_vec(), ordered);
+        let kind = if ordered {
+            ViewKind::Ordered
+        } else {
+            ViewKind::Full
+        };
+        let (id, reader) = graph.view_with(&name, parent, key.to_vec(), kind);
         graph.initialize(&[id], &|_| Vec::new(), lsn)?;
+        Ok(self.add_keyed(entry, key, ordered, reader))
+    }
+
+    fn find_keyed(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        ordered: bool,
+    ) -> Option<Arc<ViewReader>> {
+        self.keyed.read().get(&entry.name).and_then(|readers| {
+            readers
+                .iter()
+                .find(|(k, o, _)| k == key && *o == ordered)
+                .map(|(_, _, r)| r.clone())
+        })
+    }
+
+    fn add_keyed(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        ordered: bool,
+        reader: ViewReader,
+    ) -> Arc<ViewReader> {
         let reader = Arc::new(reader);
         self.keyed
             .write()
             .entry(entry.name.clone())
             .or_default()
             .push((key.to_vec(), ordered, reader.clone()));
-        Ok(reader)
+        reader
+    }
+
+    /// Makes a partial keyed reader of `entry` on `key`: the view's query
+    /// compiled again into operators of its own, keyed like the reader.
+    /// Without a join input kept in full it starts empty and costs nothing;
+    /// with one, that input is filled from the tables with commits paused.
+    /// `None` (and the reason noted for `EXPLAIN`) when the key does not
+    /// trace to the base tables.
+    fn make_partial(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+    ) -> Result<Option<Arc<ViewReader>>, SqlError> {
+        let engine = self.engine()?;
+        let name = keyed_name(&entry.name, key, false);
+        let query = view_query(&entry.sql)?;
+        let compile =
+            |catalog: &Catalog, graph: &mut Graph| -> Result<(NodeId, Vec<NodeId>), SqlError> {
+                graph.set_private(true);
+                let mut c = Compiler::new(catalog, graph);
+                c.keep_order = entry.options.keep_order;
+                c.partition_last = entry.options.partition_last;
+                let compiled = c.query(&query);
+                let nodes = std::mem::take(&mut c.new_nodes);
+                drop(c);
+                graph.set_private(false);
+                match compiled {
+                    Ok(compiled) => Ok((compiled.node, nodes)),
+                    Err(e) => {
+                        graph.discard(&nodes);
+                        Err(e)
+                    }
+                }
+            };
+        let needs_tables = {
+            let catalog = engine.database().read_recursive();
+            let mut graph = self.worker.graph();
+            if let Some(r) = self.find_keyed(entry, key, false) {
+                return Ok(Some(r));
+            }
+            let (top, nodes) = compile(&catalog, &mut graph)?;
+            match graph.plan_partial(top, key, &nodes) {
+                Err(why) => {
+                    graph.discard(&nodes);
+                    self.not_partial.write().insert(name, why);
+                    return Ok(None);
+                }
+                Ok(plan) if !plan.needs_tables() => {
+                    let lsn = graph.processed();
+                    let (_, reader) = graph.add_partial_view(&name, plan, &|_| Vec::new(), lsn)?;
+                    return Ok(Some(self.add_keyed(entry, key, false, reader)));
+                }
+                Ok(_) => {
+                    graph.discard(&nodes);
+                    true
+                }
+            }
+        };
+        debug_assert!(needs_tables);
+        engine.database().with_commits_paused(|catalog, lsn| {
+            let mut graph = self.worker.drain();
+            if let Some(r) = self.find_keyed(entry, key, false) {
+                return Ok(Some(r));
+            }
+            let (top, nodes) = compile(catalog, &mut graph)?;
+            let plan = match graph.plan_partial(top, key, &nodes) {
+                Ok(plan) => plan,
+                Err(why) => {
+                    graph.discard(&nodes);
+                    self.not_partial.write().insert(name, why);
+                    return Ok(None);
+                }
+            };
+            let (_, reader) = graph.add_partial_view(&name, plan, &table_rows(catalog), lsn)?;
+            if let Err(e) =
+                self.check_memory(&graph, &entry.name, "partial with a join input in full")
+            {
+                graph.drop_view(&name);
+                return Err(e);
+            }
+            Ok(Some(self.add_keyed(entry, key, false, reader)))
+        })
     }
 
     /// The rows of view `entry` whose `key` columns equal `values`, found
-    /// by a keyed lookup (the keyed reader is built on first use).
+    /// by a keyed lookup (the keyed reader is built on first use; a key a
+    /// partial reader does not hold is filled by an upquery first).
     pub fn lookup(
         &self,
         entry: &ViewEntry,
         key: &[usize],
-        values: &[aqueduct_values::Value],
+        values: &[Value],
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        self.with_keyed(entry, key, false, |r| {
-            read_view(&entry.name, r, |s| s.lookup(values))
-        })?
+        self.lookup_timed(entry, key, values, DEFAULT_UPQUERY_TIMEOUT)
+    }
+
+    /// [`ViewRegistry::lookup`], waiting at most `timeout` for an upquery
+    /// (then failing with [`UPQUERY_TIMEOUT_CODE`]).
+    pub fn lookup_timed(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[Value],
+        timeout: Duration,
+    ) -> Result<(Vec<Row>, Lsn), SqlError> {
+        let mut rows = Vec::new();
+        let lsn = self.with_keyed(entry, key, false, |r| {
+            self.read_key(&entry.name, r, values, timeout, |row| {
+                rows.push(row.clone())
+            })
+        })??;
+        Ok((rows, lsn))
+    }
+
+    /// Reads the rows under `values` from `reader`, filling the key by an
+    /// upquery when the reader is partial and does not hold it. Counts the
+    /// hit or the miss and the upquery's latency.
+    fn read_key(
+        &self,
+        name: &str,
+        reader: &ViewReader,
+        values: &[Value],
+        timeout: Duration,
+        mut f: impl FnMut(&Row),
+    ) -> Result<Lsn, SqlError> {
+        let mut missed: Option<Instant> = None;
+        loop {
+            let read = reader
+                .read(|s, watermark| match s.failure() {
+                    Some(fail) => Err(failed(name, fail)),
+                    None => Ok(s.for_each(values, &mut f).then_some(watermark)),
+                })
+                .ok_or_else(|| dropped(name))??;
+            let stats = reader.stats();
+            if let Some(watermark) = read {
+                match missed {
+                    None => stats.hits.add(1),
+                    Some(at) => stats.upquery.record(at.elapsed()),
+                }
+                return Ok(watermark);
+            }
+            let at = *missed.get_or_insert_with(|| {
+                stats.misses.fetch_add(1, Ordering::Relaxed);
+                Instant::now()
+            });
+            self.worker
+                .upquery(reader.id(), vec![values.to_vec()], at + timeout)?;
+        }
     }
 
     /// Runs `f` with the keyed reader of `entry` on `key`, from this
@@ -531,7 +929,7 @@ impl ViewRegistry {
         ordered: bool,
         f: impl FnOnce(&ViewReader) -> T,
     ) -> Result<T, SqlError> {
-        let id = entry.reader.id();
+        let id = entry.uid;
         let mut f = Some(f);
         let hit = LOCAL_KEYED.with(|cell| {
             let cache = cell.borrow();
@@ -567,14 +965,12 @@ impl ViewRegistry {
         &self,
         entry: &ViewEntry,
         key: &[usize],
-        values: &[aqueduct_values::Value],
+        values: &[Value],
         f: impl FnMut(&Row),
     ) -> Result<Lsn, SqlError> {
-        Ok(self
-            .with_keyed(entry, key, false, |r| {
-                read_view(&entry.name, r, |s| s.for_each(values, f))
-            })??
-            .1)
+        self.with_keyed(entry, key, false, |r| {
+            self.read_key(&entry.name, r, values, DEFAULT_UPQUERY_TIMEOUT, f)
+        })?
     }
 
     /// The rows of view `entry` whose first `key` columns equal `prefix`
@@ -583,32 +979,120 @@ impl ViewRegistry {
         &self,
         entry: &ViewEntry,
         key: &[usize],
-        prefix: &[aqueduct_values::Value],
-        low: Bound<&aqueduct_values::Value>,
-        high: Bound<&aqueduct_values::Value>,
+        prefix: &[Value],
+        low: Bound<&Value>,
+        high: Bound<&Value>,
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
         self.with_keyed(entry, key, true, |r| {
-            read_view(&entry.name, r, |s| {
+            let (rows, lsn) = read_view(&entry.name, r, |s| {
                 let mut out = Vec::new();
                 s.for_each_in_range(prefix, low, high, |r| out.push(r.clone()));
                 out
-            })
+            })?;
+            r.stats().hits.add(1);
+            Ok((rows, lsn))
         })?
     }
 
-    /// The dataflow behind a view, as text lines.
+    /// The dataflow behind a view, as text lines: the view in full (if it
+    /// is materialized) and each keyed reader, saying whether it is partial
+    /// and, if not, why.
     pub fn explain(&self, name: &str) -> Vec<String> {
-        self.worker.graph().explain(name)
+        let graph = self.worker.graph();
+        let mut lines = Vec::new();
+        if graph.has_view(name) {
+            lines.push("kept in full (read without a key):".to_string());
+            lines.extend(graph.explain(name).into_iter().map(|l| format!("  {l}")));
+        }
+        let keyed = self.keyed.read().get(name).cloned().unwrap_or_default();
+        for (key, ordered, reader) in keyed {
+            let kn = keyed_name(name, &key, ordered);
+            if reader.is_partial() {
+                lines.push(format!(
+                    "keyed on columns {key:?}, partial: keys are filled by upqueries and evicted under the memory limit"
+                ));
+            } else {
+                let why = self
+                    .not_partial
+                    .read()
+                    .get(&kn)
+                    .cloned()
+                    .unwrap_or_else(|| "partial state is off".into());
+                lines.push(format!("keyed on columns {key:?}, kept in full: {why}"));
+            }
+            lines.extend(graph.explain(&kn).into_iter().map(|l| format!("  {l}")));
+        }
+        if lines.is_empty() {
+            lines.push(if self.partial_on() {
+                "no state yet: made on first read (partial when read by a key that traces to the tables)".into()
+            } else {
+                "no state".into()
+            });
+        }
+        lines
     }
 
-    /// The whole graph in Graphviz DOT.
+    /// The whole graph in Graphviz DOT; views with no state yet (none of
+    /// their reads came) are shown dashed, on their own.
     pub fn dot(&self) -> String {
-        self.worker.graph().dot()
+        let mut dot = self.worker.graph().dot();
+        let keyed = self.keyed.read();
+        let full = self.full.read();
+        let idle: Vec<String> = self
+            .names()
+            .into_iter()
+            .filter(|n| !full.contains_key(n) && keyed.get(n).is_none_or(Vec::is_empty))
+            .collect();
+        if !idle.is_empty() && dot.ends_with("}\n") {
+            dot.truncate(dot.len() - 2);
+            for (i, name) in idle.iter().enumerate() {
+                let label = name.replace('\\', "\\\\").replace('"', "\\\"");
+                dot.push_str(&format!(
+                    "  idle{i} [label=\"view {label} (no state yet)\", shape=ellipse, style=dashed];\n"
+                ));
+            }
+            dot.push_str("}\n");
+        }
+        dot
     }
 
     /// A view's part of the graph in Graphviz DOT.
     pub fn dot_of(&self, name: &str) -> String {
-        self.worker.graph().dot_of(name)
+        let graph = self.worker.graph();
+        if graph.has_view(name) {
+            return graph.dot_of(name);
+        }
+        let keyed = self.keyed.read().get(name).cloned().unwrap_or_default();
+        match keyed.first() {
+            Some((key, ordered, _)) => graph.dot_of(&keyed_name(name, key, *ordered)),
+            None => graph.dot_of(name),
+        }
+    }
+}
+
+/// Reads a table's rows from `catalog`, to fill operators kept in full.
+fn table_rows(catalog: &Catalog) -> impl Fn(TableId) -> Vec<Row> + '_ {
+    move |table: TableId| -> Vec<Row> {
+        catalog
+            .table_by_id(table)
+            .map(|t| t.scan().map(|(_, rv)| (*rv.row).clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Bytes for people: `1.5 MiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
     }
 }
 

@@ -86,9 +86,49 @@ pub struct Catalog {
     next_table_id: TableId,
     /// Maintained views by id (creation order): name and defining SQL.
     pub views: BTreeMap<TableId, (String, String)>,
+    /// LSN of the last write applied: the tables are exactly as of it.
+    lsn: Lsn,
 }
 
 impl Catalog {
+    /// The LSN the tables are as of (every write up to it is applied).
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// The rows of table `table` whose `columns` equal `values` (SQL
+    /// equality, as a view's key compares): by the primary key or an index
+    /// on exactly those columns when there is one, else by a scan.
+    pub fn rows_where(&self, table: TableId, columns: &[usize], values: &[Value]) -> Vec<Row> {
+        let Some(t) = self.table_by_id(table) else {
+            return Vec::new();
+        };
+        if t.schema.has_primary_key() && t.schema.primary_key == columns {
+            return t
+                .get(&values.to_vec())
+                .map(|rv| vec![(*rv.row).clone()])
+                .unwrap_or_default();
+        }
+        if let Some(ix) = t.index_on(columns) {
+            return t
+                .index_lookup(ix, values)
+                .filter_map(|k| t.get(k).map(|rv| (*rv.row).clone()))
+                .collect();
+        }
+        t.scan()
+            .filter(|(_, rv)| columns.iter().zip(values).all(|(&c, v)| rv.row[c] == *v))
+            .map(|(_, rv)| (*rv.row).clone())
+            .collect()
+    }
+
+    /// Whether [`Catalog::rows_where`] on these columns is a lookup rather
+    /// than a scan.
+    pub fn has_lookup(&self, table: TableId, columns: &[usize]) -> bool {
+        self.table_by_id(table).is_some_and(|t| {
+            (t.schema.has_primary_key() && t.schema.primary_key == columns)
+                || t.index_on(columns).is_some()
+        })
+    }
     /// The id of the view called `name`.
     pub fn view(&self, name: &str) -> Option<TableId> {
         self.views
@@ -369,6 +409,7 @@ impl Database {
         })
         .map_err(|e| bad.take().unwrap_or(TableError::Log(e)))?;
         report.last_lsn = log.committed_lsn();
+        catalog.lsn = report.last_lsn;
         report.tables = catalog.tables.len();
         report.rows = catalog.tables.values().map(|t| t.len()).sum();
         report.elapsed = started.elapsed();
@@ -397,6 +438,12 @@ impl Database {
     /// A consistent view of all tables for the duration of the guard.
     pub fn read(&self) -> RwLockReadGuard<'_, Catalog> {
         self.catalog.read()
+    }
+
+    /// [`Database::read`] that does not wait behind a writer queued for the
+    /// lock, for threads that may already hold a read guard further up.
+    pub fn read_recursive(&self) -> RwLockReadGuard<'_, Catalog> {
+        self.catalog.read_recursive()
     }
 
     /// Installs the function told about every commit (views use it).
@@ -498,6 +545,7 @@ impl Database {
                 changes.extend(change);
             }
         }
+        catalog.lsn = range.last;
         drop(catalog);
         if let Some(hook) = hook {
             hook(range.last, &self.catalog.read(), &changes, &schema);

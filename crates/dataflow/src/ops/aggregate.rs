@@ -18,7 +18,7 @@ use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 
 use super::columns;
-use crate::{consolidate, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, Operator, Row};
 
 /// One aggregate: `func(column)`, or `COUNT(*)` with no column.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +67,12 @@ pub struct Aggregate {
     groups: HashMap<Row, Group>,
     /// A global aggregate's row has been emitted.
     primed: bool,
+    bytes: i64,
 }
+
+/// Estimated bytes of one accumulator (MIN/MAX and DISTINCT ones hold a
+/// multiset of values besides, not counted).
+const ACCUMULATOR_BYTES: i64 = 64;
 
 impl Aggregate {
     pub fn new(group_by: Vec<usize>, calls: Vec<AggCall>) -> Aggregate {
@@ -83,12 +88,17 @@ impl Aggregate {
             calls,
             groups: HashMap::new(),
             primed: false,
+            bytes: 0,
         };
         if a.is_global() {
             let g = a.fresh();
             a.groups.insert(Vec::new(), g);
         }
         a
+    }
+
+    fn group_bytes(&self, key: &Row) -> i64 {
+        stored_bytes(key) + ACCUMULATOR_BYTES * self.calls.len() as i64
     }
 
     fn is_global(&self) -> bool {
@@ -161,6 +171,7 @@ impl Operator for Aggregate {
             }
             if !self.groups.contains_key(&key) {
                 let g = self.fresh();
+                self.bytes += self.group_bytes(&key);
                 self.groups.insert(key.clone(), g);
             }
             let g = self.groups.get_mut(&key).expect("group just ensured");
@@ -176,6 +187,7 @@ impl Operator for Aggregate {
             if new.is_none() && !self.is_global() {
                 if let Some(g) = self.groups.remove(&key) {
                     debug_assert!(g.rows == 0 && g.accs.iter().all(Accumulator::is_empty));
+                    self.bytes -= self.group_bytes(&key);
                 }
             }
             if old != new {
@@ -189,6 +201,20 @@ impl Operator for Aggregate {
 
     fn state_rows(&self) -> usize {
         self.groups.len()
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.bytes.max(0) as usize
+    }
+
+    /// A key made of group columns traces to the columns they group by; a
+    /// global aggregate (one row whatever the input) has no key.
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        let cols = key
+            .iter()
+            .map(|&k| self.group_by.get(k).copied())
+            .collect::<Option<Vec<usize>>>()?;
+        (!self.is_global()).then(|| vec![Some(cols)])
     }
 }
 

@@ -9,11 +9,12 @@ use std::collections::HashMap;
 
 use aqueduct_expr::SqlError;
 
-use crate::{consolidate, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, Operator, Row};
 
 #[derive(Default)]
 pub struct Distinct {
     counts: HashMap<Row, i64>,
+    bytes: i64,
 }
 
 impl Distinct {
@@ -45,7 +46,11 @@ impl Operator for Distinct {
             }
             if after == 0 {
                 self.counts.remove(&row);
+                self.bytes -= stored_bytes(&row);
             } else {
+                if before == 0 {
+                    self.bytes += stored_bytes(&row);
+                }
                 self.counts.insert(row, after);
             }
         }
@@ -55,6 +60,14 @@ impl Operator for Distinct {
 
     fn state_rows(&self) -> usize {
         self.counts.len()
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.bytes.max(0) as usize
+    }
+
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        Some(vec![Some(key.to_vec())])
     }
 }
 

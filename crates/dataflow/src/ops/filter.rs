@@ -24,6 +24,10 @@ impl Operator for Filter {
         format!("filter[{:?}]", self.predicate)
     }
 
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        Some(vec![Some(key.to_vec())])
+    }
+
     fn process(&mut self, _port: usize, delta: Delta) -> Result<Delta, SqlError> {
         let mut out = Vec::with_capacity(delta.len());
         for (row, w) in delta {

@@ -21,7 +21,7 @@ use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 
 use super::{columns, no_such_input};
-use crate::{consolidate, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, Operator, Row};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JoinKind {
@@ -56,17 +56,23 @@ impl Bag {
     }
 }
 
-/// Adds `w` copies of `row` under `key`, dropping keys left without rows.
-fn fold(index: &mut Index, key: Row, row: Row, w: i64) {
+/// Adds `w` copies of `row` under `key`, dropping keys left without rows,
+/// and counts the bytes stored in `bytes`.
+fn fold(index: &mut Index, bytes: &mut i64, key: Row, row: Row, w: i64) {
     match index.get_mut(&key) {
         Some(bag) => {
+            let rows = bag.rows.len() as i64;
+            let size = stored_bytes(&row);
             bag.add(row, w);
+            *bytes += (bag.rows.len() as i64 - rows) * size;
             if bag.rows.is_empty() {
                 debug_assert_eq!(bag.total, 0);
+                *bytes -= stored_bytes(&key);
                 index.remove(&key);
             }
         }
         None => {
+            *bytes += stored_bytes(&key) + stored_bytes(&row);
             let mut bag = Bag::default();
             bag.add(row, w);
             index.insert(key, bag);
@@ -87,8 +93,11 @@ pub struct Join {
     right_key: Vec<usize>,
     /// Columns of a right row: the NULL padding of unmatched left rows.
     right_width: usize,
+    /// Columns of a left row, when known (needed to trace keys).
+    left_width: Option<usize>,
     left: Index,
     right: Index,
+    bytes: i64,
 }
 
 impl Join {
@@ -113,9 +122,18 @@ impl Join {
             left_key,
             right_key,
             right_width,
+            left_width: None,
             left: Index::new(),
             right: Index::new(),
+            bytes: 0,
         }
+    }
+
+    /// Tells the join how wide its left rows are, so that keys on its
+    /// output can be traced to its inputs.
+    pub fn with_left_width(mut self, width: usize) -> Join {
+        self.left_width = Some(width);
+        self
     }
 
     fn padded(&self, left: &[Value]) -> Row {
@@ -151,7 +169,7 @@ impl Join {
                 _ if self.kind == JoinKind::Left => out.push((self.padded(&row), w)),
                 _ => {}
             }
-            fold(&mut self.left, key, row, w);
+            fold(&mut self.left, &mut self.bytes, key, row, w);
         }
     }
 
@@ -179,7 +197,7 @@ impl Join {
                     out.push((concat(l, &row), c * w));
                 }
             }
-            fold(&mut self.right, key, row, w);
+            fold(&mut self.right, &mut self.bytes, key, row, w);
         }
     }
 }
@@ -218,6 +236,49 @@ impl Operator for Join {
     fn state_rows(&self) -> usize {
         let rows = |i: &Index| i.values().map(|b| b.rows.len()).sum::<usize>();
         rows(&self.left) + rows(&self.right)
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.bytes.max(0) as usize
+    }
+
+    /// A key column of one side that is a join column is also the matching
+    /// column of the other side (they are equal in every joined row). A
+    /// side that cannot express the whole key is kept in full: every row
+    /// of it may meet a row of the keyed side. With a LEFT join the key
+    /// must be made of left columns: a left row is padded exactly when the
+    /// right side has no rows for it, which a right side holding only some
+    /// keys cannot tell.
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        type Col<'a> = &'a dyn Fn(usize) -> Option<usize>;
+        let side = |own: &[usize], other: &[usize], on_own: Col, on_other: Col| {
+            key.iter()
+                .map(|&k| {
+                    if let Some(c) = on_own(k) {
+                        return Some(c);
+                    }
+                    let c = on_other(k)?;
+                    let i = other.iter().position(|&o| o == c)?;
+                    Some(own[i])
+                })
+                .collect::<Option<Vec<usize>>>()
+        };
+        let lw = self.left_width?;
+        // A LEFT join's padded rows have NULL in every right column: a key
+        // column on the right would put them under the NULL key, which no
+        // reader holds.
+        if self.kind == JoinKind::Left && key.iter().any(|&k| k >= lw) {
+            return None;
+        }
+        let on_left = |k: usize| (k < lw).then_some(k);
+        let on_right = |k: usize| (k >= lw).then(|| k - lw);
+        let left = side(&self.left_key, &self.right_key, &on_left, &on_right);
+        let right = side(&self.right_key, &self.left_key, &on_right, &on_left);
+        match (left, right) {
+            (None, None) => None,
+            (None, Some(_)) if self.kind == JoinKind::Left => None,
+            (l, r) => Some(vec![l, r]),
+        }
     }
 }
 

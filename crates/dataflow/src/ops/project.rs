@@ -23,6 +23,19 @@ impl Operator for Project {
         format!("project{:?}", self.outputs)
     }
 
+    /// A key column that is an input column passed through traces to it; a
+    /// computed one does not trace.
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        let cols = key
+            .iter()
+            .map(|&k| match self.outputs.get(k)? {
+                Expr::Column(c) => Some(*c),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>()?;
+        Some(vec![Some(cols)])
+    }
+
     fn process(&mut self, _port: usize, delta: Delta) -> Result<Delta, SqlError> {
         delta
             .into_iter()

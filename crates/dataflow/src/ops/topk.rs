@@ -17,7 +17,7 @@ use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 
 use super::columns;
-use crate::{consolidate, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, Operator, Row};
 
 /// One `ORDER BY` column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +92,7 @@ pub struct TopK {
     offset: usize,
     /// Group key → rows in sort order → count.
     groups: BTreeMap<Row, BTreeMap<Place, i64>>,
+    bytes: i64,
 }
 
 impl TopK {
@@ -107,6 +108,7 @@ impl TopK {
             limit,
             offset,
             groups: BTreeMap::new(),
+            bytes: 0,
         }
     }
 
@@ -184,13 +186,19 @@ impl Operator for TopK {
                 before.insert(key.clone(), old);
             }
             let place = self.place(row);
+            if !self.groups.contains_key(&key) {
+                self.bytes += stored_bytes(&key);
+            }
             let rows = self.groups.entry(key).or_default();
             match rows.get_mut(&place) {
                 Some(c) if *c + w == 0 => {
+                    self.bytes -= 2 * stored_bytes(&place.1);
                     rows.remove(&place);
                 }
                 Some(c) => *c += w,
                 None => {
+                    // The row and its sort values (about as large again).
+                    self.bytes += 2 * stored_bytes(&place.1);
                     rows.insert(place, w);
                 }
             }
@@ -201,6 +209,7 @@ impl Operator for TopK {
             out.extend(old.into_iter().map(|(r, c)| (r, -c)));
             if self.groups.get(&key).is_some_and(BTreeMap::is_empty) {
                 self.groups.remove(&key);
+                self.bytes -= stored_bytes(&key);
             }
         }
         consolidate(&mut out);
@@ -209,6 +218,16 @@ impl Operator for TopK {
 
     fn state_rows(&self) -> usize {
         self.groups.values().map(BTreeMap::len).sum()
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.bytes.max(0) as usize
+    }
+
+    /// Groups never span keys when every key column is a group column.
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        let within_groups = key.iter().all(|k| self.group_by.contains(k));
+        (within_groups || self.unbounded()).then(|| vec![Some(key.to_vec())])
     }
 }
 

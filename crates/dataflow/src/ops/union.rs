@@ -32,6 +32,10 @@ impl Operator for Union {
         self.inputs
     }
 
+    fn trace_key(&self, key: &[usize]) -> Option<Vec<Option<Vec<usize>>>> {
+        Some(vec![Some(key.to_vec()); self.inputs])
+    }
+
     fn process(&mut self, port: usize, delta: Delta) -> Result<Delta, SqlError> {
         if port >= self.inputs {
             return Err(no_such_input("union", port));
