@@ -37,13 +37,13 @@ use crate::common::{self, check_stop, new_hist, print_table, thousands};
 use crate::cpu::{self, CpuUse};
 
 /// The view's name as the engine stores it (identifiers fold to lower case).
-const VIEW: &str = "articlewithvotecount";
-const CREATE_VIEW: &str = "CREATE VIEW ArticleWithVoteCount AS SELECT article.id, title, votes \
+pub(crate) const VIEW: &str = "articlewithvotecount";
+pub(crate) const CREATE_VIEW: &str = "CREATE VIEW ArticleWithVoteCount AS SELECT article.id, title, votes \
      FROM article LEFT JOIN (SELECT article_id, COUNT(*) AS votes FROM vote GROUP BY article_id) \
      AS vc ON article.id = vc.article_id";
 /// One read in this many is timed on its own (the clock reads would
 /// otherwise be a visible part of a read this short).
-const TIME_ONE_IN: u64 = 16;
+pub(crate) const TIME_ONE_IN: u64 = 16;
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -55,7 +55,7 @@ pub enum Distribution {
 }
 
 impl Distribution {
-    fn name(self, s: f64) -> String {
+    pub(crate) fn name(self, s: f64) -> String {
         match self {
             Distribution::Uniform => "uniform".into(),
             Distribution::Zipf => format!("zipf {s}"),
@@ -146,14 +146,14 @@ pub struct Run {
 }
 
 /// Draws ids 1..=n.
-struct Sampler {
+pub(crate) struct Sampler {
     n: u64,
     /// Cumulative probabilities of ids 1..=n (Zipf only).
     cdf: Option<Vec<f64>>,
 }
 
 impl Sampler {
-    fn new(n: u64, d: Distribution, s: f64) -> Sampler {
+    pub(crate) fn new(n: u64, d: Distribution, s: f64) -> Sampler {
         let cdf = (d == Distribution::Zipf).then(|| {
             let mut acc = 0.0;
             let mut cdf: Vec<f64> = (1..=n)
@@ -168,7 +168,7 @@ impl Sampler {
         Sampler { n, cdf }
     }
 
-    fn sample(&self, rng: &mut StdRng) -> u64 {
+    pub(crate) fn sample(&self, rng: &mut StdRng) -> u64 {
         match &self.cdf {
             None => rng.gen_range(1..=self.n),
             Some(cdf) => {
@@ -178,7 +178,7 @@ impl Sampler {
     }
 }
 
-fn exec(s: &mut aqueduct_sql::Session, sql: &str) -> anyhow::Result<Outcome> {
+pub(crate) fn exec(s: &mut aqueduct_sql::Session, sql: &str) -> anyhow::Result<Outcome> {
     s.execute(sql)
         .pop()
         .context("no result")?
@@ -186,7 +186,7 @@ fn exec(s: &mut aqueduct_sql::Session, sql: &str) -> anyhow::Result<Outcome> {
 }
 
 /// Inserts `rows` (already formatted as `(a, b)`) into `table`, `per` at a time.
-fn insert_all(
+pub(crate) fn insert_all(
     s: &mut aqueduct_sql::Session,
     table: &str,
     rows: impl Iterator<Item = String>,
@@ -213,7 +213,7 @@ fn insert_all(
 }
 
 /// The `votes` column of the view's row for `id` (`None` for NULL).
-fn votes_of(engine: &Engine, entry: &ViewEntry, id: u64) -> anyhow::Result<Option<i64>> {
+pub(crate) fn votes_of(engine: &Engine, entry: &ViewEntry, id: u64) -> anyhow::Result<Option<i64>> {
     let (rows, _) = engine
         .views
         .lookup(entry, &[0], &[Value::Int(id as i64)])

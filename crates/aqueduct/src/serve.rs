@@ -62,6 +62,16 @@ pub struct ServeArgs {
     /// Seconds between background log compaction passes [default: 30]
     #[arg(long, env = "AQUEDUCT_COMPACTION_INTERVAL_SECS")]
     compaction_interval_secs: Option<u64>,
+    /// Bound on the memory all view and operator state takes, as bytes or a
+    /// size such as 512MiB or 2GiB; least recently read keys of partial
+    /// views are evicted to stay under it [default: no bound]
+    #[arg(long, env = "AQUEDUCT_MEMORY_LIMIT")]
+    memory_limit: Option<String>,
+    /// `on`: views read by key hold only the keys asked for, filled on
+    /// demand by upqueries; `off`: every view is materialized in full when
+    /// it is created [default: on]
+    #[arg(long, env = "AQUEDUCT_PARTIAL_STATE")]
+    partial_state: Option<String>,
 }
 
 impl ServeArgs {
@@ -88,6 +98,8 @@ impl ServeArgs {
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
             compaction_interval_secs: self.compaction_interval_secs,
+            memory_limit: self.memory_limit.clone(),
+            partial_state: self.partial_state.clone(),
         })
     }
 }

@@ -83,6 +83,8 @@ struct Queue {
     answered: u64,
     /// Upqueries that could not be served, by ticket.
     refused: HashMap<u64, String>,
+    /// The memory limit changed: check it even with nothing to process.
+    limit_changed: bool,
 }
 
 struct Shared {
@@ -188,6 +190,7 @@ impl Worker {
     /// Bounds the bytes of all view and operator state (0: no bound).
     pub fn set_memory_limit(&self, bytes: u64) {
         self.shared.memory_limit.store(bytes, Ordering::Relaxed);
+        lock(&self.shared.queue).limit_changed = true;
         self.shared.work.notify_all();
     }
 
@@ -339,12 +342,13 @@ fn run(shared: &Shared) {
     loop {
         let requests = {
             let mut q = lock(&shared.queue);
-            while q.batches.is_empty() && q.requests.is_empty() && !q.closed {
+            while q.batches.is_empty() && q.requests.is_empty() && !q.limit_changed && !q.closed {
                 q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
             }
-            if q.batches.is_empty() && q.requests.is_empty() {
+            if q.batches.is_empty() && q.requests.is_empty() && q.closed {
                 return;
             }
+            q.limit_changed = false;
             q.busy = true;
             std::mem::take(&mut q.requests)
         };

@@ -167,6 +167,19 @@ pub fn render_metrics(engine: &Engine) -> String {
             escape(&name)
         );
     }
+    family(
+        &mut out,
+        "aqueduct_table_bytes",
+        "gauge",
+        "Approximate bytes of each base table's rows in memory (not bounded by --memory-limit).",
+    );
+    for (name, bytes) in engine.table_bytes() {
+        let _ = writeln!(
+            out,
+            "aqueduct_table_bytes{{table=\"{}\"}} {bytes}",
+            escape(&name)
+        );
+    }
     let progress = engine.views.progress();
     family(
         &mut out,
@@ -190,12 +203,92 @@ pub fn render_metrics(engine: &Engine) -> String {
         "aqueduct_dataflow_queued_batches {}",
         progress.queued_batches
     );
+    family(
+        &mut out,
+        "aqueduct_state_bytes",
+        "gauge",
+        "Bytes of all view and operator state (what --memory-limit bounds).",
+    );
+    let _ = writeln!(out, "aqueduct_state_bytes {}", progress.state_bytes);
+    family(
+        &mut out,
+        "aqueduct_memory_limit_bytes",
+        "gauge",
+        "The bound on view and operator state (0: none).",
+    );
+    let _ = writeln!(out, "aqueduct_memory_limit_bytes {}", progress.memory_limit);
     let views = engine.views.stats();
+    type Get = fn(&aqueduct_sql::views::ViewStats) -> u64;
+    for (name, kind, help, get) in [
+        (
+            "aqueduct_view_keys",
+            "gauge",
+            "Keys each view holds (a partial view: the keys filled and not evicted).",
+            (|v| v.keys as u64) as Get,
+        ),
+        (
+            "aqueduct_view_hits_total",
+            "counter",
+            "Keyed reads of each view answered from its state.",
+            |v| v.reads.hits,
+        ),
+        (
+            "aqueduct_view_misses_total",
+            "counter",
+            "Keyed reads of each view that missed and waited for an upquery.",
+            |v| v.reads.misses,
+        ),
+        (
+            "aqueduct_view_evictions_total",
+            "counter",
+            "Keys of each view evicted to stay under the memory limit.",
+            |v| v.reads.evictions,
+        ),
+    ] {
+        family(&mut out, name, kind, help);
+        for v in &views {
+            let _ = writeln!(out, "{name}{{view=\"{}\"}} {}", escape(&v.name), get(v));
+        }
+    }
+    family(
+        &mut out,
+        "aqueduct_view_upquery_seconds",
+        "histogram",
+        "Time from a read's miss until its key was filled, per view.",
+    );
+    for v in &views {
+        let h = &v.reads.upquery;
+        let name = escape(&v.name);
+        let mut seen = 0;
+        for (i, le) in aqueduct_sql::views::LATENCY_BUCKETS_US.iter().enumerate() {
+            seen += h.buckets.get(i).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "aqueduct_view_upquery_seconds_bucket{{view=\"{name}\",le=\"{}\"}} {seen}",
+                *le as f64 / 1e6
+            );
+        }
+        let _ = writeln!(
+            out,
+            "aqueduct_view_upquery_seconds_bucket{{view=\"{name}\",le=\"+Inf\"}} {}",
+            h.count
+        );
+        let _ = writeln!(
+            out,
+            "aqueduct_view_upquery_seconds_sum{{view=\"{name}\"}} {}",
+            h.sum_us as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "aqueduct_view_upquery_seconds_count{{view=\"{name}\"}} {}",
+            h.count
+        );
+    }
     for (name, help, get) in [
         (
             "aqueduct_view_rows",
             "Rows in each maintained view.",
-            (|v| v.rows) as fn(&aqueduct_sql::views::ViewStats) -> u64,
+            (|v| v.rows) as Get,
         ),
         (
             "aqueduct_view_bytes",

@@ -60,6 +60,10 @@ pub struct ServerConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub compaction_interval: Duration,
+    /// Bound on the bytes of all view and operator state (0: none).
+    pub memory_limit: u64,
+    /// Views read by key are partial (filled by upqueries) where they can be.
+    pub partial_state: bool,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +80,8 @@ impl Default for ServerConfig {
             tls_cert: None,
             tls_key: None,
             compaction_interval: DEFAULT_COMPACTION_INTERVAL,
+            memory_limit: 0,
+            partial_state: true,
         }
     }
 }
@@ -95,6 +101,10 @@ pub struct FileConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub compaction_interval_secs: Option<u64>,
+    /// `--memory-limit`: bytes, or with a unit (`512MiB`, `2GiB`, `4GB`).
+    pub memory_limit: Option<String>,
+    /// `--partial-state`: `on` or `off`.
+    pub partial_state: Option<String>,
 }
 
 impl FileConfig {
@@ -123,7 +133,27 @@ impl ServerConfig {
         users.extend(flags.users.unwrap_or_default());
         let mut tokens = file.http_tokens.unwrap_or_default();
         tokens.extend(flags.http_tokens.unwrap_or_default());
+        let memory_limit = match flags.memory_limit.or(file.memory_limit) {
+            Some(s) => parse_bytes(&s).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "--memory-limit takes bytes or a size such as 512MiB or 2GiB, got '{s}'"
+                ))
+            })?,
+            None => d.memory_limit,
+        };
+        let partial_state = match flags.partial_state.or(file.partial_state).as_deref() {
+            None => d.partial_state,
+            Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "--partial-state takes on or off, got '{other}'"
+                )))
+            }
+        };
         let config = ServerConfig {
+            memory_limit,
+            partial_state,
             data_dir: flags.data_dir.or(file.data_dir).unwrap_or(d.data_dir),
             pg_addr: flags.pg_addr.or(file.pg_addr).unwrap_or(d.pg_addr),
             http_addr: flags.http_addr.or(file.http_addr).unwrap_or(d.http_addr),
@@ -165,9 +195,41 @@ impl ServerConfig {
     }
 }
 
+/// A size in bytes: a number, optionally followed by a unit (`KiB`, `MiB`,
+/// `GiB`, `TiB`, or the decimal `KB`, `MB`, `GB`, `TB`).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "tib" | "t" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("1024"), Some(1024));
+        assert_eq!(parse_bytes("512MiB"), Some(512 << 20));
+        assert_eq!(parse_bytes("2 GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes("4GB"), Some(4_000_000_000));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("5 parsecs"), None);
+    }
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {

@@ -71,7 +71,11 @@ pub async fn run(
         "log recovered in {:.1?}",
         report.elapsed
     );
-    let engine = tokio::task::spawn_blocking(move || replay(log, report.records))
+    let view_options = aqueduct_sql::views::ViewOptions {
+        partial: config.partial_state,
+        memory_limit: config.memory_limit,
+    };
+    let engine = tokio::task::spawn_blocking(move || replay(log, report.records, view_options))
         .await
         .expect("replay task")?;
     tracing::info!(
@@ -212,7 +216,11 @@ pub async fn run(
 }
 
 /// Replays the log into tables, with a progress bar when it is long.
-fn replay(log: Log, records: u64) -> Result<Arc<Engine>, ServerError> {
+fn replay(
+    log: Log,
+    records: u64,
+    view_options: aqueduct_sql::views::ViewOptions,
+) -> Result<Arc<Engine>, ServerError> {
     let last = log.committed_lsn();
     let bar = if records >= PROGRESS_BAR_MIN_RECORDS {
         let bar = indicatif::ProgressBar::new(last);
@@ -226,11 +234,15 @@ fn replay(log: Log, records: u64) -> Result<Arc<Engine>, ServerError> {
     } else {
         None
     };
-    let engine = Engine::open(log, &mut |lsn| {
-        if let Some(b) = &bar {
-            b.set_position(lsn);
-        }
-    })
+    let engine = Engine::open_with(
+        log,
+        &mut |lsn| {
+            if let Some(b) = &bar {
+                b.set_position(lsn);
+            }
+        },
+        view_options,
+    )
     .map_err(ServerError::Replay)?;
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -213,6 +213,13 @@ pub(crate) fn show_views_columns() -> Vec<Column> {
         Column::computed("keys", DataType::Int8),
         Column::computed("bytes", DataType::Int8),
         Column::computed("status", DataType::Text),
+        Column::computed("state", DataType::Text),
+        Column::computed("hits", DataType::Int8),
+        Column::computed("misses", DataType::Int8),
+        Column::computed("hit_rate", DataType::Float8),
+        Column::computed("evictions", DataType::Int8),
+        Column::computed("upquery_p50_us", DataType::Int8),
+        Column::computed("upquery_p99_us", DataType::Int8),
     ]
 }
 

@@ -141,6 +141,16 @@ impl Engine {
         Session::new(self.clone())
     }
 
+    /// Approximate bytes of row data per table, for `/metrics`.
+    pub fn table_bytes(&self) -> Vec<(String, usize)> {
+        self.db
+            .read()
+            .tables
+            .values()
+            .map(|t| (t.schema.name.clone(), t.bytes))
+            .collect()
+    }
+
     /// Row counts per table, for `/metrics`.
     pub fn table_rows(&self) -> Vec<(String, usize)> {
         self.db

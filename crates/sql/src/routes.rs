@@ -78,6 +78,20 @@ impl Session {
         }
     }
 
+    /// A read of an automatic view failed: answered another way (`None`)
+    /// when the view was dropped meanwhile (a table or view it read went),
+    /// or when its upquery timed out and the session says to compute.
+    fn auto_read_failed(&self, auto: &AutoView, e: SqlError) -> Result<Option<Outcome>, SqlError> {
+        let gone = self.engine.views.get(&auto.view).is_none();
+        let compute = e.code == crate::views::UPQUERY_TIMEOUT_CODE
+            && self.on_upquery_timeout() == crate::views::OnTimeout::Compute;
+        if gone || compute {
+            Ok(None)
+        } else {
+            Err(e)
+        }
+    }
+
     /// Reads an automatic view with `values` (the statement's parameters,
     /// then the lifted literals). `None` when the view cannot answer these
     /// values (a literal of another type, a NULL key, no rows for a query
@@ -97,11 +111,49 @@ impl Session {
             return Ok(None);
         };
         let seen = self.views_current()?;
+        // Keys read by equality on the same columns are looked up together,
+        // so the ones a partial view misses are filled by one upquery.
+        let mut prefetched: std::collections::HashMap<usize, Vec<aqueduct_dataflow::Row>> =
+            Default::default();
+        let point: Vec<usize> = (0..keys.len())
+            .filter(|&i| keys[i].range.is_none())
+            .collect();
+        if let Some(&first) = point.first() {
+            let same = point
+                .iter()
+                .all(|&i| keys[i].columns == keys[first].columns);
+            if same && point.len() > 1 {
+                let columns: Vec<usize> = keys[first]
+                    .columns
+                    .iter()
+                    .map(|c| auto.visible + c)
+                    .collect();
+                let values: Vec<Vec<Value>> =
+                    point.iter().map(|&i| keys[i].prefix.clone()).collect();
+                match self.engine.views.lookup_many(
+                    &entry,
+                    &columns,
+                    &values,
+                    self.upquery_timeout(),
+                ) {
+                    Ok((found, _)) => prefetched.extend(point.iter().copied().zip(found)),
+                    Err(e) => return self.auto_read_failed(auto, e),
+                }
+            }
+        }
         let mut rows = Vec::new();
-        for l in &keys {
+        for (i, l) in keys.iter().enumerate() {
             let columns: Vec<usize> = l.columns.iter().map(|c| auto.visible + c).collect();
             let found = match &l.range {
-                None => self.engine.views.lookup(&entry, &columns, &l.prefix),
+                _ if prefetched.contains_key(&i) => {
+                    Ok((prefetched.remove(&i).unwrap_or_default(), 0))
+                }
+                None => self.engine.views.lookup_timed(
+                    &entry,
+                    &columns,
+                    &l.prefix,
+                    self.upquery_timeout(),
+                ),
                 Some((low, high)) => self.engine.views.lookup_range(
                     &entry,
                     &columns,
@@ -112,10 +164,7 @@ impl Session {
             };
             let found = match found {
                 Ok((rows, _)) => rows,
-                // Dropped meanwhile (a table or view it read went): answer
-                // another way.
-                Err(_) if self.engine.views.get(&auto.view).is_none() => return Ok(None),
-                Err(e) => return Err(e),
+                Err(e) => return self.auto_read_failed(auto, e),
             };
             // A row an earlier side of an OR found is not counted again.
             rows.extend(found.into_iter().filter(|r| {

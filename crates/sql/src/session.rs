@@ -79,6 +79,8 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("transaction_isolation", "serializable"),
     ("aqueduct.last_lsn", "0"),
     ("aqueduct.auto_views", "on"),
+    ("aqueduct.upquery_timeout", "5s"),
+    ("aqueduct.upquery_timeout_action", "error"),
 ];
 
 /// Settings clients may not change.
@@ -660,14 +662,8 @@ impl Session {
             let (rows, watermark) = match (keyed, params.is_empty() && !with_rows) {
                 (_, true) => (Vec::new(), 0),
                 (Some((cols, combos)), _) => {
-                    let mut rows = Vec::new();
-                    let mut watermark = 0;
-                    for values in &combos {
-                        let (found, w) = self.engine.views.lookup(&v, &cols, values)?;
-                        rows.extend(found);
-                        watermark = w;
-                    }
-                    (rows, watermark)
+                    let (found, watermark) = self.lookup_view(&v, &cols, &combos)?;
+                    (found.into_iter().flatten().collect(), watermark)
                 }
                 (None, _) => self.engine.views.rows(&v)?,
             };
@@ -695,6 +691,48 @@ impl Session {
         Ok(Some(catalog))
     }
 
+    /// How long a read waits for the upquery that fills a missing key.
+    pub(crate) fn upquery_timeout(&self) -> std::time::Duration {
+        parse_duration(&self.settings["aqueduct.upquery_timeout"])
+            .unwrap_or(crate::views::DEFAULT_UPQUERY_TIMEOUT)
+    }
+
+    /// What a read does when its upquery takes longer than that.
+    pub(crate) fn on_upquery_timeout(&self) -> crate::views::OnTimeout {
+        match self.settings["aqueduct.upquery_timeout_action"].as_str() {
+            "compute" => crate::views::OnTimeout::Compute,
+            _ => crate::views::OnTimeout::Error,
+        }
+    }
+
+    /// A keyed lookup of a view, with this session's upquery timeout; on
+    /// timeout, by setting, the rows are computed from the base tables
+    /// instead (without filling the key).
+    fn lookup_view(
+        &self,
+        v: &crate::views::ViewEntry,
+        cols: &[usize],
+        keys: &[Vec<Value>],
+    ) -> Result<(Vec<Vec<aqueduct_dataflow::Row>>, Lsn), SqlError> {
+        let views = &self.engine.views;
+        match views.lookup_many(v, cols, keys, self.upquery_timeout()) {
+            Err(e)
+                if e.code == crate::views::UPQUERY_TIMEOUT_CODE
+                    && self.on_upquery_timeout() == crate::views::OnTimeout::Compute =>
+            {
+                let db = self.engine.database();
+                let catalog = db.read();
+                let lsn = catalog.lsn();
+                let rows = keys
+                    .iter()
+                    .map(|k| views.compute_lookup(&catalog, v, cols, k))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((rows, lsn))
+            }
+            other => other,
+        }
+    }
+
     /// Waits until the views reflect every write committed so far (this
     /// session's included) and returns that LSN.
     pub(crate) fn views_current(&self) -> Result<Lsn, SqlError> {
@@ -720,6 +758,19 @@ impl Session {
                         None => "maintained".into(),
                         Some(e) => format!("failed: {e}"),
                     }),
+                    Value::Text(v.state),
+                    Value::Int(v.reads.hits as i64),
+                    Value::Int(v.reads.misses as i64),
+                    Value::Float(v.reads.hit_rate()),
+                    Value::Int(v.reads.evictions as i64),
+                    v.reads
+                        .upquery
+                        .quantile_us(0.5)
+                        .map_or(Value::Null, |us| Value::Int(us as i64)),
+                    v.reads
+                        .upquery
+                        .quantile_us(0.99)
+                        .map_or(Value::Null, |us| Value::Int(us as i64)),
                 ]
             })
             .collect();
@@ -750,6 +801,9 @@ impl Session {
                 "42704",
                 format!("unrecognized configuration parameter \"{name}\""),
             ));
+        }
+        if let Some(v) = &value {
+            check_setting(&key, v)?;
         }
         if key == "transaction_isolation" || key == "default_transaction_isolation" {
             // Every transaction is serializable; weaker requests get the stronger level.
@@ -821,6 +875,45 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
 /// view columns pinned to constants (or given parameters), sorted, and every
 /// combination of their values, so the rows can be found by keyed lookups
 /// instead of a scan.
+/// A duration setting: `5s`, `250ms`, `1min`, or a number of milliseconds
+/// (as PostgreSQL's `statement_timeout`).
+fn parse_duration(v: &str) -> Option<std::time::Duration> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "min" => n.checked_mul(60_000)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(ms))
+}
+
+/// Refuses a value a setting cannot take, saying what it takes.
+fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
+    let ok = match key {
+        "aqueduct.upquery_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
+        "aqueduct.upquery_timeout_action" => matches!(value, "error" | "compute"),
+        "aqueduct.auto_views" => matches!(value, "on" | "off"),
+        _ => true,
+    };
+    if ok {
+        return Ok(());
+    }
+    let takes = match key {
+        "aqueduct.upquery_timeout" => "a positive duration such as '5s', '250ms' or '1min'",
+        "aqueduct.upquery_timeout_action" => "'error' or 'compute'",
+        _ => "'on' or 'off'",
+    };
+    Err(SqlError::new(
+        "22023",
+        format!("invalid value for parameter \"{key}\": \"{value}\""),
+    )
+    .with_hint(format!("{key} takes {takes}")))
+}
+
 fn equality_key(
     st: &Statement,
     view: &crate::views::ViewEntry,

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::ops::SortColumn;
-use aqueduct_dataflow::stats::ReadStatsSnapshot;
+pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
 use aqueduct_dataflow::worker::{Upstream, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
@@ -264,6 +264,12 @@ impl ViewRegistry {
             .get()
             .and_then(Weak::upgrade)
             .ok_or_else(|| SqlError::new("57P01", "the engine is shutting down"))
+    }
+
+    /// Bounds the bytes of all view and operator state (0: no bound); the
+    /// worker evicts down to it after its next batch or upquery.
+    pub fn set_memory_limit(&self, bytes: u64) {
+        self.worker.set_memory_limit(bytes);
     }
 
     /// Whether views read by key are kept partial where they can be.
@@ -882,6 +888,63 @@ impl ViewRegistry {
         Ok((rows, lsn))
     }
 
+    /// The rows under each of `keys` (in order), looked up on `key`
+    /// columns; keys a partial reader misses are filled by one upquery
+    /// together. Returns the rows per key and the lowest watermark read.
+    pub fn lookup_many(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        keys: &[Vec<Value>],
+        timeout: Duration,
+    ) -> Result<(Vec<Vec<Row>>, Lsn), SqlError> {
+        self.with_keyed(entry, key, false, |reader| {
+            let stats = reader.stats();
+            let mut out: Vec<Option<Vec<Row>>> = vec![None; keys.len()];
+            let mut watermark = Lsn::MAX;
+            let mut missed: Option<Instant> = None;
+            loop {
+                let mut missing = Vec::new();
+                for (i, k) in keys.iter().enumerate() {
+                    if out[i].is_some() {
+                        continue;
+                    }
+                    let read = reader
+                        .read(|s, w| match s.failure() {
+                            Some(fail) => Err(failed(&entry.name, fail)),
+                            None => {
+                                let mut rows = Vec::new();
+                                Ok(s.for_each(k, |r| rows.push(r.clone())).then_some((rows, w)))
+                            }
+                        })
+                        .ok_or_else(|| dropped(&entry.name))??;
+                    match read {
+                        Some((rows, w)) => {
+                            watermark = watermark.min(w);
+                            out[i] = Some(rows);
+                            match missed {
+                                None => stats.hits.add(1),
+                                Some(at) => stats.upquery.record(at.elapsed()),
+                            }
+                        }
+                        None => missing.push(k.clone()),
+                    }
+                }
+                if missing.is_empty() {
+                    let rows = out.into_iter().map(Option::unwrap_or_default).collect();
+                    return Ok((rows, if watermark == Lsn::MAX { 0 } else { watermark }));
+                }
+                let at = *missed.get_or_insert_with(|| {
+                    stats
+                        .misses
+                        .fetch_add(missing.len() as u64, Ordering::Relaxed);
+                    Instant::now()
+                });
+                self.worker.upquery(reader.id(), missing, at + timeout)?;
+            }
+        })?
+    }
+
     /// Reads the rows under `values` from `reader`, filling the key by an
     /// upquery when the reader is partial and does not hold it. Counts the
     /// hit or the miss and the upquery's latency.
@@ -916,6 +979,36 @@ impl ViewRegistry {
             self.worker
                 .upquery(reader.id(), vec![values.to_vec()], at + timeout)?;
         }
+    }
+
+    /// The rows of view `entry` whose `key` columns equal `values`,
+    /// computed once from the base tables in `catalog` (a scratch dataflow
+    /// over the whole query), without filling anything: what a read does
+    /// when its upquery takes too long and the session says so.
+    pub fn compute_lookup(
+        &self,
+        catalog: &Catalog,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[Value],
+    ) -> Result<Vec<Row>, SqlError> {
+        let query = view_query(&entry.sql)?;
+        let conds: Vec<String> = key
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let name = entry.columns[c].name.replace('"', "\"\"");
+                format!("aqueduct_v.\"{name}\" = ${}", i + 1)
+            })
+            .collect();
+        let sql = format!(
+            "SELECT * FROM ({query}) AS aqueduct_v WHERE {}",
+            conds.join(" AND ")
+        );
+        let q = view_query(&sql)?;
+        let (_, rows) =
+            crate::oneshot::evaluate(catalog, &mut aqueduct_tables::Txn::default(), &q, values)?;
+        Ok(rows)
     }
 
     /// Runs `f` with the keyed reader of `entry` on `key`, from this
