@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the server (PostgreSQL wire protocol and HTTP).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Inspect, export, filter and repair a log directory (offline: the
     /// directory must not be in use by a server).
     #[command(subcommand)]
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         e.exit()
     });
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Wal(cmd) => wal::run(cmd),
     };
     match result {

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use aqueduct_log::{Log, Options, SyncPolicy};
+use aqueduct_sql::views::ViewOptions;
 use aqueduct_sql::{param_from_text, Engine, Outcome, Prepared, Session};
 use aqueduct_values::{Decimal, Value};
 use rusqlite::types::{Value as SqlValue, ValueRef};
@@ -35,6 +36,16 @@ pub struct Config {
     /// For testing the tester: pretend SQLite's answer after a batch lost
     /// its last row whenever it has two or more.
     pub sabotage: bool,
+    /// Bound on view and operator state (0: none). A read refused because
+    /// state that cannot be evicted would pass it (53200) raises the bound
+    /// a little, as an operator would, and runs again: the bound stays just
+    /// above what must be kept in full, so partial keys are evicted all
+    /// the time.
+    pub memory_limit: u64,
+    /// Threads that, while each batch of writes runs, keep reading the
+    /// views by key (the lookups and parameterised queries checked so far,
+    /// again), so upqueries and evictions race with the writes.
+    pub churn: usize,
 }
 
 /// A value as both engines must agree on it: numbers by decimal value
@@ -220,11 +231,22 @@ pub struct Stats {
     pub lookups: usize,
     pub params: usize,
     pub writes: usize,
+    /// Keys of partial views filled by upqueries, and evicted.
+    pub fills: u64,
+    pub evictions: u64,
+    /// Reads the churn threads made.
+    pub churn_reads: usize,
 }
+
+/// A read the churn threads repeat: SQL and its parameter, if any.
+type ChurnRead = (String, Option<String>);
 
 struct Engines {
     /// The Aqueduct statement running now, for reporting a hang.
     trace: Option<Arc<Mutex<String>>>,
+    /// Reads the churn threads repeat: SQL and its parameter, if any.
+    churn_reads: Arc<Mutex<Vec<ChurnRead>>>,
+    memory_limit: u64,
     /// The session and its engine; `None` only while restarting.
     aq: Option<(Session, Arc<Engine>)>,
     /// The prepared parameterised query of each view, made on first use.
@@ -233,7 +255,7 @@ struct Engines {
     _dir: tempfile::TempDir,
 }
 
-fn aqueduct(dir: &std::path::Path) -> Arc<Engine> {
+fn aqueduct(dir: &std::path::Path, memory_limit: u64) -> Arc<Engine> {
     let (log, _) = Log::open(
         dir,
         Options {
@@ -242,15 +264,68 @@ fn aqueduct(dir: &std::path::Path) -> Arc<Engine> {
         },
     )
     .unwrap();
-    Engine::open(log, &mut |_| {}).unwrap()
+    Engine::open_with(
+        log,
+        &mut |_| {},
+        ViewOptions {
+            partial: true,
+            memory_limit,
+        },
+    )
+    .unwrap()
 }
+
+/// Most reads the churn threads keep to repeat.
+const CHURN_READS: usize = 64;
 
 impl Engines {
     fn aq(&mut self, sql: &str) -> Result<Outcome, aqueduct_sql::SqlError> {
         if let Some(t) = &self.trace {
             *t.lock().unwrap() = sql.to_string();
         }
-        self.aq.as_mut().unwrap().0.execute(sql).pop().unwrap()
+        self.retry(|s| s.execute(sql).pop().unwrap())
+    }
+
+    /// Runs `f` on the session, again after raising the memory limit while
+    /// it is refused for want of memory.
+    fn retry<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Session) -> Result<T, aqueduct_sql::SqlError>,
+    ) -> Result<T, aqueduct_sql::SqlError> {
+        loop {
+            let out = f(&mut self.aq.as_mut().unwrap().0);
+            match &out {
+                Err(e) if e.code == "53200" && self.memory_limit > 0 => self.raise_limit(),
+                _ => return out,
+            }
+        }
+    }
+
+    fn engine(&self) -> &Arc<Engine> {
+        &self.aq.as_ref().unwrap().1
+    }
+
+    /// Raises the memory limit by a quarter and a little (a read needed
+    /// more state kept in full than it allowed).
+    fn raise_limit(&mut self) {
+        let now = self
+            .engine()
+            .views
+            .progress()
+            .memory_limit
+            .max(self.memory_limit);
+        assert!(now < 1 << 40, "the memory limit keeps being too small");
+        self.memory_limit = now + now / 4 + 2048;
+        self.engine().views.set_memory_limit(self.memory_limit);
+    }
+
+    /// Remembers a read for the churn threads to repeat.
+    fn churn_read(&self, sql: &str, param: Option<String>) {
+        let mut reads = self.churn_reads.lock().unwrap();
+        if reads.len() >= CHURN_READS {
+            reads.remove(0);
+        }
+        reads.push((sql.to_string(), param));
     }
 
     /// Closes the engine and opens it again on the same log: tables and
@@ -258,7 +333,7 @@ impl Engines {
     fn restart(&mut self) {
         self.prepared.clear();
         self.aq = None;
-        let engine = aqueduct(self._dir.path());
+        let engine = aqueduct(self._dir.path(), self.memory_limit);
         self.aq = Some((engine.session(), engine));
     }
 }
@@ -376,9 +451,11 @@ pub fn run_traced(
     trace: Option<Arc<Mutex<String>>>,
 ) -> Result<Stats, Box<Failure>> {
     let dir = tempfile::tempdir().unwrap();
-    let engine = aqueduct(dir.path());
+    let engine = aqueduct(dir.path(), cfg.memory_limit);
     let mut e = Engines {
         trace,
+        churn_reads: Arc::default(),
+        memory_limit: cfg.memory_limit,
         aq: Some((engine.session(), engine)),
         prepared: BTreeMap::new(),
         sqlite: rusqlite::Connection::open_in_memory().unwrap(),
@@ -426,6 +503,7 @@ pub fn run_traced(
     }
     check(&mut e, case, cfg, "after the initial rows", 0, &mut stats)?;
     for (b, batch) in case.batches.iter().enumerate() {
+        let churn = Churn::start(&e, cfg.churn);
         let at = format!("in batch {}", b + 1);
         if batch.kind != BatchKind::Autocommit {
             e.sqlite.execute_batch("BEGIN").unwrap();
@@ -473,12 +551,17 @@ pub fn run_traced(
                 sqlite: None,
             })?;
         }
+        stats.churn_reads += churn.stop()?;
         let mut at = format!("after batch {}", b + 1);
         if case.restart_after == Some(b + 1) {
             e.restart();
             at += " and a restart";
         }
         check(&mut e, case, cfg, &at, b + 1, &mut stats)?;
+    }
+    for v in e.engine().views.stats() {
+        stats.fills += v.reads.fills;
+        stats.evictions += v.reads.evictions;
     }
     Ok(stats)
 }
@@ -592,6 +675,7 @@ fn check(
                 )
             })?;
             stats.lookups += 1;
+            e.churn_read(&aq_sql, None);
             if got != expected {
                 return Err(Box::new(fail(
                     FailKind::LookupMismatch,
@@ -653,17 +737,19 @@ fn param_check(
             None,
         )
     };
-    let session = &mut e.aq.as_mut().unwrap().0;
     let p = match e.prepared.get(&view) {
         Some(p) => p.clone(),
         None => {
-            let p = session.prepare(sql, &[None]).map_err(aq_err)?;
+            let p = e.retry(|s| s.prepare(sql, &[None])).map_err(aq_err)?;
             e.prepared.insert(view, p.clone());
             p
         }
     };
     let value = param_from_text(&text, &p.params[0]).map_err(aq_err)?;
-    let got = match session.execute_prepared(&p, &[value]).map_err(aq_err)? {
+    let got = match e
+        .retry(|s| s.execute_prepared(&p, std::slice::from_ref(&value)))
+        .map_err(aq_err)?
+    {
         Outcome::Rows { rows, .. } => sorted(
             rows.iter()
                 .map(|r| r.iter().map(norm_aqueduct).collect())
@@ -679,8 +765,92 @@ fn param_check(
         }
     };
     stats.params += 1;
+    e.churn_read(sql, Some(text));
     if got != expected {
         return Err((FailKind::ParamMismatch, shown, Some(got), Some(expected)));
     }
     Ok(())
+}
+
+/// Reader threads that repeat earlier keyed reads while a batch of writes
+/// runs. Their answers are not compared (the state moves under them); an
+/// internal error (XX000: the dataflow broke) fails the case.
+struct Churn {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Result<usize, String>>>,
+}
+
+/// Reads each churn thread makes at least, so that some overlap the writes.
+const CHURN_MIN_READS: usize = 8;
+
+impl Churn {
+    fn start(e: &Engines, threads: usize) -> Churn {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reads = e.churn_reads.lock().unwrap().clone();
+        let threads = if reads.is_empty() { 0 } else { threads };
+        let threads = (0..threads)
+            .map(|t| {
+                let engine = e.engine().clone();
+                let stop = stop.clone();
+                let reads = reads.clone();
+                std::thread::spawn(move || {
+                    let mut session = engine.session();
+                    let mut prepared: BTreeMap<String, Prepared> = BTreeMap::new();
+                    let mut n = 0;
+                    while n < CHURN_MIN_READS || !stop.load(std::sync::atomic::Ordering::Acquire) {
+                        let (sql, param) = &reads[(n * 7 + t * 3) % reads.len()];
+                        n += 1;
+                        let out = match param {
+                            None => session.execute(sql).pop().unwrap(),
+                            Some(text) => {
+                                let p = match prepared.get(sql) {
+                                    Some(p) => p.clone(),
+                                    None => match session.prepare(sql, &[None]) {
+                                        Ok(p) => {
+                                            prepared.insert(sql.clone(), p.clone());
+                                            p
+                                        }
+                                        Err(_) => continue,
+                                    },
+                                };
+                                match param_from_text(text, &p.params[0]) {
+                                    Ok(v) => session.execute_prepared(&p, &[v]),
+                                    Err(_) => continue,
+                                }
+                            }
+                        };
+                        if let Err(err) = out {
+                            if err.code == "XX000" {
+                                return Err(format!("{sql}: {err}"));
+                            }
+                        }
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        Churn { stop, threads }
+    }
+
+    /// Stops the threads; how many reads they made.
+    fn stop(self) -> Result<usize, Box<Failure>> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let mut reads = 0;
+        for t in self.threads {
+            match t.join().expect("a churn thread panicked") {
+                Ok(n) => reads += n,
+                Err(why) => {
+                    return Err(Box::new(Failure {
+                        kind: FailKind::QueryError(why),
+                        view: None,
+                        at: "a concurrent read while writes ran".into(),
+                        sql: String::new(),
+                        aqueduct: None,
+                        sqlite: None,
+                    }))
+                }
+            }
+        }
+        Ok(reads)
+    }
 }
