@@ -1,8 +1,9 @@
 //! Aqueduct's benchmarks against real peers.
 //!
 //! `bench log append|replay|compaction [options] [--json FILE]`,
-//! `bench sql point [options] [--json FILE]` and
-//! `bench view read [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench sql point [options] [--json FILE]`,
+//! `bench view read [options] [--json FILE]` and
+//! `bench view partial [options] [--json FILE]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
@@ -13,6 +14,7 @@ mod log_compaction;
 mod log_replay;
 mod pg;
 mod sql_point;
+mod view_partial;
 mod view_read;
 
 use std::path::PathBuf;
@@ -52,6 +54,9 @@ enum ViewBench {
     /// Keyed reads of Noria's vote view through `ViewRegistry::lookup`,
     /// uniform and Zipf ids, 1 and 2 reader threads.
     Read(view_read::ReadArgs),
+    /// Noria's vote benchmark with partial state: zipf reads and writes
+    /// under memory limits, and a new view over a large table.
+    Partial(view_partial::PartialArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -163,6 +168,10 @@ fn run_view(which: ViewBench, started: u64) -> anyhow::Result<()> {
         ViewBench::Read(args) => {
             let results = view_read::run(&args)?;
             write_json(&args.json, "view read", started, &args, &results)
+        }
+        ViewBench::Partial(args) => {
+            let results = view_partial::run(&args)?;
+            write_json(&args.json, "view partial", started, &args, &results)
         }
     }
 }

@@ -38,7 +38,8 @@ use crate::cpu::{self, CpuUse};
 
 /// The view's name as the engine stores it (identifiers fold to lower case).
 pub(crate) const VIEW: &str = "articlewithvotecount";
-pub(crate) const CREATE_VIEW: &str = "CREATE VIEW ArticleWithVoteCount AS SELECT article.id, title, votes \
+pub(crate) const CREATE_VIEW: &str =
+    "CREATE VIEW ArticleWithVoteCount AS SELECT article.id, title, votes \
      FROM article LEFT JOIN (SELECT article_id, COUNT(*) AS votes FROM vote GROUP BY article_id) \
      AS vc ON article.id = vc.article_id";
 /// One read in this many is timed on its own (the clock reads would
@@ -172,7 +173,10 @@ impl Sampler {
         match &self.cdf {
             None => rng.gen_range(1..=self.n),
             Some(cdf) => {
-                (cdf.partition_point(|&c| c < rng.gen::<f64>()) as u64).min(self.n - 1) + 1
+                // One uniform draw, inverted through the CDF (drawing inside
+                // the predicate would draw anew at every step of the search).
+                let u = rng.gen::<f64>();
+                (cdf.partition_point(|&c| c < u) as u64).min(self.n - 1) + 1
             }
         }
     }

@@ -32,7 +32,9 @@ pub trait Upstream: Send + Sync {
     /// For each `(table, columns, values)`, the table's rows whose columns
     /// equal the values, all as of one LSN, which is returned too. Every
     /// batch up to that LSN has been (or is about to be) submitted.
-    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Row>>, Lsn)>;
+    /// The rows are shared (`Arc`), so the tables' lock is held only for
+    /// the lookups, not for copying rows.
+    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Arc<Row>>>, Lsn)>;
 }
 
 /// Longest the worker waits for the batch of a write it saw in the tables
@@ -99,6 +101,8 @@ struct Shared {
     memory_limit: AtomicU64,
     /// Bytes all view and operator state took after the last batch.
     state_bytes: AtomicU64,
+    /// When `state_bytes` was last computed.
+    state_bytes_at: Mutex<Option<Instant>>,
 }
 
 /// Owns the graph and the thread that keeps it current.
@@ -145,6 +149,7 @@ impl Worker {
             upstream: RwLock::new(None),
             memory_limit: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            state_bytes_at: Mutex::new(None),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -192,6 +197,12 @@ impl Worker {
         self.shared.memory_limit.store(bytes, Ordering::Relaxed);
         lock(&self.shared.queue).limit_changed = true;
         self.shared.work.notify_all();
+    }
+
+    /// Records the bytes of all state in `graph` (which the caller holds,
+    /// after changing it).
+    pub fn note_state_bytes(&self, graph: &Graph) {
+        note_state_bytes(&self.shared, graph, true);
     }
 
     pub fn memory_limit(&self) -> u64 {
@@ -361,32 +372,42 @@ fn run(shared: &Shared) {
             } else {
                 kept = serve(shared, &requests, &mut refused);
             }
+            // The readers waiting on these keys go first; eviction after.
+            answer(shared, &requests, std::mem::take(&mut refused));
             enforce_limit(shared, &kept, &mut rng);
-            refused
         }));
         let mut q = lock(&shared.queue);
         q.busy = false;
-        if let Some(last) = requests.last() {
-            q.answered = q.answered.max(last.ticket);
-        }
-        match outcome {
-            Ok(refused) => q.refused.extend(refused),
-            Err(panic) => {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "a dataflow operator panicked".into());
-                tracing::error!("the dataflow worker stopped: {why}");
-                q.broken = Some(why);
-                q.batches.clear();
-                shared.done.notify_all();
-                return;
-            }
+        if let Err(panic) = outcome {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a dataflow operator panicked".into());
+            tracing::error!("the dataflow worker stopped: {why}");
+            q.broken = Some(why);
+            q.batches.clear();
+            shared.done.notify_all();
+            return;
         }
         shared.done.notify_all();
     }
 }
+
+/// Tells the readers of `requests` their keys are filled (or why not).
+fn answer(shared: &Shared, requests: &[Request], refused: HashMap<u64, String>) {
+    let Some(last) = requests.last() else {
+        return;
+    };
+    let mut q = lock(&shared.queue);
+    q.answered = q.answered.max(last.ticket);
+    q.refused.extend(refused);
+    shared.done.notify_all();
+}
+
+/// Computes the bytes of all state for `/metrics`: after every batch when
+/// a memory limit needs it, otherwise at most this often.
+const STATE_BYTES_EVERY: Duration = Duration::from_millis(100);
 
 /// Processes queued batches with LSNs up to `upto`, at most `rounds`
 /// merged batches (`usize::MAX`: until none is left up to `upto`).
@@ -400,12 +421,11 @@ fn run_batches(shared: &Shared, upto: Lsn, rounds: usize) {
             merge(&mut q.batches, upto)
         };
         let (lsn, changes) = next;
-        let bytes = {
+        {
             let mut graph = lock(&shared.graph);
             graph.process(lsn, changes);
-            graph.state_bytes()
-        };
-        shared.state_bytes.store(bytes, Ordering::Relaxed);
+            note_state_bytes(shared, &graph, false);
+        }
         let mut q = lock(&shared.queue);
         q.processed = lsn;
         shared.done.notify_all();
@@ -442,6 +462,19 @@ fn catch_up(shared: &Shared, lsn: Lsn) -> bool {
     true
 }
 
+/// Records the bytes of all state (`force`: now; otherwise when a memory
+/// limit is set or [`STATE_BYTES_EVERY`] has passed since the last time).
+fn note_state_bytes(shared: &Shared, graph: &Graph, force: bool) {
+    let mut last = lock(&shared.state_bytes_at);
+    let due = last.is_none_or(|t| t.elapsed() >= STATE_BYTES_EVERY);
+    if force || due || shared.memory_limit.load(Ordering::Relaxed) > 0 {
+        shared
+            .state_bytes
+            .store(graph.state_bytes(), Ordering::Relaxed);
+        *last = Some(Instant::now());
+    }
+}
+
 /// Reads the base rows of `keys` of partial views and brings the graph to
 /// the LSN they were read at; then `apply` gets them (with the graph
 /// locked). An error says why the rows could not be read.
@@ -473,12 +506,15 @@ fn with_base_rows(
             "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
         ));
     }
-    let found: HashMap<(TableId, Vec<usize>, Row), Vec<Row>> = asks.into_iter().zip(rows).collect();
+    let found: HashMap<(TableId, Vec<usize>, Row), Vec<Arc<Row>>> =
+        asks.into_iter().zip(rows).collect();
     let fetch = |table: TableId, cols: &[usize], key: &Row| -> Vec<Row> {
         found
             .get(&(table, cols.to_vec(), key.clone()))
-            .cloned()
             .expect("every entry of every key was asked for")
+            .iter()
+            .map(|r| (**r).clone())
+            .collect()
     };
     let mut graph = lock(&shared.graph);
     apply(&mut graph, &fetch);
@@ -535,9 +571,12 @@ fn serve(
 /// more than the memory limit.
 fn enforce_limit(shared: &Shared, keep: &HashSet<(NodeId, Row)>, rng: &mut u64) {
     let limit = shared.memory_limit.load(Ordering::Relaxed);
+    if limit == 0 {
+        return;
+    }
     let bytes = lock(&shared.graph).state_bytes();
     shared.state_bytes.store(bytes, Ordering::Relaxed);
-    if limit == 0 || bytes <= limit {
+    if bytes <= limit {
         return;
     }
     let target = limit / 100 * EVICT_TO_PERCENT;

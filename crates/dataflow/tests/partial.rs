@@ -39,7 +39,7 @@ struct Tables {
 struct Model(Mutex<Tables>);
 
 impl Upstream for Model {
-    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Row>>, Lsn)> {
+    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Arc<Row>>>, Lsn)> {
         let t = self.0.lock().unwrap();
         let out = asks
             .iter()
@@ -49,7 +49,7 @@ impl Upstream for Model {
                     .into_iter()
                     .flatten()
                     .filter(|r| cols.iter().zip(key).all(|(&c, v)| r[c] == *v))
-                    .cloned()
+                    .map(|r| Arc::new(r.clone()))
                     .collect()
             })
             .collect();

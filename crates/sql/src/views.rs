@@ -199,7 +199,7 @@ pub(crate) fn view_query(sql: &str) -> Result<Box<ast::Query>, SqlError> {
 struct Tables(Weak<Engine>);
 
 impl Upstream for Tables {
-    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Row>>, Lsn)> {
+    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Arc<Row>>>, Lsn)> {
         let engine = self.0.upgrade()?;
         let catalog = engine.database().read_recursive();
         let rows = asks
@@ -367,6 +367,7 @@ impl ViewRegistry {
             graph.drop_view(&entry.name);
             return Err(e);
         }
+        self.worker.note_state_bytes(&graph);
         let reader = Arc::new(reader);
         self.full.write().insert(entry.name.clone(), reader.clone());
         Ok(reader)
@@ -854,6 +855,7 @@ impl ViewRegistry {
                 graph.drop_view(&name);
                 return Err(e);
             }
+            self.worker.note_state_bytes(&graph);
             Ok(Some(self.add_keyed(entry, key, false, reader)))
         })
     }

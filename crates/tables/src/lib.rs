@@ -98,26 +98,27 @@ impl Catalog {
 
     /// The rows of table `table` whose `columns` equal `values` (SQL
     /// equality, as a view's key compares): by the primary key or an index
-    /// on exactly those columns when there is one, else by a scan.
-    pub fn rows_where(&self, table: TableId, columns: &[usize], values: &[Value]) -> Vec<Row> {
+    /// on exactly those columns when there is one, else by a scan. Shared,
+    /// so a caller holding the catalog's lock copies nothing under it.
+    pub fn rows_where(&self, table: TableId, columns: &[usize], values: &[Value]) -> Vec<Arc<Row>> {
         let Some(t) = self.table_by_id(table) else {
             return Vec::new();
         };
         if t.schema.has_primary_key() && t.schema.primary_key == columns {
             return t
                 .get(&values.to_vec())
-                .map(|rv| vec![(*rv.row).clone()])
+                .map(|rv| vec![rv.row.clone()])
                 .unwrap_or_default();
         }
         if let Some(ix) = t.index_on(columns) {
             return t
                 .index_lookup(ix, values)
-                .filter_map(|k| t.get(k).map(|rv| (*rv.row).clone()))
+                .filter_map(|k| t.get(k).map(|rv| rv.row.clone()))
                 .collect();
         }
         t.scan()
             .filter(|(_, rv)| columns.iter().zip(values).all(|(&c, v)| rv.row[c] == *v))
-            .map(|(_, rv)| (*rv.row).clone())
+            .map(|(_, rv)| rv.row.clone())
             .collect()
     }
 
