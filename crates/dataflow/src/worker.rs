@@ -42,8 +42,9 @@ pub trait Upstream: Send + Sync {
 const SUBMIT_WAIT: Duration = Duration::from_secs(10);
 
 /// Most keys evicted in one round: a round frees memory in one pass
-/// through the operators, then the limit is checked again.
-const MAX_EVICTIONS_PER_ROUND: usize = 4096;
+/// through the operators; more rounds follow, each after the upqueries
+/// waiting by then, so that readers do not wait behind a long eviction.
+const MAX_EVICTIONS_PER_ROUND: usize = 256;
 
 /// Over the limit, evict down to this share of it, so that the next few
 /// fills do not each trigger an eviction round.
@@ -85,7 +86,8 @@ struct Queue {
     answered: u64,
     /// Upqueries that could not be served, by ticket.
     refused: HashMap<u64, String>,
-    /// The memory limit changed: check it even with nothing to process.
+    /// The memory limit changed, or the last eviction round left state over
+    /// it: check it even with nothing to process.
     limit_changed: bool,
 }
 
@@ -101,8 +103,6 @@ struct Shared {
     memory_limit: AtomicU64,
     /// Bytes all view and operator state took after the last batch.
     state_bytes: AtomicU64,
-    /// When `state_bytes` was last computed.
-    state_bytes_at: Mutex<Option<Instant>>,
 }
 
 /// Owns the graph and the thread that keeps it current.
@@ -149,7 +149,6 @@ impl Worker {
             upstream: RwLock::new(None),
             memory_limit: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
-            state_bytes_at: Mutex::new(None),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -202,7 +201,7 @@ impl Worker {
     /// Records the bytes of all state in `graph` (which the caller holds,
     /// after changing it).
     pub fn note_state_bytes(&self, graph: &Graph) {
-        note_state_bytes(&self.shared, graph, true);
+        note_state_bytes(&self.shared, graph);
     }
 
     pub fn memory_limit(&self) -> u64 {
@@ -405,10 +404,6 @@ fn answer(shared: &Shared, requests: &[Request], refused: HashMap<u64, String>) 
     shared.done.notify_all();
 }
 
-/// Computes the bytes of all state for `/metrics`: after every batch when
-/// a memory limit needs it, otherwise at most this often.
-const STATE_BYTES_EVERY: Duration = Duration::from_millis(100);
-
 /// Processes queued batches with LSNs up to `upto`, at most `rounds`
 /// merged batches (`usize::MAX`: until none is left up to `upto`).
 fn run_batches(shared: &Shared, upto: Lsn, rounds: usize) {
@@ -424,7 +419,7 @@ fn run_batches(shared: &Shared, upto: Lsn, rounds: usize) {
         {
             let mut graph = lock(&shared.graph);
             graph.process(lsn, changes);
-            note_state_bytes(shared, &graph, false);
+            note_state_bytes(shared, &graph);
         }
         let mut q = lock(&shared.queue);
         q.processed = lsn;
@@ -462,17 +457,11 @@ fn catch_up(shared: &Shared, lsn: Lsn) -> bool {
     true
 }
 
-/// Records the bytes of all state (`force`: now; otherwise when a memory
-/// limit is set or [`STATE_BYTES_EVERY`] has passed since the last time).
-fn note_state_bytes(shared: &Shared, graph: &Graph, force: bool) {
-    let mut last = lock(&shared.state_bytes_at);
-    let due = last.is_none_or(|t| t.elapsed() >= STATE_BYTES_EVERY);
-    if force || due || shared.memory_limit.load(Ordering::Relaxed) > 0 {
-        shared
-            .state_bytes
-            .store(graph.state_bytes(), Ordering::Relaxed);
-        *last = Some(Instant::now());
-    }
+/// Records the bytes of all state (for `/metrics` and the memory limit).
+fn note_state_bytes(shared: &Shared, graph: &Graph) {
+    shared
+        .state_bytes
+        .store(graph.state_bytes(), Ordering::Relaxed);
 }
 
 /// Reads the base rows of `keys` of partial views and brings the graph to
@@ -571,49 +560,44 @@ fn serve(
 /// more than the memory limit.
 fn enforce_limit(shared: &Shared, keep: &HashSet<(NodeId, Row)>, rng: &mut u64) {
     let limit = shared.memory_limit.load(Ordering::Relaxed);
-    if limit == 0 {
-        return;
-    }
     let bytes = lock(&shared.graph).state_bytes();
     shared.state_bytes.store(bytes, Ordering::Relaxed);
-    if bytes <= limit {
+    if limit == 0 || bytes <= limit {
         return;
     }
     let target = limit / 100 * EVICT_TO_PERCENT;
-    for _ in 0..64 {
-        let victims = {
-            let graph = lock(&shared.graph);
-            let used = graph.state_bytes();
-            shared.state_bytes.store(used, Ordering::Relaxed);
-            if used <= target {
-                return;
-            }
-            let keys = graph.partial_keys().max(1) as u64;
-            let partial: u64 = graph
-                .partial_views()
-                .iter()
-                .map(|(v, _, _)| graph.view_bytes(*v))
-                .sum();
-            let per_key = (partial / keys).max(1);
-            let n = ((used - target) / per_key + 1).min(MAX_EVICTIONS_PER_ROUND as u64) as usize;
-            graph.eviction_victims(n, keep, rng)
-        };
-        if victims.is_empty() {
-            return;
+    let victims = {
+        let graph = lock(&shared.graph);
+        let keys = graph.partial_keys().max(1) as u64;
+        let partial: u64 = graph
+            .partial_views()
+            .iter()
+            .map(|(v, _, _)| graph.view_bytes(*v))
+            .sum();
+        let per_key = (partial / keys).max(1);
+        let n = ((bytes - target) / per_key + 1).min(MAX_EVICTIONS_PER_ROUND as u64) as usize;
+        graph.eviction_victims(n, keep, rng)
+    };
+    if victims.is_empty() {
+        return;
+    }
+    let mut by_view: BTreeMap<NodeId, Vec<Row>> = BTreeMap::new();
+    for (v, k) in &victims {
+        by_view.entry(*v).or_default().push(k.clone());
+    }
+    let outcome = with_base_rows(shared, &victims, |graph, fetch| {
+        for (view, ks) in &by_view {
+            graph.evict(*view, ks, fetch);
         }
-        let mut by_view: BTreeMap<NodeId, Vec<Row>> = BTreeMap::new();
-        for (v, k) in &victims {
-            by_view.entry(*v).or_default().push(k.clone());
-        }
-        let outcome = with_base_rows(shared, &victims, |graph, fetch| {
-            for (view, ks) in &by_view {
-                graph.evict(*view, ks, fetch);
-            }
-        });
-        if let Err(why) = outcome {
-            tracing::warn!("cannot evict: {why}");
-            return;
-        }
+        note_state_bytes(shared, graph);
+    });
+    if let Err(why) = outcome {
+        tracing::warn!("cannot evict: {why}");
+        return;
+    }
+    // Still over: another round soon, after the upqueries waiting by then.
+    if shared.state_bytes.load(Ordering::Relaxed) > target {
+        lock(&shared.queue).limit_changed = true;
     }
 }
 
