@@ -73,6 +73,10 @@ struct Queue {
     batches: VecDeque<Batch>,
     /// The worker is running a batch it took from the queue.
     busy: bool,
+    /// Batches taken off the queue and not yet processed (by the worker, or
+    /// by a reader filling a key, which processes batches up to the LSN it
+    /// read base rows at).
+    in_flight: usize,
     /// LSN of the last batch processed and published.
     processed: Lsn,
     /// Set when the worker died: what readers are told.
@@ -103,6 +107,9 @@ struct Shared {
     memory_limit: AtomicU64,
     /// Bytes all view and operator state took after the last batch.
     state_bytes: AtomicU64,
+    /// Keys readers just filled themselves: the next eviction round spares
+    /// them, so each reader finds its key.
+    protected: Mutex<HashSet<(NodeId, Row)>>,
 }
 
 /// Owns the graph and the thread that keeps it current.
@@ -149,6 +156,7 @@ impl Worker {
             upstream: RwLock::new(None),
             memory_limit: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            protected: Mutex::new(HashSet::new()),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -208,11 +216,70 @@ impl Worker {
         self.shared.memory_limit.load(Ordering::Relaxed)
     }
 
-    /// Asks the worker to fill `keys` of the partial view read by `reader`
-    /// and waits until they are readable, or until `deadline`. Readers
-    /// missing the same key share one upquery: a key another request
+    /// Fills `keys` of the partial view read by `reader` and returns once
+    /// they are readable, or at `deadline`. When nothing else holds the
+    /// graph, the calling thread fills them itself (no hand-off to the
+    /// worker thread and back); otherwise it asks the worker and waits.
+    /// Readers missing the same key share one upquery: a key another read
     /// filled meanwhile costs nothing.
     pub fn upquery(&self, reader: u64, keys: Vec<Row>, deadline: Instant) -> Result<(), SqlError> {
+        if let Some(why) = &lock(&self.shared.queue).broken {
+            return Err(broken(why));
+        }
+        let free = matches!(self.shared.graph.try_lock(), Ok(_));
+        if free {
+            return self.upquery_here(reader, keys);
+        }
+        self.upquery_by_worker(reader, keys, deadline)
+    }
+
+    /// Serves one upquery on the calling thread (see [`Worker::upquery`]).
+    fn upquery_here(&self, reader: u64, keys: Vec<Row>) -> Result<(), SqlError> {
+        let shared = &self.shared;
+        let request = Request {
+            ticket: 0,
+            reader,
+            keys,
+        };
+        let mut refused = HashMap::new();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            serve(shared, std::slice::from_ref(&request), &mut refused)
+        }));
+        match outcome {
+            Ok(filled) => {
+                // Eviction stays the worker's; the keys just filled are
+                // spared by its next round, so this reader finds them.
+                let limit = shared.memory_limit.load(Ordering::Relaxed);
+                let over = limit > 0 && shared.state_bytes.load(Ordering::Relaxed) > limit;
+                lock(&shared.protected).extend(filled);
+                if over {
+                    lock(&shared.queue).limit_changed = true;
+                    shared.work.notify_all();
+                }
+                match refused.remove(&0) {
+                    Some(why) => Err(SqlError::new("XX000", why)),
+                    None => Ok(()),
+                }
+            }
+            Err(panic) => {
+                let why = panic_message(&*panic);
+                tracing::error!("the dataflow stopped during an upquery: {why}");
+                let mut q = lock(&shared.queue);
+                q.broken = Some(why.clone());
+                q.batches.clear();
+                shared.done.notify_all();
+                Err(broken(&why))
+            }
+        }
+    }
+
+    /// Hands one upquery to the worker thread and waits for it.
+    fn upquery_by_worker(
+        &self,
+        reader: u64,
+        keys: Vec<Row>,
+        deadline: Instant,
+    ) -> Result<(), SqlError> {
         let mut q = lock(&self.shared.queue);
         q.issued += 1;
         let ticket = q.issued;
@@ -256,7 +323,7 @@ impl Worker {
     /// comment), so the graph stays at that LSN while the guard lives.
     pub fn drain(&self) -> MutexGuard<'_, Graph> {
         let mut q = lock(&self.shared.queue);
-        while (q.busy || !q.batches.is_empty()) && q.broken.is_none() {
+        while (q.busy || q.in_flight > 0 || !q.batches.is_empty()) && q.broken.is_none() {
             q = self.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         drop(q);
@@ -285,7 +352,7 @@ impl Worker {
             }
             // A write with nothing for the dataflow may never be submitted:
             // an empty queue means everything committed so far is reflected.
-            if q.processed >= lsn || (q.batches.is_empty() && !q.busy) {
+            if q.processed >= lsn || (q.batches.is_empty() && !q.busy && q.in_flight == 0) {
                 return Ok(());
             }
             let now = Instant::now();
@@ -314,11 +381,20 @@ impl Worker {
         WorkerStats {
             queued_batches: q.batches.len(),
             processed: q.processed,
-            busy: q.busy,
+            busy: q.busy || q.in_flight > 0,
             state_bytes: self.shared.state_bytes.load(Ordering::Relaxed),
             memory_limit: self.memory_limit(),
         }
     }
+}
+
+/// What a caught panic says.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a dataflow operator panicked".into())
 }
 
 fn broken(why: &str) -> SqlError {
@@ -373,16 +449,13 @@ fn run(shared: &Shared) {
             }
             // The readers waiting on these keys go first; eviction after.
             answer(shared, &requests, std::mem::take(&mut refused));
+            kept.extend(std::mem::take(&mut *lock(&shared.protected)));
             enforce_limit(shared, &kept, &mut rng);
         }));
         let mut q = lock(&shared.queue);
         q.busy = false;
         if let Err(panic) = outcome {
-            let why = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a dataflow operator panicked".into());
+            let why = panic_message(&*panic);
             tracing::error!("the dataflow worker stopped: {why}");
             q.broken = Some(why);
             q.batches.clear();
@@ -408,31 +481,45 @@ fn answer(shared: &Shared, requests: &[Request], refused: HashMap<u64, String>) 
 /// merged batches (`usize::MAX`: until none is left up to `upto`).
 fn run_batches(shared: &Shared, upto: Lsn, rounds: usize) {
     for _ in 0..rounds {
-        let next = {
-            let mut q = lock(&shared.queue);
-            if q.batches.front().is_none_or(|b| b.lsn > upto) {
-                return;
-            }
-            merge(&mut q.batches, upto)
-        };
-        let (lsn, changes) = next;
-        {
-            let mut graph = lock(&shared.graph);
-            graph.process(lsn, changes);
-            note_state_bytes(shared, &graph);
+        let mut graph = lock(&shared.graph);
+        if !process_next(shared, &mut graph, upto) {
+            return;
         }
-        let mut q = lock(&shared.queue);
-        q.processed = lsn;
-        shared.done.notify_all();
     }
 }
 
-/// Brings the graph to exactly `lsn`, the LSN base rows were read at: waits
-/// for its batch to be submitted (the commit that applied it is doing so),
-/// then processes every batch up to it. Keys being filled are not held yet,
-/// so those batches do not touch them; the rows read at `lsn` already
-/// contain them. False if the batch never came.
-fn catch_up(shared: &Shared, lsn: Lsn) -> bool {
+/// Processes the next queued batch (merged with those after it, up to LSN
+/// `upto`) on `graph`, which the caller holds locked: a batch is taken off
+/// the queue and run with the graph locked, so whichever thread does it
+/// (the worker, or a reader filling a key), batches run in LSN order.
+/// False when no batch up to `upto` is queued.
+fn process_next(shared: &Shared, graph: &mut Graph, upto: Lsn) -> bool {
+    let (lsn, changes) = {
+        let mut q = lock(&shared.queue);
+        if q.batches.front().is_none_or(|b| b.lsn > upto) {
+            return false;
+        }
+        q.in_flight += 1;
+        merge(&mut q.batches, upto)
+    };
+    graph.process(lsn, changes);
+    note_state_bytes(shared, graph);
+    {
+        let mut q = lock(&shared.queue);
+        q.in_flight -= 1;
+        assert!(lsn >= q.processed, "batches are processed in LSN order");
+        q.processed = lsn;
+    }
+    shared.done.notify_all();
+    true
+}
+
+/// Brings `graph` (held locked) to exactly `lsn`, the LSN base rows were
+/// read at: waits for its batch to be submitted (the commit that applied it
+/// is doing so), then processes every batch up to it. Keys being filled are
+/// not held yet, so those batches do not touch them; the rows read at `lsn`
+/// already contain them. False if the batch never came.
+fn catch_up(shared: &Shared, graph: &mut Graph, lsn: Lsn) -> bool {
     let deadline = Instant::now() + SUBMIT_WAIT;
     {
         let mut q = lock(&shared.queue);
@@ -448,8 +535,7 @@ fn catch_up(shared: &Shared, lsn: Lsn) -> bool {
                 .0;
         }
     }
-    run_batches(shared, lsn, usize::MAX);
-    let graph = lock(&shared.graph);
+    while process_next(shared, graph, lsn) {}
     assert!(
         graph.processed() >= lsn || lock(&shared.queue).batches.is_empty(),
         "the graph did not reach the LSN base rows were read at"
@@ -478,19 +564,25 @@ fn with_base_rows(
         .unwrap_or_else(|e| e.into_inner())
         .clone()
         .ok_or("upqueries have no tables to read from")?;
+    // The graph stays locked from reading the rows to applying them, so
+    // no batch after the rows' LSN runs in between (whichever thread runs
+    // batches).
+    let mut graph = lock(&shared.graph);
     let mut asks: Vec<(TableId, Vec<usize>, Row)> = Vec::new();
-    {
-        let graph = lock(&shared.graph);
-        for (view, key) in keys {
-            for e in graph.entries_of(*view) {
-                asks.push((e.table, e.columns, key.clone()));
-            }
+    for (view, key) in keys {
+        for e in graph.entries_of(*view) {
+            asks.push((e.table, e.columns, key.clone()));
         }
     }
     asks.sort();
     asks.dedup();
     let (rows, lsn) = upstream.rows_at(&asks).ok_or("the tables are closed")?;
-    if !catch_up(shared, lsn) {
+    assert!(
+        graph.processed() <= lsn,
+        "the graph is at LSN {} but the tables at {lsn}",
+        graph.processed()
+    );
+    if !catch_up(shared, &mut graph, lsn) {
         return Err(format!(
             "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
         ));
@@ -505,8 +597,8 @@ fn with_base_rows(
             .map(|r| (**r).clone())
             .collect()
     };
-    let mut graph = lock(&shared.graph);
     apply(&mut graph, &fetch);
+    note_state_bytes(shared, &graph);
     Ok(())
 }
 
