@@ -226,7 +226,8 @@ impl Worker {
         if let Some(why) = &lock(&self.shared.queue).broken {
             return Err(broken(why));
         }
-        let free = matches!(self.shared.graph.try_lock(), Ok(_));
+        // The guard is dropped at once: this only asks whether it is free.
+        let free = self.shared.graph.try_lock().is_ok();
         if free {
             return self.upquery_here(reader, keys);
         }
