@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::ops::SortColumn;
+use aqueduct_dataflow::partial::PartialPlan;
 pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
 use aqueduct_dataflow::worker::{Upstream, Worker, WorkerStats};
@@ -816,7 +817,10 @@ impl ViewRegistry {
                 return Ok(Some(r));
             }
             let (top, nodes) = compile(&catalog, &mut graph)?;
-            match graph.plan_partial(top, key, &nodes) {
+            let plan = graph
+                .plan_partial(top, key, &nodes)
+                .and_then(|plan| upqueries_can_look_up(&catalog, &plan).map(|()| plan));
+            match plan {
                 Err(why) => {
                     graph.discard(&nodes);
                     self.not_partial.write().insert(name, why);
@@ -840,7 +844,10 @@ impl ViewRegistry {
                 return Ok(Some(r));
             }
             let (top, nodes) = compile(catalog, &mut graph)?;
-            let plan = match graph.plan_partial(top, key, &nodes) {
+            let plan = graph
+                .plan_partial(top, key, &nodes)
+                .and_then(|plan| upqueries_can_look_up(catalog, &plan).map(|()| plan));
+            let plan = match plan {
                 Ok(plan) => plan,
                 Err(why) => {
                     graph.discard(&nodes);
@@ -1163,6 +1170,37 @@ impl ViewRegistry {
             None => graph.dot_of(name),
         }
     }
+}
+
+/// Tables up to this many rows may be scanned by an upquery (no index on
+/// the key's columns); a larger one without such an index keeps the view
+/// in full, since every miss would scan it.
+pub const PARTIAL_SCAN_ROWS: usize = 10_000;
+
+/// Whether every upquery of `plan` finds its base rows by a lookup (the
+/// primary key, or an index on exactly the key's columns), or in a table
+/// small enough to scan. The error names the index to create.
+fn upqueries_can_look_up(catalog: &Catalog, plan: &PartialPlan) -> Result<(), String> {
+    for (table, columns) in plan.lookups() {
+        let Some(t) = catalog.table_by_id(table) else {
+            continue;
+        };
+        if catalog.has_lookup(table, &columns) || t.len() <= PARTIAL_SCAN_ROWS {
+            continue;
+        }
+        let names: Vec<&str> = columns
+            .iter()
+            .map(|&c| t.schema.columns[c].name.as_str())
+            .collect();
+        return Err(format!(
+            "an upquery would scan table {} ({} rows) for want of an index; CREATE INDEX ON {} ({}) makes the view partial",
+            t.schema.name,
+            t.len(),
+            t.schema.name,
+            names.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Reads a table's rows from `catalog`, to fill operators kept in full.

@@ -339,3 +339,61 @@ fn views_made_while_writes_stream_in_equal_the_oracle_from_their_first_read() {
         "the memory limit evicted keys"
     );
 }
+
+/// A view read by a key whose upqueries would scan a large table is kept
+/// in full, and `EXPLAIN` names the index that makes it partial; with the
+/// index, the same view read by that key is partial.
+#[test]
+fn a_key_without_an_index_on_a_large_table_keeps_the_view_in_full_and_says_which_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let mut s = engine.session();
+    ok(
+        &mut s,
+        "CREATE TABLE story (id bigint PRIMARY KEY, title text)",
+    );
+    ok(&mut s, "CREATE TABLE vote (story bigint, voter bigint)");
+    ok(&mut s, "INSERT INTO story VALUES (1, 'one'), (2, 'two')");
+    let rows = aqueduct_sql::views::PARTIAL_SCAN_ROWS + 1;
+    let votes: Vec<String> = (0..rows).map(|i| format!("({}, {i})", i % 2 + 1)).collect();
+    ok(
+        &mut s,
+        &format!("INSERT INTO vote VALUES {}", votes.join(", ")),
+    );
+    let view = "AS SELECT story.id, count(vote.voter) AS votes FROM story \
+                LEFT JOIN vote ON story.id = vote.story GROUP BY story.id";
+    ok(&mut s, &format!("CREATE VIEW counted {view}"));
+    let explain = |s: &mut Session, sql: &str| -> String {
+        common::rows(s, sql)
+            .into_iter()
+            .map(|r| r[0].clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        common::rows(&mut s, "SELECT * FROM counted WHERE id = 2"),
+        vec![vec!["2".to_string(), (rows / 2).to_string()]]
+    );
+    let plan = explain(&mut s, "EXPLAIN SELECT * FROM counted WHERE id = 2");
+    let hint = plan
+        .lines()
+        .find_map(|l| {
+            l.split("; ")
+                .nth(1)?
+                .strip_suffix(" makes the view partial")
+        })
+        .unwrap_or_else(|| panic!("no index named in:\n{plan}"));
+    assert!(plan.contains("kept in full"), "{plan}");
+    assert_eq!(hint, "CREATE INDEX ON vote (story)");
+    ok(&mut s, hint);
+    ok(&mut s, &format!("CREATE VIEW counted_again {view}"));
+    assert_eq!(
+        common::rows(&mut s, "SELECT * FROM counted_again WHERE id = 1"),
+        vec![vec!["1".to_string(), (rows / 2 + 1).to_string()]]
+    );
+    let plan = explain(&mut s, "EXPLAIN SELECT * FROM counted_again WHERE id = 1");
+    assert!(
+        plan.contains("partial: keys are filled by upqueries"),
+        "{plan}"
+    );
+}
