@@ -397,3 +397,50 @@ fn a_key_without_an_index_on_a_large_table_keeps_the_view_in_full_and_says_which
         "{plan}"
     );
 }
+
+/// The upquery settings take only values they can use, and say which.
+#[test]
+fn upquery_settings_refuse_values_they_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let mut s = engine.session();
+    for bad in [
+        "SET aqueduct.upquery_timeout = 'soon'",
+        "SET aqueduct.upquery_timeout = '0'",
+        "SET aqueduct.upquery_timeout_action = 'retry'",
+    ] {
+        let e = common::run(&mut s, bad).expect_err(bad);
+        assert_eq!(e.code, "22023", "{bad}: {e}");
+        assert!(
+            e.hint.as_deref().unwrap_or("").contains("takes"),
+            "{bad}: {e:?}"
+        );
+    }
+    ok(&mut s, "SET aqueduct.upquery_timeout = '250ms'");
+    ok(&mut s, "SET aqueduct.upquery_timeout_action = 'compute'");
+    assert_eq!(
+        common::rows(&mut s, "SHOW aqueduct.upquery_timeout_action"),
+        vec![vec!["compute".to_string()]]
+    );
+    assert_eq!(
+        common::rows(&mut s, "SHOW aqueduct.upquery_timeout"),
+        vec![vec!["250ms".to_string()]]
+    );
+    // What a read answers on timeout with 'compute': the key's rows from
+    // the base tables, equal to what the view holds for it.
+    ok(&mut s, "CREATE TABLE t (id bigint PRIMARY KEY, grp bigint)");
+    ok(&mut s, "INSERT INTO t VALUES (1, 7), (2, 7), (3, 8)");
+    ok(
+        &mut s,
+        "CREATE VIEW per_grp AS SELECT grp, count(*) AS n FROM t GROUP BY grp",
+    );
+    let entry = engine.views.get("per_grp").unwrap();
+    let key = [Value::Int(7)];
+    let computed = engine
+        .views
+        .compute_lookup(&engine.database().read(), &entry, &[0], &key)
+        .unwrap();
+    let (looked_up, _) = engine.views.lookup(&entry, &[0], &key).unwrap();
+    assert_eq!(computed, vec![vec![Value::Int(7), Value::Int(2)]]);
+    assert_eq!(computed, looked_up);
+}
