@@ -639,7 +639,14 @@ class News:
         lsn = int(self.w.info.parameter_status("aqueduct.last_lsn") or 0)
         cur = self.r.execute("SHOW VIEWS")
         cols = [d.name for d in cur.description]
-        self.compare("SHOW VIEWS columns", cols, ["name", "watermark", "rows", "keys", "bytes", "status"])
+        self.compare(
+            "SHOW VIEWS columns",
+            cols,
+            [
+                "name", "watermark", "rows", "keys", "bytes", "status", "state",
+                "hits", "misses", "hit_rate", "evictions", "upquery_p50_us", "upquery_p99_us",
+            ],
+        )
         # Unquoted names are folded to lower case: SHOW VIEWS lists
         # StoryWithVotes as storywithvotes.
         views = {r[cols.index("name")]: dict(zip(cols, r)) for r in cur.fetchall()}
@@ -655,9 +662,16 @@ class News:
                 continue
             self.compare(f"SHOW VIEWS: status of {v}", info["status"], "maintained")
             self.compare(f"SHOW VIEWS: rows of {v}", int(info["rows"]), n)
-            # Each of these views is keyed on no column: its rows sit under
-            # one (empty) key.
-            self.compare(f"SHOW VIEWS: keys of {v}", int(info["keys"]), 1)
+            # Each of these views is scanned, so it is held in full (its rows
+            # under one, empty, key); a view also read by key has a keyed
+            # reader, partial, holding the keys read (docs/partial-state.md).
+            self.compare(f"SHOW VIEWS: {v} is held in full", "full" in info["state"], True)
+            self.compare(f"SHOW VIEWS: keys of {v} (at least the full copy's one)", int(info["keys"]) >= 1, True)
+            self.compare(
+                f"SHOW VIEWS: hit rate of {v} is a fraction",
+                0.0 <= float(info["hit_rate"]) <= 1.0,
+                True,
+            )
             self.compare(f"SHOW VIEWS: {v} reports the bytes it holds", int(info["bytes"]) > 0, True)
             self.compare(
                 f"SHOW VIEWS: watermark of {v} reaches this session's last write (LSN {lsn})",
