@@ -40,6 +40,8 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 /// How long one server start may take before it counts as failed.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// What the server logs once its PostgreSQL listener accepts connections.
+const LISTENING: &str = "PostgreSQL listener serving";
 /// Starts tried on fresh ports when the server exits during start-up (a port
 /// taken between choosing it and binding it).
 const START_ATTEMPTS: usize = 3;
@@ -274,7 +276,7 @@ impl Server {
             http_port = free_port();
         }
         let log = File::create(dir.path().join("server.log")).map_err(|e| e.to_string())?;
-        let log_err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut log_err = log.try_clone().map_err(|e| e.to_string())?;
         let mut command = Command::new(env!("CARGO_BIN_EXE_aqueduct"));
         // The settings come from the flags alone, not from AQUEDUCT_*
         // variables that happen to be set.
@@ -283,7 +285,8 @@ impl Server {
                 command.env_remove(name);
             }
         }
-        let child = command
+        let mut child = command
+            .env("RUST_LOG", "info")
             .arg("serve")
             .arg("--data-dir")
             .arg(dir.path().join("data"))
@@ -294,38 +297,63 @@ impl Server {
             .args(["--fsync", "never"])
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("spawning {}: {e}", env!("CARGO_BIN_EXE_aqueduct")))?;
+        // The server's log goes to the file through this thread, which says
+        // when the listener is up (or, by closing the channel, that the
+        // server exited first).
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (listening, up) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            let mut listening = Some(listening);
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let _ = writeln!(log_err, "{line}");
+                if line.contains(LISTENING) {
+                    if let Some(tx) = listening.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
         let mut server = Server {
             child,
             pg_port,
             dir,
         };
-        let config = server.config();
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
+        let waited = tokio::task::spawn_blocking(move || up.recv_timeout(START_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?;
+        match waited {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let status = server.child.wait().map_err(|e| e.to_string())?;
                 return Err(format!(
                     "the server exited during start-up ({status}):\n{}",
                     server.log()
                 ));
             }
-            let connect = tokio_postgres::connect(&config, NoTls);
-            if let Ok(Ok((client, connection))) =
-                tokio::time::timeout(Duration::from_secs(5), connect).await
-            {
-                drop(client);
-                let _ = connection.await;
-                return Ok(server);
-            }
-            if Instant::now() > deadline {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 return Err(format!(
-                    "the server did not accept connections within {START_TIMEOUT:?}:\n{}",
+                    "the server did not start listening within {START_TIMEOUT:?}:\n{}",
                     server.log()
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let config = server.config();
+        let connect = tokio_postgres::connect(&config, NoTls);
+        match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok((client, connection))) => {
+                drop(client);
+                let _ = connection.await;
+                Ok(server)
+            }
+            _ => Err(format!(
+                "the server listens but refused a connection:\n{}",
+                server.log()
+            )),
         }
     }
 

@@ -206,19 +206,7 @@ impl Graph {
         for id in ids {
             let parents = self.nodes[id].parents.clone();
             for (port, p) in parents.into_iter().enumerate() {
-                let mut input: Delta = match &self.nodes[p].kind {
-                    Kind::Source { table, .. } => {
-                        table_rows(*table).into_iter().map(|r| (r, 1)).collect()
-                    }
-                    _ => self.nodes[p]
-                        .output
-                        .iter()
-                        .map(|(r, w)| (r.clone(), *w))
-                        .collect(),
-                };
-                // In a fixed order, whatever order the bag is kept in, so a
-                // new node ends in the same state on every replica.
-                consolidate(&mut input);
+                let input = self.contents_of(p, table_rows);
                 self.deliver(id, port, input, lsn)?;
             }
             if let Kind::View { writer, .. } = &mut self.nodes[id].kind {
@@ -226,6 +214,23 @@ impl Graph {
             }
         }
         Ok(())
+    }
+
+    /// Everything node `p` holds, to fill a new child with: a source's
+    /// table rows (from `table_rows`), or an operator's output copy. In a
+    /// fixed order, whatever order the bag is kept in, so a new node ends
+    /// in the same state on every replica.
+    pub(crate) fn contents_of(&self, p: NodeId, table_rows: &dyn Fn(TableId) -> Vec<Row>) -> Delta {
+        let mut input: Delta = match &self.nodes[p].kind {
+            Kind::Source { table, .. } => table_rows(*table).into_iter().map(|r| (r, 1)).collect(),
+            _ => self.nodes[p]
+                .output
+                .iter()
+                .map(|(r, w)| (r.clone(), *w))
+                .collect(),
+        };
+        consolidate(&mut input);
+        input
     }
 
     /// Runs one node on one input and records what it emits.

@@ -233,17 +233,7 @@ impl Graph {
                 if in_region && !full_ports.contains(&(id, port)) {
                     continue;
                 }
-                let mut input: Delta = match &self.nodes[p].kind {
-                    Kind::Source { table, .. } => {
-                        table_rows(*table).into_iter().map(|r| (r, 1)).collect()
-                    }
-                    _ => self.nodes[p]
-                        .output
-                        .iter()
-                        .map(|(r, w)| (r.clone(), *w))
-                        .collect(),
-                };
-                consolidate(&mut input);
+                let input = self.contents_of(p, table_rows);
                 let out = self.deliver_one(id, port, input, lsn)?;
                 assert!(
                     !in_region || out.is_empty(),

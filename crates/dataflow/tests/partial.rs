@@ -27,6 +27,11 @@ const ARTICLE: TableId = 1;
 const VOTE: TableId = 2;
 const ARTICLES: i64 = 60;
 const AUTHORS: i64 = 7;
+/// Vote writes at least and at most; in between, the writer goes on until
+/// this many reads overlapped its writes.
+const MIN_VOTE_WRITES: usize = 3000;
+const MAX_VOTE_WRITES: usize = 100_000;
+const OVERLAPPED_READS: u64 = 300;
 
 /// The tables: current rows, the LSN they are at, and every change.
 #[derive(Default)]
@@ -169,6 +174,8 @@ fn partial_views_equal_the_oracle_under_writes_upqueries_and_evictions() {
 
     let stop = AtomicBool::new(false);
     let checked = std::sync::atomic::AtomicU64::new(0);
+    // Reads made while the writer was still writing.
+    let during = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
         // The writer: articles first, then votes added and removed. The
         // batch is submitted after the tables change, as commits do, so
@@ -182,7 +189,13 @@ fn partial_views_equal_the_oracle_under_writes_upqueries_and_evictions() {
                 rng
             };
             let mut live: Vec<Row> = Vec::new();
-            for i in 0..(ARTICLES as usize + 3000) {
+            // Writes go on until enough reads overlapped them (bounded).
+            for i in 0..(ARTICLES as usize + MAX_VOTE_WRITES) {
+                if i >= ARTICLES as usize + MIN_VOTE_WRITES
+                    && during.load(Ordering::Relaxed) >= OVERLAPPED_READS
+                {
+                    break;
+                }
                 let (table, row, w) = if i < ARTICLES as usize {
                     (ARTICLE, vec![int(i as i64), int(i as i64 % AUTHORS)], 1)
                 } else if live.len() > 20 && next() % 3 == 0 {
@@ -208,15 +221,11 @@ fn partial_views_equal_the_oracle_under_writes_upqueries_and_evictions() {
                     lsn
                 };
                 worker.submit(lsn, vec![(table, vec![(row, w)])]);
-                // Let the readers in between writes.
-                if i % 2 == 0 {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
             }
             stop.store(true, Ordering::Release);
         });
         for reader in 0..2u64 {
-            let (worker, model, checked) = (&worker, &model, &checked);
+            let (worker, model, checked, during) = (&worker, &model, &checked, &during);
             let (per_article, per_author, stop) = (&per_article, &per_author, &stop);
             s.spawn(move || {
                 let mut rng = 11 + reader;
@@ -257,6 +266,9 @@ fn partial_views_equal_the_oracle_under_writes_upqueries_and_evictions() {
                         if by_author { "author" } else { "article" }
                     );
                     checked.fetch_add(1, Ordering::Relaxed);
+                    if !stop.load(Ordering::Acquire) {
+                        during.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             });
         }
@@ -268,6 +280,10 @@ fn partial_views_equal_the_oracle_under_writes_upqueries_and_evictions() {
         per_author.stats().snapshot()
     );
     assert!(checked.load(Ordering::Relaxed) >= 400);
+    assert!(
+        during.load(Ordering::Relaxed) >= OVERLAPPED_READS,
+        "too few reads overlapped the writes"
+    );
     assert!(stats.misses == 0 || stats.fills > 0);
     assert!(stats.fills > 0, "keys were filled by upqueries");
     assert!(
