@@ -258,7 +258,8 @@ def main():
     with open(args.json) as f:
         data = json.load(f)
     os.makedirs(args.out_dir, exist_ok=True)
-    throughput_figure(data, os.path.join(args.out_dir, "partial-throughput.png"))
+    if data["results"].get("load"):
+        throughput_figure(data, os.path.join(args.out_dir, "partial-throughput.png"))
     newview_figure(data, os.path.join(args.out_dir, "partial-newview.png"))
 
 

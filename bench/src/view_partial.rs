@@ -180,6 +180,9 @@ pub struct PartialArgs {
     /// Skip the new-view phase.
     #[arg(long)]
     pub skip_newview: bool,
+    /// Only the new-view phase: no load, no runs under memory limits.
+    #[arg(long)]
+    pub skip_runs: bool,
     /// Articles checked against the data after each run.
     #[arg(long, default_value_t = 1_000)]
     pub check_sample: usize,
@@ -203,7 +206,8 @@ impl PartialArgs {
 
 #[derive(Serialize, Debug)]
 pub struct PartialResults {
-    pub load: Load,
+    /// The load and runs under limits (absent with `--skip-runs`).
+    pub load: Option<Load>,
     pub runs: Vec<Run>,
     /// The engine with partial state off (`--full-baseline`).
     pub partial_off: Option<PartialOff>,
@@ -849,7 +853,48 @@ pub fn run(args: &PartialArgs) -> anyhow::Result<PartialResults> {
         bail!("--articles must fit in 32 bits");
     }
     let sampler = Sampler::new(args.articles, Distribution::Zipf, args.zipf_s);
-    let ops = thread_ops(args, &sampler);
+    let (load, runs, partial_off) = if args.skip_runs {
+        (None, Vec::new(), None)
+    } else {
+        let (load, runs, partial_off) = limited_runs(args, &sampler)?;
+        (Some(load), runs, partial_off)
+    };
+    let (new_view, new_view_partial_off) = if args.skip_newview {
+        (None, None)
+    } else {
+        let on = new_view(args, &sampler, true)?;
+        let off = if args.full_baseline {
+            Some(new_view(args, &sampler, false)?)
+        } else {
+            None
+        };
+        (Some(on), off)
+    };
+
+    print_runs(&runs);
+    let views: Vec<&NewView> = new_view.iter().chain(&new_view_partial_off).collect();
+    if !views.is_empty() {
+        println!();
+        print_new_views(&views);
+    }
+    println!();
+    print_targets(&runs, new_view.as_ref());
+    Ok(PartialResults {
+        load,
+        runs,
+        partial_off,
+        new_view,
+        new_view_partial_off,
+    })
+}
+
+/// Loads the data, fills every key, and measures the mixes under each
+/// memory limit (and with partial state off, with `--full-baseline`).
+fn limited_runs(
+    args: &PartialArgs,
+    sampler: &Sampler,
+) -> anyhow::Result<(Load, Vec<Run>, Option<PartialOff>)> {
+    let ops = thread_ops(args, sampler);
     let votes = args.votes();
     eprintln!(
         "loading {} articles and {} votes (zipf {}) in INSERTs of {} rows, partial state on",
@@ -861,7 +906,7 @@ pub fn run(args: &PartialArgs) -> anyhow::Result<PartialResults> {
     let scratch = common::scratch_dir(&args.dir, "aqueduct-view-partial-")?;
     let engine = open_engine(scratch.path(), true)?;
     let mut s = engine.session();
-    let (mut truth, articles_s, votes_s) = load(&mut s, args, &sampler, votes)?;
+    let (mut truth, articles_s, votes_s) = load(&mut s, args, sampler, votes)?;
     let t = Instant::now();
     exec(&mut s, CREATE_VIEW)?;
     let create_view_s = t.elapsed().as_secs_f64();
@@ -963,7 +1008,7 @@ pub fn run(args: &PartialArgs) -> anyhow::Result<PartialResults> {
     drop(scratch);
 
     let partial_off = if args.full_baseline {
-        Some(partial_off_runs(args, &sampler, &ops, &mut runs)?)
+        Some(partial_off_runs(args, sampler, &ops, &mut runs)?)
     } else {
         None
     };
@@ -980,33 +1025,7 @@ pub fn run(args: &PartialArgs) -> anyhow::Result<PartialResults> {
             .map(|(_, b)| r.reads_per_s / b.max(1e-9));
     }
 
-    let (new_view, new_view_partial_off) = if args.skip_newview {
-        (None, None)
-    } else {
-        let on = new_view(args, &sampler, true)?;
-        let off = if args.full_baseline {
-            Some(new_view(args, &sampler, false)?)
-        } else {
-            None
-        };
-        (Some(on), off)
-    };
-
-    print_runs(&runs);
-    let views: Vec<&NewView> = new_view.iter().chain(&new_view_partial_off).collect();
-    if !views.is_empty() {
-        println!();
-        print_new_views(&views);
-    }
-    println!();
-    print_targets(&runs, new_view.as_ref());
-    Ok(PartialResults {
-        load,
-        runs,
-        partial_off,
-        new_view,
-        new_view_partial_off,
-    })
+    Ok((load, runs, partial_off))
 }
 
 /// The same data on an engine with partial state off, and the mixes on it.

@@ -135,8 +135,8 @@ fn read_rows(
         Access::Index(i, exprs) if txn.own_rows(id).next().is_none() => {
             let values = key_values(t, &t.schema.indexes[*i].columns, exprs, params)?;
             txn.note_table_read(catalog, id);
-            Ok(t.index_lookup(*i, &values)
-                .filter_map(|k| t.get(k).map(|rv| (k.clone(), rv.row.clone())))
+            Ok(t.index_rows(*i, &values)
+                .map(|(k, row)| (k.clone(), row.clone()))
                 .collect())
         }
         Access::Index(..) | Access::Scan => {

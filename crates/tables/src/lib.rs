@@ -15,7 +15,7 @@ mod schema;
 mod table;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,11 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 pub use schema::{
     parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, SCHEMA_RECORD_VERSION,
 };
-pub use table::{Key, Row, RowVersion, Table};
+pub use table::{matches, Key, Row, RowVersion, Table};
+
+mod tap;
+use tap::Tap;
+pub use tap::{RowsAsk, ROWS_PER_READ_LOCK};
 
 const ROW_PREFIX: u8 = b'r';
 const SCHEMA_PREFIX: u8 = b's';
@@ -96,33 +100,7 @@ impl Catalog {
         self.lsn
     }
 
-    /// The rows of table `table` whose `columns` equal `values` (SQL
-    /// equality, as a view's key compares): by the primary key or an index
-    /// on exactly those columns when there is one, else by a scan. Shared,
-    /// so a caller holding the catalog's lock copies nothing under it.
-    pub fn rows_where(&self, table: TableId, columns: &[usize], values: &[Value]) -> Vec<Arc<Row>> {
-        let Some(t) = self.table_by_id(table) else {
-            return Vec::new();
-        };
-        if t.schema.has_primary_key() && t.schema.primary_key == columns {
-            return t
-                .get(&values.to_vec())
-                .map(|rv| vec![rv.row.clone()])
-                .unwrap_or_default();
-        }
-        if let Some(ix) = t.index_on(columns) {
-            return t
-                .index_lookup(ix, values)
-                .filter_map(|k| t.get(k).map(|rv| rv.row.clone()))
-                .collect();
-        }
-        t.scan()
-            .filter(|(_, rv)| columns.iter().zip(values).all(|(&c, v)| rv.row[c] == *v))
-            .map(|(_, rv)| rv.row.clone())
-            .collect()
-    }
-
-    /// Whether [`Catalog::rows_where`] on these columns is a lookup rather
+    /// Whether [`Database::rows_at`] on these columns is a lookup rather
     /// than a scan.
     pub fn has_lookup(&self, table: TableId, columns: &[usize]) -> bool {
         self.table_by_id(table).is_some_and(|t| {
@@ -382,6 +360,10 @@ pub struct Database {
     /// Hidden row ids, unique across all tables and transactions.
     next_rowid: std::sync::atomic::AtomicI64,
     hook: RwLock<Option<CommitHook>>,
+    /// Reads in pieces under way ([`Database::rows_at`]), told about every
+    /// change committed meanwhile, and how many there are.
+    taps: Mutex<Vec<Arc<Tap>>>,
+    tapping: AtomicUsize,
     pub metrics: TableMetrics,
 }
 
@@ -424,6 +406,8 @@ impl Database {
             applied: AtomicU64::new(report.last_lsn),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
             hook: RwLock::new(None),
+            taps: Mutex::new(Vec::new()),
+            tapping: AtomicUsize::new(0),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -542,6 +526,9 @@ impl Database {
                     None
                 }
             };
+            if let (Some(c), Write::Put { key, .. } | Write::Delete { key, .. }) = (&change, w) {
+                self.offer_to_taps(lsn, c.table, key, c.old.as_ref(), c.new.as_ref());
+            }
             if hook.is_some() {
                 changes.extend(change);
             }

@@ -1,7 +1,7 @@
 //! One base table in memory: rows by primary key, secondary indexes, and the
 //! versions (LSNs) that optimistic transactions validate against.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -14,6 +14,9 @@ use crate::schema::{IndexDef, TableSchema};
 pub type Key = Vec<Value>;
 pub type Row = Vec<Value>;
 
+/// A secondary index: (indexed values, key) to the row.
+type Index = BTreeMap<(Vec<Value>, Key), Arc<Row>>;
+
 /// A stored row and the LSN of the write that last changed it.
 #[derive(Clone, Debug)]
 pub struct RowVersion {
@@ -25,8 +28,10 @@ pub struct RowVersion {
 pub struct Table {
     pub schema: Arc<TableSchema>,
     rows: BTreeMap<Key, RowVersion>,
-    /// Parallel to `schema.indexes`: (indexed values, key).
-    indexes: Vec<BTreeSet<(Vec<Value>, Key)>>,
+    /// Parallel to `schema.indexes`: (indexed values, key) to the row, so a
+    /// lookup by index reads rows in one ordered pass, with no second
+    /// lookup by key per row.
+    indexes: Vec<Index>,
     next_rowid: i64,
     /// LSN of the last write of any kind (scans validate against this).
     pub version: Lsn,
@@ -36,13 +41,18 @@ pub struct Table {
     pub bytes: usize,
 }
 
+/// Whether `row`'s `columns` equal `values` (as an index lookup compares).
+pub fn matches(row: &Row, columns: &[usize], values: &[Value]) -> bool {
+    columns.iter().zip(values).all(|(&c, v)| row[c] == *v)
+}
+
 fn row_bytes(row: &Row) -> usize {
     row.iter().map(|v| 16 + v.payload_len()).sum::<usize>() + 48
 }
 
 impl Table {
     pub fn new(schema: TableSchema) -> Table {
-        let indexes = schema.indexes.iter().map(|_| BTreeSet::new()).collect();
+        let indexes = schema.indexes.iter().map(|_| BTreeMap::new()).collect();
         Table {
             schema: Arc::new(schema),
             rows: BTreeMap::new(),
@@ -85,11 +95,80 @@ impl Table {
         index: usize,
         values: &'a [Value],
     ) -> impl Iterator<Item = &'a Key> + 'a {
+        self.index_rows(index, values).map(|(k, _)| k)
+    }
+
+    /// The keys and rows whose values in index `index` equal `values`, in
+    /// key order.
+    pub fn index_rows<'a>(
+        &'a self,
+        index: usize,
+        values: &'a [Value],
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a {
         let start = (values.to_vec(), Vec::new());
         self.indexes[index]
             .range(start..)
-            .take_while(move |(v, _)| v.as_slice() == values)
-            .map(|(_, k)| k)
+            .take_while(move |((v, _), _)| v.as_slice() == values)
+            .map(|((_, k), row)| (k, row))
+    }
+
+    /// The rows whose `columns` equal `values`, in key order, after key
+    /// `after` (exclusive; `None`: from the start), visiting at most
+    /// `budget` rows: by the primary key or an index on exactly those
+    /// columns when there is one, else by a scan (which visits rows that do
+    /// not match too). Also returns where to resume: the last key visited,
+    /// or `None` when every matching row was returned. A caller reading a
+    /// large result in several calls holds a lock only per call.
+    pub fn rows_matching(
+        &self,
+        columns: &[usize],
+        values: &[Value],
+        after: Option<&Key>,
+        budget: usize,
+    ) -> (Vec<(Key, Arc<Row>)>, Option<Key>) {
+        assert!(budget > 0, "a read must visit at least one row");
+        let mut out = Vec::new();
+        if self.schema.has_primary_key() && self.schema.primary_key == columns {
+            let key = values.to_vec();
+            if after.is_none_or(|a| key > *a) {
+                out.extend(self.get(&key).map(|rv| (key, rv.row.clone())));
+            }
+            return (out, None);
+        }
+        // The last key visited, cloned once when the budget runs out.
+        let mut last: Option<&Key> = None;
+        if let Some(ix) = self.index_on(columns) {
+            let start = match after {
+                Some(k) => Bound::Excluded((values.to_vec(), k.clone())),
+                None => Bound::Included((values.to_vec(), Vec::new())),
+            };
+            for ((v, k), row) in self.indexes[ix].range((start, Bound::Unbounded)) {
+                if v.as_slice() != values {
+                    return (out, None);
+                }
+                if out.len() == budget {
+                    return (out, last.cloned());
+                }
+                out.push((k.clone(), row.clone()));
+                last = Some(k);
+            }
+            return (out, None);
+        }
+        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
+        for (visited, (k, rv)) in self
+            .rows
+            .range::<Key, _>((lo, Bound::Unbounded))
+            .enumerate()
+        {
+            if visited == budget {
+                return (out, last.cloned());
+            }
+            if matches(&rv.row, columns, values) {
+                out.push((k.clone(), rv.row.clone()));
+            }
+            last = Some(k);
+        }
+        (out, None)
     }
 
     /// The position of an index whose columns are exactly `columns`.
@@ -126,17 +205,12 @@ impl Table {
         } else {
             self.membership_version = lsn;
         }
+        let row = Arc::new(row);
         for (i, def) in self.schema.indexes.iter().enumerate() {
-            self.indexes[i].insert((Self::index_values(def, &row), key.clone()));
+            self.indexes[i].insert((Self::index_values(def, &row), key.clone()), row.clone());
         }
         self.bytes += row_bytes(&row);
-        self.rows.insert(
-            key,
-            RowVersion {
-                row: Arc::new(row),
-                lsn,
-            },
-        );
+        self.rows.insert(key, RowVersion { row, lsn });
         self.version = lsn;
         old.map(|o| o.row)
     }
@@ -157,9 +231,12 @@ impl Table {
 
     /// Adds an index and fills it from the rows.
     pub fn add_index(&mut self, def: IndexDef) {
-        let mut set = BTreeSet::new();
+        let mut set = BTreeMap::new();
         for (k, rv) in &self.rows {
-            set.insert((Self::index_values(&def, &rv.row), k.clone()));
+            set.insert(
+                (Self::index_values(&def, &rv.row), k.clone()),
+                rv.row.clone(),
+            );
         }
         let mut schema = (*self.schema).clone();
         schema.indexes.push(def);
