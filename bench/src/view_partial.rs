@@ -1210,6 +1210,11 @@ fn new_view(args: &PartialArgs, sampler: &Sampler, partial: bool) -> anyhow::Res
             ticks
         });
         let phase = (|| -> anyhow::Result<Phase> {
+            eprintln!(
+                "new view (partial {}): writing for {:.1} s, then adding the view",
+                if partial { "on" } else { "off" },
+                (Duration::from_millis(500) + before).as_secs_f64()
+            );
             common::nap(Duration::from_millis(500) + before);
             check_stop()?;
             let mut s = engine.session();

@@ -318,8 +318,9 @@ impl Graph {
         while let Some((id, inputs)) = pending.pop_first() {
             for (port, delta) in inputs {
                 match self.deliver(id, port, delta, lsn) {
-                    Ok(out) if !out.is_empty() => {
-                        for i in 0..self.nodes[id].children.len() {
+                    Ok(mut out) if !out.is_empty() => {
+                        let children = self.nodes[id].children.len();
+                        for i in 0..children {
                             let (child, child_port) = self.nodes[id].children[i];
                             let d = match self.entries.get(&(child, child_port)) {
                                 Some((region, cols)) => {
@@ -331,6 +332,9 @@ impl Graph {
                                         .cloned()
                                         .collect()
                                 }
+                                // The last child takes the rows: no copy
+                                // for a node's only child.
+                                None if i + 1 == children => std::mem::take(&mut out),
                                 None => out.clone(),
                             };
                             if !d.is_empty() {

@@ -84,16 +84,20 @@ pub fn row_bytes(row: &[Value]) -> usize {
 /// Sums the weights of equal rows and drops rows whose weight is zero. The
 /// result is sorted, so equal inputs give byte-for-byte equal outputs.
 pub fn consolidate(delta: &mut Delta) {
-    delta.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out: Delta = Vec::with_capacity(delta.len());
-    for (row, w) in delta.drain(..) {
-        match out.last_mut() {
-            Some((last, lw)) if *last == row => *lw += w,
-            _ => out.push((row, w)),
-        }
+    // Often sorted already (an operator's consolidated output, copies of
+    // one row): then checking is all the sorting there is to do.
+    if !delta.is_sorted_by(|a, b| a.0 <= b.0) {
+        delta.sort_by(|a, b| a.0.cmp(&b.0));
     }
-    out.retain(|(_, w)| *w != 0);
-    *delta = out;
+    // In place; the first of equal rows stays, as the stable sort put it.
+    delta.dedup_by(|next, kept| {
+        let equal = next.0 == kept.0;
+        if equal {
+            kept.1 += next.1;
+        }
+        equal
+    });
+    delta.retain(|(_, w)| *w != 0);
 }
 
 #[cfg(test)]
@@ -106,5 +110,9 @@ mod tests {
         let mut d = vec![(r(2), 1), (r(1), 1), (r(2), -1), (r(1), 2), (r(3), -1)];
         consolidate(&mut d);
         assert_eq!(d, vec![(r(1), 3), (r(3), -1)]);
+        // Sorted input is merged without sorting.
+        let mut d = vec![(r(1), 1), (r(1), -1), (r(2), 2), (r(2), 1), (r(4), 1)];
+        consolidate(&mut d);
+        assert_eq!(d, vec![(r(2), 3), (r(4), 1)]);
     }
 }

@@ -16,8 +16,8 @@ use aqueduct_values::{DataType, Value};
 const VALUES: i64 = 3;
 const ROWS_PER_TABLE: usize = 120;
 /// Writes go on until this many reads overlapped commits (or `MAX_WRITES`).
-const READS: usize = 300;
-const MAX_WRITES: usize = 200_000;
+const READS: usize = 100;
+const MAX_WRITES: usize = 500_000;
 /// Tiny pieces, so every read spans many locks and commits.
 const PER_LOCK: usize = 4;
 

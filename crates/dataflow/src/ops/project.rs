@@ -1,16 +1,31 @@
 //! Computes output columns from each row (expressions over the input row).
 
 use aqueduct_expr::{Env, Expr, SqlError};
+use aqueduct_values::Value;
 
 use crate::{Delta, Operator};
 
 pub struct Project {
     outputs: Vec<Expr>,
+    /// Per output, the input column it can take out of the input row
+    /// instead of cloning: a column no later output reads.
+    moves: Vec<Option<usize>>,
 }
 
 impl Project {
     pub fn new(outputs: Vec<Expr>) -> Project {
-        Project { outputs }
+        let moves = outputs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match e {
+                Expr::Column(c) => outputs[i + 1..]
+                    .iter()
+                    .all(|later| matches!(later, Expr::Column(d) if d != c))
+                    .then_some(*c),
+                _ => None,
+            })
+            .collect();
+        Project { outputs, moves }
     }
 }
 
@@ -36,22 +51,21 @@ impl Operator for Project {
         Some(vec![Some(cols)])
     }
 
-    fn process(&mut self, _port: usize, delta: Delta) -> Result<Delta, SqlError> {
-        delta
-            .into_iter()
-            .map(|(row, w)| {
-                let env = Env {
-                    row: &row,
-                    params: &[],
-                };
-                let out = self
-                    .outputs
-                    .iter()
-                    .map(|e| e.eval(&env))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok((out, w))
-            })
-            .collect()
+    /// Each output row is written into its input row's allocation: no
+    /// allocation per row (a fill may bring millions).
+    fn process(&mut self, _port: usize, mut delta: Delta) -> Result<Delta, SqlError> {
+        let mut values = Vec::with_capacity(self.outputs.len());
+        for (row, _) in &mut delta {
+            for (e, moved) in self.outputs.iter().zip(&self.moves) {
+                values.push(match moved {
+                    Some(c) => std::mem::replace(&mut row[*c], Value::Null),
+                    None => e.eval(&Env { row, params: &[] })?,
+                });
+            }
+            row.clear();
+            row.append(&mut values);
+        }
+        Ok(delta)
     }
 }
 
@@ -83,5 +97,28 @@ mod tests {
             1,
             int_rows(2),
         );
+    }
+
+    #[test]
+    fn columns_are_taken_only_when_no_later_output_reads_them() {
+        let text = |s: &str| Value::Text(s.into());
+        let twice = Expr::Binary(
+            BinOp::Add,
+            Box::new(Expr::Column(1)),
+            Box::new(Expr::Column(1)),
+        );
+        let outputs = vec![
+            Expr::Column(2),
+            Expr::Column(0),
+            twice,
+            Expr::Column(2),
+            Expr::Column(0),
+        ];
+        let mut p = Project::new(outputs);
+        assert_eq!(p.moves, vec![None, None, None, Some(2), Some(0)]);
+        let row = vec![text("a"), Value::Int(1), text("b")];
+        let out = p.process(0, vec![(row, -2)]).unwrap();
+        let expected = vec![text("b"), text("a"), Value::Int(2), text("b"), text("a")];
+        assert_eq!(out, vec![(expected, -2)]);
     }
 }
