@@ -376,34 +376,37 @@ impl Graph {
     ) -> Vec<(NodeId, Row)> {
         const SAMPLE: usize = 8;
         let total: usize = self.regions.values().map(|r| r.keys.len()).sum();
-        let mut chosen: HashSet<(NodeId, Row)> = HashSet::new();
+        // Looked up by reference: sampling clones no key.
+        let mut spared: HashMap<NodeId, HashSet<&Row>> = HashMap::new();
+        for (v, k) in keep {
+            spared.entry(*v).or_default().insert(k);
+        }
+        let mut chosen: HashSet<(NodeId, usize)> = HashSet::new();
         let mut out = Vec::new();
         let mut tries = 0;
         while out.len() < n && chosen.len() + keep.len() < total && tries < n * 4 + 16 {
             tries += 1;
-            let mut best: Option<(u32, NodeId, &Row)> = None;
+            let mut best: Option<(u32, NodeId, usize, &Row)> = None;
             for _ in 0..SAMPLE {
                 let mut i = (next_random(rng) % total as u64) as usize;
                 for (&view, region) in &self.regions {
                     if i < region.keys.len() {
                         let (k, stamp) = region.keys.get_index(i).expect("in range");
                         let t = stamp.load(Ordering::Relaxed);
-                        let pair = (view, k.clone());
-                        if !keep.contains(&pair)
-                            && !chosen.contains(&pair)
-                            && best.is_none_or(|(bt, _, _)| t < bt)
+                        if !chosen.contains(&(view, i))
+                            && !spared.get(&view).is_some_and(|s| s.contains(k))
+                            && best.is_none_or(|(bt, ..)| t < bt)
                         {
-                            best = Some((t, view, k));
+                            best = Some((t, view, i, k));
                         }
                         break;
                     }
                     i -= region.keys.len();
                 }
             }
-            if let Some((_, view, k)) = best {
-                let pair = (view, k.clone());
-                chosen.insert(pair.clone());
-                out.push(pair);
+            if let Some((_, view, i, k)) = best {
+                chosen.insert((view, i));
+                out.push((view, k.clone()));
             }
         }
         out
