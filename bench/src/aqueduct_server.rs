@@ -1,8 +1,11 @@
 //! The real Aqueduct server as a child process for one benchmark run: the
 //! release binary built next to this one (`aqueduct serve`), a scratch data
 //! directory, 127.0.0.1 only on free ports, stopped (SIGTERM, then wait) when
-//! dropped, and killed by the second Ctrl-C.
+//! dropped, and killed by the second Ctrl-C. Extra `serve` flags may be
+//! passed, and the server restarted on the same data directory with others
+//! (`restart`).
 
+use std::ffi::OsString;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,9 +38,53 @@ pub struct AqueductServer {
     child: Child,
     pub pg_port: u16,
     http_port: u16,
+    binary: PathBuf,
+    /// `serve` and the flags every start passes but the addresses (new
+    /// ports each start) and the caller's extra ones.
+    args: Vec<OsString>,
+    /// Every start's output, appended.
     log_path: PathBuf,
     /// Removed after the server stops (field order: dropped after `Drop::drop`).
     _dir: tempfile::TempDir,
+}
+
+/// Starts `binary` with `args`, the addresses (127.0.0.1, two free ports)
+/// and `extra_args`, its output appended to `log_path`. Returns the child
+/// and its PostgreSQL and HTTP ports.
+fn spawn(
+    binary: &Path,
+    args: &[OsString],
+    extra_args: &[String],
+    log_path: &Path,
+) -> anyhow::Result<(Child, u16, u16)> {
+    let ports = crate::pg::free_ports(2)?;
+    let (pg_port, http_port) = (ports[0], ports[1]);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .context("opening the server log file")?;
+    let mut cmd = Command::new(binary);
+    cmd.args(args)
+        .arg("--pg-addr")
+        .arg(format!("127.0.0.1:{pg_port}"))
+        .arg("--http-addr")
+        .arg(format!("127.0.0.1:{http_port}"))
+        .args(extra_args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // Its own process group: a Ctrl-C at the terminal reaches only us, and
+    // we stop the server in order.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    RUNNING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(child.id());
+    Ok((child, pg_port, http_port))
 }
 
 impl AqueductServer {
@@ -69,46 +116,53 @@ impl AqueductServer {
         fsync: &str,
         max_connections: usize,
     ) -> anyhow::Result<AqueductServer> {
+        Self::start_with(binary, parent, fsync, max_connections, &[])
+    }
+
+    /// [`AqueductServer::start`] with `extra_args` after the flags it sets
+    /// (such as `--memory-limit <bytes>`).
+    pub fn start_with(
+        binary: &Path,
+        parent: &Option<PathBuf>,
+        fsync: &str,
+        max_connections: usize,
+        extra_args: &[String],
+    ) -> anyhow::Result<AqueductServer> {
         let dir = crate::common::scratch_dir(parent, "bench-aqueduct-")?;
         let data = dir.path().join("data");
         let log_path = dir.path().join("server.log");
-        let ports = crate::pg::free_ports(2)?;
-        let (pg_port, http_port) = (ports[0], ports[1]);
-        let log = std::fs::File::create(&log_path).context("creating the server log file")?;
-        let mut cmd = Command::new(binary);
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--pg-addr")
-            .arg(format!("127.0.0.1:{pg_port}"))
-            .arg("--http-addr")
-            .arg(format!("127.0.0.1:{http_port}"))
-            .arg("--fsync")
-            .arg(fsync)
-            .arg("--max-connections")
-            .arg(max_connections.to_string())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        // Its own process group: a Ctrl-C at the terminal reaches only us, and
-        // we stop the server in order.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        {
-            let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-            running.push(child.id());
-        }
+        let args: Vec<OsString> = vec![
+            "serve".into(),
+            "--data-dir".into(),
+            data.into(),
+            "--fsync".into(),
+            fsync.into(),
+            "--max-connections".into(),
+            max_connections.to_string().into(),
+        ];
+        let (child, pg_port, http_port) = spawn(binary, &args, extra_args, &log_path)?;
         let mut server = AqueductServer {
             child,
             pg_port,
             http_port,
+            binary: binary.to_path_buf(),
+            args,
             log_path,
             _dir: dir,
         };
         server.wait_ready()?;
         Ok(server)
+    }
+
+    /// Stops the server and starts it again on the same data directory (it
+    /// recovers everything committed from its log) with `extra_args` in
+    /// place of the last start's, on new ports.
+    pub fn restart(&mut self, extra_args: &[String]) -> anyhow::Result<()> {
+        self.stop();
+        let (child, pg_port, http_port) =
+            spawn(&self.binary, &self.args, extra_args, &self.log_path)?;
+        (self.child, self.pg_port, self.http_port) = (child, pg_port, http_port);
+        self.wait_ready()
     }
 
     fn wait_ready(&mut self) -> anyhow::Result<()> {
@@ -150,6 +204,13 @@ impl AqueductServer {
     /// A counter from the server's Prometheus page (`GET /metrics` on its
     /// HTTP port), such as `aqueduct_log_syncs_total`.
     pub fn metric(&self, name: &str) -> anyhow::Result<u64> {
+        Ok(self.metrics(&[name])?[0] as u64)
+    }
+
+    /// Values from one read of the server's Prometheus page, in the order of
+    /// `names`; a labelled one is named in full, such as
+    /// `aqueduct_view_hits_total{view="v"}`.
+    pub fn metrics(&self, names: &[&str]) -> anyhow::Result<Vec<f64>> {
         use std::io::{Read, Write};
         let addr = SocketAddr::from(([127, 0, 0, 1], self.http_port));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
@@ -162,11 +223,29 @@ impl AqueductServer {
         let mut page = String::new();
         s.read_to_string(&mut page)
             .context("reading Aqueduct's /metrics")?;
-        page.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|v| v as u64)
-            .with_context(|| format!("no {name} in Aqueduct's /metrics"))
+        names
+            .iter()
+            .map(|name| {
+                page.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .with_context(|| format!("no {name} in Aqueduct's /metrics"))
+            })
+            .collect()
+    }
+
+    /// The server process's resident memory and its peak since it started
+    /// (VmRSS and VmHWM of /proc/<pid>/status), in bytes.
+    pub fn memory(&self) -> (u64, u64) {
+        let text =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map_or(0, |kb| kb * 1024)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
     }
 
     pub fn connect(&self) -> anyhow::Result<Client> {
@@ -178,10 +257,10 @@ impl AqueductServer {
             .connect(NoTls)
             .context("connecting to Aqueduct on 127.0.0.1")
     }
-}
 
-impl Drop for AqueductServer {
-    fn drop(&mut self) {
+    /// Stops the server (SIGTERM, then SIGKILL after `STOP_DEADLINE`), if
+    /// it runs.
+    fn stop(&mut self) {
         let pid = self.child.id() as libc::pid_t;
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) on our own child, not yet reaped.
@@ -212,5 +291,11 @@ impl Drop for AqueductServer {
         }
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
         running.retain(|p| *p as libc::pid_t != pid);
+    }
+}
+
+impl Drop for AqueductServer {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

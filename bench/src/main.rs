@@ -2,8 +2,9 @@
 //!
 //! `bench log append|replay|compaction [options] [--json FILE]`,
 //! `bench sql point [options] [--json FILE]`,
-//! `bench view read [options] [--json FILE]` and
-//! `bench view partial [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench view read [options] [--json FILE]`,
+//! `bench view partial [options] [--json FILE]` and
+//! `bench view partial-wire [options] [--json FILE]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
@@ -15,6 +16,7 @@ mod log_replay;
 mod pg;
 mod sql_point;
 mod view_partial;
+mod view_partial_wire;
 mod view_read;
 
 use std::path::PathBuf;
@@ -42,7 +44,7 @@ enum Top {
         #[command(subcommand)]
         which: SqlBench,
     },
-    /// Maintained views, in process (the embedded engine).
+    /// Maintained views, in process (the embedded engine) and over the wire.
     View {
         #[command(subcommand)]
         which: ViewBench,
@@ -57,6 +59,9 @@ enum ViewBench {
     /// Noria's vote benchmark with partial state: zipf reads and writes
     /// under memory limits, and a new view over a large table.
     Partial(view_partial::PartialArgs),
+    /// The same mix under memory limits over the wire: the real server
+    /// restarted with each `--memory-limit`, clients on the PostgreSQL protocol.
+    PartialWire(view_partial_wire::PartialWireArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -172,6 +177,10 @@ fn run_view(which: ViewBench, started: u64) -> anyhow::Result<()> {
         ViewBench::Partial(args) => {
             let results = view_partial::run(&args)?;
             write_json(&args.json, "view partial", started, &args, &results)
+        }
+        ViewBench::PartialWire(args) => {
+            let results = view_partial_wire::run(&args)?;
+            write_json(&args.json, "view partial-wire", started, &args, &results)
         }
     }
 }

@@ -196,13 +196,21 @@ pub(crate) fn insert_all(
     rows: impl Iterator<Item = String>,
     per: usize,
 ) -> anyhow::Result<()> {
+    insert_all_with(table, rows, per, |sql| exec(s, sql).map(drop))
+}
+
+/// [`insert_all`] through `run`, which executes one multi-row INSERT (in
+/// process or over the wire).
+pub(crate) fn insert_all_with(
+    table: &str,
+    rows: impl Iterator<Item = String>,
+    per: usize,
+    mut run: impl FnMut(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut batch: Vec<String> = Vec::with_capacity(per);
     let mut flush = |batch: &mut Vec<String>| -> anyhow::Result<()> {
         if !batch.is_empty() {
-            exec(
-                s,
-                &format!("INSERT INTO {table} VALUES {}", batch.join(", ")),
-            )?;
+            run(&format!("INSERT INTO {table} VALUES {}", batch.join(", ")))?;
             batch.clear();
         }
         check_stop()

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -107,6 +107,9 @@ struct Shared {
     memory_limit: AtomicU64,
     /// Bytes all view and operator state took after the last batch.
     state_bytes: AtomicU64,
+    /// An eviction went over the limit and has not yet brought the state
+    /// down to [`EVICT_TO_PERCENT`] of it: rounds go on below the limit.
+    draining: AtomicBool,
     /// Keys readers just filled themselves: the next eviction round spares
     /// them, so each reader finds its key.
     protected: Mutex<HashSet<(NodeId, Row)>>,
@@ -156,6 +159,7 @@ impl Worker {
             upstream: RwLock::new(None),
             memory_limit: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
             protected: Mutex::new(HashSet::new()),
         });
         let s = shared.clone();
@@ -655,10 +659,15 @@ fn enforce_limit(shared: &Shared, keep: &HashSet<(NodeId, Row)>, rng: &mut u64) 
     let limit = shared.memory_limit.load(Ordering::Relaxed);
     let bytes = lock(&shared.graph).state_bytes();
     shared.state_bytes.store(bytes, Ordering::Relaxed);
-    if limit == 0 || bytes <= limit {
+    let target = limit / 100 * EVICT_TO_PERCENT;
+    // Evicting starts over the limit and goes on down to the target, so
+    // that a round frees room for many fills rather than for the next one.
+    let draining = shared.draining.load(Ordering::Relaxed);
+    if limit == 0 || bytes <= target || (!draining && bytes <= limit) {
+        shared.draining.store(false, Ordering::Relaxed);
         return;
     }
-    let target = limit / 100 * EVICT_TO_PERCENT;
+    shared.draining.store(true, Ordering::Relaxed);
     let victims = {
         let graph = lock(&shared.graph);
         let keys = graph.partial_keys().max(1) as u64;
@@ -688,7 +697,8 @@ fn enforce_limit(shared: &Shared, keep: &HashSet<(NodeId, Row)>, rng: &mut u64) 
         tracing::warn!("cannot evict: {why}");
         return;
     }
-    // Still over: another round soon, after the upqueries waiting by then.
+    // Still above the target: another round soon, after the upqueries
+    // waiting by then.
     if shared.state_bytes.load(Ordering::Relaxed) > target {
         lock(&shared.queue).limit_changed = true;
     }
