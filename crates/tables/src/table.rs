@@ -37,7 +37,8 @@ pub struct Table {
     pub version: Lsn,
     /// LSN of the last insert or delete (reads of absent keys validate against this).
     pub membership_version: Lsn,
-    /// Approximate bytes of row data, for metrics.
+    /// Estimated bytes of memory the rows take with their keys and index
+    /// entries ([`Table::stored_bytes`]), for metrics.
     pub bytes: usize,
 }
 
@@ -46,8 +47,30 @@ pub fn matches(row: &Row, columns: &[usize], values: &[Value]) -> bool {
     columns.iter().zip(values).all(|(&c, v)| row[c] == *v)
 }
 
-fn row_bytes(row: &Row) -> usize {
-    row.iter().map(|v| 16 + v.payload_len()).sum::<usize>() + 48
+/// What the allocator takes for a request of `n` bytes: a chunk of a
+/// multiple of 16 bytes with an 8-byte header, at least 32.
+fn allocated(n: usize) -> usize {
+    (n + 8).next_multiple_of(16).max(32)
+}
+
+/// Bytes of a vector of values on the heap: its buffer and each value's
+/// own allocation (text, bytes).
+fn values_bytes(values: &[Value]) -> usize {
+    let buffer = allocated(std::mem::size_of_val(values));
+    let payload: usize = values
+        .iter()
+        .map(|v| match v.payload_len() {
+            0 => 0,
+            n => allocated(n),
+        })
+        .sum();
+    buffer + payload
+}
+
+/// A B-tree map's bytes per entry: the entry, in nodes about two thirds
+/// full on average.
+fn btree_entry<K, V>() -> usize {
+    std::mem::size_of::<(K, V)>() * 3 / 2
 }
 
 impl Table {
@@ -184,6 +207,35 @@ impl Table {
         self.next_rowid
     }
 
+    /// Estimated bytes one row takes: the shared row, its entry and key in
+    /// the row map, and an entry in each index (values, key and a pointer
+    /// to the row). Resident memory is higher still by what the allocator
+    /// keeps free.
+    fn stored_bytes(&self, key: &Key, row: &Row) -> usize {
+        let shared_row = allocated(16 + std::mem::size_of::<Row>()) + values_bytes(row);
+        let entry = btree_entry::<Key, RowVersion>() + values_bytes(key);
+        let indexes: usize = self
+            .schema
+            .indexes
+            .iter()
+            .map(|def| {
+                btree_entry::<(Vec<Value>, Key), Arc<Row>>()
+                    + values_bytes(&Self::index_values(def, row))
+                    + values_bytes(key)
+            })
+            .sum();
+        shared_row + entry + indexes
+    }
+
+    /// Recounts [`Table::bytes`] (after the indexes changed).
+    fn recount_bytes(&mut self) {
+        self.bytes = self
+            .rows
+            .iter()
+            .map(|(k, rv)| self.stored_bytes(k, &rv.row))
+            .sum();
+    }
+
     fn index_values(def: &IndexDef, row: &Row) -> Vec<Value> {
         def.columns.iter().map(|&c| row[c].clone()).collect()
     }
@@ -198,7 +250,7 @@ impl Table {
         }
         let old = self.rows.remove(&key);
         if let Some(old) = &old {
-            self.bytes -= row_bytes(&old.row);
+            self.bytes -= self.stored_bytes(&key, &old.row);
             for (i, def) in self.schema.indexes.iter().enumerate() {
                 self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
             }
@@ -209,7 +261,7 @@ impl Table {
         for (i, def) in self.schema.indexes.iter().enumerate() {
             self.indexes[i].insert((Self::index_values(def, &row), key.clone()), row.clone());
         }
-        self.bytes += row_bytes(&row);
+        self.bytes += self.stored_bytes(&key, &row);
         self.rows.insert(key, RowVersion { row, lsn });
         self.version = lsn;
         old.map(|o| o.row)
@@ -219,7 +271,7 @@ impl Table {
     pub fn delete(&mut self, key: &Key, lsn: Lsn) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
         {
-            self.bytes -= row_bytes(&old.row);
+            self.bytes -= self.stored_bytes(key, &old.row);
             for (i, def) in self.schema.indexes.iter().enumerate() {
                 self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
             }
@@ -242,6 +294,7 @@ impl Table {
         schema.indexes.push(def);
         self.schema = Arc::new(schema);
         self.indexes.push(set);
+        self.recount_bytes();
     }
 
     pub fn drop_index(&mut self, name: &str) -> bool {
@@ -252,6 +305,7 @@ impl Table {
         schema.indexes.remove(pos);
         self.schema = Arc::new(schema);
         self.indexes.remove(pos);
+        self.recount_bytes();
         true
     }
 
@@ -273,5 +327,59 @@ impl Table {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::ColumnDef;
+    use aqueduct_values::DataType;
+
+    fn table() -> Table {
+        let column = |name: &str, ty: DataType| ColumnDef {
+            name: name.into(),
+            ty,
+            not_null: false,
+            default: None,
+        };
+        Table::new(TableSchema {
+            id: 1,
+            name: "t".into(),
+            columns: vec![column("a", DataType::Int8), column("b", DataType::Text)],
+            primary_key: Vec::new(),
+            indexes: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn bytes_follow_rows_and_indexes() {
+        let mut t = table();
+        let row = |i: i64| vec![Value::Int(i % 7), Value::Text(format!("row {i}"))];
+        for i in 0..100 {
+            t.put(vec![Value::Int(i)], row(i), i as Lsn + 1);
+        }
+        let plain = t.bytes;
+        assert!(plain > 100 * 100, "at least 100 bytes a row: {plain}");
+        t.add_index(IndexDef {
+            name: "t_a".into(),
+            columns: vec![0],
+            unique: false,
+        });
+        let indexed = t.bytes;
+        assert!(
+            indexed > plain,
+            "an index adds bytes: {plain} then {indexed}"
+        );
+        // Overwriting with an equal row changes nothing; deleting every row
+        // leaves nothing counted, index entries included.
+        t.put(vec![Value::Int(3)], row(3), 200);
+        assert_eq!(t.bytes, indexed);
+        for i in 0..100 {
+            t.delete(&vec![Value::Int(i)], 300 + i as Lsn);
+        }
+        assert_eq!(t.bytes, 0);
+        t.drop_index("t_a");
+        assert_eq!(t.bytes, 0);
     }
 }
