@@ -253,14 +253,22 @@ def main():
     ap.add_argument(
         "--json", default=os.path.join(ROOT, "docs", "bench-results", "view-partial.json")
     )
+    ap.add_argument(
+        "--newview-json",
+        help="a run with the new-view phase, when --json was run with --skip-newview "
+        "[default: --json]",
+    )
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "img"))
     args = ap.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
     with open(args.json) as f:
         data = json.load(f)
-    os.makedirs(args.out_dir, exist_ok=True)
     if data["results"].get("load"):
         throughput_figure(data, os.path.join(args.out_dir, "partial-throughput.png"))
-    newview_figure(data, os.path.join(args.out_dir, "partial-newview.png"))
+    with open(args.newview_json or args.json) as f:
+        newview = json.load(f)
+    if newview["results"].get("new_view"):
+        newview_figure(newview, os.path.join(args.out_dir, "partial-newview.png"))
 
 
 if __name__ == "__main__":
