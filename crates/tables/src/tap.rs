@@ -42,6 +42,9 @@ pub const ROWS_PER_READ_LOCK: usize = 128;
 /// back commits cannot starve the read.
 const COMMIT_WAIT: Duration = Duration::from_micros(200);
 
+/// Rows read between two looks at whether a commit is under way.
+const ROWS_PER_STEP: usize = 16;
+
 /// A read of the rows of `table` whose `columns` equal `values`.
 pub type RowsAsk = (TableId, Vec<usize>, Row);
 
@@ -116,23 +119,32 @@ impl Database {
             let catalog = self.catalog.read_recursive();
             let lsn = catalog.lsn();
             let mut budget = per_lock;
-            for ((table, columns, values), p) in asks.iter().zip(&mut progress) {
-                if p.done || budget == 0 {
-                    continue;
+            let mut stepped = false;
+            'piece: for ((table, columns, values), p) in asks.iter().zip(&mut progress) {
+                while !p.done && budget > 0 {
+                    // Once commits are tapped, a piece ends as soon as one
+                    // is under way (after at least one step, so the read
+                    // always advances): the commit then finds the lock free
+                    // and does not have to sleep until the piece ends.
+                    if stepped && tap.is_some() && self.commit.is_locked() {
+                        break 'piece;
+                    }
+                    stepped = true;
+                    let step = budget.min(ROWS_PER_STEP);
+                    let (rows, resume) = match catalog.table_by_id(*table) {
+                        Some(t) => t.rows_matching(columns, values, p.resume.as_ref(), step),
+                        None => (Vec::new(), None),
+                    };
+                    // An unfinished read stopped at the step's budget.
+                    budget = match resume {
+                        Some(_) => budget - step,
+                        None => budget.saturating_sub(rows.len().max(1)),
+                    };
+                    p.rows.extend(rows);
+                    p.done = resume.is_none();
+                    p.pieces.push((resume.clone(), lsn));
+                    p.resume = resume;
                 }
-                let (rows, resume) = match catalog.table_by_id(*table) {
-                    Some(t) => t.rows_matching(columns, values, p.resume.as_ref(), budget),
-                    None => (Vec::new(), None),
-                };
-                // An unfinished read stopped at the budget.
-                budget = match resume {
-                    Some(_) => 0,
-                    None => budget.saturating_sub(rows.len().max(1)),
-                };
-                p.rows.extend(rows);
-                p.done = resume.is_none();
-                p.pieces.push((resume.clone(), lsn));
-                p.resume = resume;
             }
             if progress.iter().all(|p| p.done) {
                 if let Some(tap) = &tap {
