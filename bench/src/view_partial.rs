@@ -489,14 +489,7 @@ fn thread_ops(args: &PartialArgs, sampler: &Sampler) -> Vec<Vec<u32>> {
 fn state_bytes_now(engine: &Engine) -> u64 {
     let limit = engine.views.progress().memory_limit;
     engine.views.set_memory_limit(limit);
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-        let p = engine.views.progress();
-        if !p.busy {
-            return p.state_bytes;
-        }
-    }
+    engine.views.await_idle(Duration::from_secs(5));
     engine.views.progress().state_bytes
 }
 
@@ -508,21 +501,24 @@ fn settle(engine: &Engine, limit: u64, timeout: f64) -> anyhow::Result<(f64, boo
     if limit == 0 {
         return Ok((0.0, true));
     }
-    let mut poked = Instant::now();
+    let deadline = t + Duration::from_secs_f64(timeout);
     loop {
         check_stop()?;
+        // Ctrl-C is checked at least once a second.
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(1));
+        let idle = engine.views.await_idle(slice);
         if engine.views.progress().state_bytes <= limit {
             return Ok((t.elapsed().as_secs_f64(), true));
         }
-        if t.elapsed().as_secs_f64() >= timeout {
+        if Instant::now() >= deadline {
             return Ok((t.elapsed().as_secs_f64(), false));
         }
-        // One pass of the worker evicts a bounded number of keys: ask again.
-        if poked.elapsed() >= Duration::from_secs(1) {
+        // Idle and still over (the keys left were just read): ask again.
+        if idle {
             engine.views.set_memory_limit(limit);
-            poked = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -480,7 +480,6 @@ mod tests {
     use aqueduct_expr::agg::AggFunc;
     use aqueduct_expr::Expr;
     use aqueduct_values::Value;
-    use std::time::{Duration, Instant};
 
     const ARTICLE: TableId = 1;
     const VOTE: TableId = 2;
@@ -519,24 +518,19 @@ mod tests {
     }
 
     /// Fills `key`, checks that the view has `expected` for it, then
-    /// evicts it and checks that no state is left: how long each took.
+    /// evicts it and checks that no state is left.
     fn fill_and_evict(
         g: &mut Graph,
         (view, reader): (NodeId, &ViewReader),
         key: &Row,
         fetch: Fetch,
         expected: Row,
-    ) -> (Duration, Duration) {
+    ) {
         let keys = std::slice::from_ref(key);
-        let t = Instant::now();
         g.fill(view, keys, fetch);
-        let fill = t.elapsed();
         assert_eq!(reader.read(|s, _| s.lookup(key)).unwrap(), vec![expected]);
-        let t = Instant::now();
         g.evict(view, keys, fetch);
-        let evict = t.elapsed();
         assert_eq!(g.state_bytes(), 0, "eviction leaves no state");
-        (fill, evict)
     }
 
     fn article() -> Row {
@@ -568,58 +562,6 @@ mod tests {
             for _ in 0..2 {
                 fill_and_evict(&mut g, (view, &reader), &key, &fetch, expected.clone());
             }
-        }
-    }
-
-    /// The cost per base row of filling and evicting a key with many rows.
-    /// Run with `cargo test --release -p aqueduct-dataflow --lib fill_cost
-    /// -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn fill_cost() {
-        const VOTES: i64 = 1_500_000;
-        let key = vec![Value::Int(1)];
-        // Base rows as the worker has them (shared), cloned out by fetch;
-        // users in no particular order.
-        let article = [Arc::new(article())];
-        let votes: Vec<Arc<Row>> = (0..VOTES)
-            .map(|u| Arc::new(vec![Value::Int(1), Value::Int(u * 7919 % VOTES)]))
-            .collect();
-        let fetch = |table: TableId, _: &[usize], _: &Row| -> Vec<Row> {
-            let rows = if table == ARTICLE {
-                &article[..]
-            } else {
-                &votes
-            };
-            rows.iter().map(|r| (**r).clone()).collect()
-        };
-        let per_row = |d: Duration| d.as_nanos() as f64 / VOTES as f64;
-        // The best of a few rounds: other processes may share the cores.
-        const ROUNDS: usize = 5;
-        let mut clone = f64::MAX;
-        for _ in 0..ROUNDS {
-            let t = Instant::now();
-            drop(fetch(VOTE, &[0], &key));
-            clone = clone.min(per_row(t.elapsed()));
-        }
-        println!("fetch's clones (and their drop): {clone:.0} ns/row");
-        for (agg, n) in [
-            (None, VOTES),
-            (Some(AggFunc::Count), VOTES),
-            (Some(AggFunc::Max), VOTES - 1),
-        ] {
-            let (mut g, view, reader) = votes_per_article(agg);
-            let mut expected = (*article[0]).clone();
-            expected.push(Value::Int(n));
-            let (mut fill, mut evict) = (f64::MAX, f64::MAX);
-            for _ in 0..ROUNDS {
-                let (f, e) =
-                    fill_and_evict(&mut g, (view, &reader), &key, &fetch, expected.clone());
-                fill = fill.min(per_row(f));
-                evict = evict.min(per_row(e));
-            }
-            let agg = agg.map_or("COUNT(*)".into(), |f| format!("{}(user_id)", f.name()));
-            println!("{agg}: fill {fill:.0} ns/row, evict {evict:.0} ns/row");
         }
     }
 }

@@ -381,6 +381,37 @@ impl Worker {
         }
     }
 
+    /// Waits, for at most `timeout`, until the worker has nothing left to
+    /// do: no batch, upquery or eviction round queued or running. False if
+    /// it is still busy at the deadline (or stopped).
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut q = lock(&self.shared.queue);
+        loop {
+            if q.broken.is_some() {
+                return false;
+            }
+            let idle = !q.busy
+                && q.in_flight == 0
+                && q.batches.is_empty()
+                && q.requests.is_empty()
+                && !q.limit_changed;
+            if idle {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            q = self
+                .shared
+                .done
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     pub fn stats(&self) -> WorkerStats {
         let q = lock(&self.shared.queue);
         WorkerStats {
@@ -759,6 +790,13 @@ mod tests {
         assert_eq!(g.processed(), 201);
         drop(g);
         assert_eq!(reader.read(|s, _| s.row_count()).unwrap(), 199);
+        // Idle means every batch submitted is processed and published.
+        for i in 202..=300 {
+            worker.submit(i, vec![(1, vec![(row(&[i as i64 % 7, i as i64]), 1)])]);
+        }
+        assert!(worker.wait_idle(Duration::from_secs(10)));
+        assert_eq!(worker.processed(), 300);
+        assert_eq!(reader.read(|s, _| s.row_count()).unwrap(), 298);
     }
 
     #[test]

@@ -270,6 +270,12 @@ impl ViewRegistry {
         self.worker.set_memory_limit(bytes);
     }
 
+    /// Waits, for at most `timeout`, until the dataflow has nothing left to
+    /// do (batches, upqueries, eviction rounds); false if it is still busy.
+    pub fn await_idle(&self, timeout: Duration) -> bool {
+        self.worker.wait_idle(timeout)
+    }
+
     /// Whether views read by key are kept partial where they can be.
     pub fn partial_on(&self) -> bool {
         self.partial.load(Ordering::Relaxed)
