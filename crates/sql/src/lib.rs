@@ -15,6 +15,7 @@ pub mod exec;
 mod oneshot;
 mod routes;
 mod session;
+mod view_read;
 pub mod views;
 
 use std::sync::atomic::{AtomicU64, Ordering};

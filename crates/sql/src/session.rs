@@ -18,6 +18,7 @@ use crate::bind::{self, Bound, Plan};
 use crate::catalog_queries;
 use crate::exec;
 use crate::routes::{wants_dataflow, PreparedAuto};
+use crate::view_read::ViewRead;
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
 /// `ReadyForQuery` status.
@@ -57,6 +58,8 @@ pub struct Prepared {
     statement: Option<Statement>,
     /// The automatic view that answers it, found when it was prepared.
     auto: Option<PreparedAuto>,
+    /// A keyed read of one maintained view, planned when it was prepared.
+    view_read: Option<ViewRead>,
 }
 
 /// Settings a client may read with `SHOW` and change with `SET`.
@@ -279,8 +282,20 @@ impl Session {
                 quick: true,
                 statement: None,
                 auto: None,
+                view_read: None,
             });
         };
+        if let Some(read) = self.plan_view_read(st, hints) {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: read.param_types.clone(),
+                columns: read.columns.clone(),
+                quick: true,
+                statement,
+                auto: None,
+                view_read: Some(read),
+            });
+        }
         let bound = {
             let catalog = self.engine.database().read();
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
@@ -315,6 +330,7 @@ impl Session {
                             literals: lifted.literals,
                             generation: self.engine.views.auto_generation(),
                         }),
+                        view_read: None,
                     });
                 }
                 let (columns, params) = {
@@ -328,6 +344,7 @@ impl Session {
                     quick: false,
                     statement,
                     auto: None,
+                    view_read: None,
                 });
             }
             (Err(e), _) => return Err(e),
@@ -347,6 +364,7 @@ impl Session {
             quick,
             statement,
             auto: None,
+            view_read: None,
         })
     }
 
@@ -356,7 +374,7 @@ impl Session {
     /// it where waiting blocks nobody else).
     pub fn runs_without_waiting(&self, p: &Prepared) -> bool {
         p.quick
-            && (p.auto.is_none()
+            && ((p.auto.is_none() && p.view_read.is_none())
                 || self
                     .engine
                     .views
@@ -395,6 +413,16 @@ impl Session {
                         self.note_error();
                         return Err(e);
                     }
+                }
+            }
+        }
+        if let Some(read) = &p.view_read {
+            match self.read_view(read, params) {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {}
+                Err(e) => {
+                    self.note_error();
+                    return Err(e);
                 }
             }
         }
@@ -689,6 +717,49 @@ impl Session {
         }
         self.engine.database().await_visible(seen)?;
         Ok(Some(catalog))
+    }
+
+    /// A keyed read of one view planned for `st`, when it has that shape.
+    fn plan_view_read(&self, st: &Statement, hints: &[Option<DataType>]) -> Option<ViewRead> {
+        let names = self.views_only(st)?;
+        let [name] = names.as_slice() else {
+            return None;
+        };
+        ViewRead::plan(st, &self.engine.views.get(name)?, hints)
+    }
+
+    /// Runs a planned keyed view read; `None` when the view it was planned
+    /// for is gone (the statement then takes the general path).
+    fn read_view(
+        &mut self,
+        read: &ViewRead,
+        params: &[Value],
+    ) -> Result<Option<Outcome>, SqlError> {
+        let Some(entry) = self.engine.views.get(read.view()) else {
+            return Ok(None);
+        };
+        if !read.planned_for(&entry) {
+            return Ok(None);
+        }
+        if self.failed {
+            return Err(SqlError::in_failed_transaction());
+        }
+        self.engine.metrics.count(&self.engine.metrics.select);
+        let rows = match read.key_values(params) {
+            None => Vec::new(),
+            Some(key) => {
+                let seen = self.views_current()?;
+                let (mut found, _) = self.lookup_view(&entry, read.key(), &[key])?;
+                let rows = found.pop().unwrap_or_default();
+                self.engine.database().await_visible(seen)?;
+                rows.iter().map(|r| read.project(r)).collect()
+            }
+        };
+        Ok(Some(Outcome::Rows {
+            tag: format!("SELECT {}", rows.len()),
+            columns: read.columns.clone(),
+            rows,
+        }))
     }
 
     /// How long a read waits for the upquery that fills a missing key.

@@ -56,6 +56,13 @@ pub struct ViewEntry {
     uid: u64,
 }
 
+impl ViewEntry {
+    /// Tells entries apart, also from a later view of the same name.
+    pub fn uid(&self) -> u64 {
+        self.uid
+    }
+}
+
 /// How a view is compiled.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InstallOptions {

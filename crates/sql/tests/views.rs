@@ -925,3 +925,106 @@ fn views_made_and_dropped_under_concurrent_reads_and_writes() {
              WHERE a.id = 3 GROUP BY a.id";
     assert_eq!(rows(&mut se, q), rows(&mut plain, q));
 }
+
+/// Prepared keyed reads of a view (planned once, then one lookup per run)
+/// answer what the general path answers over the view, and what the view's
+/// query answers over the base tables, while votes come and go.
+#[test]
+fn prepared_keyed_view_reads_equal_the_query_over_the_tables() {
+    use aqueduct_values::Value;
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(&mut se, VOTES);
+    let mut oracle = e.session();
+    ok(&mut oracle, "SET aqueduct.auto_views = off");
+    // (prepared text, the same read with `{id}` and `{author}` spelled out).
+    let shapes = [
+        (
+            "SELECT title, votes FROM article_votes WHERE id = $1",
+            "SELECT title, votes FROM article_votes WHERE id = {id}",
+        ),
+        (
+            "SELECT * FROM article_votes WHERE id = $1",
+            "SELECT * FROM article_votes WHERE id = {id}",
+        ),
+        (
+            "SELECT v.votes AS n, v.title FROM article_votes v WHERE $1 = v.id",
+            "SELECT votes, title FROM article_votes WHERE id = {id}",
+        ),
+        (
+            "SELECT title FROM article_votes WHERE id = $1 AND author = $2",
+            "SELECT title FROM article_votes WHERE id = {id} AND author = {author}",
+        ),
+        (
+            "SELECT votes FROM article_votes WHERE author = 10 AND id = $1",
+            "SELECT votes FROM article_votes WHERE author = 10 AND id = {id}",
+        ),
+    ];
+    let prepared: Vec<_> = shapes
+        .iter()
+        .map(|(sql, _)| {
+            let p = se.prepare(sql, &[]).unwrap();
+            assert!(p.quick, "{sql}: planned as a keyed view read");
+            p
+        })
+        .collect();
+    assert_eq!(prepared[2].columns[0].name, "n");
+    assert_eq!(prepared[3].params.len(), 2);
+    let definition = "SELECT a.id, a.title, a.author, v.votes FROM article a \
+         LEFT JOIN (SELECT article_id, count(*) AS votes FROM vote GROUP BY article_id) v \
+         ON a.id = v.article_id";
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut user = 0;
+    for step in 0..300 {
+        let id: i64 = rng.gen_range(0..12);
+        match rng.gen_range(0..10) {
+            0 => {
+                let author = rng.gen_range(10..12);
+                let _ = run(
+                    &mut se,
+                    &format!("INSERT INTO article VALUES ({id}, 't{step}', {author})"),
+                );
+            }
+            1 => ok(
+                &mut se,
+                &format!("DELETE FROM vote WHERE article_id = {id}"),
+            ),
+            2 => ok(&mut se, &format!("DELETE FROM article WHERE id = {id}")),
+            3..=6 => {
+                user += 1;
+                ok(&mut se, &format!("INSERT INTO vote VALUES ({id}, {user})"));
+            }
+            _ => {}
+        }
+        let author: i64 = rng.gen_range(10..12);
+        for (p, (_, spelled)) in prepared.iter().zip(&shapes) {
+            let params: Vec<Value> =
+                [Value::Int(id), Value::Int(author)][..p.params.len()].to_vec();
+            let mut got = common::prepared_rows(&mut se, p, &params);
+            got.sort();
+            let general = spelled
+                .replace("{id}", &id.to_string())
+                .replace("{author}", &author.to_string());
+            assert_eq!(got, rows(&mut se, &general), "{}", p.sql);
+            let over_tables = general.replace("article_votes", &format!("({definition}) q"));
+            assert_eq!(got, rows(&mut oracle, &over_tables), "{}", p.sql);
+        }
+    }
+    // `id = NULL` holds for no row.
+    assert!(common::prepared_rows(&mut se, &prepared[0], &[Value::Null]).is_empty());
+    // A view made again under the same name with other columns: the plan is
+    // stale and the statement is answered the general way.
+    ok(&mut se, "DROP VIEW article_votes");
+    ok(
+        &mut se,
+        "CREATE VIEW article_votes AS SELECT id, author AS title, title AS votes FROM article",
+    );
+    ok(&mut se, "INSERT INTO article VALUES (100, 'hundred', 11)");
+    assert_eq!(
+        common::prepared_rows(&mut se, &prepared[0], &[Value::Int(100)]),
+        vec![s(&["11", "hundred"])]
+    );
+}
