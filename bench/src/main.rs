@@ -10,6 +10,7 @@
 mod aqueduct_server;
 mod common;
 mod cpu;
+mod load;
 mod log_append;
 mod log_compaction;
 mod log_replay;
