@@ -1,5 +1,7 @@
 //! Aqueduct's benchmarks against real peers.
 //!
+//! `bench vote [options] [--json FILE]` (Noria's vote benchmark against
+//! PostgreSQL, MariaDB, Redis and memcached),
 //! `bench log append|replay|compaction [options] [--json FILE]`,
 //! `bench sql point [options] [--json FILE]`,
 //! `bench view read [options] [--json FILE]`,
@@ -19,6 +21,7 @@ mod sql_point;
 mod view_partial;
 mod view_partial_wire;
 mod view_read;
+mod vote;
 
 use std::path::PathBuf;
 
@@ -45,6 +48,9 @@ enum Top {
         #[command(subcommand)]
         which: SqlBench,
     },
+    /// Noria's vote benchmark: Aqueduct against PostgreSQL, MariaDB and
+    /// look-aside caches, open or closed loop.
+    Vote(vote::VoteArgs),
     /// Maintained views, in process (the embedded engine) and over the wire.
     View {
         #[command(subcommand)]
@@ -134,6 +140,8 @@ fn main() -> anyhow::Result<()> {
         Top::Log { which } => run(which, started),
         Top::Sql { which } => run_sql(which, started),
         Top::View { which } => run_view(which, started),
+        Top::Vote(args) => vote::run(&args)
+            .and_then(|results| write_json(&args.json, "vote", started, &args, &results)),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.

@@ -215,13 +215,18 @@ impl PgServer {
     }
 
     pub fn connect(&self) -> anyhow::Result<Client> {
+        self.connect_to("postgres")
+    }
+
+    /// A connection to database `db`.
+    pub fn connect_to(&self, db: &str) -> anyhow::Result<Client> {
         postgres::Config::new()
             .host("127.0.0.1")
             .port(self.port)
             .user("postgres")
-            .dbname("postgres")
+            .dbname(db)
             .connect(NoTls)
-            .context("connecting to PostgreSQL on 127.0.0.1")
+            .with_context(|| format!("connecting to PostgreSQL database {db} on 127.0.0.1"))
     }
 }
 

@@ -169,7 +169,7 @@ impl Sampler {
         Sampler { n, cdf }
     }
 
-    pub(crate) fn sample(&self, rng: &mut StdRng) -> u64 {
+    pub(crate) fn sample(&self, rng: &mut impl Rng) -> u64 {
         match &self.cdf {
             None => rng.gen_range(1..=self.n),
             Some(cdf) => {
