@@ -15,9 +15,9 @@ use serde::Serialize;
 static STOP: AtomicBool = AtomicBool::new(false);
 static CTRLC_HITS: AtomicUsize = AtomicUsize::new(0);
 
-/// First Ctrl-C: every loop winds down and guards (the PostgreSQL and
-/// Aqueduct servers, temporary directories) are dropped normally. Second:
-/// stop the servers at once and exit.
+/// First Ctrl-C: every loop winds down and guards (the PostgreSQL, MariaDB,
+/// Redis, memcached and Aqueduct servers, temporary directories) are dropped
+/// normally. Second: stop the servers at once and exit.
 pub fn install_ctrlc() -> anyhow::Result<()> {
     ctrlc::set_handler(|| {
         if CTRLC_HITS.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -34,6 +34,8 @@ pub fn install_ctrlc() -> anyhow::Result<()> {
 /// Stops every server this process started, at once.
 pub fn emergency_stop() {
     crate::pg::emergency_stop();
+    crate::mariadb::emergency_stop();
+    crate::kv::emergency_stop();
     crate::aqueduct_server::emergency_stop();
 }
 

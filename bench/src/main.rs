@@ -12,10 +12,13 @@
 mod aqueduct_server;
 mod common;
 mod cpu;
+mod kv;
 mod load;
 mod log_append;
 mod log_compaction;
 mod log_replay;
+mod mariadb;
+mod peer;
 mod pg;
 mod sql_point;
 mod view_partial;

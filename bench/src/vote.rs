@@ -52,7 +52,9 @@ use aqueduct_values::Value;
 use crate::aqueduct_server::AqueductServer;
 use crate::common::{self, print_table, thousands};
 use crate::cpu::{self, CpuUse};
+use crate::kv::{MemcachedServer, RedisServer};
 use crate::load::{self, Mode, Schedule};
+use crate::mariadb::MariaServer;
 use crate::pg::PgServer;
 use crate::view_read::{insert_all_with, Sampler};
 
@@ -88,7 +90,10 @@ const WRITE: usize = 1;
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct VoteArgs {
     /// Backends, comma-separated (see `bench vote --help`'s list).
-    #[arg(long, default_value = "aqueduct,aqueduct-embedded,postgres,postgres-hand,mariadb,mariadb-hand,redis,memcached")]
+    #[arg(
+        long,
+        default_value = "aqueduct,aqueduct-embedded,postgres,postgres-hand,mariadb,mariadb-hand,redis,memcached"
+    )]
     pub backends: String,
     /// One backend (same as `--backends NAME`).
     #[arg(long)]
@@ -164,6 +169,10 @@ pub trait VoteBackend {
     fn client(&self) -> anyhow::Result<Box<dyn VoteClient>>;
     /// The votes of `id` counted directly in the base data.
     fn recount(&self, id: i64) -> anyhow::Result<i64>;
+    /// A look-aside cache's process, whose CPU is reported apart.
+    fn cache_pid(&self) -> Option<u32> {
+        None
+    }
     /// Whether a wrong count is a cache's stale entry rather than a bug.
     fn may_be_stale(&self) -> bool {
         false
@@ -197,6 +206,8 @@ pub struct RunResult {
     pub schedule: Schedule,
     pub outcome: load::Outcome,
     pub cpu: CpuUse,
+    /// A look-aside cache's CPU, in cores (the database's is in `cpu`).
+    pub cache_cores: Option<f64>,
 }
 
 #[derive(Serialize, Default)]
@@ -225,7 +236,10 @@ pub fn run(args: &VoteArgs) -> anyhow::Result<VoteResults> {
         "--write-fraction must be between 0 and 1"
     );
     anyhow::ensure!(args.articles > 0, "--articles must be at least 1");
-    anyhow::ensure!(args.clients > 0 && args.embedded_clients > 0, "--clients must be at least 1");
+    anyhow::ensure!(
+        args.clients > 0 && args.embedded_clients > 0,
+        "--clients must be at least 1"
+    );
     let ids = Arc::new(load::parse_distribution(&args.distribution, args.articles)?);
     let votes = args.votes.unwrap_or(args.articles);
     let data = Data::generate(args.articles, votes, &ids, args.seed);
@@ -284,14 +298,18 @@ pub fn run(args: &VoteArgs) -> anyhow::Result<VoteResults> {
             );
             run_bar.set_prefix(format!("{} {}", b.name(), mode_name(mode)));
             let before = cpu::sample(b.server_pid());
+            let cache_before = b.cache_pid().map(|p| cpu::sample(Some(p)));
             let outcome = run_once(args, &ids, &schedule, &mut clients[i], point, &run_bar);
             let after = cpu::sample(b.server_pid());
+            let cache_cores =
+                cache_before.map(|c| CpuUse::between(&c, &cpu::sample(b.cache_pid())).server_cores);
             run_bar.finish_and_clear();
             let result = RunResult {
                 offered_ops_per_sec: outcome.offered_ops_per_sec,
                 schedule,
                 outcome,
                 cpu: CpuUse::between(&before, &after),
+                cache_cores,
             };
             common::say(&bar, run_line(b.name(), &result));
             runs[i].push(result);
@@ -336,7 +354,10 @@ fn backend_names(args: &VoteArgs) -> anyhow::Result<Vec<&'static str>> {
     let mut names = Vec::new();
     for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some(known) = BACKENDS.iter().find(|b| **b == name) else {
-            bail!("unknown backend {name:?}: choose from {}", BACKENDS.join(", "));
+            bail!(
+                "unknown backend {name:?}: choose from {}",
+                BACKENDS.join(", ")
+            );
         };
         if !names.contains(known) {
             names.push(*known);
@@ -381,7 +402,8 @@ fn run_once(
         .iter_mut()
         .enumerate()
         .map(|(t, c)| {
-            let first = RUN_USERS + t as i64 * USERS_PER_CLIENT + point as i64 * (USERS_PER_CLIENT >> 8);
+            let first =
+                RUN_USERS + t as i64 * USERS_PER_CLIENT + point as i64 * (USERS_PER_CLIENT >> 8);
             (first, c)
         })
         .collect();
@@ -430,7 +452,9 @@ impl Data {
         let mut rng = StdRng::seed_from_u64(seed);
         Data {
             articles,
-            votes: (1..=votes as i64).map(|u| (ids.sample(&mut rng) as i64, u)).collect(),
+            votes: (1..=votes as i64)
+                .map(|u| (ids.sample(&mut rng) as i64, u))
+                .collect(),
         }
     }
 
@@ -460,7 +484,9 @@ impl Data {
                 "CREATE TABLE article (id {bigint_pk}, title {text} NOT NULL, votes bigint NOT NULL)"
             ))?;
         } else {
-            run(&format!("CREATE TABLE article (id {bigint_pk}, title {text} NOT NULL)"))?;
+            run(&format!(
+                "CREATE TABLE article (id {bigint_pk}, title {text} NOT NULL)"
+            ))?;
         }
         run("CREATE TABLE vote (article_id bigint NOT NULL, user_id bigint NOT NULL)")?;
         run("CREATE INDEX vote_article ON vote (article_id)")?;
@@ -537,6 +563,7 @@ fn mariadb_sql(sql: &str) -> String {
 struct Peers<'a> {
     args: &'a VoteArgs,
     pg: std::cell::OnceCell<Arc<PgServer>>,
+    maria: std::cell::OnceCell<Arc<MariaServer>>,
 }
 
 impl<'a> Peers<'a> {
@@ -544,6 +571,7 @@ impl<'a> Peers<'a> {
         Peers {
             args,
             pg: std::cell::OnceCell::new(),
+            maria: std::cell::OnceCell::new(),
         }
     }
 
@@ -578,10 +606,45 @@ impl<'a> Peers<'a> {
         }
         let mut c = pg.connect_to(db)?;
         data.load_sql(Dialect::Postgres, hand, &mut |sql| {
-            c.batch_execute(sql).with_context(|| sql[..sql.len().min(60)].to_string())
+            c.batch_execute(sql)
+                .with_context(|| sql[..sql.len().min(60)].to_string())
         })?;
         c.batch_execute("ANALYZE")?;
         Ok(pg)
+    }
+
+    /// A fresh MariaDB database `db` loaded with `data`.
+    fn maria_database(
+        &self,
+        db: &str,
+        data: &Data,
+        hand: bool,
+    ) -> anyhow::Result<Arc<MariaServer>> {
+        let maria = match self.maria.get() {
+            Some(m) => m.clone(),
+            None => {
+                if let Some(why) = MariaServer::unavailable() {
+                    bail!("MariaDB: {why}");
+                }
+                let m = Arc::new(MariaServer::start(&self.args.dir, self.max_connections())?);
+                if !self.args.durable {
+                    m.connect()?
+                        .query_drop("SET GLOBAL innodb_flush_log_at_trx_commit = 2")?;
+                }
+                self.maria.get_or_init(|| m).clone()
+            }
+        };
+        use mysql::prelude::Queryable;
+        maria
+            .connect()?
+            .query_drop(format!("CREATE DATABASE {db}"))?;
+        let mut c = maria.connect_to(db)?;
+        data.load_sql(Dialect::MariaDb, hand, &mut |sql| {
+            c.query_drop(sql)
+                .with_context(|| sql[..sql.len().min(60)].to_string())
+        })?;
+        c.query_drop("ANALYZE TABLE article, vote")?;
+        Ok(maria)
     }
 
     fn start(&self, name: &str, data: &Data) -> anyhow::Result<Box<dyn VoteBackend>> {
@@ -593,7 +656,8 @@ impl<'a> Peers<'a> {
                 let server = AqueductServer::start(&bin, &args.dir, fsync, self.max_connections())?;
                 let mut c = server.connect()?;
                 data.load_sql(Dialect::Postgres, false, &mut |sql| {
-                    c.batch_execute(sql).with_context(|| sql[..sql.len().min(60)].to_string())
+                    c.batch_execute(sql)
+                        .with_context(|| sql[..sql.len().min(60)].to_string())
                 })?;
                 c.batch_execute(AQ_VIEW)?;
                 Box::new(AqueductWire { server })
@@ -610,11 +674,41 @@ impl<'a> Peers<'a> {
                     hand,
                 };
                 match name {
-                    "postgres" | "postgres-hand" => Box::new(sql),
-                    other => bail!("backend {other} is not built yet"),
+                    "redis" => {
+                        if let Some(why) = RedisServer::unavailable() {
+                            bail!("Redis: {why}");
+                        }
+                        Box::new(LookAside {
+                            name: "redis",
+                            cache: Cache::Redis(RedisServer::start(&args.dir)?),
+                            sql,
+                        })
+                    }
+                    "memcached" => {
+                        if let Some(why) = MemcachedServer::unavailable() {
+                            bail!("memcached: {why}");
+                        }
+                        Box::new(LookAside {
+                            name: "memcached",
+                            cache: Cache::Memcached(MemcachedServer::start(&args.dir)?),
+                            sql,
+                        })
+                    }
+                    _ => Box::new(sql),
                 }
             }
-            other => bail!("backend {other} is not built yet"),
+            "mariadb" | "mariadb-hand" => {
+                let hand = name == "mariadb-hand";
+                let db = format!("vote_{}", name.replace('-', "_"));
+                let maria = self.maria_database(&db, data, hand)?;
+                Box::new(MariaBackend {
+                    name: if hand { "mariadb-hand" } else { "mariadb" },
+                    maria,
+                    db,
+                    hand,
+                })
+            }
+            other => bail!("unknown backend {other}"),
         })
     }
 }
@@ -629,13 +723,20 @@ impl VoteBackend for AqueductWire {
         "aqueduct"
     }
     fn describe(&self) -> String {
-        format!("aqueduct {} (server, PostgreSQL protocol)", env!("CARGO_PKG_VERSION"))
+        format!(
+            "aqueduct {} (server, PostgreSQL protocol)",
+            env!("CARGO_PKG_VERSION")
+        )
     }
     fn server_pid(&self) -> Option<u32> {
         Some(self.server.pid())
     }
     fn client(&self) -> anyhow::Result<Box<dyn VoteClient>> {
-        Ok(Box::new(PgClient::new(self.server.connect()?, AQ_READ, false)?))
+        Ok(Box::new(PgClient::new(
+            self.server.connect()?,
+            AQ_READ,
+            false,
+        )?))
     }
     fn recount(&self, id: i64) -> anyhow::Result<i64> {
         Ok(self.server.connect()?.query_one(RECOUNT, &[&id])?.get(0))
@@ -704,7 +805,11 @@ impl VoteBackend for SqlBackend {
         self.name
     }
     fn describe(&self) -> String {
-        let style = if self.hand { "hand-optimized" } else { "natural query" };
+        let style = if self.hand {
+            "hand-optimized"
+        } else {
+            "natural query"
+        };
         format!("{} ({style})", self.pg.version)
     }
     fn server_pid(&self) -> Option<u32> {
@@ -712,10 +817,206 @@ impl VoteBackend for SqlBackend {
     }
     fn client(&self) -> anyhow::Result<Box<dyn VoteClient>> {
         let read = if self.hand { HAND_READ } else { NATURAL_READ };
-        Ok(Box::new(PgClient::new(self.pg.connect_to(&self.db)?, read, self.hand)?))
+        Ok(Box::new(PgClient::new(
+            self.pg.connect_to(&self.db)?,
+            read,
+            self.hand,
+        )?))
     }
     fn recount(&self, id: i64) -> anyhow::Result<i64> {
-        Ok(self.pg.connect_to(&self.db)?.query_one(RECOUNT, &[&id])?.get(0))
+        Ok(self
+            .pg
+            .connect_to(&self.db)?
+            .query_one(RECOUNT, &[&id])?
+            .get(0))
+    }
+}
+
+/// `mariadb` and `mariadb-hand`.
+struct MariaBackend {
+    name: &'static str,
+    maria: Arc<MariaServer>,
+    db: String,
+    hand: bool,
+}
+
+impl VoteBackend for MariaBackend {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn describe(&self) -> String {
+        let style = if self.hand {
+            "hand-optimized"
+        } else {
+            "natural query"
+        };
+        format!("{} ({style})", self.maria.version)
+    }
+    fn server_pid(&self) -> Option<u32> {
+        Some(self.maria.pid())
+    }
+    fn client(&self) -> anyhow::Result<Box<dyn VoteClient>> {
+        use mysql::prelude::Queryable;
+        let mut conn = self.maria.connect_to(&self.db)?;
+        let read = conn.prep(mariadb_sql(if self.hand {
+            HAND_READ
+        } else {
+            NATURAL_READ
+        }))?;
+        let insert = conn.prep(mariadb_sql(INSERT_VOTE))?;
+        let bump = if self.hand {
+            Some(conn.prep(mariadb_sql(HAND_BUMP))?)
+        } else {
+            None
+        };
+        Ok(Box::new(MariaClient {
+            conn,
+            read,
+            insert,
+            bump,
+        }))
+    }
+    fn recount(&self, id: i64) -> anyhow::Result<i64> {
+        use mysql::prelude::Queryable;
+        let n: Option<i64> = self
+            .maria
+            .connect_to(&self.db)?
+            .exec_first(mariadb_sql(RECOUNT), (id,))?;
+        n.context("no count")
+    }
+}
+
+struct MariaClient {
+    conn: mysql::Conn,
+    read: mysql::Statement,
+    insert: mysql::Statement,
+    bump: Option<mysql::Statement>,
+}
+
+impl VoteClient for MariaClient {
+    fn read(&mut self, id: i64) -> anyhow::Result<Answer> {
+        use mysql::prelude::Queryable;
+        let row: Option<(i64, String, Option<i64>)> = self.conn.exec_first(&self.read, (id,))?;
+        let (_, title, votes) = row.with_context(|| format!("article {id} not found"))?;
+        Ok((title, votes.unwrap_or(0)))
+    }
+
+    fn vote(&mut self, id: i64, user: i64) -> anyhow::Result<()> {
+        use mysql::prelude::Queryable;
+        match &self.bump {
+            None => self.conn.exec_drop(&self.insert, (id, user))?,
+            Some(bump) => {
+                let mut tx = self.conn.start_transaction(mysql::TxOpts::default())?;
+                tx.exec_drop(&self.insert, (id, user))?;
+                tx.exec_drop(bump, (id,))?;
+                tx.commit()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The cache of a look-aside backend.
+enum Cache {
+    Redis(RedisServer),
+    Memcached(MemcachedServer),
+}
+
+/// `redis` and `memcached`: a cache in front of PostgreSQL's natural query.
+struct LookAside {
+    name: &'static str,
+    cache: Cache,
+    sql: SqlBackend,
+}
+
+impl VoteBackend for LookAside {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn describe(&self) -> String {
+        let cache = match &self.cache {
+            Cache::Redis(r) => &r.version,
+            Cache::Memcached(m) => &m.version,
+        };
+        format!("{cache} in front of {}", self.sql.describe())
+    }
+    fn server_pid(&self) -> Option<u32> {
+        // The database does the work a miss or a write costs; the cache's
+        // own CPU is small beside it.
+        self.sql.server_pid()
+    }
+    fn client(&self) -> anyhow::Result<Box<dyn VoteClient>> {
+        let conn = match &self.cache {
+            Cache::Redis(r) => CacheConn::Redis(r.connect()?),
+            Cache::Memcached(m) => CacheConn::Memcached(m.connect()?),
+        };
+        Ok(Box::new(LookAsideClient {
+            cache: conn,
+            db: self.sql.client()?,
+        }))
+    }
+    fn recount(&self, id: i64) -> anyhow::Result<i64> {
+        self.sql.recount(id)
+    }
+    fn cache_pid(&self) -> Option<u32> {
+        Some(match &self.cache {
+            Cache::Redis(r) => r.pid(),
+            Cache::Memcached(m) => m.pid(),
+        })
+    }
+    fn may_be_stale(&self) -> bool {
+        true
+    }
+}
+
+enum CacheConn {
+    Redis(redis::Connection),
+    Memcached(crate::kv::Memcache),
+}
+
+struct LookAsideClient {
+    cache: CacheConn,
+    db: Box<dyn VoteClient>,
+}
+
+/// A cached article: `<votes> <title>`.
+fn cache_key(id: i64) -> String {
+    format!("article:{id}")
+}
+
+impl VoteClient for LookAsideClient {
+    fn read(&mut self, id: i64) -> anyhow::Result<Answer> {
+        let key = cache_key(id);
+        let hit: Option<Vec<u8>> = match &mut self.cache {
+            CacheConn::Redis(c) => redis::cmd("GET").arg(&key).query(c)?,
+            CacheConn::Memcached(c) => c.get(key.as_bytes())?,
+        };
+        if let Some(bytes) = hit {
+            let text = String::from_utf8(bytes).context("cached entry is not UTF-8")?;
+            let (votes, title) = text
+                .split_once(' ')
+                .with_context(|| format!("cached entry {text:?} is malformed"))?;
+            return Ok((title.to_string(), votes.parse()?));
+        }
+        let (title, votes) = self.db.read(id)?;
+        let value = format!("{votes} {title}");
+        match &mut self.cache {
+            CacheConn::Redis(c) => redis::cmd("SET").arg(&key).arg(&value).query::<()>(c)?,
+            CacheConn::Memcached(c) => c.set(key.as_bytes(), value.as_bytes())?,
+        }
+        Ok((title, votes))
+    }
+
+    fn vote(&mut self, id: i64, user: i64) -> anyhow::Result<()> {
+        self.db.vote(id, user)?;
+        let key = cache_key(id);
+        match &mut self.cache {
+            CacheConn::Redis(c) => redis::cmd("DEL").arg(&key).query::<()>(c)?,
+            CacheConn::Memcached(c) => {
+                c.delete(key.as_bytes())?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -780,7 +1081,9 @@ impl VoteBackend for Embedded {
     }
     fn recount(&self, id: i64) -> anyhow::Result<i64> {
         let mut s = self.engine.session();
-        let p = s.prepare(RECOUNT, &[]).map_err(|e| anyhow!("{RECOUNT}: {e}"))?;
+        let p = s
+            .prepare(RECOUNT, &[])
+            .map_err(|e| anyhow!("{RECOUNT}: {e}"))?;
         match s.execute_prepared(&p, &[Value::Int(id)]) {
             Ok(SqlOutcome::Rows { rows, .. }) => match rows.first().and_then(|r| r.first()) {
                 Some(Value::Int(n)) => Ok(*n),
@@ -851,7 +1154,8 @@ fn check(
                 out.stale += 1;
             }
             if out.examples.len() < 5 {
-                out.examples.push(format!("article {id}: read {got} votes, counted {want}"));
+                out.examples
+                    .push(format!("article {id}: read {got} votes, counted {want}"));
             }
         }
     }
@@ -862,7 +1166,12 @@ fn run_line(name: &str, r: &RunResult) -> String {
     let o = &r.outcome;
     let lat = |k: &str| {
         o.kind(k)
-            .map(|k| format!("p50 {:.2} p95 {:.2} p99 {:.2} ms", k.latency.p50_ms, k.latency.p95_ms, k.latency.p99_ms))
+            .map(|k| {
+                format!(
+                    "p50 {:.2} p95 {:.2} p99 {:.2} ms",
+                    k.latency.p50_ms, k.latency.p95_ms, k.latency.p99_ms
+                )
+            })
             .unwrap_or_default()
     };
     format!(
@@ -890,7 +1199,11 @@ fn summarize(results: &[BackendResult], args: &VoteArgs) -> Vec<SummaryRow> {
                 .runs
                 .iter()
                 .filter(|run| {
-                    let read = run.outcome.kind("read").map(|k| k.latency.p95_ms).unwrap_or(f64::MAX);
+                    let read = run
+                        .outcome
+                        .kind("read")
+                        .map(|k| k.latency.p95_ms)
+                        .unwrap_or(f64::MAX);
                     match run.offered_ops_per_sec {
                         Some(offered) => {
                             read < args.p95_bound_ms
@@ -900,7 +1213,11 @@ fn summarize(results: &[BackendResult], args: &VoteArgs) -> Vec<SummaryRow> {
                         None => run.outcome.errors == 0,
                     }
                 })
-                .max_by(|a, b| a.outcome.achieved_ops_per_sec.total_cmp(&b.outcome.achieved_ops_per_sec));
+                .max_by(|a, b| {
+                    a.outcome
+                        .achieved_ops_per_sec
+                        .total_cmp(&b.outcome.achieved_ops_per_sec)
+                });
             SummaryRow {
                 backend: r.backend.clone(),
                 ops_per_sec: best.map(|b| b.outcome.achieved_ops_per_sec).unwrap_or(0.0),
@@ -912,9 +1229,14 @@ fn summarize(results: &[BackendResult], args: &VoteArgs) -> Vec<SummaryRow> {
             }
         })
         .collect();
-    let aq = rows.iter().find(|r| r.backend == "aqueduct").map(|r| r.ops_per_sec);
+    let aq = rows
+        .iter()
+        .find(|r| r.backend == "aqueduct")
+        .map(|r| r.ops_per_sec);
     for r in &mut rows {
-        r.aqueduct_ratio = aq.filter(|_| r.ops_per_sec > 0.0).map(|a| a / r.ops_per_sec);
+        r.aqueduct_ratio = aq
+            .filter(|_| r.ops_per_sec > 0.0)
+            .map(|a| a / r.ops_per_sec);
     }
     rows
 }
@@ -925,11 +1247,15 @@ fn print_results(results: &[BackendResult], summary: &[SummaryRow], args: &VoteA
         for run in &r.runs {
             let o = &run.outcome;
             let k = |name: &str, f: fn(&common::Latency) -> f64| {
-                o.kind(name).map(|k| format!("{:.2}", f(&k.latency))).unwrap_or_default()
+                o.kind(name)
+                    .map(|k| format!("{:.2}", f(&k.latency)))
+                    .unwrap_or_default()
             };
             rows.push(vec![
                 r.backend.clone(),
-                o.offered_ops_per_sec.map(|x| thousands(x as u64)).unwrap_or("closed".into()),
+                o.offered_ops_per_sec
+                    .map(|x| thousands(x as u64))
+                    .unwrap_or("closed".into()),
                 thousands(o.achieved_ops_per_sec as u64),
                 k("read", |l| l.p50_ms),
                 k("read", |l| l.p95_ms),
@@ -945,7 +1271,16 @@ fn print_results(results: &[BackendResult], summary: &[SummaryRow], args: &VoteA
     println!();
     print_table(
         &[
-            "backend", "offered", "achieved", "read p50", "p95", "p99", "write p50", "p95", "p99", "errors",
+            "backend",
+            "offered",
+            "achieved",
+            "read p50",
+            "p95",
+            "p99",
+            "write p50",
+            "p95",
+            "p99",
+            "errors",
             "server cores",
         ],
         &rows,
@@ -954,7 +1289,10 @@ fn print_results(results: &[BackendResult], summary: &[SummaryRow], args: &VoteA
     let bound = if args.closed {
         "closed loop, ops/s".to_string()
     } else {
-        format!("highest load with read p95 < {} ms, ops/s", args.p95_bound_ms)
+        format!(
+            "highest load with read p95 < {} ms, ops/s",
+            args.p95_bound_ms
+        )
     };
     let rows: Vec<Vec<String>> = summary
         .iter()
@@ -972,12 +1310,17 @@ fn print_results(results: &[BackendResult], summary: &[SummaryRow], args: &VoteA
                 s.backend.clone(),
                 thousands(s.ops_per_sec as u64),
                 format!("{:.2}", s.read_p95_ms),
-                s.aqueduct_ratio.map(|r| format!("{r:.1}x")).unwrap_or("-".into()),
+                s.aqueduct_ratio
+                    .map(|r| format!("{r:.1}x"))
+                    .unwrap_or("-".into()),
                 check,
             ]
         })
         .collect();
-    print_table(&["backend", &bound, "read p95 ms", "aqueduct / it", "check"], &rows);
+    print_table(
+        &["backend", &bound, "read p95 ms", "aqueduct / it", "check"],
+        &rows,
+    );
 }
 
 #[cfg(test)]
@@ -998,7 +1341,10 @@ mod tests {
 
     #[test]
     fn mariadb_parameters() {
-        assert_eq!(mariadb_sql(HAND_BUMP), "UPDATE article SET votes = votes + 1 WHERE id = ?");
+        assert_eq!(
+            mariadb_sql(HAND_BUMP),
+            "UPDATE article SET votes = votes + 1 WHERE id = ?"
+        );
         assert_eq!(mariadb_sql("VALUES ($1, $12)"), "VALUES (?, ?)");
     }
 
@@ -1010,7 +1356,12 @@ mod tests {
         assert_eq!(a.votes, b.votes);
         let counts = a.counts();
         assert_eq!(counts.iter().sum::<i64>(), 1000);
-        assert!(counts[1] > counts[50] * 5, "article 1: {}, 50: {}", counts[1], counts[50]);
+        assert!(
+            counts[1] > counts[50] * 5,
+            "article 1: {}, 50: {}",
+            counts[1],
+            counts[50]
+        );
     }
 
     /// The embedded backend end to end: its reads equal the votes loaded
