@@ -1167,7 +1167,7 @@ fn new_view(args: &PartialArgs, sampler: &Sampler, partial: bool) -> anyhow::Res
         first_answer_ms: f64,
         next: Histogram<u64>,
         reads_done: Instant,
-        new_entry: ViewEntry,
+        new_entry: Arc<ViewEntry>,
     }
     let (phase, ticks, written, last_lsn) = std::thread::scope(|scope| -> anyhow::Result<_> {
         let (count, stop, engine) = (&count, &stop, &engine);

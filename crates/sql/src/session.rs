@@ -725,7 +725,7 @@ impl Session {
         let [name] = names.as_slice() else {
             return None;
         };
-        ViewRead::plan(st, &self.engine.views.get(name)?, hints)
+        ViewRead::plan(st, &*self.engine.views.get(name)?, hints)
     }
 
     /// Runs a planned keyed view read; `None` when the view it was planned

@@ -124,7 +124,7 @@ pub const DEFAULT_UPQUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct ViewRegistry {
     worker: Worker,
-    views: RwLock<BTreeMap<String, ViewEntry>>,
+    views: RwLock<BTreeMap<String, Arc<ViewEntry>>>,
     /// Views materialized in full, by name.
     full: RwLock<HashMap<String, Arc<ViewReader>>>,
     /// Why a keyed reader is kept in full rather than partial, by its name.
@@ -345,7 +345,7 @@ impl ViewRegistry {
         if !self.partial_on() {
             self.materialize_full(catalog, lsn, &entry)?;
         }
-        self.views.write().insert(name.to_string(), entry);
+        self.views.write().insert(name.to_string(), Arc::new(entry));
         Ok(())
     }
 
@@ -632,7 +632,7 @@ impl ViewRegistry {
         self.views.read().keys().cloned().collect()
     }
 
-    pub fn get(&self, name: &str) -> Option<ViewEntry> {
+    pub fn get(&self, name: &str) -> Option<Arc<ViewEntry>> {
         self.views.read().get(name).cloned()
     }
 
