@@ -351,6 +351,12 @@ impl Worker {
         lock(&self.shared.queue).processed
     }
 
+    /// Whether the views reflect every write up to `lsn` now (a read of
+    /// them would not wait).
+    pub fn reflects(&self, lsn: Lsn) -> bool {
+        self.shared.processed.load(Ordering::Acquire) >= lsn || self.stats().reflects(lsn)
+    }
+
     /// Waits until every batch up to `lsn` is processed, for at most
     /// `timeout`. An error names how far behind the views are.
     pub fn wait_processed(&self, lsn: Lsn, timeout: Duration) -> Result<(), SqlError> {

@@ -371,6 +371,11 @@ impl Log {
         self.inner.sync.lock().durable
     }
 
+    /// Whether [`Log::await_committed`] for `lsn` would return at once.
+    pub fn is_committed(&self, lsn: Lsn) -> bool {
+        self.inner.opts.sync != SyncPolicy::Always || self.durable_lsn() >= lsn
+    }
+
     /// The highest LSN acknowledged to writers, hence visible to readers.
     pub fn committed_lsn(&self) -> Lsn {
         self.inner.sync.lock().visible.lsn

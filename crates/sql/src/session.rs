@@ -368,18 +368,18 @@ impl Session {
         })
     }
 
-    /// Whether `p` can run on the caller's thread without waiting for the
-    /// dataflow: a quick read, and for one a view answers, the views
-    /// already reflect every committed write (else a front end should run
-    /// it where waiting blocks nobody else).
+    /// Whether `p` can run on the caller's thread without waiting: a quick
+    /// read, every write it may see already durable, and for one a view
+    /// answers, the views already reflect every committed write (else a
+    /// front end should run it where waiting blocks nobody else).
     pub fn runs_without_waiting(&self, p: &Prepared) -> bool {
+        let db = self.engine.database();
+        let applied = db.applied_lsn();
+        // A read waits for what it sees to be durable: with a commit's
+        // fsync under way it would wait for it, so it goes elsewhere.
         p.quick
-            && ((p.auto.is_none() && p.view_read.is_none())
-                || self
-                    .engine
-                    .views
-                    .progress()
-                    .reflects(self.engine.database().applied_lsn()))
+            && db.is_visible(applied)
+            && ((p.auto.is_none() && p.view_read.is_none()) || self.engine.views.reflects(applied))
     }
 
     /// Executes a prepared statement with its parameter values (already of

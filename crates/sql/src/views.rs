@@ -558,6 +558,11 @@ impl ViewRegistry {
         self.worker.wait_processed(lsn, VIEW_WAIT_TIMEOUT)
     }
 
+    /// Whether the views reflect every write up to `lsn` now.
+    pub fn reflects(&self, lsn: Lsn) -> bool {
+        self.worker.reflects(lsn)
+    }
+
     /// The LSN up to which the views reflect every write, and how many
     /// committed batches wait for the dataflow.
     pub fn progress(&self) -> WorkerStats {

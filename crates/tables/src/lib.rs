@@ -461,6 +461,11 @@ impl Database {
         Ok(self.log.await_committed(lsn)?)
     }
 
+    /// Whether [`Database::await_visible`] for `lsn` would return at once.
+    pub fn is_visible(&self, lsn: Lsn) -> bool {
+        self.log.is_committed(lsn)
+    }
+
     /// Runs `f` with the commit lock held, then commits what it wrote without
     /// validation: nothing else can commit in between, so an autocommit
     /// statement is atomic and never conflicts.
