@@ -261,21 +261,48 @@ fn fine_timer_slack() {
     }
 }
 
-/// `uniform` or `zipf:<s>`, as a sampler of ids `1..=n`.
-pub fn parse_distribution(text: &str, n: u64) -> anyhow::Result<Sampler> {
+/// Ids `1..=n`, Zipf-distributed with exponent `s` (1 the most often),
+/// uniform when `s` is 0.
+pub struct Ids(Sampler);
+
+impl Ids {
+    pub fn new(n: u64, s: f64) -> Ids {
+        let d = if s > 0.0 {
+            Distribution::Zipf
+        } else {
+            Distribution::Uniform
+        };
+        Ids(Sampler::new(n, d, s))
+    }
+
+    pub fn draw(&self, rng: &mut impl rand::Rng) -> i64 {
+        self.0.sample(rng) as i64
+    }
+}
+
+/// `uniform` (0) or `zipf:<s>` (s above 0): the Zipf exponent.
+pub fn parse_exponent(text: &str) -> anyhow::Result<f64> {
     match text.split_once(':') {
-        None if text == "uniform" => Ok(Sampler::new(n, Distribution::Uniform, 0.0)),
+        None if text == "uniform" => Ok(0.0),
         Some(("zipf", s)) => {
             let s: f64 = s
                 .parse()
                 .map_err(|_| anyhow::anyhow!("--distribution zipf:<s>: {s:?} is not a number"))?;
-            anyhow::ensure!(s > 0.0, "--distribution zipf:<s>: s must be above 0");
-            Ok(Sampler::new(n, Distribution::Zipf, s))
+            anyhow::ensure!(
+                s > 0.0 && s.is_finite(),
+                "--distribution zipf:<s>: s must be above 0"
+            );
+            Ok(s)
         }
         _ => anyhow::bail!(
             "--distribution must be `uniform` or `zipf:<s>` (e.g. zipf:1.15), not {text:?}"
         ),
     }
+}
+
+/// `uniform` or `zipf:<s>`, as ids `1..=n`.
+pub fn parse_distribution(text: &str, n: u64) -> anyhow::Result<Ids> {
+    Ok(Ids::new(n, parse_exponent(text)?))
 }
 
 #[cfg(test)]
@@ -382,10 +409,10 @@ mod tests {
     fn distributions_parse() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         let zipf = parse_distribution("zipf:1.15", 1000).unwrap();
-        let ones = (0..10_000).filter(|_| zipf.sample(&mut rng) == 1).count();
+        let ones = (0..10_000).filter(|_| zipf.draw(&mut rng) == 1).count();
         assert!(ones > 1500, "{ones} of 10,000 draws are id 1");
         let uniform = parse_distribution("uniform", 1000).unwrap();
-        assert!((0..10_000).all(|_| (1..=1000).contains(&uniform.sample(&mut rng))));
+        assert!((0..10_000).all(|_| (1..=1000).contains(&uniform.draw(&mut rng))));
         assert!(parse_distribution("zipf", 10).is_err());
         assert!(parse_distribution("zipf:x", 10).is_err());
     }

@@ -5,8 +5,9 @@
 //! `bench log append|replay|compaction [options] [--json FILE]`,
 //! `bench sql point [options] [--json FILE]`,
 //! `bench view read [options] [--json FILE]`,
-//! `bench view partial [options] [--json FILE]` and
-//! `bench view partial-wire [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench view partial [options] [--json FILE]`,
+//! `bench view partial-wire [options] [--json FILE]` and
+//! `bench news [options] [--json FILE]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
@@ -18,6 +19,8 @@ mod log_append;
 mod log_compaction;
 mod log_replay;
 mod mariadb;
+mod news;
+mod news_oracle;
 mod peer;
 mod pg;
 mod sql_point;
@@ -59,6 +62,9 @@ enum Top {
         #[command(subcommand)]
         which: ViewBench,
     },
+    /// A news aggregator (Lobsters-like pages, natural queries) over the
+    /// wire: page views/s with p95 under 100 ms, Aqueduct against PostgreSQL.
+    News(news::NewsArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -145,6 +151,10 @@ fn main() -> anyhow::Result<()> {
         Top::View { which } => run_view(which, started),
         Top::Vote(args) => vote::run(&args)
             .and_then(|results| write_json(&args.json, "vote", started, &args, &results)),
+        Top::News(args) => news::run(&args).and_then(|results| {
+            write_json(&args.json, "news", started, &args, &results)?;
+            results.verdict()
+        }),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.

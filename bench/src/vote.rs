@@ -53,10 +53,11 @@ use crate::aqueduct_server::AqueductServer;
 use crate::common::{self, print_table, thousands};
 use crate::cpu::{self, CpuUse};
 use crate::kv::{MemcachedServer, RedisServer};
+use crate::load::Ids;
 use crate::load::{self, Mode, Schedule};
 use crate::mariadb::MariaServer;
 use crate::pg::PgServer;
-use crate::view_read::{insert_all_with, Sampler};
+use crate::view_read::insert_all_with;
 
 /// Every backend this benchmark knows, in the order results are shown.
 pub const BACKENDS: &[&str] = &[
@@ -391,7 +392,7 @@ fn mode_name(mode: &Mode) -> String {
 /// backend at this point.
 fn run_once(
     args: &VoteArgs,
-    ids: &Sampler,
+    ids: &Ids,
     schedule: &Schedule,
     clients: &mut [Box<dyn VoteClient>],
     point: usize,
@@ -414,7 +415,7 @@ fn run_once(
         &mut slots,
         args.seed ^ ((point as u64) << 20),
         |rng| {
-            let id = ids.sample(rng) as i64;
+            let id = ids.draw(rng);
             let kind = if rng.gen::<f64>() < write_fraction {
                 WRITE
             } else {
@@ -448,12 +449,12 @@ pub struct Data {
 }
 
 impl Data {
-    fn generate(articles: u64, votes: u64, ids: &Sampler, seed: u64) -> Data {
+    fn generate(articles: u64, votes: u64, ids: &Ids, seed: u64) -> Data {
         let mut rng = StdRng::seed_from_u64(seed);
         Data {
             articles,
             votes: (1..=votes as i64)
-                .map(|u| (ids.sample(&mut rng) as i64, u))
+                .map(|u| (ids.draw(&mut rng), u))
                 .collect(),
         }
     }
@@ -1133,12 +1134,12 @@ impl VoteClient for EmbeddedClient {
 fn check(
     b: &dyn VoteBackend,
     client: &mut dyn VoteClient,
-    ids: &Sampler,
+    ids: &Ids,
     seed: u64,
 ) -> anyhow::Result<Check> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xc4ec);
     let mut sample: Vec<i64> = (1..=CHECK_HOTTEST).collect();
-    sample.extend((0..CHECK_RANDOM).map(|_| ids.sample(&mut rng) as i64));
+    sample.extend((0..CHECK_RANDOM).map(|_| ids.draw(&mut rng)));
     sample.sort_unstable();
     sample.dedup();
     let mut out = Check {
