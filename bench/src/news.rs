@@ -67,7 +67,12 @@ use crate::sql_point::Backend;
 #[derive(Args, Debug, Serialize)]
 pub struct NewsArgs {
     /// Servers to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "aqueduct,postgres")]
+    #[arg(
+        long,
+        alias = "backend",
+        value_delimiter = ',',
+        default_value = "aqueduct,postgres"
+    )]
     pub backends: Vec<Backend>,
     #[arg(long, default_value_t = 5_000)]
     pub users: u64,

@@ -146,8 +146,11 @@ pub struct VoteArgs {
     pub aqueduct_bin: Option<PathBuf>,
     /// Parent of the scratch directories (default: the system's temp dir).
     #[arg(long)]
+    #[serde(skip)]
     pub dir: Option<PathBuf>,
+    /// Also write a JSON summary here.
     #[arg(long)]
+    #[serde(skip)]
     pub json: Option<PathBuf>,
 }
 
