@@ -34,6 +34,11 @@ pub struct AutoView {
     /// rows for, the answer is still one row (counts of zero, ...), which
     /// the view does not hold.
     pub global: bool,
+    /// For a `global` query whose answer over no rows depends on nothing
+    /// else (no HAVING, no subquery in its select list): that answer,
+    /// computed once over empty tables, so a key without rows needs no
+    /// evaluation over the tables.
+    pub empty_row: Option<Row>,
     /// `SELECT DISTINCT` (rows merged from several keys are deduplicated).
     pub distinct: bool,
     /// ORDER BY over the view's rows, and the query's LIMIT and OFFSET,
@@ -54,6 +59,21 @@ pub struct Lookup {
     /// Rows whose key column (position) holds this value were found by an
     /// earlier side of an OR: left out, so each row comes once.
     pub exclude: Vec<(usize, Value)>,
+}
+
+/// Whether the answer of `q` (a query aggregating without GROUP BY) for
+/// a key with no rows is its answer over empty tables: no HAVING (which
+/// the view applies per key) and no subquery in the select list (which
+/// would read tables of its own).
+pub fn empty_answer_is_fixed(q: &ast::Query) -> bool {
+    let ast::SetExpr::Select(sel) = q.body.as_ref() else {
+        return false;
+    };
+    sel.having.is_none()
+        && sel
+            .projection
+            .iter()
+            .all(|item| !item.to_string().to_ascii_lowercase().contains("select"))
 }
 
 /// Most key combinations one read looks up (`IN` lists multiply); beyond
@@ -602,6 +622,7 @@ impl AutoView {
             columns: entry.columns[..visible].to_vec(),
             param_types,
             global: p.global,
+            empty_row: None,
             distinct: p.distinct,
             order: entry.order.clone(),
             limit: p.limit,

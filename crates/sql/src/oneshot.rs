@@ -41,6 +41,28 @@ pub fn evaluate(
     q: &ast::Query,
     params: &[Value],
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
+    evaluate_with(catalog, q, params, &mut |t| {
+        crate::exec::scan_rows(catalog, txn, t)
+    })
+}
+
+/// Runs `q` once as if every table it reads were empty (with the tables'
+/// schemas from `catalog`): what a query that aggregates without GROUP BY
+/// answers when nothing matches.
+pub fn evaluate_empty(
+    catalog: &Catalog,
+    q: &ast::Query,
+    params: &[Value],
+) -> Result<Vec<Row>, SqlError> {
+    Ok(evaluate_with(catalog, q, params, &mut |_| Ok(Vec::new()))?.1)
+}
+
+fn evaluate_with(
+    catalog: &Catalog,
+    q: &ast::Query,
+    params: &[Value],
+    scan: &mut dyn FnMut(&aqueduct_tables::Table) -> Result<Vec<Row>, SqlError>,
+) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
     let mut graph = Graph::new();
     let mut c = Compiler::new(catalog, &mut graph);
     c.keep_order = true;
@@ -55,7 +77,7 @@ pub fn evaluate(
         let t = catalog
             .table_by_id(id)
             .ok_or_else(|| SqlError::new("XX000", format!("table {id} vanished while reading")))?;
-        let rows = crate::exec::scan_rows(catalog, txn, t)?;
+        let rows = scan(t)?;
         tables.push((id, rows));
     }
     let rows_of = |id: TableId| -> Vec<Row> {

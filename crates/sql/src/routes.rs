@@ -174,7 +174,10 @@ impl Session {
             }));
         }
         if rows.is_empty() && auto.global {
-            return Ok(None);
+            match &auto.empty_row {
+                Some(row) => rows.push(row.clone()),
+                None => return Ok(None),
+            }
         }
         // Counted once answered here (a fallback counts its own).
         self.engine.metrics.count(&self.engine.metrics.select);

@@ -617,8 +617,16 @@ impl ViewRegistry {
                 }
             };
             let entry = self.get(&name).expect("installed");
+            let global = p.global;
             match crate::auto_views::AutoView::describe(&entry, p) {
-                Ok(auto) => {
+                Ok(mut auto) => {
+                    if global && crate::auto_views::empty_answer_is_fixed(q) {
+                        let nulls = vec![Value::Null; auto.param_types.len()];
+                        auto.empty_row = crate::oneshot::evaluate_empty(catalog, q, &nulls)
+                            .ok()
+                            .filter(|rows| rows.len() == 1)
+                            .and_then(|mut rows| rows.pop());
+                    }
                     self.auto.write().insert(sql.to_string(), auto.clone());
                     Ok(Some(auto))
                 }

@@ -1028,3 +1028,54 @@ fn prepared_keyed_view_reads_equal_the_query_over_the_tables() {
         vec![s(&["11", "hundred"])]
     );
 }
+
+/// A prepared query that aggregates without GROUP BY answers one row even
+/// for a key with no rows (counts of zero, sums of NULL): the same row the
+/// query gives when evaluated once over the tables, for keys with and
+/// without rows, while rows for them come and go.
+#[test]
+fn global_aggregates_answer_keys_without_rows() {
+    use aqueduct_values::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut se = e.session();
+    ok(&mut se, SCHEMA);
+    ok(
+        &mut se,
+        "INSERT INTO article VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 30)",
+    );
+    ok(
+        &mut se,
+        "INSERT INTO vote VALUES (1, 100), (1, 101), (2, 100)",
+    );
+    let mut oracle = e.session();
+    ok(&mut oracle, "SET aqueduct.auto_views = off");
+    let queries = [
+        "SELECT count(*) FROM article a JOIN vote v ON a.id = v.article_id WHERE a.author = $1",
+        "SELECT count(*) + 1, sum(v.\"user\"), max(a.title) FROM article a JOIN vote v ON a.id = v.article_id WHERE a.author = $1",
+        "SELECT coalesce(sum(v.\"user\"), 0) AS total FROM vote v WHERE v.article_id = $1",
+        "SELECT count(*) FROM vote WHERE article_id = $1 HAVING count(*) < 2",
+    ];
+    let prepared: Vec<_> = queries
+        .iter()
+        .map(|q| se.prepare(q, &[]).unwrap())
+        .collect();
+    let check = |se: &mut Session, oracle: &mut Session| {
+        for (q, p) in queries.iter().zip(&prepared) {
+            for key in [1i64, 2, 3, 10, 20, 30, 99] {
+                let got = common::prepared_rows(se, p, &[Value::Int(key)]);
+                let want = rows(oracle, &q.replace("$1", &key.to_string()));
+                assert_eq!(got, want, "{q} with $1 = {key}");
+            }
+        }
+    };
+    check(&mut se, &mut oracle);
+    ok(
+        &mut se,
+        "INSERT INTO vote VALUES (3, 102), (3, 103), (3, 104)",
+    );
+    ok(&mut se, "DELETE FROM vote WHERE article_id = 1");
+    check(&mut se, &mut oracle);
+    ok(&mut se, "DELETE FROM vote");
+    check(&mut se, &mut oracle);
+}
