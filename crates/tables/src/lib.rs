@@ -220,13 +220,11 @@ pub enum Write {
 /// Something a transaction read, and the version it saw.
 #[derive(Clone, Debug)]
 enum Read {
-    /// A key looked up directly; `None` when the key was absent (then the
-    /// table's membership version is checked instead).
+    /// A key looked up directly; `None` when the key was absent.
     Row {
         table: TableId,
         key: Key,
         version: Option<Lsn>,
-        membership: Lsn,
     },
     /// A scan or any read by predicate: the whole table's version.
     Table { table: TableId, version: Lsn },
@@ -260,7 +258,6 @@ impl Txn {
                 table,
                 key: key.clone(),
                 version: t.get(key).map(|r| r.lsn),
-                membership: t.membership_version,
             });
         }
     }
@@ -306,18 +303,16 @@ impl Txn {
     fn validate(&self, catalog: &Catalog) -> Result<(), TableError> {
         for r in &self.reads {
             let ok = match r {
+                // A key absent when read and absent now reads the same at
+                // the commit, where the transaction is serialized: inserts
+                // and deletes of other keys do not conflict with it.
                 Read::Row {
                     table,
                     key,
                     version,
-                    membership,
                 } => match catalog.table_by_id(*table) {
                     None => false,
-                    Some(t) => {
-                        let now = t.get(key).map(|r| r.lsn);
-                        now == *version
-                            && (version.is_some() || t.membership_version == *membership)
-                    }
+                    Some(t) => t.get(key).map(|r| r.lsn) == *version,
                 },
                 Read::Table { table, version } => catalog
                     .table_by_id(*table)

@@ -35,8 +35,6 @@ pub struct Table {
     next_rowid: i64,
     /// LSN of the last write of any kind (scans validate against this).
     pub version: Lsn,
-    /// LSN of the last insert or delete (reads of absent keys validate against this).
-    pub membership_version: Lsn,
     /// Estimated bytes of memory the rows take with their keys and index
     /// entries ([`Table::stored_bytes`]), for metrics.
     pub bytes: usize,
@@ -82,7 +80,6 @@ impl Table {
             indexes,
             next_rowid: 1,
             version: 0,
-            membership_version: 0,
             bytes: 0,
         }
     }
@@ -254,8 +251,6 @@ impl Table {
             for (i, def) in self.schema.indexes.iter().enumerate() {
                 self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
             }
-        } else {
-            self.membership_version = lsn;
         }
         let row = Arc::new(row);
         for (i, def) in self.schema.indexes.iter().enumerate() {
@@ -275,7 +270,6 @@ impl Table {
             for (i, def) in self.schema.indexes.iter().enumerate() {
                 self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
             }
-            self.membership_version = lsn;
             self.version = lsn;
         }
         Some(old.row)
