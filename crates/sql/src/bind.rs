@@ -110,6 +110,9 @@ pub enum Access {
     Scan,
     /// Constant expressions for every primary-key column, in key order.
     PrimaryKey(Vec<Expr>),
+    /// Several primary keys (a `col IN (...)` on a key column, the others
+    /// pinned by equality): each as constant expressions in key order.
+    PrimaryKeys(Vec<Vec<Expr>>),
     /// Constant expressions for the columns of index `usize`.
     Index(usize, Vec<Expr>),
 }
@@ -2621,6 +2624,9 @@ fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
         if let Some(keys) = lookup(&table.schema.primary_key) {
             return Access::PrimaryKey(keys);
         }
+        if let Some(keys) = key_lists(f, &table.schema.primary_key, &eqs) {
+            return Access::PrimaryKeys(keys);
+        }
     }
     for (i, idx) in table.schema.indexes.iter().enumerate() {
         if let Some(keys) = lookup(&idx.columns) {
@@ -2628,6 +2634,62 @@ fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
         }
     }
     Access::Scan
+}
+
+/// Most keys one `IN` list is read by as primary-key lookups; a longer
+/// list scans the table.
+pub const MAX_IN_KEYS: usize = 1024;
+
+/// The keys `cols` take when one of them is in a `col IN (constants)`
+/// conjunct of `f` and every other is pinned by an equality in `eqs`.
+fn key_lists(f: &Expr, cols: &[usize], eqs: &[(usize, Expr)]) -> Option<Vec<Vec<Expr>>> {
+    let mut lists = Vec::new();
+    collect_in_lists(f, &mut lists);
+    for (col, list) in lists {
+        if !cols.contains(&col) || list.len() > MAX_IN_KEYS {
+            continue;
+        }
+        let fixed: Option<Vec<Option<Expr>>> = cols
+            .iter()
+            .map(|c| match c == &col {
+                true => Some(None),
+                false => eqs
+                    .iter()
+                    .find(|(e, _)| e == c)
+                    .map(|(_, v)| Some(v.clone())),
+            })
+            .collect();
+        let Some(fixed) = fixed else { continue };
+        return Some(
+            list.iter()
+                .map(|v| {
+                    fixed
+                        .iter()
+                        .map(|f| f.clone().unwrap_or_else(|| v.clone()))
+                        .collect()
+                })
+                .collect(),
+        );
+    }
+    None
+}
+
+/// `col IN (constants)` conjuncts (not negated).
+fn collect_in_lists(e: &Expr, out: &mut Vec<(usize, Vec<Expr>)>) {
+    match e {
+        Expr::Binary(BinOp::And, l, r) => {
+            collect_in_lists(l, out);
+            collect_in_lists(r, out);
+        }
+        Expr::InList(c, list, false) => {
+            if let Expr::Column(c) = c.as_ref() {
+                if !list.is_empty() && list.iter().all(Expr::is_constant) {
+                    out.push((*c, list.clone()));
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn collect_equalities(e: &Expr, out: &mut Vec<(usize, Expr)>) {

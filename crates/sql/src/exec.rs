@@ -119,18 +119,30 @@ fn read_rows(
     params: &[Value],
 ) -> Result<Vec<(Key, Arc<Row>)>, SqlError> {
     let id = t.schema.id;
+    // The row at one primary key as the transaction sees it, the read noted.
+    let at_key = |txn: &mut Txn, exprs: &[Expr]| -> Result<Option<(Key, Arc<Row>)>, SqlError> {
+        let key = key_values(t, &t.schema.primary_key, exprs, params)?;
+        if key.iter().any(Value::is_null) {
+            return Ok(None);
+        }
+        txn.note_row_read(catalog, id, &key);
+        let row = match txn.own(id, &key) {
+            Some(own) => own.map(|r| Arc::new(r.clone())),
+            None => t.get(&key).map(|rv| rv.row.clone()),
+        };
+        Ok(row.map(|r| (key, r)))
+    };
     match access {
-        Access::PrimaryKey(exprs) => {
-            let key = key_values(t, &t.schema.primary_key, exprs, params)?;
-            if key.iter().any(Value::is_null) {
-                return Ok(Vec::new());
+        Access::PrimaryKey(exprs) => Ok(at_key(txn, exprs)?.into_iter().collect()),
+        Access::PrimaryKeys(keys) => {
+            // `IN (1, 1)` reads the row once.
+            let mut found: BTreeMap<Key, Arc<Row>> = BTreeMap::new();
+            for exprs in keys {
+                if let Some((key, row)) = at_key(txn, exprs)? {
+                    found.insert(key, row);
+                }
             }
-            txn.note_row_read(catalog, id, &key);
-            let row = match txn.own(id, &key) {
-                Some(own) => own.map(|r| Arc::new(r.clone())),
-                None => t.get(&key).map(|rv| rv.row.clone()),
-            };
-            Ok(row.map(|r| vec![(key, r)]).unwrap_or_default())
+            Ok(found.into_iter().collect())
         }
         Access::Index(i, exprs) if txn.own_rows(id).next().is_none() => {
             let values = key_values(t, &t.schema.indexes[*i].columns, exprs, params)?;

@@ -274,6 +274,9 @@ impl Session {
                 let how = match &b.plan {
                     Plan::Select(p) => match &p.access {
                         Access::PrimaryKey(_) => "by primary-key lookup",
+                        Access::PrimaryKeys(_) => {
+                            "by primary-key lookups (one per key of the IN list)"
+                        }
                         Access::Index(..) => "by secondary-index lookup",
                         Access::Scan => "by a scan of the table",
                     },

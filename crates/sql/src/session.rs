@@ -352,7 +352,9 @@ impl Session {
         let quick = match &bound.plan {
             Plan::Select(p) => matches!(
                 p.access,
-                bind::Access::PrimaryKey(_) | bind::Access::Index(..)
+                bind::Access::PrimaryKey(_)
+                    | bind::Access::PrimaryKeys(_)
+                    | bind::Access::Index(..)
             ),
             Plan::Values(_) => true,
             _ => false,

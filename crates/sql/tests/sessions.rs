@@ -531,3 +531,96 @@ fn aggregates_give_postgres_values() {
         "22003"
     );
 }
+
+/// `key IN (...)` reads each key by primary-key lookup, and answers what a
+/// scan answers: duplicates and NULLs in the list, absent keys, a composite
+/// key with its other columns pinned, the transaction's own writes, and
+/// UPDATE and DELETE through the same access.
+#[test]
+fn in_lists_on_the_primary_key_are_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    for t in ["k", "scan"] {
+        let key = if t == "k" { " PRIMARY KEY" } else { "" };
+        ok(
+            &mut s,
+            &format!("CREATE TABLE {t} (id bigint{key}, v text)"),
+        );
+        ok(
+            &mut s,
+            &format!("INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'c'), (5, 'e')"),
+        );
+    }
+    ok(
+        &mut s,
+        "CREATE TABLE pair (a bigint, b bigint, v text, PRIMARY KEY (a, b))",
+    );
+    ok(
+        &mut s,
+        "INSERT INTO pair VALUES (1, 1, 'x'), (1, 2, 'y'), (2, 1, 'z')",
+    );
+    let explain = rows(&mut s, "EXPLAIN SELECT v FROM k WHERE id IN (1, 2)");
+    assert!(
+        explain.iter().any(|r| r[0].contains("primary-key lookups")),
+        "{explain:?}"
+    );
+    let explain = rows(
+        &mut s,
+        "EXPLAIN SELECT v FROM pair WHERE a = 1 AND b IN (1, 2)",
+    );
+    assert!(
+        explain.iter().any(|r| r[0].contains("primary-key lookups")),
+        "{explain:?}"
+    );
+    let same = |s: &mut Session, filter: &str| {
+        let q = |t: &str| format!("SELECT id, v FROM {t} WHERE {filter} ORDER BY id");
+        assert_eq!(rows(s, &q("k")), rows(s, &q("scan")), "{filter}");
+    };
+    for filter in [
+        "id IN (1, 3)",
+        "id IN (3, 1, 3, 1)",
+        "id IN (4, 9)",
+        "id IN (2, NULL)",
+        "id IN (1, 2, 3) AND v <> 'b'",
+        "id IN (5) OR id = 1",
+    ] {
+        same(&mut s, filter);
+    }
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT v FROM pair WHERE a = 1 AND b IN (2, 1, 7) ORDER BY v"
+        ),
+        vec![vec!["x"], vec!["y"]]
+    );
+    // Inside a transaction: its own insert and delete count.
+    ok(&mut s, "BEGIN");
+    for t in ["k", "scan"] {
+        ok(&mut s, &format!("INSERT INTO {t} VALUES (4, 'd')"));
+        ok(&mut s, &format!("DELETE FROM {t} WHERE id = 1"));
+    }
+    same(&mut s, "id IN (1, 4, 5)");
+    ok(&mut s, "COMMIT");
+    for t in ["k", "scan"] {
+        ok(
+            &mut s,
+            &format!("UPDATE {t} SET v = v || '!' WHERE id IN (2, 4, 9)"),
+        );
+        ok(&mut s, &format!("DELETE FROM {t} WHERE id IN (3, 3)"));
+    }
+    same(&mut s, "id > 0");
+    let p = s
+        .prepare("SELECT v FROM k WHERE id IN ($1, $2)", &[])
+        .unwrap();
+    assert!(p.quick);
+    let got = common::prepared_rows(
+        &mut s,
+        &p,
+        &[
+            aqueduct_values::Value::Int(2),
+            aqueduct_values::Value::Int(5),
+        ],
+    );
+    assert_eq!(got.len(), 2);
+}
