@@ -113,6 +113,9 @@ pub enum Access {
     /// Several primary keys (a `col IN (...)` on a key column, the others
     /// pinned by equality): each as constant expressions in key order.
     PrimaryKeys(Vec<Vec<Expr>>),
+    /// Constant expressions for the first columns of a composite primary
+    /// key (not all of them): the rows whose keys start so, in key order.
+    KeyPrefix(Vec<Expr>),
     /// Constant expressions for the columns of index `usize`.
     Index(usize, Vec<Expr>),
 }
@@ -2626,6 +2629,17 @@ fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
         }
         if let Some(keys) = key_lists(f, &table.schema.primary_key, &eqs) {
             return Access::PrimaryKeys(keys);
+        }
+        let pinned = table
+            .schema
+            .primary_key
+            .iter()
+            .take_while(|c| eqs.iter().any(|(col, _)| col == *c))
+            .count();
+        if pinned > 0 {
+            if let Some(prefix) = lookup(&table.schema.primary_key[..pinned]) {
+                return Access::KeyPrefix(prefix);
+            }
         }
     }
     for (i, idx) in table.schema.indexes.iter().enumerate() {

@@ -144,6 +144,21 @@ fn read_rows(
             }
             Ok(found.into_iter().collect())
         }
+        Access::KeyPrefix(exprs) if txn.own_rows(id).next().is_none() => {
+            let n = exprs.len();
+            let prefix = key_values(t, &t.schema.primary_key[..n], exprs, params)?;
+            txn.note_table_read(catalog, id);
+            if prefix.iter().any(Value::is_null) {
+                return Ok(Vec::new());
+            }
+            Ok(t.range(
+                std::ops::Bound::Included(&prefix),
+                std::ops::Bound::Unbounded,
+            )
+            .take_while(|(k, _)| k[..n] == prefix[..])
+            .map(|(k, rv)| (k.clone(), rv.row.clone()))
+            .collect())
+        }
         Access::Index(i, exprs) if txn.own_rows(id).next().is_none() => {
             let values = key_values(t, &t.schema.indexes[*i].columns, exprs, params)?;
             txn.note_table_read(catalog, id);
@@ -151,7 +166,7 @@ fn read_rows(
                 .map(|(k, row)| (k.clone(), row.clone()))
                 .collect())
         }
-        Access::Index(..) | Access::Scan => {
+        Access::Index(..) | Access::KeyPrefix(_) | Access::Scan => {
             txn.note_table_read(catalog, id);
             let mut own: BTreeMap<Key, Option<Row>> = txn
                 .own_rows(id)

@@ -277,6 +277,9 @@ impl Session {
                         Access::PrimaryKeys(_) => {
                             "by primary-key lookups (one per key of the IN list)"
                         }
+                        Access::KeyPrefix(_) => {
+                            "by a range of the primary key (its first columns pinned)"
+                        }
                         Access::Index(..) => "by secondary-index lookup",
                         Access::Scan => "by a scan of the table",
                     },
