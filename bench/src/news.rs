@@ -1510,52 +1510,7 @@ fn short(kind: &str) -> &str {
 fn print_point(title: &str, runs: &[(&str, &RunResult)]) {
     println!();
     println!("{title}");
-    let rows: Vec<Vec<String>> = runs
-        .iter()
-        .map(|(name, r)| {
-            let o = &r.outcome;
-            vec![
-                name.to_string(),
-                o.offered_ops_per_sec
-                    .map_or("closed".into(), |x| format!("{x:.0}")),
-                format!("{:.1}", o.achieved_ops_per_sec),
-                ms(o.all.latency.p50_ms),
-                ms(o.all.latency.p95_ms),
-                ms(o.all.latency.p99_ms),
-                ms(o.all.latency.max_ms),
-                o.errors.to_string(),
-                o.not_started.to_string(),
-                format!("{:.2}", r.cpu.server_cores),
-                format!("{:.2}", r.cpu.bench_cores),
-                format!("{:.2}", r.cpu.other_cores),
-                if o.offered_ops_per_sec.is_none() {
-                    "-".into()
-                } else if r.within_target {
-                    "yes".into()
-                } else {
-                    "no".into()
-                },
-            ]
-        })
-        .collect();
-    print_table(
-        &[
-            "server",
-            "offered/s",
-            "pages/s",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
-            "max ms",
-            "errors",
-            "not started",
-            "server cores",
-            "client cores",
-            "other cores",
-            "p95<100ms",
-        ],
-        &rows,
-    );
+    print_runs(runs);
     let mut headers = vec!["p95 ms by page"];
     headers.extend(KINDS.iter().map(|k| short(k)));
     let rows: Vec<Vec<String>> = runs
@@ -1753,6 +1708,56 @@ fn metric(results: &[BackendResult], args: &NewsArgs) -> Metric {
     }
 }
 
+/// One line per run: load, latency, errors and CPU.
+fn print_runs(runs: &[(&str, &RunResult)]) {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|(name, r)| {
+            let o = &r.outcome;
+            vec![
+                name.to_string(),
+                o.offered_ops_per_sec
+                    .map_or("closed".into(), |x| format!("{x:.0}")),
+                format!("{:.1}", o.achieved_ops_per_sec),
+                ms(o.all.latency.p50_ms),
+                ms(o.all.latency.p95_ms),
+                ms(o.all.latency.p99_ms),
+                ms(o.all.latency.max_ms),
+                o.errors.to_string(),
+                o.not_started.to_string(),
+                format!("{:.2}", r.cpu.server_cores),
+                format!("{:.2}", r.cpu.bench_cores),
+                format!("{:.2}", r.cpu.other_cores),
+                if o.offered_ops_per_sec.is_none() {
+                    "-".into()
+                } else if r.within_target {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "server",
+            "offered/s",
+            "pages/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "not started",
+            "server cores",
+            "client cores",
+            "other cores",
+            "p95<100ms",
+        ],
+        &rows,
+    );
+}
+
 fn print_summary(r: &NewsResults, args: &NewsArgs) {
     println!();
     println!(
@@ -1767,49 +1772,12 @@ fn print_summary(r: &NewsResults, args: &NewsArgs) {
         args.seconds,
         args.warmup
     );
-    let rows: Vec<Vec<String>> = r
+    let runs: Vec<(&str, &RunResult)> = r
         .backends
         .iter()
-        .flat_map(|b| {
-            b.runs.iter().map(move |run| {
-                let o = &run.outcome;
-                vec![
-                    b.backend.clone(),
-                    o.offered_ops_per_sec
-                        .map_or("closed".into(), |x| format!("{x:.0}")),
-                    format!("{:.1}", o.achieved_ops_per_sec),
-                    ms(o.all.latency.p50_ms),
-                    ms(o.all.latency.p95_ms),
-                    ms(o.all.latency.p99_ms),
-                    o.errors.to_string(),
-                    format!("{:.2}", run.cpu.server_cores),
-                    format!("{:.2}", run.cpu.other_cores),
-                    if o.offered_ops_per_sec.is_none() {
-                        "-".into()
-                    } else if run.within_target {
-                        "yes".into()
-                    } else {
-                        "no".into()
-                    },
-                ]
-            })
-        })
+        .flat_map(|b| b.runs.iter().map(move |run| (b.backend.as_str(), run)))
         .collect();
-    print_table(
-        &[
-            "server",
-            "offered/s",
-            "pages/s",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
-            "errors",
-            "server cores",
-            "other cores",
-            "p95<100ms",
-        ],
-        &rows,
-    );
+    print_runs(&runs);
     for b in &r.backends {
         if b.transaction_retries > 0 {
             println!(

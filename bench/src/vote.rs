@@ -796,6 +796,15 @@ impl VoteClient for PgClient {
     }
 }
 
+/// How a SQL peer's queries are written.
+fn style(hand: bool) -> &'static str {
+    if hand {
+        "hand-optimized"
+    } else {
+        "natural query"
+    }
+}
+
 /// `postgres` and `postgres-hand`.
 struct SqlBackend {
     name: &'static str,
@@ -809,12 +818,7 @@ impl VoteBackend for SqlBackend {
         self.name
     }
     fn describe(&self) -> String {
-        let style = if self.hand {
-            "hand-optimized"
-        } else {
-            "natural query"
-        };
-        format!("{} ({style})", self.pg.version)
+        format!("{} ({})", self.pg.version, style(self.hand))
     }
     fn server_pid(&self) -> Option<u32> {
         self.pg.postmaster_pid()
@@ -849,12 +853,7 @@ impl VoteBackend for MariaBackend {
         self.name
     }
     fn describe(&self) -> String {
-        let style = if self.hand {
-            "hand-optimized"
-        } else {
-            "natural query"
-        };
-        format!("{} ({style})", self.maria.version)
+        format!("{} ({})", self.maria.version, style(self.hand))
     }
     fn server_pid(&self) -> Option<u32> {
         Some(self.maria.pid())

@@ -69,11 +69,13 @@ pub fn empty_answer_is_fixed(q: &ast::Query) -> bool {
     let ast::SetExpr::Select(sel) = q.body.as_ref() else {
         return false;
     };
-    sel.having.is_none()
-        && sel
-            .projection
-            .iter()
-            .all(|item| !item.to_string().to_ascii_lowercase().contains("select"))
+    let subquery = ast::visit_expressions(&sel.projection, |e| match e {
+        ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    sel.having.is_none() && subquery.is_continue()
 }
 
 /// Most key combinations one read looks up (`IN` lists multiply); beyond
@@ -762,5 +764,35 @@ impl AutoView {
             r.truncate(self.visible);
         }
         rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(sql: &str) -> ast::Query {
+        match crate::session::parse(sql).unwrap().pop() {
+            Some(ast::Statement::Query(q)) => *q,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_empty_answer_is_fixed_without_having_or_subqueries() {
+        let fixed = |sql: &str| empty_answer_is_fixed(&query(sql));
+        assert!(fixed("SELECT count(*), sum(x) + 1 FROM t WHERE k = $1"));
+        assert!(fixed(
+            "SELECT coalesce(max(x), 'selected') FROM t WHERE k = $1"
+        ));
+        assert!(!fixed(
+            "SELECT count(*) FROM t WHERE k = $1 HAVING count(*) < 2"
+        ));
+        assert!(!fixed(
+            "SELECT count(*), (SELECT max(y) FROM u) FROM t WHERE k = $1"
+        ));
+        assert!(!fixed(
+            "SELECT count(*), EXISTS (SELECT 1 FROM u) FROM t WHERE k = $1"
+        ));
     }
 }
