@@ -72,6 +72,15 @@ pub struct ServeArgs {
     /// it is created [default: on]
     #[arg(long, env = "AQUEDUCT_PARTIAL_STATE")]
     partial_state: Option<String>,
+    /// Publish a release at every multiple of this interval of wall-clock
+    /// time (such as 5s or 500ms): `release` reads see the last one, and
+    /// its change set and time maps are served over HTTP [default: off]
+    #[arg(long, env = "AQUEDUCT_RELEASE_INTERVAL")]
+    release_interval: Option<String>,
+    /// The consistency level sessions start with: eventual, session,
+    /// release or linearizable [default: linearizable]
+    #[arg(long, env = "AQUEDUCT_CONSISTENCY")]
+    consistency: Option<String>,
 }
 
 impl ServeArgs {
@@ -100,6 +109,8 @@ impl ServeArgs {
             compaction_interval_secs: self.compaction_interval_secs,
             memory_limit: self.memory_limit.clone(),
             partial_state: self.partial_state.clone(),
+            release_interval: self.release_interval.clone(),
+            consistency: self.consistency.clone(),
         })
     }
 }

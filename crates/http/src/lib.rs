@@ -4,6 +4,7 @@
 
 mod json;
 mod metrics;
+mod releases;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +19,12 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 
 pub use metrics::render_metrics;
+
+/// The request header carrying a session token (an LSN from a write's
+/// `Aqueduct-Last-LSN`): the read waits until views reflect it.
+pub const AFTER_LSN_HEADER: &str = "aqueduct-after-lsn";
+/// The response header carrying the LSN of the request's write.
+pub const LAST_LSN_HEADER: &str = "aqueduct-last-lsn";
 
 /// Largest request body accepted by `/v1/sql`.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -51,6 +58,11 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/metrics", get(metrics_page))
         .route("/v1/sql", post(sql))
         .route("/v1/graph", get(graph))
+        .route("/v1/releases/current", get(releases::current))
+        .route("/v1/releases/{id}", get(releases::one))
+        .route("/v1/releases/{id}/changes", get(releases::changes))
+        .route("/v1/timemaps/{name}", get(releases::time_map))
+        .route("/v1/views/{view}", get(releases::view))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -196,6 +208,11 @@ fn render_svg(dot: &str) -> Result<Vec<u8>, String> {
 }
 
 #[derive(Deserialize)]
+struct SqlQuery {
+    consistency: Option<String>,
+}
+
+#[derive(Deserialize)]
 struct SqlRequest {
     sql: String,
     #[serde(default)]
@@ -234,9 +251,23 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The HTTP status for a statement's error.
+fn status_of(e: &SqlError) -> StatusCode {
+    match e.code {
+        "40001" => StatusCode::CONFLICT,
+        "55000" => StatusCode::SERVICE_UNAVAILABLE,
+        "57014" => StatusCode::GATEWAY_TIMEOUT,
+        c if c.starts_with("58") || c.starts_with("XX") || c.starts_with("53") => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
 async fn sql(
     State(s): State<AppState>,
     headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<SqlQuery>,
     body: Result<Json<SqlRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     if !authorized(&s.tokens, &headers) {
@@ -260,8 +291,12 @@ async fn sql(
         }
     };
     let engine = s.engine.clone();
+    let request = headers.clone();
     let result = tokio::task::spawn_blocking(move || {
         let mut session = engine.session();
+        if let Err(e) = releases::configure(&mut session, q.consistency.as_deref(), &request) {
+            return (Err(e), 0);
+        }
         let outcome = if req.params.is_empty() {
             session
                 .execute(&req.sql)
@@ -276,17 +311,17 @@ async fn sql(
     })
     .await;
     match result {
-        Ok((Ok(outcome), lsn)) => Json(json::outcome(&outcome, lsn)).into_response(),
-        Ok((Err(e), _)) => {
-            let status = match e.code {
-                "40001" => StatusCode::CONFLICT,
-                c if c.starts_with("58") || c.starts_with("XX") || c.starts_with("53") => {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                }
-                _ => StatusCode::BAD_REQUEST,
-            };
-            error_response(status, &e)
+        Ok((Ok(outcome), lsn)) => {
+            let mut r = Json(json::outcome(&outcome, lsn)).into_response();
+            if lsn > 0 {
+                r.headers_mut().insert(
+                    LAST_LSN_HEADER,
+                    header::HeaderValue::from_str(&lsn.to_string()).expect("digits"),
+                );
+            }
+            r
         }
+        Ok((Err(e), _)) => error_response(status_of(&e), &e),
         Err(join) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &SqlError::new("XX000", format!("the statement failed: {join}")),

@@ -13,6 +13,8 @@
 //! tls_cert = "server.crt"
 //! tls_key = "server.key"
 //! compaction_interval_secs = 30
+//! release_interval = "5s"     # scheduled releases; off when absent
+//! consistency = "linearizable" # eventual | session | release | linearizable
 //! [users]
 //! alice = "password"
 //! ```
@@ -23,6 +25,8 @@ use std::time::Duration;
 
 use aqueduct_log::SyncPolicy;
 use serde::Deserialize;
+
+use aqueduct_sql::Consistency;
 
 use crate::DEFAULT_COMPACTION_INTERVAL;
 
@@ -64,6 +68,10 @@ pub struct ServerConfig {
     pub memory_limit: u64,
     /// Views read by key are partial (filled by upqueries) where they can be.
     pub partial_state: bool,
+    /// Releases at multiples of this interval (`None`: no releases).
+    pub release_interval: Option<Duration>,
+    /// The consistency level sessions start with.
+    pub consistency: Consistency,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +90,8 @@ impl Default for ServerConfig {
             compaction_interval: DEFAULT_COMPACTION_INTERVAL,
             memory_limit: 0,
             partial_state: true,
+            release_interval: None,
+            consistency: Consistency::Linearizable,
         }
     }
 }
@@ -105,6 +115,10 @@ pub struct FileConfig {
     pub memory_limit: Option<String>,
     /// `--partial-state`: `on` or `off`.
     pub partial_state: Option<String>,
+    /// `--release-interval`: a duration such as `5s` or `500ms`.
+    pub release_interval: Option<String>,
+    /// `--consistency`: the level sessions start with.
+    pub consistency: Option<String>,
 }
 
 impl FileConfig {
@@ -151,9 +165,37 @@ impl ServerConfig {
                 )))
             }
         };
+        let release_interval = match flags.release_interval.or(file.release_interval) {
+            None => None,
+            Some(s) => {
+                let d = aqueduct_sql::parse_duration(&s).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "--release-interval takes a duration such as 5s, 500ms or 1min, got '{s}'"
+                    ))
+                })?;
+                aqueduct_sql::releases::Schedule::new(d)
+                    .map_err(|e| ConfigError::Invalid(format!("--release-interval: {e}")))?;
+                Some(d)
+            }
+        };
+        let consistency = match flags.consistency.or(file.consistency) {
+            None => d.consistency,
+            Some(s) => Consistency::parse(&s).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "--consistency takes eventual, session, release or linearizable, got '{s}'"
+                ))
+            })?,
+        };
+        if consistency == Consistency::Release && release_interval.is_none() {
+            return Err(ConfigError::Invalid(
+                "--consistency release needs releases: give --release-interval too".into(),
+            ));
+        }
         let config = ServerConfig {
             memory_limit,
             partial_state,
+            release_interval,
+            consistency,
             data_dir: flags.data_dir.or(file.data_dir).unwrap_or(d.data_dir),
             pg_addr: flags.pg_addr.or(file.pg_addr).unwrap_or(d.pg_addr),
             http_addr: flags.http_addr.or(file.http_addr).unwrap_or(d.http_addr),

@@ -3,6 +3,7 @@
 //! HTTP listeners, background compaction, and an orderly shutdown.
 
 mod config;
+mod releaser;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -91,6 +92,7 @@ pub async fn run(
         .database()
         .log()
         .start_background_compaction(config.compaction_interval);
+    engine.set_default_consistency(config.consistency);
 
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(c), Some(k)) => Some(aqueduct_pg::TlsSetup::from_pem_files(c, k)?),
@@ -200,6 +202,15 @@ pub async fn run(
         extra,
         stopped(stop_rx.clone()),
     ));
+    let releaser = config.release_interval.map(|interval| {
+        let schedule =
+            aqueduct_sql::releases::Schedule::new(interval).expect("checked by the config");
+        tokio::spawn(releaser::run(
+            engine.clone(),
+            schedule,
+            stopped(stop_rx.clone()),
+        ))
+    });
     on_ready(&bound);
 
     shutdown_signal().await;
@@ -207,6 +218,9 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = pg_task.await;
     let _ = http_task.await;
+    if let Some(r) = releaser {
+        let _ = r.await;
+    }
     let log = engine.database().log().clone();
     tokio::task::spawn_blocking(move || log.sync())
         .await

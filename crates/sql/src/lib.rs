@@ -11,10 +11,12 @@ mod auto_views;
 pub mod bind;
 mod catalog_queries;
 mod compile;
+mod consistency;
 pub mod exec;
 mod oneshot;
 mod routes;
 mod session;
+mod time_maps;
 mod view_read;
 pub mod views;
 
@@ -27,7 +29,9 @@ use aqueduct_tables::{Database, ReplayReport};
 use aqueduct_values::{DataType, Value};
 
 pub use aqueduct_expr::{expr, SqlError};
-pub use session::{Outcome, Prepared, Session, TxnStatus};
+pub use aqueduct_releases as releases;
+pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
+pub use session::{parse_duration, Outcome, Prepared, Session, TxnStatus};
 
 /// Largest SQL text accepted in one query message.
 pub const MAX_SQL_BYTES: usize = 4 * 1024 * 1024;
@@ -79,6 +83,12 @@ impl EngineMetrics {
 pub struct Engine {
     db: Database,
     pub views: views::Views,
+    /// Scheduled releases: snapshots, change sets, time maps.
+    pub releases: Arc<aqueduct_releases::Releases>,
+    /// Results of `release` reads of the current release.
+    release_results: parking_lot::Mutex<consistency::ReleaseResults>,
+    /// The consistency level new sessions start with.
+    default_consistency: parking_lot::RwLock<Consistency>,
     pub metrics: EngineMetrics,
     pub started: Instant,
     pub replay: ReplayReport,
@@ -119,12 +129,18 @@ impl Engine {
             }
         });
         let hook_views = registry.clone();
+        let releases = Arc::new(aqueduct_releases::Releases::new());
+        let hook_releases = releases.clone();
         db.set_commit_hook(Some(Arc::new(move |lsn, catalog, changes, schema| {
+            hook_releases.on_commit(lsn, changes);
             hook_views.on_commit(lsn, catalog, changes, schema)
         })));
         let engine = Arc::new(Engine {
             db,
             views: registry,
+            releases,
+            release_results: Default::default(),
+            default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,
@@ -135,6 +151,34 @@ impl Engine {
 
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// The consistency level new sessions start with (`--consistency`).
+    pub fn default_consistency(&self) -> Consistency {
+        *self.default_consistency.read()
+    }
+
+    pub fn set_default_consistency(&self, c: Consistency) {
+        *self.default_consistency.write() = c;
+    }
+
+    /// Turns releases on: from now on every commit's changes are kept for
+    /// the next release. The server's releaser then cuts and publishes
+    /// them ([`Engine::cut_release`]).
+    pub fn enable_releases(&self, schedule: aqueduct_releases::Schedule) {
+        self.db
+            .with_commits_paused(|_, lsn| self.releases.enable(schedule, lsn));
+    }
+
+    /// Cuts release `id` under the commit lock (the tables exactly as of
+    /// the last commit), waits until its LSN is durable, and publishes it.
+    pub fn cut_release(&self, id: u64, now_ms: u64) -> Result<(), SqlError> {
+        let snap = self
+            .db
+            .with_commits_paused(|catalog, lsn| self.releases.cut(id, catalog, lsn, now_ms));
+        self.db.await_visible(snap.release.lsn)?;
+        self.releases.publish(snap);
+        Ok(())
     }
 
     /// A new session (one per client connection).

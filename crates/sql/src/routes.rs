@@ -110,7 +110,12 @@ impl Session {
         let Some(entry) = self.engine.views.get(&auto.view) else {
             return Ok(None);
         };
-        let seen = self.views_current()?;
+        let seen = match self.views_ready()? {
+            crate::consistency::Ready::At(seen) => seen,
+            // The views are behind and the session asked for an answer
+            // from the base tables: evaluated once, over them.
+            crate::consistency::Ready::Compute => return Ok(None),
+        };
         // Keys read by equality on the same columns are looked up together,
         // so the ones a partial view misses are filled by one upquery.
         let mut prefetched: std::collections::HashMap<usize, Vec<aqueduct_dataflow::Row>> =

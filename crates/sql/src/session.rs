@@ -18,6 +18,7 @@ use crate::bind::{self, Bound, Plan};
 use crate::catalog_queries;
 use crate::exec;
 use crate::routes::{wants_dataflow, PreparedAuto};
+use crate::consistency::Ready;
 use crate::view_read::ViewRead;
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
@@ -60,6 +61,9 @@ pub struct Prepared {
     auto: Option<PreparedAuto>,
     /// A keyed read of one maintained view, planned when it was prepared.
     view_read: Option<ViewRead>,
+    /// A statement the SQL parser does not know (`CREATE TIME MAP`), run
+    /// from its text.
+    custom: bool,
 }
 
 /// Settings a client may read with `SHOW` and change with `SET`.
@@ -84,6 +88,10 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("aqueduct.auto_views", "on"),
     ("aqueduct.upquery_timeout", "5s"),
     ("aqueduct.upquery_timeout_action", "error"),
+    ("aqueduct.consistency", "linearizable"),
+    ("aqueduct.after_lsn", "0"),
+    ("aqueduct.consistency_timeout", "30s"),
+    ("aqueduct.consistency_timeout_action", "error"),
 ];
 
 /// Settings clients may not change.
@@ -102,19 +110,26 @@ pub struct Session {
     failed: bool,
     pub(crate) settings: BTreeMap<String, String>,
     last_lsn: Lsn,
+    pub(crate) release_read_id: Option<u64>,
 }
 
 impl Session {
     pub(crate) fn new(engine: Arc<Engine>) -> Session {
+        let mut settings: BTreeMap<String, String> = DEFAULT_SETTINGS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        settings.insert(
+            "aqueduct.consistency".into(),
+            engine.default_consistency().as_str().into(),
+        );
         Session {
             engine,
             txn: None,
             failed: false,
-            settings: DEFAULT_SETTINGS
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            settings,
             last_lsn: 0,
+            release_read_id: None,
         }
     }
 
@@ -133,6 +148,17 @@ impl Session {
     /// The LSN of this session's last committed write (0 if none).
     pub fn last_lsn(&self) -> Lsn {
         self.last_lsn
+    }
+
+    /// `SET name = value`, for front ends that take settings elsewhere
+    /// (HTTP query parameters and headers).
+    pub fn configure(&mut self, name: &str, value: &str) -> Result<(), SqlError> {
+        self.set(name, Some(value.to_string())).map(|_| ())
+    }
+
+    /// The release the last `release` read was answered from.
+    pub fn release_read_id(&self) -> Option<u64> {
+        self.release_read_id
     }
 
     /// Settings reported to a client at connection start (`ParameterStatus`).
@@ -173,6 +199,13 @@ impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
     pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        if crate::time_maps::is_time_map_statement(sql) {
+            let r = self.run_time_map(sql);
+            if r.is_err() {
+                self.note_error();
+            }
+            return vec![r];
+        }
         if let Some(r) = self.refresh(sql) {
             if r.is_err() {
                 self.note_error();
@@ -264,6 +297,18 @@ impl Session {
         sql: &str,
         hints: &[Option<DataType>],
     ) -> Result<Prepared, SqlError> {
+        if crate::time_maps::is_time_map_statement(sql) {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: Vec::new(),
+                columns: Vec::new(),
+                quick: false,
+                statement: None,
+                auto: None,
+                view_read: None,
+                custom: true,
+            });
+        }
         let mut statements = parse(sql)?;
         if statements.len() > 1 {
             return Err(SqlError::syntax(
@@ -283,6 +328,7 @@ impl Session {
                 statement: None,
                 auto: None,
                 view_read: None,
+                custom: false,
             });
         };
         if let Some(read) = self.plan_view_read(st, hints) {
@@ -294,6 +340,7 @@ impl Session {
                 statement,
                 auto: None,
                 view_read: Some(read),
+                custom: false,
             });
         }
         let bound = {
@@ -331,6 +378,7 @@ impl Session {
                             generation: self.engine.views.auto_generation(),
                         }),
                         view_read: None,
+                        custom: false,
                     });
                 }
                 let (columns, params) = {
@@ -345,6 +393,7 @@ impl Session {
                     statement,
                     auto: None,
                     view_read: None,
+                    custom: false,
                 });
             }
             (Err(e), _) => return Err(e),
@@ -367,6 +416,7 @@ impl Session {
             statement,
             auto: None,
             view_read: None,
+            custom: false,
         })
     }
 
@@ -380,6 +430,7 @@ impl Session {
         // A read waits for what it sees to be durable: with a commit's
         // fsync under way it would wait for it, so it goes elsewhere.
         p.quick
+            && self.consistency() != crate::Consistency::Release
             && db.is_visible(applied)
             && ((p.auto.is_none() && p.view_read.is_none()) || self.engine.views.reflects(applied))
     }
@@ -400,6 +451,21 @@ impl Session {
                     p.params.len()
                 ),
             ));
+        }
+        if p.custom {
+            let out = self.run_time_map(&p.sql);
+            if out.is_err() {
+                self.note_error();
+            }
+            return out;
+        }
+        if let Some(st) = self.release_read(p.statement.as_ref()) {
+            let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
+            let out = self.read_release(st, &hints, params);
+            if out.is_err() {
+                self.note_error();
+            }
+            return out;
         }
         if let Some(a) = &p.auto {
             if a.generation == self.engine.views.auto_generation() && self.auto_views_on() {
@@ -486,6 +552,9 @@ impl Session {
     ) -> Result<Outcome, SqlError> {
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
+        }
+        if let Some(st) = self.release_read(Some(st)) {
+            return self.read_release(st, hints, params);
         }
         if matches!(
             st,
@@ -659,12 +728,56 @@ impl Session {
     }
 
     /// The maintained views a statement reads, as tables holding their
-    /// current rows (read lock-free from the views), or `None`.
+    /// current rows (read lock-free from the views, as the session's
+    /// consistency level asks), or `None`.
     fn view_catalog(
         &self,
         st: &Statement,
         params: &[Value],
         with_rows: bool,
+    ) -> Result<Option<Catalog>, SqlError> {
+        if self.views_only(st).is_none() {
+            return Ok(None);
+        }
+        if params.is_empty() && !with_rows {
+            return self.views_as_tables(st, params, None);
+        }
+        match self.views_ready()? {
+            Ready::At(seen) => {
+                let out = self.views_as_tables(st, params, Some(None))?;
+                self.engine.database().await_visible(seen)?;
+                Ok(out)
+            }
+            Ready::Compute => {
+                let db = self.engine.database();
+                let seen = db.applied_lsn();
+                let out = self.views_as_tables(st, params, Some(Some(&db.read())))?;
+                db.await_visible(seen)?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// The maintained views `st` reads as tables computed over `catalog`
+    /// (the tables of a release), or `None` when it reads anything else.
+    pub(crate) fn release_view_catalog(
+        &self,
+        catalog: &Catalog,
+        st: &Statement,
+        params: &[Value],
+    ) -> Result<Option<Catalog>, SqlError> {
+        self.views_as_tables(st, params, Some(Some(catalog)))
+    }
+
+    /// The views `st` reads as tables: with no rows (`rows` None, for
+    /// describing a statement), their rows as the views hold them
+    /// (`Some(None)`), or computed from the base tables in a catalog
+    /// (`Some(Some(tables))`).
+    fn views_as_tables(
+        &self,
+        st: &Statement,
+        params: &[Value],
+        rows: Option<Option<&Catalog>>,
     ) -> Result<Option<Catalog>, SqlError> {
         let Some(names) = self.views_only(st) else {
             return Ok(None);
@@ -676,11 +789,7 @@ impl Session {
         if entries.is_empty() {
             return Ok(None);
         }
-        let seen = if params.is_empty() && !with_rows {
-            0
-        } else {
-            self.views_current()?
-        };
+        let views = &self.engine.views;
         let mut catalog = Catalog::default();
         let single = entries.len() == 1;
         for v in entries {
@@ -689,13 +798,23 @@ impl Session {
             } else {
                 None
             };
-            let (rows, watermark) = match (keyed, params.is_empty() && !with_rows) {
-                (_, true) => (Vec::new(), 0),
-                (Some((cols, combos)), _) => {
+            let (rows, watermark) = match (keyed, rows) {
+                (_, None) => (Vec::new(), 0),
+                (Some((cols, combos)), Some(None)) => {
                     let (found, watermark) = self.lookup_view(&v, &cols, &combos)?;
                     (found.into_iter().flatten().collect(), watermark)
                 }
-                (None, _) => self.engine.views.rows(&v)?,
+                (None, Some(None)) => views.rows(&v)?,
+                (Some((cols, combos)), Some(Some(tables))) => {
+                    let mut found = Vec::new();
+                    for key in &combos {
+                        found.extend(views.compute_lookup(tables, &v, &cols, key)?);
+                    }
+                    (found, tables.lsn())
+                }
+                (None, Some(Some(tables))) => {
+                    (views.compute_lookup(tables, &v, &[], &[])?, tables.lsn())
+                }
             };
             catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
                 id: v.id,
@@ -717,7 +836,6 @@ impl Session {
                 catalog.apply_row(v.id, vec![Value::Int(i as i64)], Some(row), watermark);
             }
         }
-        self.engine.database().await_visible(seen)?;
         Ok(Some(catalog))
     }
 
@@ -750,10 +868,22 @@ impl Session {
         let rows = match read.key_values(params) {
             None => Vec::new(),
             Some(key) => {
-                let seen = self.views_current()?;
-                let (mut found, _) = self.lookup_view(&entry, read.key(), &[key])?;
-                let rows = found.pop().unwrap_or_default();
-                self.engine.database().await_visible(seen)?;
+                let db = self.engine.database();
+                let (rows, seen) = match self.views_ready()? {
+                    Ready::At(seen) => {
+                        let (mut found, _) = self.lookup_view(&entry, read.key(), &[key])?;
+                        (found.pop().unwrap_or_default(), seen)
+                    }
+                    Ready::Compute => {
+                        let seen = db.applied_lsn();
+                        let rows =
+                            self.engine
+                                .views
+                                .compute_lookup(&db.read(), &entry, read.key(), &key)?;
+                        (rows, seen)
+                    }
+                };
+                db.await_visible(seen)?;
                 rows.iter().map(|r| read.project(r)).collect()
             }
         };
@@ -804,14 +934,6 @@ impl Session {
             }
             other => other,
         }
-    }
-
-    /// Waits until the views reflect every write committed so far (this
-    /// session's included) and returns that LSN.
-    pub(crate) fn views_current(&self) -> Result<Lsn, SqlError> {
-        let seen = self.engine.database().applied_lsn();
-        self.engine.views.await_lsn(seen)?;
-        Ok(seen)
     }
 
     fn show_views(&self) -> Outcome {
@@ -948,9 +1070,9 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
 /// view columns pinned to constants (or given parameters), sorted, and every
 /// combination of their values, so the rows can be found by keyed lookups
 /// instead of a scan.
-/// A duration setting: `5s`, `250ms`, `1min`, or a number of milliseconds
-/// (as PostgreSQL's `statement_timeout`).
-fn parse_duration(v: &str) -> Option<std::time::Duration> {
+/// A duration setting: `5s`, `250ms`, `1min`, `1h`, or a number of
+/// milliseconds (as PostgreSQL's `statement_timeout`).
+pub fn parse_duration(v: &str) -> Option<std::time::Duration> {
     let v = v.trim();
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (n, unit) = v.split_at(split);
@@ -959,6 +1081,7 @@ fn parse_duration(v: &str) -> Option<std::time::Duration> {
         "" | "ms" => n,
         "s" => n.checked_mul(1000)?,
         "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
         _ => return None,
     };
     Some(std::time::Duration::from_millis(ms))
@@ -970,14 +1093,24 @@ fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         "aqueduct.upquery_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
         "aqueduct.upquery_timeout_action" => matches!(value, "error" | "compute"),
         "aqueduct.auto_views" => matches!(value, "on" | "off"),
+        "aqueduct.consistency" => crate::Consistency::parse(value).is_some(),
+        "aqueduct.after_lsn" => value.trim().parse::<Lsn>().is_ok(),
+        "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
+        "aqueduct.consistency_timeout_action" => matches!(value, "error" | "compute"),
         _ => true,
     };
     if ok {
         return Ok(());
     }
     let takes = match key {
-        "aqueduct.upquery_timeout" => "a positive duration such as '5s', '250ms' or '1min'",
-        "aqueduct.upquery_timeout_action" => "'error' or 'compute'",
+        "aqueduct.upquery_timeout" | "aqueduct.consistency_timeout" => {
+            "a positive duration such as '5s', '250ms' or '1min'"
+        }
+        "aqueduct.upquery_timeout_action" | "aqueduct.consistency_timeout_action" => {
+            "'error' or 'compute'"
+        }
+        "aqueduct.consistency" => "'eventual', 'session', 'release' or 'linearizable'",
+        "aqueduct.after_lsn" => "an LSN, as SHOW aqueduct.last_lsn reports after a write",
         _ => "'on' or 'off'",
     };
     Err(SqlError::new(

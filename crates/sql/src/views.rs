@@ -558,6 +558,12 @@ impl ViewRegistry {
         self.worker.wait_processed(lsn, VIEW_WAIT_TIMEOUT)
     }
 
+    /// [`ViewRegistry::await_lsn`] with a deadline of the caller's: an
+    /// error with SQLSTATE 57014 when it passes.
+    pub fn await_lsn_within(&self, lsn: Lsn, timeout: Duration) -> Result<(), SqlError> {
+        self.worker.wait_processed(lsn, timeout)
+    }
+
     /// Whether the views reflect every write up to `lsn` now.
     pub fn reflects(&self, lsn: Lsn) -> bool {
         self.worker.reflects(lsn)
@@ -1033,10 +1039,14 @@ impl ViewRegistry {
                 format!("aqueduct_v.\"{name}\" = ${}", i + 1)
             })
             .collect();
-        let sql = format!(
-            "SELECT * FROM ({query}) AS aqueduct_v WHERE {}",
-            conds.join(" AND ")
-        );
+        let sql = if conds.is_empty() {
+            format!("SELECT * FROM ({query}) AS aqueduct_v")
+        } else {
+            format!(
+                "SELECT * FROM ({query}) AS aqueduct_v WHERE {}",
+                conds.join(" AND ")
+            )
+        };
         let q = view_query(&sql)?;
         let (_, rows) =
             crate::oneshot::evaluate(catalog, &mut aqueduct_tables::Txn::default(), &q, values)?;

@@ -24,7 +24,7 @@ use aqueduct_values::{decode_row, decode_value, encode_row, encode_value, Value}
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 pub use schema::{
-    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, SCHEMA_RECORD_VERSION,
+    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
 };
 pub use table::{matches, Key, Row, RowVersion, Table};
 
@@ -90,6 +90,8 @@ pub struct Catalog {
     next_table_id: TableId,
     /// Maintained views by id (creation order): name and defining SQL.
     pub views: BTreeMap<TableId, (String, String)>,
+    /// Time maps by id.
+    pub time_maps: BTreeMap<TableId, TimeMapDef>,
     /// LSN of the last write applied: the tables are exactly as of it.
     lsn: Lsn,
 }
@@ -114,6 +116,11 @@ impl Catalog {
             .iter()
             .find(|(_, (n, _))| n == name)
             .map(|(id, _)| *id)
+    }
+
+    /// The time map called `name`.
+    pub fn time_map(&self, name: &str) -> Option<&TimeMapDef> {
+        self.time_maps.values().find(|d| d.name == name)
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
@@ -165,6 +172,13 @@ impl Catalog {
             }
             SchemaChange::DropView { id } => {
                 self.views.remove(&id);
+            }
+            SchemaChange::CreateTimeMap(def) => {
+                self.next_table_id = self.next_table_id.max(def.id + 1);
+                self.time_maps.insert(def.id, def);
+            }
+            SchemaChange::DropTimeMap { id } => {
+                self.time_maps.remove(&id);
             }
         }
     }

@@ -79,6 +79,26 @@ pub enum SchemaChange {
     DropView {
         id: TableId,
     },
+    /// A time map: for each release interval, and for coarser periods
+    /// made of them, the distinct values of one column of the rows written
+    /// in it (`docs/consistency.md`). `id` comes from the table-id counter.
+    CreateTimeMap(TimeMapDef),
+    DropTimeMap {
+        id: TableId,
+    },
+}
+
+/// A time map's declaration: `CREATE TIME MAP name ON table (column)
+/// EVERY '5s', '1min', ...`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeMapDef {
+    pub id: TableId,
+    pub name: String,
+    pub table: TableId,
+    /// The column's position in the table.
+    pub column: usize,
+    /// The periods it is kept at, in milliseconds, ascending.
+    pub periods_ms: Vec<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -132,6 +152,15 @@ enum ChangeJson {
         v: u32,
         id: TableId,
     },
+    CreateTimeMap {
+        v: u32,
+        #[serde(flatten)]
+        def: TimeMapDef,
+    },
+    DropTimeMap {
+        v: u32,
+        id: TableId,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -159,6 +188,8 @@ impl SchemaChange {
                 *table
             }
             SchemaChange::CreateView { id, .. } | SchemaChange::DropView { id } => *id,
+            SchemaChange::CreateTimeMap(def) => def.id,
+            SchemaChange::DropTimeMap { id } => *id,
         }
     }
 
@@ -200,6 +231,11 @@ impl SchemaChange {
                 sql: sql.clone(),
             },
             SchemaChange::DropView { id } => ChangeJson::DropView { v, id: *id },
+            SchemaChange::CreateTimeMap(def) => ChangeJson::CreateTimeMap {
+                v,
+                def: def.clone(),
+            },
+            SchemaChange::DropTimeMap { id } => ChangeJson::DropTimeMap { v, id: *id },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -274,6 +310,14 @@ impl SchemaChange {
             ChangeJson::DropView { v, id } => {
                 check(v)?;
                 SchemaChange::DropView { id }
+            }
+            ChangeJson::CreateTimeMap { v, def } => {
+                check(v)?;
+                SchemaChange::CreateTimeMap(def)
+            }
+            ChangeJson::DropTimeMap { v, id } => {
+                check(v)?;
+                SchemaChange::DropTimeMap { id }
             }
         })
     }

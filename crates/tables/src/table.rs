@@ -1,12 +1,12 @@
 //! One base table in memory: rows by primary key, secondary indexes, and the
 //! versions (LSNs) that optimistic transactions validate against.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use aqueduct_log::Lsn;
 use aqueduct_values::Value;
+use imbl::OrdMap;
 
 use crate::schema::{IndexDef, TableSchema};
 
@@ -15,7 +15,7 @@ pub type Key = Vec<Value>;
 pub type Row = Vec<Value>;
 
 /// A secondary index: (indexed values, key) to the row.
-type Index = BTreeMap<(Vec<Value>, Key), Arc<Row>>;
+type Index = OrdMap<(Vec<Value>, Key), Arc<Row>>;
 
 /// A stored row and the LSN of the write that last changed it.
 #[derive(Clone, Debug)]
@@ -24,10 +24,14 @@ pub struct RowVersion {
     pub lsn: Lsn,
 }
 
+/// Rows and indexes are persistent (copy-on-write) B-trees: a clone of a
+/// table shares every node with it and costs a few pointer copies, so a
+/// release can keep the tables exactly as of its LSN while writes go on,
+/// each later write copying only the nodes on its path.
 #[derive(Clone, Debug)]
 pub struct Table {
     pub schema: Arc<TableSchema>,
-    rows: BTreeMap<Key, RowVersion>,
+    rows: OrdMap<Key, RowVersion>,
     /// Parallel to `schema.indexes`: (indexed values, key) to the row, so a
     /// lookup by index reads rows in one ordered pass, with no second
     /// lookup by key per row.
@@ -73,10 +77,10 @@ fn btree_entry<K, V>() -> usize {
 
 impl Table {
     pub fn new(schema: TableSchema) -> Table {
-        let indexes = schema.indexes.iter().map(|_| BTreeMap::new()).collect();
+        let indexes = schema.indexes.iter().map(|_| OrdMap::new()).collect();
         Table {
             schema: Arc::new(schema),
-            rows: BTreeMap::new(),
+            rows: OrdMap::new(),
             indexes,
             next_rowid: 1,
             version: 0,
@@ -106,7 +110,7 @@ impl Table {
         lo: Bound<&Key>,
         hi: Bound<&Key>,
     ) -> impl Iterator<Item = (&Key, &RowVersion)> {
-        self.rows.range::<Key, _>((lo, hi))
+        self.rows.range::<_, Key>((lo, hi))
     }
 
     /// Keys of rows whose indexed columns equal `values`.
@@ -177,7 +181,7 @@ impl Table {
         let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
         for (visited, (k, rv)) in self
             .rows
-            .range::<Key, _>((lo, Bound::Unbounded))
+            .range::<_, Key>((lo, Bound::Unbounded))
             .enumerate()
         {
             if visited == budget {
@@ -277,7 +281,7 @@ impl Table {
 
     /// Adds an index and fills it from the rows.
     pub fn add_index(&mut self, def: IndexDef) {
-        let mut set = BTreeMap::new();
+        let mut set = OrdMap::new();
         for (k, rv) in &self.rows {
             set.insert(
                 (Self::index_values(&def, &rv.row), k.clone()),
