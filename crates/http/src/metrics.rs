@@ -53,6 +53,72 @@ pub fn render_metrics(engine: &Engine) -> String {
         m.errors.load(Ordering::Relaxed)
     );
 
+    let releases = &engine.releases;
+    if let Some(schedule) = releases.schedule() {
+        let st = releases.stats();
+        let current = releases.current();
+        let (kept, kept_bytes) = releases.kept();
+        for (name, kind, help, v) in [
+            (
+                "aqueduct_release_interval_seconds",
+                "gauge",
+                "The release interval.",
+                schedule.interval_ms() as f64 / 1000.0,
+            ),
+            (
+                "aqueduct_release_current",
+                "gauge",
+                "Id of the release that release reads see.",
+                current.as_ref().map_or(0.0, |c| c.release.id as f64),
+            ),
+            (
+                "aqueduct_release_lsn",
+                "gauge",
+                "LSN of the current release.",
+                current.as_ref().map_or(0.0, |c| c.release.lsn as f64),
+            ),
+            (
+                "aqueduct_releases_published_total",
+                "counter",
+                "Releases published.",
+                st.published as f64,
+            ),
+            (
+                "aqueduct_release_cut_lag_seconds",
+                "gauge",
+                "From the last release's due time to its cut.",
+                st.cut_lag_ms as f64 / 1000.0,
+            ),
+            (
+                "aqueduct_release_publish_delay_seconds",
+                "gauge",
+                "From the last release's due time to its publication.",
+                st.publish_delay_ms as f64 / 1000.0,
+            ),
+            (
+                "aqueduct_release_publish_delay_max_seconds",
+                "gauge",
+                "The largest publication delay so far.",
+                st.max_publish_delay_ms as f64 / 1000.0,
+            ),
+            (
+                "aqueduct_releases_kept",
+                "gauge",
+                "Releases whose change sets are kept.",
+                kept as f64,
+            ),
+            (
+                "aqueduct_release_changes_bytes",
+                "gauge",
+                "Bytes of kept change sets (estimated).",
+                kept_bytes as f64,
+            ),
+        ] {
+            family(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+
     let db = engine.database();
     let t = &db.metrics;
     family(

@@ -289,7 +289,11 @@ pub(crate) async fn changes(
         (None, None) => None,
         (Some(c), Some(v)) => match columns.iter().position(|n| n == c) {
             Some(i) => Some((i, v.clone())),
-            None => return bad(format!("column \"{c}\" of relation \"{table}\" does not exist")),
+            None => {
+                return bad(format!(
+                    "column \"{c}\" of relation \"{table}\" does not exist"
+                ))
+            }
         },
         _ => return bad("column and value go together".into()),
     };
@@ -418,7 +422,10 @@ pub(crate) fn configure(
     }
     if let Some(v) = headers.get(AFTER_LSN_HEADER) {
         let v = v.to_str().map_err(|_| {
-            SqlError::new("22023", format!("the {AFTER_LSN_HEADER} header is not text"))
+            SqlError::new(
+                "22023",
+                format!("the {AFTER_LSN_HEADER} header is not text"),
+            )
         })?;
         session.configure("aqueduct.after_lsn", v)?;
     }
@@ -458,7 +465,11 @@ pub(crate) async fn view(
             );
         }
         params.push(Value::Text(v.clone()));
-        conds.push(format!("\"{}\" = ${}", col.replace('"', "\"\""), params.len()));
+        conds.push(format!(
+            "\"{}\" = ${}",
+            col.replace('"', "\"\""),
+            params.len()
+        ));
     }
     let mut sql = format!("SELECT * FROM \"{}\"", view.replace('"', "\"\""));
     if !conds.is_empty() {

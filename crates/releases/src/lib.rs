@@ -137,12 +137,25 @@ struct State {
     time_maps: time_maps::TimeMaps,
 }
 
+/// How publication goes, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseStats {
+    pub published: u64,
+    /// Of the last release: from its due time to its cut, and to its
+    /// publication (the cut plus the fsync of its LSN), in ms.
+    pub cut_lag_ms: u64,
+    pub publish_delay_ms: u64,
+    /// The largest publication delay so far.
+    pub max_publish_delay_ms: u64,
+}
+
 /// All releases of one database. Off until [`Releases::enable`].
 #[derive(Debug, Default)]
 pub struct Releases {
     schedule: RwLock<Option<Schedule>>,
     pending: Mutex<Pending>,
     state: RwLock<State>,
+    stats: Mutex<ReleaseStats>,
 }
 
 /// Rough bytes a captured row takes: values, their payloads, the change.
@@ -238,7 +251,15 @@ impl Releases {
 
     /// Makes `snap` the release `release` reads see, keeps its change set
     /// and adds it to the time maps. Releases are published in id order.
-    pub fn publish(&self, snap: Arc<Snapshot>) {
+    pub fn publish(&self, snap: Arc<Snapshot>, now_ms: u64) {
+        {
+            let r = &snap.release;
+            let mut st = self.stats.lock();
+            st.published += 1;
+            st.cut_lag_ms = r.cut_ms.saturating_sub(r.time_ms);
+            st.publish_delay_ms = now_ms.saturating_sub(r.time_ms);
+            st.max_publish_delay_ms = st.max_publish_delay_ms.max(st.publish_delay_ms);
+        }
         let schedule = self.schedule().expect("releases are enabled");
         let mut s = self.state.write();
         let r = snap.release.clone();
@@ -304,6 +325,10 @@ impl Releases {
         let current = s.current.as_ref().map_or(0, |c| c.release.id);
         s.time_maps
             .bucket(&schedule, current, name, period_ms, start_ms)
+    }
+
+    pub fn stats(&self) -> ReleaseStats {
+        *self.stats.lock()
     }
 
     /// (releases kept, bytes of their change sets), for metrics.

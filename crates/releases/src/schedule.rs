@@ -21,7 +21,7 @@ impl Schedule {
     /// least [`MIN_INTERVAL`]).
     pub fn new(interval: Duration) -> Result<Schedule, String> {
         let ms = interval.as_millis();
-        if interval < MIN_INTERVAL || interval.subsec_nanos() % 1_000_000 != 0 {
+        if interval < MIN_INTERVAL || !interval.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(format!(
                 "a release interval must be a whole number of milliseconds, at least {} ms; got {:?}",
                 MIN_INTERVAL.as_millis(),
@@ -62,7 +62,7 @@ impl Schedule {
     /// Whether `period` (ms) can be a time-map period: a multiple of the
     /// interval, so each release's writes fall in exactly one bucket.
     pub fn fits(&self, period_ms: u64) -> bool {
-        period_ms > 0 && period_ms % self.interval_ms == 0
+        period_ms > 0 && period_ms.is_multiple_of(self.interval_ms)
     }
 }
 

@@ -167,7 +167,7 @@ impl TimeMaps {
                 map: name.to_string(),
                 periods_ms: m.def.periods_ms.clone(),
             })?;
-        if start_ms % period_ms != 0 {
+        if !start_ms.is_multiple_of(period_ms) {
             return Err(BucketError::Misaligned {
                 start_ms,
                 period_ms,

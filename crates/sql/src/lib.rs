@@ -173,11 +173,13 @@ impl Engine {
     /// Cuts release `id` under the commit lock (the tables exactly as of
     /// the last commit), waits until its LSN is durable, and publishes it.
     pub fn cut_release(&self, id: u64, now_ms: u64) -> Result<(), SqlError> {
+        let started = std::time::Instant::now();
         let snap = self
             .db
             .with_commits_paused(|catalog, lsn| self.releases.cut(id, catalog, lsn, now_ms));
         self.db.await_visible(snap.release.lsn)?;
-        self.releases.publish(snap);
+        let published = now_ms + started.elapsed().as_millis() as u64;
+        self.releases.publish(snap, published);
         Ok(())
     }
 

@@ -16,9 +16,9 @@ use sqlparser::parser::Parser;
 
 use crate::bind::{self, Bound, Plan};
 use crate::catalog_queries;
+use crate::consistency::Ready;
 use crate::exec;
 use crate::routes::{wants_dataflow, PreparedAuto};
-use crate::consistency::Ready;
 use crate::view_read::ViewRead;
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
@@ -876,10 +876,12 @@ impl Session {
                     }
                     Ready::Compute => {
                         let seen = db.applied_lsn();
-                        let rows =
-                            self.engine
-                                .views
-                                .compute_lookup(&db.read(), &entry, read.key(), &key)?;
+                        let rows = self.engine.views.compute_lookup(
+                            &db.read(),
+                            &entry,
+                            read.key(),
+                            &key,
+                        )?;
                         (rows, seen)
                     }
                 };

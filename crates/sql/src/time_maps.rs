@@ -214,7 +214,9 @@ mod tests {
 
     #[test]
     fn time_map_statements_are_recognized_and_lexed() {
-        assert!(is_time_map_statement("create  TIME map x on t (a) every '5s'"));
+        assert!(is_time_map_statement(
+            "create  TIME map x on t (a) every '5s'"
+        ));
         assert!(is_time_map_statement("DROP TIME MAP x"));
         assert!(!is_time_map_statement("CREATE TABLE time (a int)"));
         let t = lex("CREATE TIME MAP \"M\" ON t (a) EVERY '5s', '1min';").unwrap();

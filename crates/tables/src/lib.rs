@@ -24,7 +24,8 @@ use aqueduct_values::{decode_row, decode_value, encode_row, encode_value, Value}
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 pub use schema::{
-    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
+    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef,
+    SCHEMA_RECORD_VERSION,
 };
 pub use table::{matches, Key, Row, RowVersion, Table};
 
