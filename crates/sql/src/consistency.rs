@@ -211,7 +211,7 @@ impl Session {
     ) -> Result<Outcome, SqlError> {
         let catalog: &Catalog = &snap.catalog;
         let db = self.engine.database();
-        if let Some(views) = self.release_view_catalog(catalog, st, params)? {
+        if let Some(views) = self.release_view_catalog(snap, st, params)? {
             let bound = crate::bind::bind(&views, st, hints, &self.settings)?;
             return crate::exec::execute(
                 db,

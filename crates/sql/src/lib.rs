@@ -14,6 +14,7 @@ mod compile;
 mod consistency;
 pub mod exec;
 mod oneshot;
+mod release_views;
 mod routes;
 mod session;
 mod time_maps;
@@ -31,6 +32,7 @@ use aqueduct_values::{DataType, Value};
 pub use aqueduct_expr::{expr, SqlError};
 pub use aqueduct_releases as releases;
 pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
+pub use release_views::MAX_RELEASE_VIEWS;
 pub use session::{parse_duration, Outcome, Prepared, Session, TxnStatus};
 
 /// Largest SQL text accepted in one query message.
@@ -87,6 +89,8 @@ pub struct Engine {
     pub releases: Arc<aqueduct_releases::Releases>,
     /// Results of `release` reads of the current release.
     release_results: parking_lot::Mutex<consistency::ReleaseResults>,
+    /// Views as of the current release, filled as they are read.
+    release_views: parking_lot::Mutex<release_views::ReleaseViews>,
     /// The consistency level new sessions start with.
     default_consistency: parking_lot::RwLock<Consistency>,
     pub metrics: EngineMetrics,
@@ -140,6 +144,7 @@ impl Engine {
             views: registry,
             releases,
             release_results: Default::default(),
+            release_views: Default::default(),
             default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
             metrics: EngineMetrics::default(),
             started: Instant::now(),

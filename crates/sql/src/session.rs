@@ -66,6 +66,17 @@ pub struct Prepared {
     custom: bool,
 }
 
+/// Where the rows of views read by a statement come from.
+#[derive(Clone, Copy)]
+enum ViewRows<'a> {
+    /// The maintained views, as the session's consistency level asks.
+    Views,
+    /// Their queries evaluated over these tables.
+    Tables(&'a Catalog),
+    /// As of a release.
+    Release(&'a aqueduct_releases::Snapshot),
+}
+
 /// Settings a client may read with `SHOW` and change with `SET`.
 const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("application_name", ""),
@@ -744,40 +755,38 @@ impl Session {
         }
         match self.views_ready()? {
             Ready::At(seen) => {
-                let out = self.views_as_tables(st, params, Some(None))?;
+                let out = self.views_as_tables(st, params, Some(ViewRows::Views))?;
                 self.engine.database().await_visible(seen)?;
                 Ok(out)
             }
             Ready::Compute => {
                 let db = self.engine.database();
                 let seen = db.applied_lsn();
-                let out = self.views_as_tables(st, params, Some(Some(&db.read())))?;
+                let out = self.views_as_tables(st, params, Some(ViewRows::Tables(&db.read())))?;
                 db.await_visible(seen)?;
                 Ok(out)
             }
         }
     }
 
-    /// The maintained views `st` reads as tables computed over `catalog`
-    /// (the tables of a release), or `None` when it reads anything else.
+    /// The maintained views `st` reads as tables as of the release
+    /// `snap`, or `None` when it reads anything else.
     pub(crate) fn release_view_catalog(
         &self,
-        catalog: &Catalog,
+        snap: &aqueduct_releases::Snapshot,
         st: &Statement,
         params: &[Value],
     ) -> Result<Option<Catalog>, SqlError> {
-        self.views_as_tables(st, params, Some(Some(catalog)))
+        self.views_as_tables(st, params, Some(ViewRows::Release(snap)))
     }
 
     /// The views `st` reads as tables: with no rows (`rows` None, for
-    /// describing a statement), their rows as the views hold them
-    /// (`Some(None)`), or computed from the base tables in a catalog
-    /// (`Some(Some(tables))`).
+    /// describing a statement), or with the rows `rows` says where to get.
     fn views_as_tables(
         &self,
         st: &Statement,
         params: &[Value],
-        rows: Option<Option<&Catalog>>,
+        rows: Option<ViewRows>,
     ) -> Result<Option<Catalog>, SqlError> {
         let Some(names) = self.views_only(st) else {
             return Ok(None);
@@ -800,21 +809,32 @@ impl Session {
             };
             let (rows, watermark) = match (keyed, rows) {
                 (_, None) => (Vec::new(), 0),
-                (Some((cols, combos)), Some(None)) => {
+                (Some((cols, combos)), Some(ViewRows::Views)) => {
                     let (found, watermark) = self.lookup_view(&v, &cols, &combos)?;
                     (found.into_iter().flatten().collect(), watermark)
                 }
-                (None, Some(None)) => views.rows(&v)?,
-                (Some((cols, combos)), Some(Some(tables))) => {
+                (None, Some(ViewRows::Views)) => views.rows(&v)?,
+                (Some((cols, combos)), Some(ViewRows::Tables(tables))) => {
                     let mut found = Vec::new();
                     for key in &combos {
                         found.extend(views.compute_lookup(tables, &v, &cols, key)?);
                     }
                     (found, tables.lsn())
                 }
-                (None, Some(Some(tables))) => {
+                (Some((cols, combos)), Some(ViewRows::Release(snap))) => {
+                    let mut found = Vec::new();
+                    for key in &combos {
+                        found.extend(self.engine.release_lookup(snap, &v, &cols, key)?);
+                    }
+                    (found, snap.release.lsn)
+                }
+                (None, Some(ViewRows::Tables(tables))) => {
                     (views.compute_lookup(tables, &v, &[], &[])?, tables.lsn())
                 }
+                (None, Some(ViewRows::Release(snap))) => (
+                    views.compute_lookup(&snap.catalog, &v, &[], &[])?,
+                    snap.release.lsn,
+                ),
             };
             catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
                 id: v.id,

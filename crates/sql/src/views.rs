@@ -51,7 +51,7 @@ pub struct ViewEntry {
     /// For an automatic view with ORDER BY: the order of its rows, which
     /// then carry hidden sort columns after `columns`.
     pub order: Vec<SortColumn>,
-    options: InstallOptions,
+    pub(crate) options: InstallOptions,
     /// Tells entries apart, also from a later view of the same name.
     uid: u64,
 }
@@ -189,7 +189,7 @@ pub const VIEW_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The name of the graph view behind a keyed reader (`ordered`: its keys
 /// are kept in order for range reads).
-fn keyed_name(view: &str, key: &[usize], ordered: bool) -> String {
+pub(crate) fn keyed_name(view: &str, key: &[usize], ordered: bool) -> String {
     format!("{view}#{key:?}{}", if ordered { "<>" } else { "" })
 }
 
@@ -1213,7 +1213,7 @@ pub const PARTIAL_SCAN_ROWS: usize = 10_000;
 /// Whether every upquery of `plan` finds its base rows by a lookup (the
 /// primary key, or an index on exactly the key's columns), or in a table
 /// small enough to scan. The error names the index to create.
-fn upqueries_can_look_up(catalog: &Catalog, plan: &PartialPlan) -> Result<(), String> {
+pub(crate) fn upqueries_can_look_up(catalog: &Catalog, plan: &PartialPlan) -> Result<(), String> {
     for (table, columns) in plan.lookups() {
         let Some(t) = catalog.table_by_id(table) else {
             continue;
@@ -1237,7 +1237,7 @@ fn upqueries_can_look_up(catalog: &Catalog, plan: &PartialPlan) -> Result<(), St
 }
 
 /// Reads a table's rows from `catalog`, to fill operators kept in full.
-fn table_rows(catalog: &Catalog) -> impl Fn(TableId) -> Vec<Row> + '_ {
+pub(crate) fn table_rows(catalog: &Catalog) -> impl Fn(TableId) -> Vec<Row> + '_ {
     move |table: TableId| -> Vec<Row> {
         catalog
             .table_by_id(table)

@@ -64,6 +64,8 @@ struct Seen {
     sizes: (u64, BTreeMap<i64, i64>),
     retweets: (u64, i64),
     tweets: (u64, i64),
+    /// One list's size read by key: (release, list, size).
+    keyed: (u64, i64, i64),
 }
 
 #[derive(Default)]
@@ -220,6 +222,15 @@ fn release_reads_see_each_release_whole_and_as_of_its_lsn() {
                     let r3 = s.release_read_id().unwrap();
                     let tweets = rows(&mut s, "SELECT count(*) FROM tweets");
                     let r4 = s.release_read_id().unwrap();
+                    // By key: a view of the release's own, filled by
+                    // upqueries into the release's tables.
+                    let list = (reads.load(Ordering::Relaxed) as i64) % LISTS;
+                    let keyed = rows(
+                        &mut s,
+                        &format!("SELECT c FROM list_sizes WHERE list = {list}"),
+                    );
+                    let r5 = s.release_read_id().unwrap();
+                    let keyed: i64 = keyed.first().map_or(0, |r| r[0].parse().unwrap());
                     assert_eq!(
                         orphans,
                         vec![vec!["0".to_string()]],
@@ -232,6 +243,7 @@ fn release_reads_see_each_release_whole_and_as_of_its_lsn() {
                         sizes: (r2, sizes.clone()),
                         retweets: (r3, retweets[0][0].parse().unwrap()),
                         tweets: (r4, tweets[0][0].parse().unwrap()),
+                        keyed: (r5, list, keyed),
                     });
                     if r1 == r2 {
                         // One release: the counters agree with the view.
@@ -239,7 +251,7 @@ fn release_reads_see_each_release_whole_and_as_of_its_lsn() {
                             counters.into_iter().filter(|(_, n)| *n > 0).collect();
                         assert_eq!(nonzero, sizes, "counters and list sizes of release {r1}");
                     }
-                    let n = reads.fetch_add(4, Ordering::Relaxed) + 4;
+                    let n = reads.fetch_add(5, Ordering::Relaxed) + 5;
                     if n >= READS && cut.load(Ordering::Relaxed) >= first + RELEASES {
                         stop.store(true, Ordering::Relaxed);
                     }
@@ -271,6 +283,12 @@ fn release_reads_see_each_release_whole_and_as_of_its_lsn() {
         let (r, tweets) = s.tweets;
         let (_, t, rt) = h.at(lsn(r));
         assert_eq!(tweets, t + rt, "tweets as of release {r}");
+        let (r, list, size) = s.keyed;
+        assert_eq!(
+            size,
+            h.at(lsn(r)).0[&list],
+            "list {list} by key as of release {r}"
+        );
     }
     eprintln!(
         "{} release reads over {} releases, {} commits, in {:.1?}",

@@ -1,0 +1,167 @@
+//! Maintained views as of a release: a `release` read of a view by key is
+//! answered by a partial view of the view's own, private to the release
+//! and built over the release's tables. A key is filled once, by an
+//! upquery through the view's operators with index lookups in the frozen
+//! tables — the same path as a partial view's miss — and then read from
+//! memory until the release is replaced. Nothing needs maintaining: the
+//! tables under it never change. A view whose key does not trace to the
+//! base tables is evaluated in full once per release instead and indexed
+//! by the key.
+//!
+//! The views of one release are dropped when the next release is first
+//! read; [`MAX_RELEASE_VIEWS`] bounds how many one release builds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aqueduct_dataflow::graph::{Graph, NodeId};
+use aqueduct_dataflow::view::ViewReader;
+use aqueduct_dataflow::Row;
+use aqueduct_releases::Snapshot;
+use aqueduct_values::Value;
+use parking_lot::Mutex;
+
+use crate::compile::Compiler;
+use crate::views::{keyed_name, table_rows, upqueries_can_look_up, view_query, ViewEntry};
+use crate::{Engine, SqlError};
+
+/// Most views (per view and key) one release builds; beyond it, reads
+/// evaluate the view's query directly.
+pub const MAX_RELEASE_VIEWS: usize = 1_024;
+
+/// One view of one release, on one key.
+enum Scratch {
+    /// Filled key by key by upqueries into the release's tables.
+    Partial {
+        graph: Graph,
+        view: NodeId,
+        reader: ViewReader,
+    },
+    /// Every row, by key (for a key that does not trace to the tables).
+    Full(HashMap<Vec<Value>, Vec<Row>>),
+}
+
+/// The views built for the current release.
+#[derive(Default)]
+pub(crate) struct ReleaseViews {
+    release: u64,
+    views: HashMap<(u64, Vec<usize>), Arc<Mutex<Scratch>>>,
+}
+
+impl Engine {
+    /// The rows of view `entry` whose `key` columns equal `values`, as of
+    /// the release `snap`.
+    pub(crate) fn release_lookup(
+        &self,
+        snap: &Snapshot,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[Value],
+    ) -> Result<Vec<Row>, SqlError> {
+        let id = snap.release.id;
+        let slot = (entry.uid(), key.to_vec());
+        let found = {
+            let mut rv = self.release_views.lock();
+            if rv.release != id {
+                if rv.release > id {
+                    // A read of a release being replaced: not kept.
+                    drop(rv);
+                    return self.views.compute_lookup(&snap.catalog, entry, key, values);
+                }
+                rv.release = id;
+                rv.views.clear();
+            }
+            match rv.views.get(&slot) {
+                Some(s) => Some(s.clone()),
+                None if rv.views.len() >= MAX_RELEASE_VIEWS => None,
+                None => {
+                    // Built outside the lock; a racing reader builds its
+                    // own and one of them is kept.
+                    drop(rv);
+                    let built = Arc::new(Mutex::new(self.build_scratch(snap, entry, key)?));
+                    let mut rv = self.release_views.lock();
+                    if rv.release == id {
+                        Some(rv.views.entry(slot).or_insert(built).clone())
+                    } else {
+                        Some(built)
+                    }
+                }
+            }
+        };
+        let Some(scratch) = found else {
+            return self.views.compute_lookup(&snap.catalog, entry, key, values);
+        };
+        let mut scratch = scratch.lock();
+        match &mut *scratch {
+            Scratch::Full(rows) => Ok(rows.get(values).cloned().unwrap_or_default()),
+            Scratch::Partial {
+                graph,
+                view,
+                reader,
+            } => {
+                let catalog = &snap.catalog;
+                let fetch = |table, columns: &[usize], k: &Row| -> Vec<Row> {
+                    catalog.table_by_id(table).map_or_else(Vec::new, |t| {
+                        t.rows_matching(columns, k, None, usize::MAX)
+                            .0
+                            .into_iter()
+                            .map(|(_, r)| (*r).clone())
+                            .collect()
+                    })
+                };
+                let key_row: Row = values.to_vec();
+                if !graph.holds(*view, &key_row) {
+                    graph.fill(*view, std::slice::from_ref(&key_row), &fetch);
+                }
+                let rows = reader
+                    .read(|state, _| state.lookup(values))
+                    .unwrap_or_default();
+                Ok(rows)
+            }
+        }
+    }
+
+    fn build_scratch(
+        &self,
+        snap: &Snapshot,
+        entry: &ViewEntry,
+        key: &[usize],
+    ) -> Result<Scratch, SqlError> {
+        let catalog = &snap.catalog;
+        let lsn = snap.release.lsn;
+        let query = view_query(&entry.sql)?;
+        let mut graph = Graph::new();
+        graph.set_private(true);
+        let mut c = Compiler::new(catalog, &mut graph);
+        c.keep_order = entry.options.keep_order;
+        c.partition_last = entry.options.partition_last;
+        let compiled = c.query(&query)?;
+        let nodes = std::mem::take(&mut c.new_nodes);
+        drop(c);
+        graph.set_private(false);
+        graph.set_processed(lsn);
+        let plan = graph
+            .plan_partial(compiled.node, key, &nodes)
+            .and_then(|plan| upqueries_can_look_up(catalog, &plan).map(|()| plan));
+        match plan {
+            Ok(plan) => {
+                let name = keyed_name(&entry.name, key, false);
+                let (view, reader) =
+                    graph.add_partial_view(&name, plan, &table_rows(catalog), lsn)?;
+                Ok(Scratch::Partial {
+                    graph,
+                    view,
+                    reader,
+                })
+            }
+            Err(_) => {
+                let mut by_key: HashMap<Vec<Value>, Vec<Row>> = HashMap::new();
+                for row in self.views.compute_lookup(catalog, entry, &[], &[])? {
+                    let k: Vec<Value> = key.iter().map(|&c| row[c].clone()).collect();
+                    by_key.entry(k).or_default().push(row);
+                }
+                Ok(Scratch::Full(by_key))
+            }
+        }
+    }
+}
