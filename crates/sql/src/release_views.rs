@@ -33,7 +33,7 @@ pub const MAX_RELEASE_VIEWS: usize = 1_024;
 enum Scratch {
     /// Filled key by key by upqueries into the release's tables.
     Partial {
-        graph: Graph,
+        graph: Box<Graph>,
         view: NodeId,
         reader: ViewReader,
     },
@@ -149,7 +149,7 @@ impl Engine {
                 let (view, reader) =
                     graph.add_partial_view(&name, plan, &table_rows(catalog), lsn)?;
                 Ok(Scratch::Partial {
-                    graph,
+                    graph: Box::new(graph),
                     view,
                     reader,
                 })
