@@ -7,7 +7,8 @@
 //! `bench view read [options] [--json FILE]`,
 //! `bench view partial [options] [--json FILE]`,
 //! `bench view partial-wire [options] [--json FILE]` and
-//! `bench news [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench news [options] [--json FILE]` and
+//! `bench releases [options] [--json FILE]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
@@ -23,6 +24,7 @@ mod news;
 mod news_oracle;
 mod peer;
 mod pg;
+mod releases;
 mod sql_point;
 mod view_partial;
 mod view_partial_wire;
@@ -65,6 +67,9 @@ enum Top {
     /// A news aggregator (Lobsters-like pages, natural queries) over the
     /// wire: page views/s with p95 under 100 ms, Aqueduct against PostgreSQL.
     News(news::NewsArgs),
+    /// Scheduled releases in process: the cost to writes, the staleness of
+    /// release reads, and keyed view reads in release mode.
+    Releases(releases::ReleasesArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -155,6 +160,8 @@ fn main() -> anyhow::Result<()> {
             write_json(&args.json, "news", started, &args, &results)?;
             results.verdict()
         }),
+        Top::Releases(args) => releases::run(&args)
+            .and_then(|results| write_json(&args.json, "releases", started, &args, &results)),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.

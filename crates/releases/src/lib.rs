@@ -170,13 +170,19 @@ impl Releases {
 
     /// Starts capturing changes for releases on `schedule`, from the state
     /// at `lsn` (call under the commit lock, before any later commit).
+    /// A new schedule starts a new history: release ids of different
+    /// intervals do not compare.
     pub fn enable(&self, schedule: Schedule, lsn: Lsn) {
         *self.pending.lock() = Pending {
             since: lsn,
             complete: false,
             ..Pending::default()
         };
-        *self.schedule.write() = Some(schedule);
+        let mut current = self.schedule.write();
+        if *current != Some(schedule) {
+            *self.state.write() = State::default();
+        }
+        *current = Some(schedule);
     }
 
     pub fn schedule(&self) -> Option<Schedule> {
