@@ -28,6 +28,10 @@ use crate::{Engine, SqlError};
 /// Most views (per view and key) one release builds; beyond it, reads
 /// evaluate the view's query directly.
 pub const MAX_RELEASE_VIEWS: usize = 1_024;
+/// Most keys one release's view holds; a fill beyond it empties the view
+/// first (what it held is derived from tables that never change, so it is
+/// filled again on demand), bounding memory however long a release lasts.
+pub const MAX_RELEASE_VIEW_KEYS: usize = 100_000;
 
 /// One view of one release, on one key.
 enum Scratch {
@@ -59,7 +63,7 @@ impl Engine {
         values: &[Value],
     ) -> Result<Vec<Row>, SqlError> {
         let id = snap.release.id;
-        let slot = (entry.uid(), key.to_vec());
+        let slot: (u64, Vec<usize>) = (entry.uid(), key.to_vec());
         let found = {
             let mut rv = self.release_views.lock();
             if rv.release != id {
@@ -81,7 +85,7 @@ impl Engine {
                     let built = Arc::new(Mutex::new(self.build_scratch(snap, entry, key)?));
                     let mut rv = self.release_views.lock();
                     if rv.release == id {
-                        Some(rv.views.entry(slot).or_insert(built).clone())
+                        Some(rv.views.entry(slot.clone()).or_insert(built).clone())
                     } else {
                         Some(built)
                     }
@@ -111,6 +115,11 @@ impl Engine {
                 };
                 let key_row: Row = values.to_vec();
                 if !graph.holds(*view, &key_row) {
+                    if graph.partial_keys() >= MAX_RELEASE_VIEW_KEYS {
+                        drop(scratch);
+                        self.release_views.lock().views.remove(&slot);
+                        return self.release_lookup(snap, entry, key, values);
+                    }
                     graph.fill(*view, std::slice::from_ref(&key_row), &fetch);
                 }
                 let rows = reader
