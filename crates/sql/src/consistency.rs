@@ -151,11 +151,14 @@ impl Session {
     /// Answers `st` as of the current release: from its snapshot of the
     /// tables, once per release and statement (later reads get the same
     /// result without evaluating again).
+    /// `auto`: the automatic view that serves `st` (a prepared query) and
+    /// the values to read it with, when it has one.
     pub(crate) fn read_release(
         &mut self,
         st: &Statement,
         hints: &[Option<DataType>],
         params: &[Value],
+        auto: Option<(&crate::auto_views::AutoView, Vec<Value>)>,
     ) -> Result<Outcome, SqlError> {
         let releases = &self.engine.releases;
         let Some(snap) = releases.current() else {
@@ -182,7 +185,14 @@ impl Session {
                 }
             }
         }
-        let out = self.evaluate_at(&snap, st, hints, params)?;
+        let from_view = match auto {
+            Some((a, values)) => self.read_auto_at(a, &values, Some(&snap))?,
+            None => None,
+        };
+        let out = match from_view {
+            Some(out) => out,
+            None => self.evaluate_at(&snap, st, hints, params)?,
+        };
         let mut results = self.engine.release_results.lock();
         if results.release != id {
             // Results of an older release are of no more use; a newer

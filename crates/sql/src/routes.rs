@@ -101,6 +101,17 @@ impl Session {
         auto: &AutoView,
         values: &[Value],
     ) -> Result<Option<Outcome>, SqlError> {
+        self.read_auto_at(auto, values, None)
+    }
+
+    /// [`Session::read_auto`], as of release `at` when given (through the
+    /// release's own views; a range read is left to the caller).
+    pub(crate) fn read_auto_at(
+        &mut self,
+        auto: &AutoView,
+        values: &[Value],
+        at: Option<&aqueduct_releases::Snapshot>,
+    ) -> Result<Option<Outcome>, SqlError> {
         let Ok(Some(keys)) = auto.lookups(values) else {
             return Ok(None);
         };
@@ -110,11 +121,15 @@ impl Session {
         let Some(entry) = self.engine.views.get(&auto.view) else {
             return Ok(None);
         };
-        let seen = match self.views_ready()? {
-            crate::consistency::Ready::At(seen) => seen,
+        if at.is_some() && keys.iter().any(|k| k.range.is_some()) {
+            return Ok(None);
+        }
+        let seen = match (at, self.views_ready()?) {
+            (Some(_), _) => 0,
+            (None, crate::consistency::Ready::At(seen)) => seen,
             // The views are behind and the session asked for an answer
             // from the base tables: evaluated once, over them.
-            crate::consistency::Ready::Compute => return Ok(None),
+            (None, crate::consistency::Ready::Compute) => return Ok(None),
         };
         // Keys read by equality on the same columns are looked up together,
         // so the ones a partial view misses are filled by one upquery.
@@ -135,12 +150,20 @@ impl Session {
                     .collect();
                 let values: Vec<Vec<Value>> =
                     point.iter().map(|&i| keys[i].prefix.clone()).collect();
-                match self.engine.views.lookup_many(
-                    &entry,
-                    &columns,
-                    &values,
-                    self.upquery_timeout(),
-                ) {
+                let found = match at {
+                    Some(snap) => values
+                        .iter()
+                        .map(|v| self.engine.release_lookup(snap, &entry, &columns, v))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(|rows| (rows, 0)),
+                    None => self.engine.views.lookup_many(
+                        &entry,
+                        &columns,
+                        &values,
+                        self.upquery_timeout(),
+                    ),
+                };
+                match found {
                     Ok((found, _)) => prefetched.extend(point.iter().copied().zip(found)),
                     Err(e) => return self.auto_read_failed(auto, e),
                 }
@@ -153,12 +176,18 @@ impl Session {
                 _ if prefetched.contains_key(&i) => {
                     Ok((prefetched.remove(&i).unwrap_or_default(), 0))
                 }
-                None => self.engine.views.lookup_timed(
-                    &entry,
-                    &columns,
-                    &l.prefix,
-                    self.upquery_timeout(),
-                ),
+                None => match at {
+                    Some(snap) => self
+                        .engine
+                        .release_lookup(snap, &entry, &columns, &l.prefix)
+                        .map(|rows| (rows, 0)),
+                    None => self.engine.views.lookup_timed(
+                        &entry,
+                        &columns,
+                        &l.prefix,
+                        self.upquery_timeout(),
+                    ),
+                },
                 Some((low, high)) => self.engine.views.lookup_range(
                     &entry,
                     &columns,
@@ -184,9 +213,12 @@ impl Session {
                 None => return Ok(None),
             }
         }
-        // Counted once answered here (a fallback counts its own).
-        self.engine.metrics.count(&self.engine.metrics.select);
-        self.engine.database().await_visible(seen)?;
+        // Counted once answered here (a fallback counts its own; a
+        // release read was counted by its caller).
+        if at.is_none() {
+            self.engine.metrics.count(&self.engine.metrics.select);
+            self.engine.database().await_visible(seen)?;
+        }
         let rows = auto.finish(rows, keys.len());
         Ok(Some(Outcome::Rows {
             tag: format!("SELECT {}", rows.len()),

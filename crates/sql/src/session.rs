@@ -472,7 +472,19 @@ impl Session {
         }
         if let Some(st) = self.release_read(p.statement.as_ref()) {
             let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
-            let out = self.read_release(st, &hints, params);
+            let auto = p
+                .auto
+                .as_ref()
+                .filter(|a| a.generation == self.engine.views.auto_generation())
+                .map(|a| {
+                    let values: Vec<Value> = params
+                        .iter()
+                        .cloned()
+                        .chain(a.literals.iter().cloned())
+                        .collect();
+                    (&a.view, values)
+                });
+            let out = self.read_release(st, &hints, params, auto);
             if out.is_err() {
                 self.note_error();
             }
@@ -565,7 +577,7 @@ impl Session {
             return self.run_virtual(st, hints, params);
         }
         if let Some(st) = self.release_read(Some(st)) {
-            return self.read_release(st, hints, params);
+            return self.read_release(st, hints, params, None);
         }
         if matches!(
             st,

@@ -339,6 +339,19 @@ fn release_reads_do_not_see_later_writes_until_the_next_release() {
         common::prepared_rows(&mut r, &p, &[aqueduct_values::Value::Int(0)]),
         vec![vec!["0"]]
     );
+    // A prepared join with a parameter (an automatic view in other modes)
+    // is read through the release's own view too.
+    let join = r
+        .prepare(
+            "SELECT c.n, count(i.id) FROM counters c LEFT JOIN items i ON i.list = c.list \
+             WHERE c.list = $1 GROUP BY c.n",
+            &[None],
+        )
+        .unwrap();
+    assert_eq!(
+        common::prepared_rows(&mut r, &join, &[aqueduct_values::Value::Int(0)]),
+        vec![vec!["0", "0"]]
+    );
     // Other levels see the write at once.
     ok(&mut r, "SET aqueduct.consistency = 'eventual'");
     assert_eq!(
@@ -358,6 +371,10 @@ fn release_reads_do_not_see_later_writes_until_the_next_release() {
     assert_eq!(
         common::prepared_rows(&mut r, &p, &[aqueduct_values::Value::Int(0)]),
         vec![vec!["1"]]
+    );
+    assert_eq!(
+        common::prepared_rows(&mut r, &join, &[aqueduct_values::Value::Int(0)]),
+        vec![vec!["5", "1"]]
     );
     // Transaction blocks read the newest state, whatever the level.
     ok(&mut w, "INSERT INTO items VALUES (2, 0)");
