@@ -301,4 +301,47 @@ mod tests {
         assert!(e.to_string().contains("always, interval"), "{e}");
         assert!(toml::from_str::<FileConfig>("colour = 1").is_err());
     }
+
+    #[test]
+    fn releases_and_consistency_are_checked() {
+        let file: FileConfig =
+            toml::from_str("release_interval = \"5s\"\nconsistency = \"release\"\n").unwrap();
+        let c = ServerConfig::resolve(file, FileConfig::default()).unwrap();
+        assert_eq!(c.release_interval, Some(Duration::from_secs(5)));
+        assert_eq!(c.consistency, Consistency::Release);
+        assert_eq!(
+            ServerConfig::resolve(FileConfig::default(), FileConfig::default())
+                .unwrap()
+                .consistency,
+            Consistency::Linearizable
+        );
+        let bad = |flags: FileConfig| {
+            ServerConfig::resolve(FileConfig::default(), flags)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad(FileConfig {
+            release_interval: Some("soon".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("--release-interval"), "{e}");
+        let e = bad(FileConfig {
+            release_interval: Some("5ms".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("at least 10 ms"), "{e}");
+        let e = bad(FileConfig {
+            consistency: Some("strong".into()),
+            ..Default::default()
+        });
+        assert!(
+            e.contains("eventual, session, release or linearizable"),
+            "{e}"
+        );
+        let e = bad(FileConfig {
+            consistency: Some("release".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("needs releases"), "{e}");
+    }
 }
