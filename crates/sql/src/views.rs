@@ -32,7 +32,7 @@ pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
 use aqueduct_dataflow::worker::{Upstream, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
-use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId, ROWS_PER_READ_LOCK};
+use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId};
 use aqueduct_values::Value;
 use parking_lot::RwLock;
 use sqlparser::ast;
@@ -209,9 +209,9 @@ struct Tables(Weak<Engine>);
 impl Upstream for Tables {
     fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Arc<Row>>>, Lsn)> {
         let engine = self.0.upgrade()?;
-        // In pieces, each under its own lock: commits go on while a key
-        // with a million rows is read.
-        Some(engine.database().rows_at(asks, ROWS_PER_READ_LOCK))
+        // From clones of the tables: commits go on while a key with a
+        // million rows is read.
+        Some(engine.database().rows_at(asks))
     }
 }
 

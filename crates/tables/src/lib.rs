@@ -15,7 +15,7 @@ mod schema;
 mod table;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,8 @@ pub use schema::{
 };
 pub use table::{matches, Key, Row, RowVersion, Table};
 
-mod tap;
-use tap::Tap;
-pub use tap::{RowsAsk, ROWS_PER_READ_LOCK};
+mod snapshot_read;
+pub use snapshot_read::RowsAsk;
 
 const ROW_PREFIX: u8 = b'r';
 const SCHEMA_PREFIX: u8 = b's';
@@ -370,10 +369,6 @@ pub struct Database {
     /// Hidden row ids, unique across all tables and transactions.
     next_rowid: std::sync::atomic::AtomicI64,
     hook: RwLock<Option<CommitHook>>,
-    /// Reads in pieces under way ([`Database::rows_at`]), told about every
-    /// change committed meanwhile, and how many there are.
-    taps: Mutex<Vec<Arc<Tap>>>,
-    tapping: AtomicUsize,
     pub metrics: TableMetrics,
 }
 
@@ -416,8 +411,6 @@ impl Database {
             applied: AtomicU64::new(report.last_lsn),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
             hook: RwLock::new(None),
-            taps: Mutex::new(Vec::new()),
-            tapping: AtomicUsize::new(0),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -541,9 +534,6 @@ impl Database {
                     None
                 }
             };
-            if let (Some(c), Write::Put { key, .. } | Write::Delete { key, .. }) = (&change, w) {
-                self.offer_to_taps(lsn, c.table, key, c.old.as_ref(), c.new.as_ref());
-            }
             if hook.is_some() {
                 changes.extend(change);
             }

@@ -1,6 +1,6 @@
-//! `Database::rows_at` reads in pieces while commits go on; every result
-//! must equal the rows of an in-memory model of the tables at the LSN the
-//! read returns.
+//! `Database::rows_at` reads clones of the tables while commits go on;
+//! every result must equal the rows of an in-memory model of the tables at
+//! the LSN the read returns.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,8 +18,6 @@ const ROWS_PER_TABLE: usize = 120;
 /// Writes go on until this many reads overlapped commits (or `MAX_WRITES`).
 const READS: usize = 100;
 const MAX_WRITES: usize = 500_000;
-/// Tiny pieces, so every read spans many locks and commits.
-const PER_LOCK: usize = 4;
 
 fn column(name: &str) -> ColumnDef {
     ColumnDef {
@@ -148,7 +146,7 @@ fn reads_in_pieces_equal_the_model_at_their_lsn() {
             let mut reads = Vec::new();
             while writing.load(Ordering::Relaxed) {
                 let before = db.applied_lsn();
-                let read = db.rows_at(&asks, PER_LOCK);
+                let read = db.rows_at(&asks);
                 // Commits ran while it read.
                 if read.1 > before {
                     overlapped.fetch_add(1, Ordering::Relaxed);
