@@ -72,7 +72,7 @@ fn commit(db: &Database, history: &Mutex<History>, table: TableId, key: Key, row
 }
 
 #[test]
-fn reads_in_pieces_equal_the_model_at_their_lsn() {
+fn reads_equal_the_model_at_their_lsn() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         sync: SyncPolicy::Never,
