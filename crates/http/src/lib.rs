@@ -295,7 +295,7 @@ async fn sql(
     let result = tokio::task::spawn_blocking(move || {
         let mut session = engine.session();
         if let Err(e) = releases::configure(&mut session, q.consistency.as_deref(), &request) {
-            return (Err(e), 0);
+            return (Err(e), 0, None);
         }
         let outcome = if req.params.is_empty() {
             session
@@ -307,12 +307,16 @@ async fn sql(
             let params = req.params.iter().map(json::param).collect::<Vec<_>>();
             session.execute_with_params(&req.sql, &params)
         };
-        (outcome, session.last_lsn())
+        (outcome, session.last_lsn(), session.release_read_id())
     })
     .await;
     match result {
-        Ok((Ok(outcome), lsn)) => {
-            let mut r = Json(json::outcome(&outcome, lsn)).into_response();
+        Ok((Ok(outcome), lsn, release)) => {
+            let mut body = json::outcome(&outcome, lsn);
+            if let Some(id) = release {
+                body["release"] = serde_json::json!(id);
+            }
+            let mut r = Json(body).into_response();
             if lsn > 0 {
                 r.headers_mut().insert(
                     LAST_LSN_HEADER,
@@ -321,7 +325,7 @@ async fn sql(
             }
             r
         }
-        Ok((Err(e), _)) => error_response(status_of(&e), &e),
+        Ok((Err(e), _, _)) => error_response(status_of(&e), &e),
         Err(join) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &SqlError::new("XX000", format!("the statement failed: {join}")),

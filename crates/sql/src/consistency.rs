@@ -176,6 +176,8 @@ impl Session {
         self.engine.metrics.count(&self.engine.metrics.select);
         let id = snap.release.id;
         self.release_read_id = Some(id);
+        self.settings
+            .insert("aqueduct.release".into(), id.to_string());
         let key = (st.to_string(), params.to_vec());
         {
             let results = self.engine.release_results.lock();

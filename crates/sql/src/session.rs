@@ -103,6 +103,7 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("aqueduct.after_lsn", "0"),
     ("aqueduct.consistency_timeout", "30s"),
     ("aqueduct.consistency_timeout_action", "error"),
+    ("aqueduct.release", "0"),
 ];
 
 /// Settings clients may not change.
@@ -113,6 +114,7 @@ const READ_ONLY_SETTINGS: &[&str] = &[
     "integer_datetimes",
     "is_superuser",
     "aqueduct.last_lsn",
+    "aqueduct.release",
 ];
 
 pub struct Session {

@@ -325,12 +325,14 @@ fn release_reads_do_not_see_later_writes_until_the_next_release() {
     assert!(e.message.contains("no release is out yet"), "{e}");
     engine.cut_release(1, now_ms()).unwrap();
     ok(&mut w, "UPDATE counters SET n = 5 WHERE list = 0");
+    assert_eq!(rows(&mut r, "SHOW aqueduct.release"), vec![vec!["0"]]);
     ok(&mut w, "INSERT INTO items VALUES (1, 0)");
     assert_eq!(
         rows(&mut r, "SELECT n FROM counters WHERE list = 0"),
         vec![vec!["0"]]
     );
     assert!(rows(&mut r, "SELECT c FROM list_sizes WHERE list = 0").is_empty());
+    assert_eq!(rows(&mut r, "SHOW aqueduct.release"), vec![vec!["1"]]);
     // A prepared read (an automatic view in other modes) too.
     let p = r
         .prepare("SELECT count(*) FROM items WHERE list = $1", &[None])
