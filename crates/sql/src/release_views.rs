@@ -4,9 +4,9 @@
 //! upquery through the view's operators with index lookups in the frozen
 //! tables — the same path as a partial view's miss — and then read from
 //! memory until the release is replaced. Nothing needs maintaining: the
-//! tables under it never change. A view whose key does not trace to the
-//! base tables is evaluated in full once per release instead and indexed
-//! by the key.
+//! tables under it never change. A view whose key does not trace to
+//! indexed columns of the base tables is kept in full instead, compiled
+//! and filled once per release.
 //!
 //! The views of one release are dropped when the next release is first
 //! read; [`MAX_RELEASE_VIEWS`] bounds how many one release builds.
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use aqueduct_dataflow::graph::{Graph, NodeId};
-use aqueduct_dataflow::view::ViewReader;
+use aqueduct_dataflow::view::{ViewKind, ViewReader};
 use aqueduct_dataflow::Row;
 use aqueduct_releases::Snapshot;
 use aqueduct_values::Value;
@@ -41,8 +41,14 @@ enum Scratch {
         view: NodeId,
         reader: ViewReader,
     },
-    /// Every row, by key (for a key that does not trace to the tables).
-    Full(HashMap<Vec<Value>, Vec<Row>>),
+    /// Kept in full, by key: for a key that does not trace to indexed
+    /// columns of the base tables. Compiled like the view, with its options
+    /// (an automatic view's top-k per key), and filled from the release's
+    /// tables once.
+    Full {
+        _graph: Box<Graph>,
+        reader: ViewReader,
+    },
 }
 
 /// The views built for the current release.
@@ -97,7 +103,9 @@ impl Engine {
         };
         let mut scratch = scratch.lock();
         match &mut *scratch {
-            Scratch::Full(rows) => Ok(rows.get(values).cloned().unwrap_or_default()),
+            Scratch::Full { reader, .. } => Ok(reader
+                .read(|state, _| state.lookup(values))
+                .unwrap_or_default()),
             Scratch::Partial {
                 graph,
                 view,
@@ -106,8 +114,7 @@ impl Engine {
                 let catalog = &snap.catalog;
                 let fetch = |table, columns: &[usize], k: &Row| -> Vec<Row> {
                     catalog.table_by_id(table).map_or_else(Vec::new, |t| {
-                        t.rows_matching(columns, k, None, usize::MAX)
-                            .0
+                        t.rows_matching(columns, k)
                             .into_iter()
                             .map(|(_, r)| (*r).clone())
                             .collect()
@@ -164,12 +171,16 @@ impl Engine {
                 })
             }
             Err(_) => {
-                let mut by_key: HashMap<Vec<Value>, Vec<Row>> = HashMap::new();
-                for row in self.views.compute_lookup(catalog, entry, &[], &[])? {
-                    let k: Vec<Value> = key.iter().map(|&c| row[c].clone()).collect();
-                    by_key.entry(k).or_default().push(row);
-                }
-                Ok(Scratch::Full(by_key))
+                let name = keyed_name(&entry.name, key, false);
+                let (view, reader) =
+                    graph.view_with(&name, compiled.node, key.to_vec(), ViewKind::Full);
+                let mut fresh = nodes;
+                fresh.push(view);
+                graph.initialize(&fresh, &table_rows(catalog), lsn)?;
+                Ok(Scratch::Full {
+                    _graph: Box::new(graph),
+                    reader,
+                })
             }
         }
     }

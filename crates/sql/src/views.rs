@@ -1211,7 +1211,7 @@ impl ViewRegistry {
 pub const PARTIAL_SCAN_ROWS: usize = 10_000;
 
 /// Whether every upquery of `plan` finds its base rows by a lookup (the
-/// primary key, or an index on exactly the key's columns), or in a table
+/// primary key, or an index, whose columns are or begin with the key's), or in a table
 /// small enough to scan. The error names the index to create.
 pub(crate) fn upqueries_can_look_up(catalog: &Catalog, plan: &PartialPlan) -> Result<(), String> {
     for (table, columns) in plan.lookups() {

@@ -589,3 +589,71 @@ fn session_tokens_carry_read_your_writes_across_connections() {
         );
     }
 }
+
+/// A prepared top-k per key (a timeline: the newest tweets of whom a user
+/// follows) read in release mode equals the newest state's answer when no
+/// write came after the release: through the release's partial view (keys
+/// found by a primary-key prefix and an index prefix) and, for a table
+/// too large to scan and without an index, through a view kept in full.
+#[test]
+fn release_reads_of_top_k_per_key_equal_the_state_they_were_cut_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let mut s = engine.session();
+    for sql in [
+        "CREATE TABLE follows (follower bigint, followee bigint, PRIMARY KEY (follower, followee))",
+        "CREATE TABLE tweets (id bigint PRIMARY KEY, author bigint NOT NULL)",
+        "CREATE INDEX tweets_author_id ON tweets (author, id)",
+        // The same tweets, with no index on the author.
+        "CREATE TABLE posts (id bigint PRIMARY KEY, author bigint NOT NULL)",
+    ] {
+        ok(&mut s, sql);
+    }
+    let users = 40i64;
+    let mut follows = Vec::new();
+    for u in 0..users {
+        for k in 1..=(u % 7 + 1) {
+            follows.push(format!("({u}, {})", (u * 13 + k * 7) % users));
+        }
+    }
+    ok(
+        &mut s,
+        &format!("INSERT INTO follows VALUES {}", follows.join(", ")),
+    );
+    // More rows than a partial view may scan for want of an index.
+    let tweets: Vec<String> = (1..=12_000i64)
+        .map(|i| format!("({i}, {})", (i * 31) % users))
+        .collect();
+    for chunk in tweets.chunks(4_000) {
+        ok(
+            &mut s,
+            &format!("INSERT INTO tweets VALUES {}", chunk.join(", ")),
+        );
+        ok(
+            &mut s,
+            &format!("INSERT INTO posts VALUES {}", chunk.join(", ")),
+        );
+    }
+    engine.enable_releases(Schedule::new(Duration::from_secs(1)).unwrap());
+    engine.cut_release(7, now_ms()).unwrap();
+    let mut r = engine.session();
+    for table in ["tweets", "posts"] {
+        let timeline = format!(
+            "SELECT t.id, t.author FROM follows f JOIN {table} t ON t.author = f.followee \
+             WHERE f.follower = $1 ORDER BY t.id DESC LIMIT 5"
+        );
+        let p = r.prepare(&timeline, &[None]).unwrap();
+        for u in 0..users {
+            let key = [aqueduct_values::Value::Int(u)];
+            ok(&mut r, "SET aqueduct.consistency = 'linearizable'");
+            let newest = common::prepared_rows(&mut r, &p, &key);
+            assert_eq!(newest.len(), 5, "user {u} of {table}: {newest:?}");
+            ok(&mut r, "SET aqueduct.consistency = 'release'");
+            let released = common::prepared_rows(&mut r, &p, &key);
+            assert_eq!(
+                released, newest,
+                "user {u}'s timeline of {table} in release 7"
+            );
+        }
+    }
+}

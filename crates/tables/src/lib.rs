@@ -102,13 +102,11 @@ impl Catalog {
         self.lsn
     }
 
-    /// Whether [`Database::rows_at`] on these columns is a lookup rather
-    /// than a scan.
+    /// Whether [`Database::rows_at`] on these columns is a lookup (or a
+    /// range of a key or index) rather than a scan.
     pub fn has_lookup(&self, table: TableId, columns: &[usize]) -> bool {
-        self.table_by_id(table).is_some_and(|t| {
-            (t.schema.has_primary_key() && t.schema.primary_key == columns)
-                || t.index_on(columns).is_some()
-        })
+        self.table_by_id(table)
+            .is_some_and(|t| t.has_lookup(columns))
     }
     /// The id of the view called `name`.
     pub fn view(&self, name: &str) -> Option<TableId> {

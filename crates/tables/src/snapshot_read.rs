@@ -22,7 +22,7 @@ pub type RowsAsk = (TableId, Vec<usize>, Row);
 impl Database {
     /// For each ask, the rows of its table whose columns equal its values,
     /// all as of one LSN, which is returned too. The tables' read lock is
-    /// held only to clone the tables asked for; rows are in key order.
+    /// held only to clone the tables asked for.
     pub fn rows_at(&self, asks: &[RowsAsk]) -> (Vec<Vec<Arc<Row>>>, Lsn) {
         let (tables, lsn) = {
             // Recursive: the caller may hold a read guard further up.
@@ -39,8 +39,7 @@ impl Database {
             .iter()
             .map(|(t, columns, values)| match tables.get(t) {
                 Some(table) => table
-                    .rows_matching(columns, values, None, usize::MAX)
-                    .0
+                    .rows_matching(columns, values)
                     .into_iter()
                     .map(|(_, r)| r)
                     .collect(),

@@ -136,63 +136,66 @@ impl Table {
             .map(|((_, k), row)| (k, row))
     }
 
-    /// The rows whose `columns` equal `values`, in key order, after key
-    /// `after` (exclusive; `None`: from the start), visiting at most
-    /// `budget` rows: by the primary key or an index on exactly those
-    /// columns when there is one, else by a scan (which visits rows that do
-    /// not match too). Also returns where to resume: the last key visited,
-    /// or `None` when every matching row was returned. A caller reading a
-    /// large result in several calls holds a lock only per call.
-    pub fn rows_matching(
-        &self,
-        columns: &[usize],
-        values: &[Value],
-        after: Option<&Key>,
-        budget: usize,
-    ) -> (Vec<(Key, Arc<Row>)>, Option<Key>) {
-        assert!(budget > 0, "a read must visit at least one row");
-        let mut out = Vec::new();
-        if self.schema.has_primary_key() && self.schema.primary_key == columns {
+    /// The rows whose `columns` equal `values`: by the primary key or an
+    /// index when `columns` are all or the first of its columns (a lookup
+    /// or a range of it), else by a scan.
+    pub fn rows_matching(&self, columns: &[usize], values: &[Value]) -> Vec<(Key, Arc<Row>)> {
+        let pk = &self.schema.primary_key;
+        if self.schema.has_primary_key() && pk.as_slice() == columns {
             let key = values.to_vec();
-            if after.is_none_or(|a| key > *a) {
-                out.extend(self.get(&key).map(|rv| (key, rv.row.clone())));
-            }
-            return (out, None);
+            return self
+                .get(&key)
+                .map(|rv| (key, rv.row.clone()))
+                .into_iter()
+                .collect();
         }
-        // The last key visited, cloned once when the budget runs out.
-        let mut last: Option<&Key> = None;
-        if let Some(ix) = self.index_on(columns) {
-            let start = match after {
-                Some(k) => Bound::Excluded((values.to_vec(), k.clone())),
-                None => Bound::Included((values.to_vec(), Vec::new())),
-            };
-            for ((v, k), row) in self.indexes[ix].range((start, Bound::Unbounded)) {
-                if v.as_slice() != values {
-                    return (out, None);
-                }
-                if out.len() == budget {
-                    return (out, last.cloned());
-                }
-                out.push((k.clone(), row.clone()));
-                last = Some(k);
-            }
-            return (out, None);
+        if self.schema.has_primary_key() && !columns.is_empty() && pk.starts_with(columns) {
+            // A shorter key sorts before every longer one it begins.
+            let start = values.to_vec();
+            return self
+                .rows
+                .range::<_, Key>((Bound::Included(&start), Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(values))
+                .map(|(k, rv)| (k.clone(), rv.row.clone()))
+                .collect();
         }
-        let lo = after.map_or(Bound::Unbounded, Bound::Excluded);
-        for (visited, (k, rv)) in self
-            .rows
-            .range::<_, Key>((lo, Bound::Unbounded))
+        if let Some(ix) = self.index_starting(columns) {
+            let start = (values.to_vec(), Vec::new());
+            return self.indexes[ix]
+                .range(start..)
+                .take_while(|((v, _), _)| v.starts_with(values))
+                .map(|((_, k), row)| (k.clone(), row.clone()))
+                .collect();
+        }
+        self.rows
+            .iter()
+            .filter(|(_, rv)| matches(&rv.row, columns, values))
+            .map(|(k, rv)| (k.clone(), rv.row.clone()))
+            .collect()
+    }
+
+    /// The position of an index whose first columns are `columns` (the
+    /// one with the fewest columns), so that equal values are one range.
+    pub fn index_starting(&self, columns: &[usize]) -> Option<usize> {
+        if columns.is_empty() {
+            return None;
+        }
+        self.schema
+            .indexes
+            .iter()
             .enumerate()
-        {
-            if visited == budget {
-                return (out, last.cloned());
-            }
-            if matches(&rv.row, columns, values) {
-                out.push((k.clone(), rv.row.clone()));
-            }
-            last = Some(k);
-        }
-        (out, None)
+            .filter(|(_, i)| i.columns.starts_with(columns))
+            .min_by_key(|(_, i)| i.columns.len())
+            .map(|(pos, _)| pos)
+    }
+
+    /// Whether rows with given values of `columns` are found by a lookup
+    /// or a range of the primary key or an index (not a scan).
+    pub fn has_lookup(&self, columns: &[usize]) -> bool {
+        (self.schema.has_primary_key()
+            && !columns.is_empty()
+            && self.schema.primary_key.starts_with(columns))
+            || self.index_starting(columns).is_some()
     }
 
     /// The position of an index whose columns are exactly `columns`.
