@@ -20,8 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, bail, Context};
-use aqueduct_log::{Log, Options, SyncPolicy};
+use anyhow::{anyhow, bail};
 use aqueduct_sql::releases::Schedule;
 use aqueduct_sql::{Engine, Outcome};
 use aqueduct_values::Value;
@@ -31,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::common::{self, new_hist, print_table, thousands, Latency};
-use crate::view_read::{exec, insert_all, Distribution, Sampler};
+use crate::view_read::{exec, insert_all, scratch_engine, Distribution, Sampler};
 
 #[derive(Args, Debug, Serialize)]
 pub struct ReleasesArgs {
@@ -120,6 +119,31 @@ fn releaser(engine: &Engine, schedule: Schedule, stop: &AtomicBool) -> anyhow::R
     Ok(cut)
 }
 
+/// Lets a run go on for `seconds` from `started`, then stops its threads
+/// and joins them (the first error wins).
+fn end_window(
+    started: Instant,
+    seconds: f64,
+    stop: &AtomicBool,
+    handles: Vec<std::thread::ScopedJoinHandle<'_, anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    let deadline = started + Duration::from_secs_f64(seconds);
+    while Instant::now() < deadline {
+        // The measured window's clock.
+        std::thread::sleep(Duration::from_millis(50));
+        if let Err(e) = common::check_stop() {
+            stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow!("a thread of the run panicked"))??;
+    }
+    Ok(())
+}
+
 fn rows_of(out: Outcome) -> Vec<Vec<Value>> {
     match out {
         Outcome::Rows { rows, .. } => rows,
@@ -131,16 +155,7 @@ pub fn run(args: &ReleasesArgs) -> anyhow::Result<ReleasesResults> {
     if args.rows == 0 || args.groups == 0 || args.writers == 0 || args.readers == 0 {
         bail!("--rows, --groups, --writers and --readers must be at least 1");
     }
-    let scratch = common::scratch_dir(&args.dir, "aqueduct-releases-")?;
-    let (log, _) = Log::open(
-        scratch.path(),
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .context("opening the scratch log")?;
-    let engine = Engine::open(log, &mut |_| {}).map_err(|e| anyhow!("opening the engine: {e}"))?;
+    let (_scratch, engine) = scratch_engine(&args.dir, "aqueduct-releases-")?;
     let mut s = engine.session();
     exec(
         &mut s,
@@ -345,16 +360,7 @@ fn write_run(engine: &Arc<Engine>, args: &ReleasesArgs, interval: u64) -> anyhow
                 Ok(())
             }));
         }
-        let deadline = started + Duration::from_secs_f64(args.seconds);
-        while Instant::now() < deadline {
-            // The measured window's clock.
-            std::thread::sleep(Duration::from_millis(50));
-            common::check_stop()?;
-        }
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            h.join().map_err(|_| anyhow!("a thread panicked"))??;
-        }
+        end_window(started, args.seconds, &stop, handles)?;
         if let Some(r) = releaser {
             cut = r.join().map_err(|_| anyhow!("the releaser panicked"))??;
         }
@@ -433,16 +439,7 @@ fn read_run(
                 Ok(())
             }));
         }
-        let deadline = started + Duration::from_secs_f64(args.seconds);
-        while Instant::now() < deadline {
-            // The measured window's clock.
-            std::thread::sleep(Duration::from_millis(50));
-            common::check_stop()?;
-        }
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            h.join().map_err(|_| anyhow!("a reader panicked"))??;
-        }
+        end_window(started, args.seconds, &stop, handles)?;
         rel.join().map_err(|_| anyhow!("the releaser panicked"))??;
         Ok(())
     })?;

@@ -182,6 +182,25 @@ impl Sampler {
     }
 }
 
+/// An embedded engine on a fresh log in a scratch directory under `parent`
+/// (durability off: these benchmarks measure what happens in memory).
+pub(crate) fn scratch_engine(
+    parent: &Option<PathBuf>,
+    prefix: &str,
+) -> anyhow::Result<(tempfile::TempDir, Arc<Engine>)> {
+    let scratch = common::scratch_dir(parent, prefix)?;
+    let (log, _) = Log::open(
+        scratch.path(),
+        Options {
+            sync: SyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .context("opening the scratch log")?;
+    let engine = Engine::open(log, &mut |_| {}).map_err(|e| anyhow!("opening the engine: {e}"))?;
+    Ok((scratch, engine))
+}
+
 pub(crate) fn exec(s: &mut aqueduct_sql::Session, sql: &str) -> anyhow::Result<Outcome> {
     s.execute(sql)
         .pop()
@@ -245,16 +264,7 @@ pub fn run(args: &ReadArgs) -> anyhow::Result<ReadResults> {
         bail!("--articles and every --threads must be at least 1");
     }
     let first = *args.distributions.first().context("no --distributions")?;
-    let scratch = common::scratch_dir(&args.dir, "aqueduct-view-read-")?;
-    let (log, _) = Log::open(
-        scratch.path(),
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .context("opening the scratch log")?;
-    let engine = Engine::open(log, &mut |_| {}).map_err(|e| anyhow!("opening the engine: {e}"))?;
+    let (_scratch, engine) = scratch_engine(&args.dir, "aqueduct-view-read-")?;
     let mut s = engine.session();
     exec(
         &mut s,

@@ -141,6 +141,14 @@ fn refuse(headers: &HeaderMap, s: &AppState) -> Option<Response> {
     })
 }
 
+/// 400 for a request's parameters, saying how to ask.
+fn bad_request(msg: String, how: &str) -> Response {
+    error_response(
+        StatusCode::BAD_REQUEST,
+        &SqlError::new("22023", msg).with_hint(how),
+    )
+}
+
 fn releases_off() -> Response {
     error_response(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -259,11 +267,9 @@ pub(crate) async fn changes(
         return r;
     }
     let bad = |msg: String| {
-        error_response(
-            StatusCode::BAD_REQUEST,
-            &SqlError::new("22023", msg).with_hint(
-                "ask for /v1/releases/{id}/changes?table=T, optionally with &column=C&value=V",
-            ),
+        bad_request(
+            msg,
+            "ask for /v1/releases/{id}/changes?table=T, optionally with &column=C&value=V",
         )
     };
     let Some(table) = q.get("table") else {
@@ -353,11 +359,9 @@ pub(crate) async fn time_map(
         return releases_off();
     };
     let bad = |msg: String| {
-        error_response(
-            StatusCode::BAD_REQUEST,
-            &SqlError::new("22023", msg).with_hint(
-                "ask for /v1/timemaps/{name}?period=5s&start_ms=S, S a multiple of the period",
-            ),
+        bad_request(
+            msg,
+            "ask for /v1/timemaps/{name}?period=5s&start_ms=S, S a multiple of the period",
         )
     };
     let period = match q.get("period").map(|p| aqueduct_sql::parse_duration(p)) {

@@ -79,8 +79,7 @@ pub(crate) struct ReleaseResults {
 
 impl Session {
     pub fn consistency(&self) -> Consistency {
-        Consistency::parse(&self.settings["aqueduct.consistency"])
-            .unwrap_or(Consistency::Linearizable)
+        self.consistency
     }
 
     /// The LSN a `session` read must reach: this session's last write or

@@ -124,6 +124,8 @@ pub struct Session {
     pub(crate) settings: BTreeMap<String, String>,
     last_lsn: Lsn,
     pub(crate) release_read_id: Option<u64>,
+    /// `aqueduct.consistency`, parsed once when set (every read asks).
+    pub(crate) consistency: crate::Consistency,
 }
 
 impl Session {
@@ -132,10 +134,8 @@ impl Session {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        settings.insert(
-            "aqueduct.consistency".into(),
-            engine.default_consistency().as_str().into(),
-        );
+        let consistency = engine.default_consistency();
+        settings.insert("aqueduct.consistency".into(), consistency.as_str().into());
         Session {
             engine,
             txn: None,
@@ -143,6 +143,7 @@ impl Session {
             settings,
             last_lsn: 0,
             release_read_id: None,
+            consistency,
         }
     }
 
@@ -1038,6 +1039,13 @@ impl Session {
         }
         if key == "transaction_isolation" || key == "default_transaction_isolation" {
             // Every transaction is serializable; weaker requests get the stronger level.
+        } else if key == "aqueduct.consistency" {
+            // RESET goes back to the server's default, not the built-in one.
+            self.consistency = match &value {
+                Some(v) => crate::Consistency::parse(v).expect("checked above"),
+                None => self.engine.default_consistency(),
+            };
+            self.settings.insert(key, self.consistency.as_str().into());
         } else {
             let v =
                 value.unwrap_or_else(|| default.map(|(_, v)| v.to_string()).unwrap_or_default());

@@ -135,8 +135,11 @@ fn release_reads_see_each_release_whole_and_as_of_its_lsn() {
     std::thread::scope(|scope| {
         // Writers: an item and its list's counter in one transaction
         // (retried on conflicts), and tweets followed by retweets of them.
+        // The first writer also cuts a release after every other round
+        // of its writes, so releases fall between commits of both.
         for w in 0..2i64 {
-            let (engine, history, stop) = (engine.clone(), history.clone(), stop.clone());
+            let (engine, history, stop, cut) =
+                (engine.clone(), history.clone(), stop.clone(), cut.clone());
             scope.spawn(move || {
                 let _guard = StopOnPanic(stop.clone());
                 let mut s = engine.session();
@@ -179,20 +182,11 @@ fn release_reads_see_each_release_whole_and_as_of_its_lsn() {
                             .commits
                             .push((s.last_lsn(), Wrote::Retweet));
                     }
-                }
-            });
-        }
-        // The releaser: a release every few milliseconds.
-        {
-            let (engine, stop, cut) = (engine.clone(), stop.clone(), cut.clone());
-            scope.spawn(move || {
-                let _guard = StopOnPanic(stop.clone());
-                let mut id = first;
-                while !stop.load(Ordering::Relaxed) && started.elapsed() < DEADLINE {
-                    std::thread::sleep(Duration::from_millis(10));
-                    id += 1;
-                    engine.cut_release(id, now_ms()).unwrap();
-                    cut.store(id, Ordering::Relaxed);
+                    if w == 0 && i % 2 == 0 {
+                        let id = cut.load(Ordering::Relaxed) + 1;
+                        engine.cut_release(id, now_ms()).unwrap();
+                        cut.store(id, Ordering::Relaxed);
+                    }
                 }
             });
         }
@@ -385,6 +379,21 @@ fn release_reads_do_not_see_later_writes_until_the_next_release() {
     ok(&mut r, "COMMIT");
     let e = run(&mut r, "SET aqueduct.consistency = 'sometimes'").unwrap_err();
     assert_eq!(e.code, "22023");
+    // New sessions start at the server's default, and DEFAULT returns to it.
+    engine.set_default_consistency(aqueduct_sql::Consistency::Eventual);
+    let mut fresh = engine.session();
+    assert_eq!(
+        rows(&mut fresh, "SHOW aqueduct.consistency"),
+        vec![vec!["eventual"]]
+    );
+    ok(&mut fresh, "SET aqueduct.consistency = 'Release'");
+    assert_eq!(fresh.consistency(), aqueduct_sql::Consistency::Release);
+    ok(&mut fresh, "SET aqueduct.consistency = DEFAULT");
+    assert_eq!(
+        rows(&mut fresh, "SHOW aqueduct.consistency"),
+        vec![vec!["eventual"]]
+    );
+    assert_eq!(fresh.consistency(), aqueduct_sql::Consistency::Eventual);
 }
 
 #[test]

@@ -353,6 +353,61 @@ mod tests {
         })
     }
 
+    /// Lookups by the primary key, its first column, an index's first
+    /// column and a column no index starts with all equal a filtered scan.
+    #[test]
+    fn rows_matching_uses_keys_and_prefixes_and_equals_a_scan() {
+        let column = |name: &str| ColumnDef {
+            name: name.into(),
+            ty: DataType::Int8,
+            not_null: false,
+            default: None,
+        };
+        let mut t = Table::new(TableSchema {
+            id: 1,
+            name: "t".into(),
+            columns: vec![column("a"), column("b"), column("c")],
+            primary_key: vec![0, 1],
+            indexes: vec![IndexDef {
+                name: "t_c_a".into(),
+                columns: vec![2, 0],
+                unique: false,
+            }],
+        });
+        for i in 0..200i64 {
+            let (a, b, c) = (i % 7, i, i % 5);
+            t.put(
+                vec![Value::Int(a), Value::Int(b)],
+                vec![Value::Int(a), Value::Int(b), Value::Int(c)],
+                i as Lsn + 1,
+            );
+        }
+        assert!(t.has_lookup(&[0, 1]) && t.has_lookup(&[0]) && t.has_lookup(&[2]));
+        assert!(!t.has_lookup(&[1]) && !t.has_lookup(&[]));
+        for (columns, values) in [
+            (vec![0, 1], vec![Value::Int(3), Value::Int(17)]),
+            (vec![0, 1], vec![Value::Int(3), Value::Int(18)]),
+            (vec![0], vec![Value::Int(3)]),
+            (vec![0], vec![Value::Int(9)]),
+            (vec![2], vec![Value::Int(4)]),
+            (vec![2, 0], vec![Value::Int(4), Value::Int(2)]),
+            (vec![1], vec![Value::Int(42)]),
+        ] {
+            let mut got: Vec<Key> = t
+                .rows_matching(&columns, &values)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            got.sort();
+            let want: Vec<Key> = t
+                .scan()
+                .filter(|(_, rv)| matches(&rv.row, &columns, &values))
+                .map(|(k, _)| k.clone())
+                .collect();
+            assert_eq!(got, want, "{columns:?} = {values:?}");
+        }
+    }
+
     #[test]
     fn bytes_follow_rows_and_indexes() {
         let mut t = table();
