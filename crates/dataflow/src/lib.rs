@@ -61,6 +61,14 @@ pub trait Operator: Send {
         let _ = key;
         None
     }
+    /// The columns of input `port` that its output depends on, when it
+    /// reads only some: input rows that agree on them are interchangeable,
+    /// so `n` of them may arrive as one row weighted `n` (a fill sends a
+    /// hot key's million votes to a `COUNT(*)` as one row). `None`: all.
+    fn input_columns(&self, port: usize) -> Option<Vec<usize>> {
+        let _ = port;
+        None
+    }
 }
 
 /// Bookkeeping bytes per stored row or key besides its values: map entry,

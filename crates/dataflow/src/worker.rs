@@ -24,17 +24,23 @@ use std::time::{Duration, Instant};
 use aqueduct_expr::SqlError;
 
 use crate::graph::{Graph, NodeId, TableId};
+use crate::partial::{Entry, Fetch};
 use crate::view::{Lsn, READ_CLOCK};
 use crate::{Delta, Row};
 
+/// A read of base rows: `(table, columns, values, counted)`, the rows of
+/// the table whose columns equal the values, each weighted 1, or when
+/// `counted` the first of them weighted by how many there are.
+pub type Ask = (TableId, Vec<usize>, Row, bool);
+
 /// Where upqueries get base rows: the tables, read at one consistent LSN.
 pub trait Upstream: Send + Sync {
-    /// For each `(table, columns, values)`, the table's rows whose columns
-    /// equal the values, all as of one LSN, which is returned too. Every
-    /// batch up to that LSN has been (or is about to be) submitted.
-    /// The rows are shared (`Arc`), so the tables' lock is held only for
-    /// the lookups, not for copying rows.
-    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Arc<Row>>>, Lsn)>;
+    /// For each ask, the table's rows it names with their weights, all as
+    /// of one LSN, which is returned too. Every batch up to that LSN has
+    /// been (or is about to be) submitted. The rows are shared (`Arc`), so
+    /// the tables' lock is held only for the lookups, not for copying rows.
+    #[allow(clippy::type_complexity)]
+    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<Vec<(Arc<Row>, i64)>>, Lsn)>;
 }
 
 /// Longest the worker waits for the batch of a write it saw in the tables
@@ -607,7 +613,7 @@ fn note_state_bytes(shared: &Shared, graph: &Graph) {
 fn with_base_rows(
     shared: &Shared,
     keys: &[(NodeId, Row)],
-    apply: impl FnOnce(&mut Graph, &dyn Fn(TableId, &[usize], &Row) -> Vec<Row>),
+    apply: impl FnOnce(&mut Graph, Fetch),
 ) -> Result<(), String> {
     let upstream = shared
         .upstream
@@ -619,10 +625,10 @@ fn with_base_rows(
     // no batch after the rows' LSN runs in between (whichever thread runs
     // batches).
     let mut graph = lock(&shared.graph);
-    let mut asks: Vec<(TableId, Vec<usize>, Row)> = Vec::new();
+    let mut asks: Vec<Ask> = Vec::new();
     for (view, key) in keys {
         for e in graph.entries_of(*view) {
-            asks.push((e.table, e.columns, key.clone()));
+            asks.push((e.table, e.columns, key.clone(), e.counted));
         }
     }
     asks.sort();
@@ -638,14 +644,13 @@ fn with_base_rows(
             "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
         ));
     }
-    let found: HashMap<(TableId, Vec<usize>, Row), Vec<Arc<Row>>> =
-        asks.into_iter().zip(rows).collect();
-    let fetch = |table: TableId, cols: &[usize], key: &Row| -> Vec<Row> {
+    let found: HashMap<Ask, Vec<(Arc<Row>, i64)>> = asks.into_iter().zip(rows).collect();
+    let fetch = |e: &Entry, key: &Row| -> Delta {
         found
-            .get(&(table, cols.to_vec(), key.clone()))
+            .get(&(e.table, e.columns.clone(), key.clone(), e.counted))
             .expect("every entry of every key was asked for")
             .iter()
-            .map(|r| (**r).clone())
+            .map(|(r, w)| ((**r).clone(), *w))
             .collect()
     };
     apply(&mut graph, &fetch);

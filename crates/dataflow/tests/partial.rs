@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use aqueduct_dataflow::graph::{Graph, TableId};
 use aqueduct_dataflow::ops::{AggCall, Aggregate, Join, JoinKind, Project};
 use aqueduct_dataflow::view::{Lsn, ViewReader};
-use aqueduct_dataflow::worker::{Upstream, Worker};
+use aqueduct_dataflow::worker::{Ask, Upstream, Worker};
 use aqueduct_dataflow::Row;
 use aqueduct_expr::agg::AggFunc;
 use aqueduct_expr::Expr;
@@ -44,18 +44,23 @@ struct Tables {
 struct Model(Mutex<Tables>);
 
 impl Upstream for Model {
-    fn rows_at(&self, asks: &[(TableId, Vec<usize>, Row)]) -> Option<(Vec<Vec<Arc<Row>>>, Lsn)> {
+    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<Vec<(Arc<Row>, i64)>>, Lsn)> {
         let t = self.0.lock().unwrap();
         let out = asks
             .iter()
-            .map(|(table, cols, key)| {
-                t.rows
+            .map(|(table, cols, key, counted)| {
+                let rows: Vec<(Arc<Row>, i64)> = t
+                    .rows
                     .get(table)
                     .into_iter()
                     .flatten()
                     .filter(|r| cols.iter().zip(key).all(|(&c, v)| r[c] == *v))
-                    .map(|r| Arc::new(r.clone()))
-                    .collect()
+                    .map(|r| (Arc::new(r.clone()), 1))
+                    .collect();
+                match rows.first() {
+                    Some((first, _)) if *counted => vec![(first.clone(), rows.len() as i64)],
+                    _ => rows,
+                }
             })
             .collect();
         Some((out, t.lsn))

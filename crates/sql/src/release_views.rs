@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use aqueduct_dataflow::graph::{Graph, NodeId};
+use aqueduct_dataflow::partial::Entry;
 use aqueduct_dataflow::view::{ViewKind, ViewReader};
-use aqueduct_dataflow::Row;
+use aqueduct_dataflow::{Delta, Row};
 use aqueduct_releases::Snapshot;
 use aqueduct_values::Value;
 use parking_lot::Mutex;
@@ -112,11 +113,11 @@ impl Engine {
                 reader,
             } => {
                 let catalog = &snap.catalog;
-                let fetch = |table, columns: &[usize], k: &Row| -> Vec<Row> {
-                    catalog.table_by_id(table).map_or_else(Vec::new, |t| {
-                        t.rows_matching(columns, k)
+                let fetch = |e: &Entry, k: &Row| -> Delta {
+                    catalog.table_by_id(e.table).map_or_else(Vec::new, |t| {
+                        t.weighted_matching(&e.columns, k, e.counted)
                             .into_iter()
-                            .map(|(_, r)| (*r).clone())
+                            .map(|(r, w)| ((*r).clone(), w))
                             .collect()
                     })
                 };

@@ -16,33 +16,37 @@ use aqueduct_log::Lsn;
 
 use crate::{Database, Row, Table, TableId};
 
-/// A read of the rows of `table` whose `columns` equal `values`.
-pub type RowsAsk = (TableId, Vec<usize>, Row);
+/// A read of the rows of `table` whose `columns` equal `values`; when
+/// `counted`, of the first of them weighted by how many there are
+/// ([`Table::weighted_matching`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RowsAsk {
+    pub table: TableId,
+    pub columns: Vec<usize>,
+    pub values: Row,
+    pub counted: bool,
+}
 
 impl Database {
     /// For each ask, the rows of its table whose columns equal its values,
-    /// all as of one LSN, which is returned too. The tables' read lock is
-    /// held only to clone the tables asked for.
-    pub fn rows_at(&self, asks: &[RowsAsk]) -> (Vec<Vec<Arc<Row>>>, Lsn) {
+    /// with weights, all as of one LSN, which is returned too. The tables'
+    /// read lock is held only to clone the tables asked for.
+    pub fn rows_at(&self, asks: &[RowsAsk]) -> (Vec<Vec<(Arc<Row>, i64)>>, Lsn) {
         let (tables, lsn) = {
             // Recursive: the caller may hold a read guard further up.
             let catalog = self.catalog.read_recursive();
             let mut tables: HashMap<TableId, Table> = HashMap::new();
-            for (t, _, _) in asks {
-                if let Some(table) = catalog.table_by_id(*t) {
-                    tables.entry(*t).or_insert_with(|| table.clone());
+            for ask in asks {
+                if let Some(table) = catalog.table_by_id(ask.table) {
+                    tables.entry(ask.table).or_insert_with(|| table.clone());
                 }
             }
             (tables, catalog.lsn())
         };
         let rows = asks
             .iter()
-            .map(|(t, columns, values)| match tables.get(t) {
-                Some(table) => table
-                    .rows_matching(columns, values)
-                    .into_iter()
-                    .map(|(_, r)| r)
-                    .collect(),
+            .map(|ask| match tables.get(&ask.table) {
+                Some(table) => table.weighted_matching(&ask.columns, &ask.values, ask.counted),
                 None => Vec::new(),
             })
             .collect();

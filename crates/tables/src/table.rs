@@ -49,6 +49,16 @@ pub fn matches(row: &Row, columns: &[usize], values: &[Value]) -> bool {
     columns.iter().zip(values).all(|(&c, v)| row[c] == *v)
 }
 
+/// A key above every key of `width` values that begins with `prefix` and
+/// below every greater one: the prefix, then more NULLs than the rest of
+/// the key has room for (NULL sorts above every other value, and a longer
+/// key above its prefix).
+fn above_prefix(prefix: &[Value], width: usize) -> Vec<Value> {
+    let mut key = prefix.to_vec();
+    key.resize(width.max(prefix.len()) + 1, Value::Null);
+    key
+}
+
 /// What the allocator takes for a request of `n` bytes: a chunk of a
 /// multiple of 16 bytes with an 8-byte header, at least 32.
 fn allocated(n: usize) -> usize {
@@ -129,49 +139,88 @@ impl Table {
         index: usize,
         values: &'a [Value],
     ) -> impl Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a {
-        let start = (values.to_vec(), Vec::new());
+        self.index_range(index, values)
+    }
+
+    /// The entries of index `index` whose values begin with `values`, in
+    /// order. The range has exact bounds, so walking it compares no keys:
+    /// a million entries are read without touching their rows.
+    fn index_range<'a>(
+        &'a self,
+        index: usize,
+        values: &[Value],
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a {
+        let width = self.schema.indexes[index].columns.len();
+        let lo = (values.to_vec(), Vec::new());
+        let hi = (above_prefix(values, width), Vec::new());
         self.indexes[index]
-            .range(start..)
-            .take_while(move |((v, _), _)| v.as_slice() == values)
+            .range((Bound::Included(lo), Bound::Excluded(hi)))
             .map(|((_, k), row)| (k, row))
     }
 
     /// The rows whose `columns` equal `values`: by the primary key or an
     /// index when `columns` are all or the first of its columns (a lookup
     /// or a range of it), else by a scan.
-    pub fn rows_matching(&self, columns: &[usize], values: &[Value]) -> Vec<(Key, Arc<Row>)> {
+    pub fn matching<'a>(
+        &'a self,
+        columns: &'a [usize],
+        values: &'a [Value],
+    ) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a> {
         let pk = &self.schema.primary_key;
         if self.schema.has_primary_key() && pk.as_slice() == columns {
-            let key = values.to_vec();
-            return self
-                .get(&key)
-                .map(|rv| (key, rv.row.clone()))
-                .into_iter()
-                .collect();
+            return Box::new(
+                self.rows
+                    .get_key_value(values)
+                    .map(|(k, rv)| (k, &rv.row))
+                    .into_iter(),
+            );
         }
         if self.schema.has_primary_key() && !columns.is_empty() && pk.starts_with(columns) {
-            // A shorter key sorts before every longer one it begins.
-            let start = values.to_vec();
-            return self
-                .rows
-                .range::<_, Key>((Bound::Included(&start), Bound::Unbounded))
-                .take_while(|(k, _)| k.starts_with(values))
-                .map(|(k, rv)| (k.clone(), rv.row.clone()))
-                .collect();
+            let lo = values.to_vec();
+            let hi = above_prefix(values, pk.len());
+            return Box::new(
+                self.rows
+                    .range((Bound::Included(lo), Bound::Excluded(hi)))
+                    .map(|(k, rv)| (k, &rv.row)),
+            );
         }
         if let Some(ix) = self.index_starting(columns) {
-            let start = (values.to_vec(), Vec::new());
-            return self.indexes[ix]
-                .range(start..)
-                .take_while(|((v, _), _)| v.starts_with(values))
-                .map(|((_, k), row)| (k.clone(), row.clone()))
-                .collect();
+            return Box::new(self.index_range(ix, values));
         }
-        self.rows
-            .iter()
-            .filter(|(_, rv)| matches(&rv.row, columns, values))
-            .map(|(k, rv)| (k.clone(), rv.row.clone()))
+        Box::new(
+            self.rows
+                .iter()
+                .filter(move |(_, rv)| matches(&rv.row, columns, values))
+                .map(|(k, rv)| (k, &rv.row)),
+        )
+    }
+
+    /// [`Table::matching`], copied out.
+    pub fn rows_matching(&self, columns: &[usize], values: &[Value]) -> Vec<(Key, Arc<Row>)> {
+        self.matching(columns, values)
+            .map(|(k, r)| (k.clone(), r.clone()))
             .collect()
+    }
+
+    /// The rows whose `columns` equal `values` with weights: each row once,
+    /// or, when `counted`, the first row alone weighted by how many match.
+    /// A reader that looks at no column but `columns` cannot tell the rows
+    /// apart, and a counted read walks a lookup's range without touching
+    /// the rows.
+    pub fn weighted_matching(
+        &self,
+        columns: &[usize],
+        values: &[Value],
+        counted: bool,
+    ) -> Vec<(Arc<Row>, i64)> {
+        let mut rows = self.matching(columns, values);
+        if !counted {
+            return rows.map(|(_, r)| (r.clone(), 1)).collect();
+        }
+        match rows.next() {
+            Some((_, first)) => vec![(first.clone(), 1 + rows.count() as i64)],
+            None => Vec::new(),
+        }
     }
 
     /// The position of an index whose first columns are `columns` (the
@@ -354,7 +403,8 @@ mod tests {
     }
 
     /// Lookups by the primary key, its first column, an index's first
-    /// column and a column no index starts with all equal a filtered scan.
+    /// column (whose second column holds NULLs, which sort last) and a
+    /// column no index starts with all equal a filtered scan, counted too.
     #[test]
     fn rows_matching_uses_keys_and_prefixes_and_equals_a_scan() {
         let column = |name: &str| ColumnDef {
@@ -366,19 +416,24 @@ mod tests {
         let mut t = Table::new(TableSchema {
             id: 1,
             name: "t".into(),
-            columns: vec![column("a"), column("b"), column("c")],
+            columns: vec![column("a"), column("b"), column("c"), column("d")],
             primary_key: vec![0, 1],
             indexes: vec![IndexDef {
-                name: "t_c_a".into(),
-                columns: vec![2, 0],
+                name: "t_c_d".into(),
+                columns: vec![2, 3],
                 unique: false,
             }],
         });
         for i in 0..200i64 {
             let (a, b, c) = (i % 7, i, i % 5);
+            let d = if i % 3 == 0 {
+                Value::Null
+            } else {
+                Value::Int(i % 4)
+            };
             t.put(
                 vec![Value::Int(a), Value::Int(b)],
-                vec![Value::Int(a), Value::Int(b), Value::Int(c)],
+                vec![Value::Int(a), Value::Int(b), Value::Int(c), d],
                 i as Lsn + 1,
             );
         }
@@ -390,7 +445,9 @@ mod tests {
             (vec![0], vec![Value::Int(3)]),
             (vec![0], vec![Value::Int(9)]),
             (vec![2], vec![Value::Int(4)]),
-            (vec![2, 0], vec![Value::Int(4), Value::Int(2)]),
+            (vec![2], vec![Value::Int(0)]),
+            (vec![2, 3], vec![Value::Int(4), Value::Int(1)]),
+            (vec![2, 3], vec![Value::Int(4), Value::Null]),
             (vec![1], vec![Value::Int(42)]),
         ] {
             let mut got: Vec<Key> = t
@@ -404,6 +461,19 @@ mod tests {
                 .filter(|(_, rv)| matches(&rv.row, &columns, &values))
                 .map(|(k, _)| k.clone())
                 .collect();
+            let counted: i64 = t
+                .weighted_matching(&columns, &values, true)
+                .iter()
+                .map(|(r, w)| {
+                    assert!(matches(r, &columns, &values));
+                    w
+                })
+                .sum();
+            assert_eq!(
+                counted,
+                want.len() as i64,
+                "{columns:?} = {values:?} counted"
+            );
             assert_eq!(got, want, "{columns:?} = {values:?}");
         }
     }

@@ -123,13 +123,17 @@ fn reads_equal_the_model_at_their_lsn() {
         }
     }
 
+    // Each table by its column a, every row and counted.
     let asks: Vec<RowsAsk> = (0..VALUES)
         .flat_map(|v| {
-            [
-                (1, vec![0], vec![Value::Int(v)]),
-                (2, vec![0], vec![Value::Int(v)]),
-                (3, vec![0], vec![Value::Int(v)]),
-            ]
+            [1, 2, 3].into_iter().flat_map(move |table| {
+                [false, true].map(|counted| RowsAsk {
+                    table,
+                    columns: vec![0],
+                    values: vec![Value::Int(v)],
+                    counted,
+                })
+            })
         })
         .collect();
 
@@ -204,13 +208,17 @@ fn reads_equal_the_model_at_their_lsn() {
             next += 1;
         }
         for (ask, got) in asks.iter().zip(&reads[i].0) {
-            let (table, _, values) = ask;
-            let want: Vec<&Row> = model
+            let want: Vec<(&Row, i64)> = model
                 .iter()
-                .filter(|((t, _), r)| t == table && r[0] == values[0])
-                .map(|(_, r)| r)
+                .filter(|((t, _), r)| *t == ask.table && r[0] == ask.values[0])
+                .map(|(_, r)| (r, 1))
                 .collect();
-            let got: Vec<&Row> = got.iter().map(|r| &**r).collect();
+            // Counted: the first row stands for all of them.
+            let want = match want.first() {
+                Some(&(first, _)) if ask.counted => vec![(first, want.len() as i64)],
+                _ => want,
+            };
+            let got: Vec<(&Row, i64)> = got.iter().map(|(r, w)| (&**r, *w)).collect();
             assert_eq!(got, want, "read {i} of {ask:?} at LSN {lsn}");
         }
     }

@@ -233,6 +233,15 @@ impl Operator for Aggregate {
             .collect::<Option<Vec<usize>>>()?;
         (!self.is_global()).then(|| vec![Some(cols)])
     }
+
+    /// The group columns and the aggregated ones.
+    fn input_columns(&self, _port: usize) -> Option<Vec<usize>> {
+        let mut cols = self.group_by.clone();
+        cols.extend(self.calls.iter().filter_map(|c| c.column));
+        cols.sort_unstable();
+        cols.dedup();
+        Some(cols)
+    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,22 @@ impl Operator for Project {
         Some(vec![Some(cols)])
     }
 
+    /// The input columns passed through, when every output is one (a
+    /// computed output's columns are not worked out: all, then).
+    fn input_columns(&self, _port: usize) -> Option<Vec<usize>> {
+        let mut cols = self
+            .outputs
+            .iter()
+            .map(|e| match e {
+                Expr::Column(c) => Some(*c),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>()?;
+        cols.sort_unstable();
+        cols.dedup();
+        Some(cols)
+    }
+
     /// Each output row is written into its input row's allocation: no
     /// allocation per row (a fill may bring millions).
     fn process(&mut self, _port: usize, mut delta: Delta) -> Result<Delta, SqlError> {
