@@ -33,14 +33,16 @@ use crate::{Delta, Row};
 /// `counted` the first of them weighted by how many there are.
 pub type Ask = (TableId, Vec<usize>, Row, bool);
 
+/// Shared base rows with weights, as an upquery reads them.
+pub type WeightedRows = Vec<(Arc<Row>, i64)>;
+
 /// Where upqueries get base rows: the tables, read at one consistent LSN.
 pub trait Upstream: Send + Sync {
     /// For each ask, the table's rows it names with their weights, all as
     /// of one LSN, which is returned too. Every batch up to that LSN has
     /// been (or is about to be) submitted. The rows are shared (`Arc`), so
     /// the tables' lock is held only for the lookups, not for copying rows.
-    #[allow(clippy::type_complexity)]
-    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<Vec<(Arc<Row>, i64)>>, Lsn)>;
+    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<WeightedRows>, Lsn)>;
 }
 
 /// Longest the worker waits for the batch of a write it saw in the tables
@@ -644,7 +646,7 @@ fn with_base_rows(
             "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
         ));
     }
-    let found: HashMap<Ask, Vec<(Arc<Row>, i64)>> = asks.into_iter().zip(rows).collect();
+    let found: HashMap<Ask, WeightedRows> = asks.into_iter().zip(rows).collect();
     let fetch = |e: &Entry, key: &Row| -> Delta {
         found
             .get(&(e.table, e.columns.clone(), key.clone(), e.counted))

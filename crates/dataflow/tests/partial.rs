@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use aqueduct_dataflow::graph::{Graph, TableId};
 use aqueduct_dataflow::ops::{AggCall, Aggregate, Join, JoinKind, Project};
 use aqueduct_dataflow::view::{Lsn, ViewReader};
-use aqueduct_dataflow::worker::{Ask, Upstream, Worker};
+use aqueduct_dataflow::worker::{Ask, Upstream, WeightedRows, Worker};
 use aqueduct_dataflow::Row;
 use aqueduct_expr::agg::AggFunc;
 use aqueduct_expr::Expr;
@@ -44,7 +44,7 @@ struct Tables {
 struct Model(Mutex<Tables>);
 
 impl Upstream for Model {
-    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<Vec<(Arc<Row>, i64)>>, Lsn)> {
+    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<WeightedRows>, Lsn)> {
         let t = self.0.lock().unwrap();
         let out = asks
             .iter()

@@ -30,7 +30,7 @@ use aqueduct_dataflow::ops::SortColumn;
 use aqueduct_dataflow::partial::PartialPlan;
 pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
-use aqueduct_dataflow::worker::{Ask, Upstream, Worker, WorkerStats};
+use aqueduct_dataflow::worker::{Ask, Upstream, WeightedRows, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
 use aqueduct_tables::{Catalog, RowChange, RowsAsk, SchemaChange, TableId};
 use aqueduct_values::Value;
@@ -207,7 +207,7 @@ pub(crate) fn view_query(sql: &str) -> Result<Box<ast::Query>, SqlError> {
 struct Tables(Weak<Engine>);
 
 impl Upstream for Tables {
-    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<Vec<(Arc<Row>, i64)>>, Lsn)> {
+    fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<WeightedRows>, Lsn)> {
         let engine = self.0.upgrade()?;
         let asks: Vec<RowsAsk> = asks
             .iter()

@@ -30,7 +30,7 @@ pub use schema::{
 pub use table::{matches, Key, Row, RowVersion, Table};
 
 mod snapshot_read;
-pub use snapshot_read::RowsAsk;
+pub use snapshot_read::{RowsAsk, WeightedRows};
 
 const ROW_PREFIX: u8 = b'r';
 const SCHEMA_PREFIX: u8 = b's';

@@ -19,6 +19,9 @@ use crate::{Database, Row, Table, TableId};
 /// A read of the rows of `table` whose `columns` equal `values`; when
 /// `counted`, of the first of them weighted by how many there are
 /// ([`Table::weighted_matching`]).
+/// Shared rows with weights (a row weighted `n` stands for `n` copies).
+pub type WeightedRows = Vec<(Arc<Row>, i64)>;
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RowsAsk {
     pub table: TableId,
@@ -31,7 +34,7 @@ impl Database {
     /// For each ask, the rows of its table whose columns equal its values,
     /// with weights, all as of one LSN, which is returned too. The tables'
     /// read lock is held only to clone the tables asked for.
-    pub fn rows_at(&self, asks: &[RowsAsk]) -> (Vec<Vec<(Arc<Row>, i64)>>, Lsn) {
+    pub fn rows_at(&self, asks: &[RowsAsk]) -> (Vec<WeightedRows>, Lsn) {
         let (tables, lsn) = {
             // Recursive: the caller may hold a read guard further up.
             let catalog = self.catalog.read_recursive();

@@ -212,7 +212,7 @@ impl Table {
         columns: &[usize],
         values: &[Value],
         counted: bool,
-    ) -> Vec<(Arc<Row>, i64)> {
+    ) -> crate::WeightedRows {
         let mut rows = self.matching(columns, values);
         if !counted {
             return rows.map(|(_, r)| (r.clone(), 1)).collect();
