@@ -99,7 +99,7 @@ use aqueduct_log::{Log, Options, SyncPolicy};
 use aqueduct_sql::views::{human_bytes, ViewEntry, ViewOptions};
 use aqueduct_sql::{Engine, Session};
 use aqueduct_values::Value;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -112,10 +112,29 @@ use crate::view_read::{
 };
 
 const NEW_VIEW: &str = "articlewithvotecountnew";
-const CREATE_NEW_VIEW: &str =
-    "CREATE VIEW ArticleWithVoteCountNew AS SELECT article.id, title, votes \
-     FROM article LEFT JOIN (SELECT article_id, COUNT(*) AS votes FROM vote GROUP BY article_id) \
-     AS vc ON article.id = vc.article_id";
+/// The new view: the vote view again, counting with `count`.
+fn create_new_view(count: NewViewCount) -> String {
+    let count = match count {
+        NewViewCount::Star => "COUNT(*)",
+        NewViewCount::UserId => "COUNT(user_id)",
+    };
+    format!(
+        "CREATE VIEW ArticleWithVoteCountNew AS SELECT article.id, title, votes \
+         FROM article LEFT JOIN (SELECT article_id, {count} AS votes FROM vote GROUP BY article_id) \
+         AS vc ON article.id = vc.article_id"
+    )
+}
+
+/// How the new view counts votes.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum NewViewCount {
+    /// `COUNT(*)`: it reads only the article id of a vote, so a fill gets
+    /// an article's votes as one row weighted by their number.
+    Star,
+    /// `COUNT(user_id)`: it reads a column besides the key, so a fill runs
+    /// every vote through the aggregate.
+    UserId,
+}
 const INSERT_VOTE: &str = "INSERT INTO vote VALUES ($1, $2)";
 /// Rows generated and inserted between two progress-bar updates.
 const LOAD_CHUNK: u64 = 100_000;
@@ -181,6 +200,9 @@ pub struct PartialArgs {
     /// The article read first from the new view.
     #[arg(long, default_value_t = 1)]
     pub newview_first: u64,
+    /// How the new view counts votes.
+    #[arg(long, value_enum, default_value_t = NewViewCount::Star)]
+    pub newview_count: NewViewCount,
     /// Skip the new-view phase.
     #[arg(long)]
     pub skip_newview: bool,
@@ -1219,7 +1241,7 @@ fn new_view(args: &PartialArgs, sampler: &Sampler, partial: bool) -> anyhow::Res
             check_stop()?;
             let mut s = engine.session();
             let create_at = Instant::now();
-            exec(&mut s, CREATE_NEW_VIEW)?;
+            exec(&mut s, &create_new_view(args.newview_count))?;
             let create_view_ms = create_at.elapsed().as_secs_f64() * 1e3;
             let new_entry = engine
                 .views
