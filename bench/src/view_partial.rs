@@ -74,7 +74,9 @@
 //! reads of Zipf articles (the writes then have a view to maintain). One writer thread inserts votes in a closed loop
 //! (the rate of each 100 ms interval is recorded), for 0.5 s of warmup and
 //! `--newview-before` seconds; then the main thread runs
-//! `CREATE VIEW ArticleWithVoteCountNew AS <the same query>`, reads
+//! `CREATE VIEW ArticleWithVoteCountNew AS <the same query>` (counting
+//! with `COUNT(*)`, or with `--newview-count user-id` `COUNT(user_id)`,
+//! which makes every vote of a key run through the aggregate), reads
 //! article 1 (the hottest, with the most votes: the costliest fill), then
 //! `--newview-reads` other distinct Zipf articles, each a first read (at
 //! 10,000,000 Zipf votes over 1,000,000 articles, article 1 has about 16 %
