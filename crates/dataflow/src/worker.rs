@@ -30,11 +30,17 @@ use crate::{Delta, Row};
 
 /// A read of base rows: `(table, columns, values, counted)`, the rows of
 /// the table whose columns equal the values, each weighted 1, or when
-/// `counted` the first of them weighted by how many there are.
+/// `counted` the first of them weighted by how many there are (the same
+/// shape as the tables' `RowsAsk`, so asks pass through unconverted).
 pub type Ask = (TableId, Vec<usize>, Row, bool);
 
 /// Shared base rows with weights, as an upquery reads them.
 pub type WeightedRows = Vec<(Arc<Row>, i64)>;
+
+/// Weighted shared rows as a delta of owned rows (what operators take).
+pub fn owned_delta(rows: &[(Arc<Row>, i64)]) -> Delta {
+    rows.iter().map(|(r, w)| ((**r).clone(), *w)).collect()
+}
 
 /// Where upqueries get base rows: the tables, read at one consistent LSN.
 pub trait Upstream: Send + Sync {
@@ -648,12 +654,11 @@ fn with_base_rows(
     }
     let found: HashMap<Ask, WeightedRows> = asks.into_iter().zip(rows).collect();
     let fetch = |e: &Entry, key: &Row| -> Delta {
-        found
-            .get(&(e.table, e.columns.clone(), key.clone(), e.counted))
-            .expect("every entry of every key was asked for")
-            .iter()
-            .map(|(r, w)| ((**r).clone(), *w))
-            .collect()
+        owned_delta(
+            found
+                .get(&(e.table, e.columns.clone(), key.clone(), e.counted))
+                .expect("every entry of every key was asked for"),
+        )
     };
     apply(&mut graph, &fetch);
     note_state_bytes(shared, &graph);

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::partial::Entry;
 use aqueduct_dataflow::view::{ViewKind, ViewReader};
+use aqueduct_dataflow::worker::owned_delta;
 use aqueduct_dataflow::{Delta, Row};
 use aqueduct_releases::Snapshot;
 use aqueduct_values::Value;
@@ -115,10 +116,7 @@ impl Engine {
                 let catalog = &snap.catalog;
                 let fetch = |e: &Entry, k: &Row| -> Delta {
                     catalog.table_by_id(e.table).map_or_else(Vec::new, |t| {
-                        t.weighted_matching(&e.columns, k, e.counted)
-                            .into_iter()
-                            .map(|(r, w)| ((*r).clone(), w))
-                            .collect()
+                        owned_delta(&t.weighted_matching(&e.columns, k, e.counted))
                     })
                 };
                 let key_row: Row = values.to_vec();

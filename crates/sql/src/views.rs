@@ -32,7 +32,7 @@ pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
 use aqueduct_dataflow::worker::{Ask, Upstream, WeightedRows, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
-use aqueduct_tables::{Catalog, RowChange, RowsAsk, SchemaChange, TableId};
+use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId};
 use aqueduct_values::Value;
 use parking_lot::RwLock;
 use sqlparser::ast;
@@ -209,18 +209,9 @@ struct Tables(Weak<Engine>);
 impl Upstream for Tables {
     fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<WeightedRows>, Lsn)> {
         let engine = self.0.upgrade()?;
-        let asks: Vec<RowsAsk> = asks
-            .iter()
-            .map(|(table, columns, values, counted)| RowsAsk {
-                table: *table,
-                columns: columns.clone(),
-                values: values.clone(),
-                counted: *counted,
-            })
-            .collect();
         // From clones of the tables: commits go on while a key with a
         // million rows is read.
-        Some(engine.database().rows_at(&asks))
+        Some(engine.database().rows_at(asks))
     }
 }
 

@@ -16,19 +16,13 @@ use aqueduct_log::Lsn;
 
 use crate::{Database, Row, Table, TableId};
 
-/// A read of the rows of `table` whose `columns` equal `values`; when
-/// `counted`, of the first of them weighted by how many there are
-/// ([`Table::weighted_matching`]).
+/// A read `(table, columns, values, counted)`: the rows of `table` whose
+/// `columns` equal `values`, or when `counted` the first of them weighted
+/// by how many there are ([`Table::weighted_matching`]).
+pub type RowsAsk = (TableId, Vec<usize>, Row, bool);
+
 /// Shared rows with weights (a row weighted `n` stands for `n` copies).
 pub type WeightedRows = Vec<(Arc<Row>, i64)>;
-
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RowsAsk {
-    pub table: TableId,
-    pub columns: Vec<usize>,
-    pub values: Row,
-    pub counted: bool,
-}
 
 impl Database {
     /// For each ask, the rows of its table whose columns equal its values,
@@ -39,17 +33,17 @@ impl Database {
             // Recursive: the caller may hold a read guard further up.
             let catalog = self.catalog.read_recursive();
             let mut tables: HashMap<TableId, Table> = HashMap::new();
-            for ask in asks {
-                if let Some(table) = catalog.table_by_id(ask.table) {
-                    tables.entry(ask.table).or_insert_with(|| table.clone());
+            for &(t, ..) in asks {
+                if let Some(table) = catalog.table_by_id(t) {
+                    tables.entry(t).or_insert_with(|| table.clone());
                 }
             }
             (tables, catalog.lsn())
         };
         let rows = asks
             .iter()
-            .map(|ask| match tables.get(&ask.table) {
-                Some(table) => table.weighted_matching(&ask.columns, &ask.values, ask.counted),
+            .map(|(t, columns, values, counted)| match tables.get(t) {
+                Some(table) => table.weighted_matching(columns, values, *counted),
                 None => Vec::new(),
             })
             .collect();

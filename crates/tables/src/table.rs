@@ -132,20 +132,11 @@ impl Table {
         self.index_rows(index, values).map(|(k, _)| k)
     }
 
-    /// The keys and rows whose values in index `index` equal `values`, in
-    /// key order.
+    /// The keys and rows whose values in index `index` begin with (or, all
+    /// given, equal) `values`, in order. The range has exact bounds, so
+    /// walking it compares no keys: a million entries are read without
+    /// touching their rows.
     pub fn index_rows<'a>(
-        &'a self,
-        index: usize,
-        values: &'a [Value],
-    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a {
-        self.index_range(index, values)
-    }
-
-    /// The entries of index `index` whose values begin with `values`, in
-    /// order. The range has exact bounds, so walking it compares no keys:
-    /// a million entries are read without touching their rows.
-    fn index_range<'a>(
         &'a self,
         index: usize,
         values: &[Value],
@@ -185,7 +176,7 @@ impl Table {
             );
         }
         if let Some(ix) = self.index_starting(columns) {
-            return Box::new(self.index_range(ix, values));
+            return Box::new(self.index_rows(ix, values));
         }
         Box::new(
             self.rows
@@ -193,13 +184,6 @@ impl Table {
                 .filter(move |(_, rv)| matches(&rv.row, columns, values))
                 .map(|(k, rv)| (k, &rv.row)),
         )
-    }
-
-    /// [`Table::matching`], copied out.
-    pub fn rows_matching(&self, columns: &[usize], values: &[Value]) -> Vec<(Key, Arc<Row>)> {
-        self.matching(columns, values)
-            .map(|(k, r)| (k.clone(), r.clone()))
-            .collect()
     }
 
     /// The rows whose `columns` equal `values` with weights: each row once,
@@ -406,7 +390,7 @@ mod tests {
     /// column (whose second column holds NULLs, which sort last) and a
     /// column no index starts with all equal a filtered scan, counted too.
     #[test]
-    fn rows_matching_uses_keys_and_prefixes_and_equals_a_scan() {
+    fn matching_uses_keys_and_prefixes_and_equals_a_scan() {
         let column = |name: &str| ColumnDef {
             name: name.into(),
             ty: DataType::Int8,
@@ -451,9 +435,8 @@ mod tests {
             (vec![1], vec![Value::Int(42)]),
         ] {
             let mut got: Vec<Key> = t
-                .rows_matching(&columns, &values)
-                .into_iter()
-                .map(|(k, _)| k)
+                .matching(&columns, &values)
+                .map(|(k, _)| k.clone())
                 .collect();
             got.sort();
             let want: Vec<Key> = t

@@ -127,12 +127,7 @@ fn reads_equal_the_model_at_their_lsn() {
     let asks: Vec<RowsAsk> = (0..VALUES)
         .flat_map(|v| {
             [1, 2, 3].into_iter().flat_map(move |table| {
-                [false, true].map(|counted| RowsAsk {
-                    table,
-                    columns: vec![0],
-                    values: vec![Value::Int(v)],
-                    counted,
-                })
+                [false, true].map(|counted| (table, vec![0], vec![Value::Int(v)], counted))
             })
         })
         .collect();
@@ -208,14 +203,15 @@ fn reads_equal_the_model_at_their_lsn() {
             next += 1;
         }
         for (ask, got) in asks.iter().zip(&reads[i].0) {
+            let (table, _, values, counted) = ask;
             let want: Vec<(&Row, i64)> = model
                 .iter()
-                .filter(|((t, _), r)| *t == ask.table && r[0] == ask.values[0])
+                .filter(|((t, _), r)| t == table && r[0] == values[0])
                 .map(|(_, r)| (r, 1))
                 .collect();
             // Counted: the first row stands for all of them.
             let want = match want.first() {
-                Some(&(first, _)) if ask.counted => vec![(first, want.len() as i64)],
+                Some(&(first, _)) if *counted => vec![(first, want.len() as i64)],
                 _ => want,
             };
             let got: Vec<(&Row, i64)> = got.iter().map(|(r, w)| (&**r, *w)).collect();
