@@ -11,6 +11,7 @@
 //! - a schema change: `Schema`, key `s` + table id, body JSON.
 //!   A transaction is one atomic log batch.
 
+mod index;
 mod schema;
 mod table;
 

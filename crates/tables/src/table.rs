@@ -8,14 +8,12 @@ use aqueduct_log::Lsn;
 use aqueduct_values::Value;
 use imbl::OrdMap;
 
+use crate::index::{bucket_bytes, row_entry_bytes, Index};
 use crate::schema::{IndexDef, TableSchema};
 
 /// A row's primary key (or `[Int(row id)]` for a table without one).
 pub type Key = Vec<Value>;
 pub type Row = Vec<Value>;
-
-/// A secondary index: (indexed values, key) to the row.
-type Index = OrdMap<(Vec<Value>, Key), Arc<Row>>;
 
 /// A stored row and the LSN of the write that last changed it.
 #[derive(Clone, Debug)]
@@ -53,7 +51,7 @@ pub fn matches(row: &Row, columns: &[usize], values: &[Value]) -> bool {
 /// below every greater one: the prefix, then more NULLs than the rest of
 /// the key has room for (NULL sorts above every other value, and a longer
 /// key above its prefix).
-fn above_prefix(prefix: &[Value], width: usize) -> Vec<Value> {
+pub(crate) fn above_prefix(prefix: &[Value], width: usize) -> Vec<Value> {
     let mut key = prefix.to_vec();
     key.resize(width.max(prefix.len()) + 1, Value::Null);
     key
@@ -61,13 +59,13 @@ fn above_prefix(prefix: &[Value], width: usize) -> Vec<Value> {
 
 /// What the allocator takes for a request of `n` bytes: a chunk of a
 /// multiple of 16 bytes with an 8-byte header, at least 32.
-fn allocated(n: usize) -> usize {
+pub(crate) fn allocated(n: usize) -> usize {
     (n + 8).next_multiple_of(16).max(32)
 }
 
 /// Bytes of a vector of values on the heap: its buffer and each value's
 /// own allocation (text, bytes).
-fn values_bytes(values: &[Value]) -> usize {
+pub(crate) fn values_bytes(values: &[Value]) -> usize {
     let buffer = allocated(std::mem::size_of_val(values));
     let payload: usize = values
         .iter()
@@ -81,13 +79,13 @@ fn values_bytes(values: &[Value]) -> usize {
 
 /// A B-tree map's bytes per entry: the entry, in nodes about two thirds
 /// full on average.
-fn btree_entry<K, V>() -> usize {
+pub(crate) fn btree_entry<K, V>() -> usize {
     std::mem::size_of::<(K, V)>() * 3 / 2
 }
 
 impl Table {
     pub fn new(schema: TableSchema) -> Table {
-        let indexes = schema.indexes.iter().map(|_| OrdMap::new()).collect();
+        let indexes = schema.indexes.iter().map(|_| Index::default()).collect();
         Table {
             schema: Arc::new(schema),
             rows: OrdMap::new(),
@@ -133,20 +131,14 @@ impl Table {
     }
 
     /// The keys and rows whose values in index `index` begin with (or, all
-    /// given, equal) `values`, in order. The range has exact bounds, so
-    /// walking it compares no keys: a million entries are read without
-    /// touching their rows.
+    /// given, equal) `values`, in order.
     pub fn index_rows<'a>(
         &'a self,
         index: usize,
         values: &[Value],
     ) -> impl Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a {
         let width = self.schema.indexes[index].columns.len();
-        let lo = (values.to_vec(), Vec::new());
-        let hi = (above_prefix(values, width), Vec::new());
-        self.indexes[index]
-            .range((Bound::Included(lo), Bound::Excluded(hi)))
-            .map(|((_, k), row)| (k, row))
+        self.indexes[index].rows(values, width)
     }
 
     /// The rows whose `columns` equal `values`: by the primary key or an
@@ -189,14 +181,25 @@ impl Table {
     /// The rows whose `columns` equal `values` with weights: each row once,
     /// or, when `counted`, the first row alone weighted by how many match.
     /// A reader that looks at no column but `columns` cannot tell the rows
-    /// apart, and a counted read walks a lookup's range without touching
-    /// the rows.
+    /// apart. A counted read by an index reads its counts
+    /// ([`Table::index_count`]); by a range of the primary key or a scan it
+    /// walks the rows.
     pub fn weighted_matching(
         &self,
         columns: &[usize],
         values: &[Value],
         counted: bool,
     ) -> crate::WeightedRows {
+        let is_pk = self.schema.has_primary_key() && self.schema.primary_key == columns;
+        if counted && !is_pk {
+            if let Some(ix) = self.index_starting(columns) {
+                let first = self.index_rows(ix, values).next();
+                return match first {
+                    Some((_, row)) => vec![(row.clone(), self.index_count(ix, values) as i64)],
+                    None => Vec::new(),
+                };
+            }
+        }
         let mut rows = self.matching(columns, values);
         if !counted {
             return rows.map(|(_, r)| (r.clone(), 1)).collect();
@@ -205,6 +208,14 @@ impl Table {
             Some((_, first)) => vec![(first.clone(), 1 + rows.count() as i64)],
             None => Vec::new(),
         }
+    }
+
+    /// How many rows' values in index `index` begin with (or, all given,
+    /// equal) `values`: one count read, or a walk of the rows under a
+    /// prefix.
+    pub fn index_count(&self, index: usize, values: &[Value]) -> usize {
+        let width = self.schema.indexes[index].columns.len();
+        self.indexes[index].count(values, width)
     }
 
     /// The position of an index whose first columns are `columns` (the
@@ -245,32 +256,31 @@ impl Table {
     }
 
     /// Estimated bytes one row takes: the shared row, its entry and key in
-    /// the row map, and an entry in each index (values, key and a pointer
-    /// to the row). Resident memory is higher still by what the allocator
-    /// keeps free.
+    /// the row map, and an entry in each index's bucket (its key and a
+    /// pointer to the row). Each distinct indexed value adds its bucket
+    /// ([`bucket_bytes`]). Resident memory is higher still by what the
+    /// allocator keeps free.
     fn stored_bytes(&self, key: &Key, row: &Row) -> usize {
         let shared_row = allocated(16 + std::mem::size_of::<Row>()) + values_bytes(row);
         let entry = btree_entry::<Key, RowVersion>() + values_bytes(key);
-        let indexes: usize = self
-            .schema
-            .indexes
-            .iter()
-            .map(|def| {
-                btree_entry::<(Vec<Value>, Key), Arc<Row>>()
-                    + values_bytes(&Self::index_values(def, row))
-                    + values_bytes(key)
-            })
-            .sum();
+        let indexes = self.schema.indexes.len() * row_entry_bytes(key);
         shared_row + entry + indexes
     }
 
     /// Recounts [`Table::bytes`] (after the indexes changed).
     fn recount_bytes(&mut self) {
-        self.bytes = self
+        let rows: usize = self
             .rows
             .iter()
             .map(|(k, rv)| self.stored_bytes(k, &rv.row))
             .sum();
+        let counts: usize = self
+            .indexes
+            .iter()
+            .flat_map(Index::distinct_values)
+            .map(|values| bucket_bytes(values))
+            .sum();
+        self.bytes = rows + counts;
     }
 
     fn index_values(def: &IndexDef, row: &Row) -> Vec<Value> {
@@ -285,19 +295,23 @@ impl Table {
                 self.next_rowid = self.next_rowid.max(id + 1);
             }
         }
-        let old = self.rows.remove(&key);
-        if let Some(old) = &old {
-            self.bytes -= self.stored_bytes(&key, &old.row);
-            for (i, def) in self.schema.indexes.iter().enumerate() {
-                self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
-            }
-        }
         let row = Arc::new(row);
+        // One walk down the row map stores the row and finds the old one.
+        let old = self.rows.insert(
+            key.clone(),
+            RowVersion {
+                row: row.clone(),
+                lsn,
+            },
+        );
+        if let Some(old) = &old {
+            self.unindex(&key, &old.row);
+        }
         for (i, def) in self.schema.indexes.iter().enumerate() {
-            self.indexes[i].insert((Self::index_values(def, &row), key.clone()), row.clone());
+            let values = Self::index_values(def, &row);
+            self.bytes += self.indexes[i].insert(values, key.clone(), row.clone());
         }
         self.bytes += self.stored_bytes(&key, &row);
-        self.rows.insert(key, RowVersion { row, lsn });
         self.version = lsn;
         old.map(|o| o.row)
     }
@@ -305,29 +319,29 @@ impl Table {
     /// Removes the row at `key`; returns it.
     pub fn delete(&mut self, key: &Key, lsn: Lsn) -> Option<Arc<Row>> {
         let old = self.rows.remove(key)?;
-        {
-            self.bytes -= self.stored_bytes(key, &old.row);
-            for (i, def) in self.schema.indexes.iter().enumerate() {
-                self.indexes[i].remove(&(Self::index_values(def, &old.row), key.clone()));
-            }
-            self.version = lsn;
-        }
+        self.unindex(key, &old.row);
+        self.version = lsn;
         Some(old.row)
+    }
+
+    /// Takes a removed row out of the indexes and the bytes.
+    fn unindex(&mut self, key: &Key, row: &Row) {
+        self.bytes -= self.stored_bytes(key, row);
+        for (i, def) in self.schema.indexes.iter().enumerate() {
+            self.bytes -= self.indexes[i].remove(&Self::index_values(def, row), key);
+        }
     }
 
     /// Adds an index and fills it from the rows.
     pub fn add_index(&mut self, def: IndexDef) {
-        let mut set = OrdMap::new();
+        let mut index = Index::default();
         for (k, rv) in &self.rows {
-            set.insert(
-                (Self::index_values(&def, &rv.row), k.clone()),
-                rv.row.clone(),
-            );
+            index.insert(Self::index_values(&def, &rv.row), k.clone(), rv.row.clone());
         }
         let mut schema = (*self.schema).clone();
         schema.indexes.push(def);
         self.schema = Arc::new(schema);
-        self.indexes.push(set);
+        self.indexes.push(index);
         self.recount_bytes();
     }
 
@@ -459,6 +473,95 @@ mod tests {
             );
             assert_eq!(got, want, "{columns:?} = {values:?}");
         }
+    }
+
+    /// After random puts, overwrites and deletes that grow buckets past a
+    /// vector and shrink them to one row, every index lookup and count, by
+    /// value and by prefix, equals a scan; clones keep what they saw while
+    /// the table changes under them; the bytes equal a recount.
+    #[test]
+    fn index_lookups_and_counts_follow_writes() {
+        let column = |name: &str| ColumnDef {
+            name: name.into(),
+            ty: DataType::Int8,
+            not_null: false,
+            default: None,
+        };
+        let mut t = Table::new(TableSchema {
+            id: 1,
+            name: "t".into(),
+            columns: vec![column("k"), column("a"), column("b")],
+            primary_key: vec![0],
+            indexes: vec![IndexDef {
+                name: "t_a_b".into(),
+                columns: vec![1, 2],
+                unique: false,
+            }],
+        });
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as i64
+        };
+        let value = |v: i64| if v == 0 { Value::Null } else { Value::Int(v) };
+        let check = |t: &Table| {
+            let lookup = |values: &[Value]| {
+                let want: Vec<&Key> = t
+                    .scan()
+                    .filter(|(_, rv)| rv.row[1..1 + values.len()] == *values)
+                    .map(|(k, _)| k)
+                    .collect();
+                let mut got: Vec<&Key> = t.index_rows(0, values).map(|(k, _)| k).collect();
+                if values.len() == 2 {
+                    assert!(got.is_sorted(), "{values:?} in key order");
+                }
+                got.sort();
+                assert_eq!(got, want, "{values:?}");
+                assert_eq!(t.index_count(0, values), want.len(), "{values:?} counted");
+            };
+            for a in 0..4 {
+                for b in 0..3 {
+                    lookup(&[value(a), value(b)]);
+                }
+                lookup(&[value(a)]);
+            }
+            let mut recounted = t.clone();
+            recounted.recount_bytes();
+            assert_eq!(t.bytes, recounted.bytes);
+        };
+        let mut lsn = 0;
+        let mut clones = Vec::new();
+        for round in 0..6000 {
+            lsn += 1;
+            let k = vec![Value::Int(next(600))];
+            // Grow to about a hundred rows a value, then shrink to a few.
+            let delete = if round < 3000 {
+                next(4) == 0
+            } else {
+                next(8) != 0
+            };
+            if delete {
+                t.delete(&k, lsn);
+            } else {
+                let row = vec![k[0].clone(), value(next(3)), value(next(2))];
+                t.put(k, row, lsn);
+            }
+            if round % 1500 == 0 {
+                check(&t);
+                clones.push(t.clone());
+            }
+        }
+        check(&t);
+        assert!(t.len() < 100, "shrunk: {}", t.len());
+        for clone in &clones {
+            check(clone);
+        }
+        for i in 0..600 {
+            t.delete(&vec![Value::Int(i)], lsn + 1);
+        }
+        assert_eq!((t.bytes, t.indexes[0].distinct_values().count()), (0, 0));
     }
 
     #[test]
