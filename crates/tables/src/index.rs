@@ -57,11 +57,16 @@ impl Bucket {
     /// Adds a row at a key the bucket does not hold.
     fn insert(&mut self, key: Key, row: Arc<Row>) {
         match self {
-            Bucket::One(k, r) => {
-                assert!(*k != key, "index entry stored twice");
-                let one = (k.clone(), r.clone());
-                let mut rows = vec![one, (key, row)];
-                rows.sort_by(|a, b| a.0.cmp(&b.0));
+            Bucket::One(..) => {
+                let Bucket::One(k, r) = std::mem::replace(self, Bucket::Many(OrdMap::new())) else {
+                    unreachable!()
+                };
+                assert!(k != key, "index entry stored twice");
+                let rows = if k < key {
+                    vec![(k, r), (key, row)]
+                } else {
+                    vec![(key, row), (k, r)]
+                };
                 *self = Bucket::Few(Arc::new(rows));
             }
             Bucket::Few(rows) => {
@@ -71,7 +76,8 @@ impl Bucket {
                 if rows.len() < FEW_MAX {
                     Arc::make_mut(rows).insert(at, (key, row));
                 } else {
-                    let mut tree: OrdMap<Key, Arc<Row>> = rows.iter().cloned().collect();
+                    let few = Arc::unwrap_or_clone(std::mem::take(rows));
+                    let mut tree: OrdMap<Key, Arc<Row>> = few.into_iter().collect();
                     tree.insert(key, row);
                     *self = Bucket::Many(tree);
                 }
@@ -96,8 +102,9 @@ impl Bucket {
                     .expect("index entry of a stored row");
                 let rows = Arc::make_mut(rows);
                 rows.remove(at);
-                if let [(k, r)] = rows.as_slice() {
-                    *self = Bucket::One(k.clone(), r.clone());
+                if rows.len() == 1 {
+                    let (k, r) = rows.pop().expect("one row left");
+                    *self = Bucket::One(k, r);
                 }
                 false
             }
@@ -105,7 +112,7 @@ impl Bucket {
                 let removed = rows.remove(key);
                 assert!(removed.is_some(), "index entry of a stored row");
                 if rows.len() <= FEW_MAX / 2 {
-                    let few: Vec<_> = rows.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
+                    let few: Vec<_> = std::mem::take(rows).into_iter().collect();
                     *self = Bucket::Few(Arc::new(few));
                 }
                 false
