@@ -29,7 +29,8 @@ pub(crate) struct Index {
 /// The rows of one indexed value, by key. Never empty.
 #[derive(Clone, Debug)]
 enum Bucket {
-    /// One row (the only form in a unique index): no allocation.
+    /// One row (every bucket of a unique index, but for NULLs): no
+    /// allocation.
     One(Key, Arc<Row>),
     /// Two to [`FEW_MAX`] rows, sorted by key; shared until written.
     Few(Arc<Vec<(Key, Arc<Row>)>>),
