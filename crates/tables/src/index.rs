@@ -47,6 +47,12 @@ impl Bucket {
         }
     }
 
+    /// The first row and the number of rows.
+    fn first_and_len(&self) -> (&Arc<Row>, usize) {
+        let (_, row) = self.iter().next().expect("a bucket is never empty");
+        (row, self.len())
+    }
+
     fn iter(&self) -> BucketIter<'_> {
         match self {
             Bucket::One(key, row) => BucketIter::One(Some((key, row))),
@@ -184,14 +190,17 @@ impl Index {
         Box::new(self.prefix(values, width).flat_map(Bucket::iter))
     }
 
-    /// How many rows' values begin with (or, all `width` given, equal)
-    /// `values`: one bucket's length, or the lengths of the buckets under
-    /// a prefix.
-    pub(crate) fn count(&self, values: &[Value], width: usize) -> usize {
+    /// The first row whose values begin with (or, all `width` given,
+    /// equal) `values`, and how many there are: one bucket's first row and
+    /// length, or, under a prefix, the first bucket's first row and the
+    /// lengths of all. No row is walked. `None` when no row matches.
+    pub(crate) fn counted(&self, values: &[Value], width: usize) -> Option<(&Arc<Row>, usize)> {
         if values.len() == width {
-            return self.buckets.get(values).map_or(0, Bucket::len);
+            return self.buckets.get(values).map(Bucket::first_and_len);
         }
-        self.prefix(values, width).map(Bucket::len).sum()
+        let mut buckets = self.prefix(values, width);
+        let (row, first) = buckets.next()?.first_and_len();
+        Some((row, first + buckets.map(Bucket::len).sum::<usize>()))
     }
 
     /// The buckets whose values begin with `values` (exact bounds: the

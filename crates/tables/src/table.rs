@@ -136,7 +136,7 @@ impl Table {
         &'a self,
         index: usize,
         values: &[Value],
-    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a {
+    ) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Row>)> + 'a> {
         let width = self.schema.indexes[index].columns.len();
         self.indexes[index].rows(values, width)
     }
@@ -168,7 +168,7 @@ impl Table {
             );
         }
         if let Some(ix) = self.index_starting(columns) {
-            return Box::new(self.index_rows(ix, values));
+            return self.index_rows(ix, values);
         }
         Box::new(
             self.rows
@@ -181,9 +181,9 @@ impl Table {
     /// The rows whose `columns` equal `values` with weights: each row once,
     /// or, when `counted`, the first row alone weighted by how many match.
     /// A reader that looks at no column but `columns` cannot tell the rows
-    /// apart. A counted read by an index reads its counts
-    /// ([`Table::index_count`]); by a range of the primary key or a scan it
-    /// walks the rows.
+    /// apart. A counted read by an index reads its buckets' lengths
+    /// ([`Table::index_counted`]); by a range of the primary key or a scan
+    /// it walks the rows.
     pub fn weighted_matching(
         &self,
         columns: &[usize],
@@ -193,11 +193,11 @@ impl Table {
         let is_pk = self.schema.has_primary_key() && self.schema.primary_key == columns;
         if counted && !is_pk {
             if let Some(ix) = self.index_starting(columns) {
-                let first = self.index_rows(ix, values).next();
-                return match first {
-                    Some((_, row)) => vec![(row.clone(), self.index_count(ix, values) as i64)],
-                    None => Vec::new(),
-                };
+                return self
+                    .index_counted(ix, values)
+                    .map(|(row, n)| (row.clone(), n as i64))
+                    .into_iter()
+                    .collect();
             }
         }
         let mut rows = self.matching(columns, values);
@@ -210,12 +210,12 @@ impl Table {
         }
     }
 
-    /// How many rows' values in index `index` begin with (or, all given,
-    /// equal) `values`: one count read, or a walk of the rows under a
-    /// prefix.
-    pub fn index_count(&self, index: usize, values: &[Value]) -> usize {
+    /// The first row whose values in index `index` begin with (or, all
+    /// given, equal) `values`, and how many rows do, from the index's
+    /// buckets without walking a row; `None` when none does.
+    pub fn index_counted(&self, index: usize, values: &[Value]) -> Option<(&Arc<Row>, usize)> {
         let width = self.schema.indexes[index].columns.len();
-        self.indexes[index].count(values, width)
+        self.indexes[index].counted(values, width)
     }
 
     /// The position of an index whose first columns are `columns` (the
@@ -400,28 +400,36 @@ mod tests {
         })
     }
 
+    /// A table of nullable `bigint` columns with a primary key and one
+    /// index.
+    fn int_table(columns: &[&str], primary_key: Vec<usize>, index: Vec<usize>) -> Table {
+        Table::new(TableSchema {
+            id: 1,
+            name: "t".into(),
+            columns: columns
+                .iter()
+                .map(|&name| ColumnDef {
+                    name: name.into(),
+                    ty: DataType::Int8,
+                    not_null: false,
+                    default: None,
+                })
+                .collect(),
+            primary_key,
+            indexes: vec![IndexDef {
+                name: "t_index".into(),
+                columns: index,
+                unique: false,
+            }],
+        })
+    }
+
     /// Lookups by the primary key, its first column, an index's first
     /// column (whose second column holds NULLs, which sort last) and a
     /// column no index starts with all equal a filtered scan, counted too.
     #[test]
     fn matching_uses_keys_and_prefixes_and_equals_a_scan() {
-        let column = |name: &str| ColumnDef {
-            name: name.into(),
-            ty: DataType::Int8,
-            not_null: false,
-            default: None,
-        };
-        let mut t = Table::new(TableSchema {
-            id: 1,
-            name: "t".into(),
-            columns: vec![column("a"), column("b"), column("c"), column("d")],
-            primary_key: vec![0, 1],
-            indexes: vec![IndexDef {
-                name: "t_c_d".into(),
-                columns: vec![2, 3],
-                unique: false,
-            }],
-        });
+        let mut t = int_table(&["a", "b", "c", "d"], vec![0, 1], vec![2, 3]);
         for i in 0..200i64 {
             let (a, b, c) = (i % 7, i, i % 5);
             let d = if i % 3 == 0 {
@@ -481,23 +489,7 @@ mod tests {
     /// the table changes under them; the bytes equal a recount.
     #[test]
     fn index_lookups_and_counts_follow_writes() {
-        let column = |name: &str| ColumnDef {
-            name: name.into(),
-            ty: DataType::Int8,
-            not_null: false,
-            default: None,
-        };
-        let mut t = Table::new(TableSchema {
-            id: 1,
-            name: "t".into(),
-            columns: vec![column("k"), column("a"), column("b")],
-            primary_key: vec![0],
-            indexes: vec![IndexDef {
-                name: "t_a_b".into(),
-                columns: vec![1, 2],
-                unique: false,
-            }],
-        });
+        let mut t = int_table(&["k", "a", "b"], vec![0], vec![1, 2]);
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = |n: u64| {
             state ^= state << 13;
@@ -519,7 +511,11 @@ mod tests {
                 }
                 got.sort();
                 assert_eq!(got, want, "{values:?}");
-                assert_eq!(t.index_count(0, values), want.len(), "{values:?} counted");
+                let counted = t.index_counted(0, values);
+                let first = t.index_rows(0, values).next().map(|(_, row)| row);
+                assert_eq!(counted.map(|(row, _)| row), first, "{values:?} first");
+                let n = counted.map_or(0, |(_, n)| n);
+                assert_eq!(n, want.len(), "{values:?} counted");
             };
             for a in 0..4 {
                 for b in 0..3 {
