@@ -365,6 +365,26 @@ pub(crate) fn relations(st: &ast::Statement) -> Vec<String> {
     out
 }
 
+/// Whether `st` is a plain `SELECT` that names one relation once: no
+/// join, no set operation, no subquery, no CTE.
+pub(crate) fn reads_one_relation(st: &ast::Statement) -> bool {
+    let ast::Statement::Query(q) = st else {
+        return false;
+    };
+    let ast::SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    let mut named = 0usize;
+    let _ = ast::visit_relations(st, |_| {
+        named += 1;
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    q.with.is_none()
+        && named == 1
+        && matches!(select.from.as_slice(), [f] if f.joins.is_empty()
+            && matches!(f.relation, ast::TableFactor::Table { .. }))
+}
+
 /// The last part of an object name (schema qualifiers such as `public.` are ignored).
 pub(crate) fn object_name(n: &ast::ObjectName) -> Result<String, SqlError> {
     let parts: Vec<String> =

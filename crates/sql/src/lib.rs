@@ -18,6 +18,7 @@ mod release_views;
 mod routes;
 mod session;
 mod time_maps;
+mod txn_view_reads;
 mod view_read;
 pub mod views;
 

@@ -22,6 +22,34 @@ use crate::routes::{wants_dataflow, PreparedAuto};
 use crate::view_read::ViewRead;
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
+/// Adds view `v` to `catalog` as a table holding `rows`.
+fn add_view_table(
+    catalog: &mut Catalog,
+    v: &crate::views::ViewEntry,
+    rows: Vec<Vec<Value>>,
+    watermark: Lsn,
+) {
+    catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
+        id: v.id,
+        name: v.name.clone(),
+        columns: v
+            .columns
+            .iter()
+            .map(|c| ColumnDef {
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+                not_null: false,
+                default: None,
+            })
+            .collect(),
+        primary_key: vec![],
+        indexes: vec![],
+    }));
+    for (i, row) in rows.into_iter().enumerate() {
+        catalog.apply_row(v.id, vec![Value::Int(i as i64)], Some(row), watermark);
+    }
+}
+
 /// `ReadyForQuery` status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxnStatus {
@@ -362,7 +390,7 @@ impl Session {
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
                 let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
                 bind::bind(&virtual_catalog, st, hints, &self.settings)
-            } else if let Some(views) = self.view_catalog(st, &[], false)? {
+            } else if let Some(views) = self.views_as_tables(st, &[], None)? {
                 bind::bind(&views, st, hints, &self.settings)
             } else {
                 bind::bind(&catalog, st, hints, &self.settings)
@@ -589,7 +617,7 @@ impl Session {
                 | Statement::Update(_)
                 | Statement::Delete(_)
         ) {
-            if let Some(views) = self.view_catalog(st, params, true)? {
+            if let Some(views) = self.view_catalog(st, params)? {
                 self.engine.metrics.count(&self.engine.metrics.select);
                 return self.run_read_only(&views, st, hints, params, "a view cannot be written");
             }
@@ -746,6 +774,12 @@ impl Session {
         if relations.is_empty() {
             return None;
         }
+        // A query over views that direct evaluation cannot answer over their
+        // rows (a join, a set operation, a subquery) goes the general way,
+        // which compiles the views' queries into its dataflow.
+        if matches!(st, Statement::Query(_)) && !bind::reads_one_relation(st) {
+            return None;
+        }
         let views = &self.engine.views;
         relations
             .into_iter()
@@ -757,16 +791,15 @@ impl Session {
     /// current rows (read lock-free from the views, as the session's
     /// consistency level asks), or `None`.
     fn view_catalog(
-        &self,
+        &mut self,
         st: &Statement,
         params: &[Value],
-        with_rows: bool,
     ) -> Result<Option<Catalog>, SqlError> {
         if self.views_only(st).is_none() {
             return Ok(None);
         }
-        if params.is_empty() && !with_rows {
-            return self.views_as_tables(st, params, None);
+        if self.txn.is_some() {
+            return self.views_as_tables_in_txn(st, params);
         }
         match self.views_ready()? {
             Ready::At(seen) => {
@@ -851,25 +884,45 @@ impl Session {
                     snap.release.lsn,
                 ),
             };
-            catalog.apply_schema(SchemaChange::CreateTable(TableSchema {
-                id: v.id,
-                name: v.name.clone(),
-                columns: v
-                    .columns
-                    .iter()
-                    .map(|c| ColumnDef {
-                        name: c.name.clone(),
-                        ty: c.ty.clone(),
-                        not_null: false,
-                        default: None,
-                    })
-                    .collect(),
-                primary_key: vec![],
-                indexes: vec![],
-            }));
-            for (i, row) in rows.into_iter().enumerate() {
-                catalog.apply_row(v.id, vec![Value::Int(i as i64)], Some(row), watermark);
+            add_view_table(&mut catalog, &v, rows, watermark);
+        }
+        Ok(Some(catalog))
+    }
+
+    /// [`Session::views_as_tables`] for a read inside a transaction block
+    /// (`txn_view_reads.rs`): the rows as the transaction sees them, the
+    /// read noted for validation at COMMIT.
+    fn views_as_tables_in_txn(
+        &mut self,
+        st: &Statement,
+        params: &[Value],
+    ) -> Result<Option<Catalog>, SqlError> {
+        let Some(names) = self.views_only(st) else {
+            return Ok(None);
+        };
+        let entries: Vec<_> = names
+            .iter()
+            .filter_map(|n| self.engine.views.get(n))
+            .collect();
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let mut catalog = Catalog::default();
+        let single = entries.len() == 1;
+        for v in entries {
+            let keyed = if single {
+                equality_key(st, &v, params)
+            } else {
+                None
+            };
+            let rows: Vec<_> = match keyed {
+                Some((cols, combos)) => self.view_rows_in_txn(&v, &cols, &combos)?,
+                None => self.view_rows_in_txn(&v, &[], &[])?,
             }
+            .into_iter()
+            .flatten()
+            .collect();
+            add_view_table(&mut catalog, &v, rows, 0);
         }
         Ok(Some(catalog))
     }
@@ -902,6 +955,10 @@ impl Session {
         self.engine.metrics.count(&self.engine.metrics.select);
         let rows = match read.key_values(params) {
             None => Vec::new(),
+            Some(key) if self.txn.is_some() => {
+                let found = self.view_rows_in_txn(&entry, read.key(), &[key])?;
+                found.iter().flatten().map(|r| read.project(r)).collect()
+            }
             Some(key) => {
                 let db = self.engine.database();
                 let (rows, seen) = match self.views_ready()? {

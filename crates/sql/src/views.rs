@@ -52,6 +52,9 @@ pub struct ViewEntry {
     /// then carry hidden sort columns after `columns`.
     pub order: Vec<SortColumn>,
     pub(crate) options: InstallOptions,
+    /// The base tables its rows are computed from (through views it
+    /// reads, too): what a read of it inside a transaction depends on.
+    pub tables: Vec<TableId>,
     /// Tells entries apart, also from a later view of the same name.
     uid: u64,
 }
@@ -61,6 +64,13 @@ impl ViewEntry {
     pub fn uid(&self) -> u64 {
         self.uid
     }
+}
+
+/// What compiling a view in a scratch graph found out.
+struct Checked {
+    columns: Vec<Column>,
+    order: Vec<SortColumn>,
+    tables: Vec<TableId>,
 }
 
 /// How a view is compiled.
@@ -290,20 +300,24 @@ impl ViewRegistry {
 
     /// Checks that `query` can be maintained, without changing anything.
     pub fn check(catalog: &Catalog, query: &ast::Query) -> Result<Vec<Column>, SqlError> {
-        Ok(Self::check_with(catalog, query, InstallOptions::default())?.0)
+        Ok(Self::check_with(catalog, query, InstallOptions::default())?.columns)
     }
 
     fn check_with(
         catalog: &Catalog,
         query: &ast::Query,
         options: InstallOptions,
-    ) -> Result<(Vec<Column>, Vec<SortColumn>), SqlError> {
+    ) -> Result<Checked, SqlError> {
         let mut scratch = Graph::new();
         let mut c = Compiler::new(catalog, &mut scratch);
         c.keep_order = options.keep_order;
         c.partition_last = options.partition_last;
         let compiled = c.query(query)?;
-        Ok((compiled.columns, compiled.order))
+        Ok(Checked {
+            columns: compiled.columns,
+            order: compiled.order,
+            tables: scratch.source_tables(),
+        })
     }
 
     /// Registers a view. The caller holds the commit lock, so with partial
@@ -332,14 +346,15 @@ impl ViewRegistry {
         let query = view_query(sql)?;
         // Compile into a scratch graph first: a query that fails half way
         // must not leave operators behind in the real one.
-        let (columns, order) = Self::check_with(catalog, &query, options)?;
+        let checked = Self::check_with(catalog, &query, options)?;
         let entry = ViewEntry {
             id,
             name: name.to_string(),
             sql: sql.to_string(),
-            columns,
-            order,
+            columns: checked.columns,
+            order: checked.order,
             options,
+            tables: checked.tables,
             uid: NEXT_VIEW_UID.fetch_add(1, Ordering::Relaxed),
         };
         if !self.partial_on() {
@@ -1030,6 +1045,25 @@ impl ViewRegistry {
         key: &[usize],
         values: &[Value],
     ) -> Result<Vec<Row>, SqlError> {
+        self.compute_lookup_in(
+            catalog,
+            &mut aqueduct_tables::Txn::default(),
+            entry,
+            key,
+            values,
+        )
+    }
+
+    /// [`ViewRegistry::compute_lookup`] over the tables as `txn` sees them
+    /// (its own writes included), each table it scans noted in `txn`.
+    pub(crate) fn compute_lookup_in(
+        &self,
+        catalog: &Catalog,
+        txn: &mut aqueduct_tables::Txn,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[Value],
+    ) -> Result<Vec<Row>, SqlError> {
         let query = view_query(&entry.sql)?;
         let conds: Vec<String> = key
             .iter()
@@ -1048,8 +1082,7 @@ impl ViewRegistry {
             )
         };
         let q = view_query(&sql)?;
-        let (_, rows) =
-            crate::oneshot::evaluate(catalog, &mut aqueduct_tables::Txn::default(), &q, values)?;
+        let (_, rows) = crate::oneshot::evaluate(catalog, txn, &q, values)?;
         Ok(rows)
     }
 

@@ -541,6 +541,13 @@ pub fn run_traced(
             BatchKind::Rollback => Some("ROLLBACK"),
         };
         if let Some(end) = end {
+            // Inside the transaction every read (of a view too) sees its
+            // own writes. (Not under a memory limit: a read refused for
+            // want of memory there would abort the transaction.)
+            if cfg.memory_limit == 0 {
+                let at = format!("in batch {}, before its {end}", b + 1);
+                check(&mut e, case, cfg, &at, b + 1, &mut stats)?;
+            }
             e.sqlite.execute_batch(end).unwrap();
             aq_ok(&mut e, end).map_err(|err| Failure {
                 kind: FailKind::Write(err),
