@@ -62,7 +62,6 @@ pub enum Func {
     Abs,
     Coalesce,
     NullIf,
-    Now,
     Concat,
     Substring,
     Trim,
@@ -91,9 +90,6 @@ impl Func {
             "abs" => Func::Abs,
             "coalesce" => Func::Coalesce,
             "nullif" => Func::NullIf,
-            "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
-                Func::Now
-            }
             "concat" => Func::Concat,
             "substr" | "substring" => Func::Substring,
             "btrim" | "trim" => Func::Trim,
@@ -592,7 +588,6 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
             best.unwrap_or(Value::Null)
         }
         Func::Concat => Value::Text(vals.iter().filter_map(|v| v.to_text()).collect()),
-        Func::Now => Value::TimestampTz(aqueduct_log::now_micros()),
         Func::Version => Value::Text("PostgreSQL 15.0 (Aqueduct 0.1)".into()),
         Func::CurrentDatabase => Value::Text("aqueduct".into()),
         Func::CurrentSchema => Value::Text("public".into()),

@@ -235,11 +235,13 @@ pub fn bind(
     st: &ast::Statement,
     hints: &[Option<DataType>],
     settings: &BTreeMap<String, String>,
+    time: StatementTime,
 ) -> Result<Bound, SqlError> {
     let mut b = Binder {
         catalog,
         params: hints.to_vec(),
         values: None,
+        time: Some(time),
     };
     let _ = settings;
     let (plan, columns) = b.statement(st)?;
@@ -260,6 +262,39 @@ pub(crate) struct Binder<'a> {
     params: Vec<Option<DataType>>,
     /// Values to bind parameters to as constants (one-shot evaluation).
     values: Option<Vec<Value>>,
+    /// What `now()` and its kin are for this statement; `None` in a
+    /// maintained view, where they are refused.
+    time: Option<StatementTime>,
+}
+
+/// The clock as a statement sees it, read once by the session (from the
+/// engine's [`crate::Clock`]) and bound into the statement as constants, so
+/// that evaluation never reads a clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatementTime {
+    /// When the transaction began (the statement, outside a transaction
+    /// block): `now()`, `current_timestamp`, `transaction_timestamp()`.
+    pub transaction_micros: i64,
+    /// When the statement began: `statement_timestamp()`.
+    pub statement_micros: i64,
+}
+
+/// A function whose value is the time the statement or its transaction
+/// began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClockFunc {
+    Transaction,
+    Statement,
+}
+
+impl ClockFunc {
+    fn by_name(name: &str) -> Option<ClockFunc> {
+        match name {
+            "now" | "current_timestamp" | "transaction_timestamp" => Some(ClockFunc::Transaction),
+            "statement_timestamp" => Some(ClockFunc::Statement),
+            _ => None,
+        }
+    }
 }
 
 impl<'a> Binder<'a> {
@@ -268,7 +303,13 @@ impl<'a> Binder<'a> {
             catalog,
             params: Vec::new(),
             values: None,
+            time: None,
         }
+    }
+
+    /// Binds `now()` and its kin to `time`.
+    pub(crate) fn set_time(&mut self, time: StatementTime) {
+        self.time = Some(time);
     }
 
     pub(crate) fn catalog(&self) -> &'a Catalog {
@@ -791,7 +832,6 @@ impl<'a> Binder<'a> {
             Expr::Cast(_, ty) => ty.unconstrained(),
             Expr::Call(f, args) => match f {
                 Func::Length => DataType::Int4,
-                Func::Now => DataType::TimestampTz,
                 Func::RealNumeric => DataType::Numeric,
                 // round(numeric) is numeric, round(int or float) float8,
                 // round(x, s) numeric.
@@ -1281,6 +1321,35 @@ impl<'a> Binder<'a> {
         }
     }
 
+    /// `now()` and its kin: the statement's clock reading as a constant.
+    fn clock_reading(
+        &mut self,
+        clock: ClockFunc,
+        name: &str,
+        f: &ast::Function,
+    ) -> Result<Expr, SqlError> {
+        let (args, _, _) = self.function_args(f)?;
+        if !args.is_empty() {
+            return Err(SqlError::new(
+                "42883",
+                format!("function {name} takes no arguments"),
+            ));
+        }
+        let Some(time) = self.time else {
+            return Err(SqlError::new(
+                "0A000",
+                format!("{name}() is not allowed in a maintained view: its value changes as time passes, which no write to the tables reports"),
+            )
+            .with_hint(
+                "compare with a time the application passes as a parameter when it reads the view (WHERE at > $1), or run the query directly instead of through a view",
+            ));
+        };
+        Ok(Expr::Literal(Value::TimestampTz(match clock {
+            ClockFunc::Transaction => time.transaction_micros,
+            ClockFunc::Statement => time.statement_micros,
+        })))
+    }
+
     fn function(
         &mut self,
         f: &ast::Function,
@@ -1297,6 +1366,9 @@ impl<'a> Binder<'a> {
                 "42803",
                 format!("aggregate function {name} is not allowed here"),
             ));
+        }
+        if let Some(clock) = ClockFunc::by_name(&name) {
+            return self.clock_reading(clock, &name, f);
         }
         let func = Func::by_name(&name)
             .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;

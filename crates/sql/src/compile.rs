@@ -111,6 +111,12 @@ impl<'a, 'g> Compiler<'a, 'g> {
         self.binder.set_values(values);
     }
 
+    /// Binds `now()` and its kin to `time` (a query evaluated once; a
+    /// maintained view refuses them).
+    pub fn bind_time(&mut self, time: crate::bind::StatementTime) {
+        self.binder.set_time(time);
+    }
+
     /// The definition of the view `name`, if there is one.
     fn view_sql(&self, name: &str) -> Option<String> {
         self.binder

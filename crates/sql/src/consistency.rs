@@ -223,7 +223,7 @@ impl Session {
         let catalog: &Catalog = &snap.catalog;
         let db = self.engine.database();
         if let Some(views) = self.release_view_catalog(snap, st, params)? {
-            let bound = crate::bind::bind(&views, st, hints, &self.settings)?;
+            let bound = crate::bind::bind(&views, st, hints, &self.settings, self.time)?;
             return crate::exec::execute(
                 db,
                 &views,
@@ -233,7 +233,7 @@ impl Session {
                 params,
             );
         }
-        match crate::bind::bind(catalog, st, hints, &self.settings) {
+        match crate::bind::bind(catalog, st, hints, &self.settings, self.time) {
             Ok(bound) => crate::exec::execute(
                 db,
                 catalog,
@@ -246,8 +246,13 @@ impl Session {
                 let Statement::Query(q) = st else {
                     return Err(e);
                 };
-                let (columns, rows) =
-                    crate::oneshot::evaluate(catalog, &mut Txn::default(), q, params)?;
+                let (columns, rows) = crate::oneshot::evaluate(
+                    catalog,
+                    &mut Txn::default(),
+                    q,
+                    params,
+                    Some(self.time),
+                )?;
                 Ok(Outcome::Rows {
                     tag: format!("SELECT {}", rows.len()),
                     columns,

@@ -64,6 +64,24 @@ impl Column {
     }
 }
 
+/// Where time enters the engine: the session reads it once per statement
+/// (and keeps the reading at `BEGIN` for the transaction), and binds the
+/// readings into the statement as constants; expression evaluation and the
+/// dataflow never read a clock.
+pub trait Clock: Send + Sync {
+    /// Microseconds since the Unix epoch.
+    fn now_micros(&self) -> i64;
+}
+
+/// The system's wall clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_micros(&self) -> i64 {
+        aqueduct_log::now_micros()
+    }
+}
+
 /// Statement counters for `/metrics`.
 #[derive(Debug, Default)]
 pub struct EngineMetrics {
@@ -97,6 +115,8 @@ pub struct Engine {
     pub metrics: EngineMetrics,
     pub started: Instant,
     pub replay: ReplayReport,
+    /// The clock sessions read their statements' time from.
+    clock: parking_lot::RwLock<Arc<dyn Clock>>,
 }
 
 impl Engine {
@@ -150,6 +170,7 @@ impl Engine {
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,
+            clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
         });
         engine.views.attach(&engine);
         Ok(engine)
@@ -157,6 +178,16 @@ impl Engine {
 
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// The clock statements read their time from.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.read().clone()
+    }
+
+    /// Replaces the clock (tests drive time by hand).
+    pub fn set_clock(&self, clock: Arc<dyn Clock>) {
+        *self.clock.write() = clock;
     }
 
     /// The consistency level new sessions start with (`--consistency`).

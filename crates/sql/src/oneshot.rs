@@ -16,6 +16,7 @@ use aqueduct_tables::{Catalog, TableId, Txn};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
+use crate::bind::StatementTime;
 use crate::compile::Compiler;
 use crate::{Column, SqlError};
 
@@ -24,9 +25,11 @@ pub fn describe(
     catalog: &Catalog,
     q: &ast::Query,
     hints: &[Option<DataType>],
+    time: StatementTime,
 ) -> Result<(Vec<Column>, Vec<DataType>), SqlError> {
     let mut scratch = Graph::new();
     let mut c = Compiler::new(catalog, &mut scratch);
+    c.bind_time(time);
     c.allow_params = true;
     c.seed_param_types(hints);
     let compiled = c.query(q)?;
@@ -35,13 +38,16 @@ pub fn describe(
 
 /// Runs `q` once over `catalog` (as `txn` sees it) with parameters bound to
 /// `params`: its columns and rows, in ORDER BY order when it has one.
+/// `time` binds `now()` and its kin (`None`: a view's query, which has
+/// none).
 pub fn evaluate(
     catalog: &Catalog,
     txn: &mut Txn,
     q: &ast::Query,
     params: &[Value],
+    time: Option<StatementTime>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
-    evaluate_with(catalog, q, params, &mut |t| {
+    evaluate_with(catalog, q, params, time, &mut |t| {
         crate::exec::scan_rows(catalog, txn, t)
     })
 }
@@ -54,19 +60,23 @@ pub fn evaluate_empty(
     q: &ast::Query,
     params: &[Value],
 ) -> Result<Vec<Row>, SqlError> {
-    Ok(evaluate_with(catalog, q, params, &mut |_| Ok(Vec::new()))?.1)
+    Ok(evaluate_with(catalog, q, params, None, &mut |_| Ok(Vec::new()))?.1)
 }
 
 fn evaluate_with(
     catalog: &Catalog,
     q: &ast::Query,
     params: &[Value],
+    time: Option<StatementTime>,
     scan: &mut dyn FnMut(&aqueduct_tables::Table) -> Result<Vec<Row>, SqlError>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
     let mut graph = Graph::new();
     let mut c = Compiler::new(catalog, &mut graph);
     c.keep_order = true;
     c.bind_values(params.to_vec());
+    if let Some(time) = time {
+        c.bind_time(time);
+    }
     let compiled = c.query(q)?;
     let mut nodes = std::mem::take(&mut c.new_nodes);
     let (view, reader) = graph.view("result", compiled.node, vec![]);

@@ -244,10 +244,11 @@ impl Session {
         self.engine.metrics.count(&self.engine.metrics.select);
         let db = self.engine.database();
         let (columns, rows) = match self.txn.as_mut() {
-            Some(txn) => oneshot::evaluate(&db.read(), txn, q, params)?,
+            Some(txn) => oneshot::evaluate(&db.read(), txn, q, params, Some(self.time))?,
             None => {
                 let seen = db.applied_lsn();
-                let out = oneshot::evaluate(&db.read(), &mut Txn::default(), q, params)?;
+                let out =
+                    oneshot::evaluate(&db.read(), &mut Txn::default(), q, params, Some(self.time))?;
                 db.await_visible(seen)?;
                 out
             }
@@ -304,7 +305,7 @@ impl Session {
         }
         let direct = {
             let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, &[], &self.settings)
+            bind::bind(&catalog, st, &[], &self.settings, self.time)
         };
         match direct {
             Ok(b) => {
@@ -380,6 +381,7 @@ impl Session {
                 let why = self.why_not_auto(q, &e);
                 let mut scratch = Graph::new();
                 let mut c = Compiler::new(&catalog, &mut scratch);
+                c.bind_time(self.time);
                 c.allow_params = true;
                 c.keep_order = true;
                 let compiled = c.query(q)?;

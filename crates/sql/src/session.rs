@@ -14,7 +14,7 @@ use sqlparser::ast::Statement;
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
-use crate::bind::{self, Bound, Plan};
+use crate::bind::{self, Bound, Plan, StatementTime};
 use crate::catalog_queries;
 use crate::consistency::Ready;
 use crate::exec;
@@ -154,6 +154,10 @@ pub struct Session {
     pub(crate) release_read_id: Option<u64>,
     /// `aqueduct.consistency`, parsed once when set (every read asks).
     pub(crate) consistency: crate::Consistency,
+    /// The clock's reading for the running statement (`now()`).
+    pub(crate) time: StatementTime,
+    /// The clock's reading when the transaction block began.
+    txn_began_micros: Option<i64>,
 }
 
 impl Session {
@@ -172,6 +176,11 @@ impl Session {
             last_lsn: 0,
             release_read_id: None,
             consistency,
+            time: StatementTime {
+                transaction_micros: 0,
+                statement_micros: 0,
+            },
+            txn_began_micros: None,
         }
     }
 
@@ -230,6 +239,19 @@ impl Session {
         if self.txn.is_some() {
             self.failed = true;
         }
+    }
+
+    /// Reads the clock for a statement that starts now.
+    fn start_statement(&mut self) {
+        let now = self.engine.clock().now_micros();
+        let transaction_micros = match (&self.txn, self.txn_began_micros) {
+            (Some(_), Some(began)) => began,
+            _ => now,
+        };
+        self.time = StatementTime {
+            transaction_micros,
+            statement_micros: now,
+        };
     }
 
     /// Ends any open transaction without committing (client went away).
@@ -339,6 +361,7 @@ impl Session {
         sql: &str,
         hints: &[Option<DataType>],
     ) -> Result<Prepared, SqlError> {
+        self.start_statement();
         if crate::time_maps::is_time_map_statement(sql) {
             return Ok(Prepared {
                 sql: sql.to_string(),
@@ -389,11 +412,11 @@ impl Session {
             let catalog = self.engine.database().read();
             if catalog_queries::uses_virtual_tables(&st.to_string()) {
                 let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
-                bind::bind(&virtual_catalog, st, hints, &self.settings)
+                bind::bind(&virtual_catalog, st, hints, &self.settings, self.time)
             } else if let Some(views) = self.views_as_tables(st, &[], None)? {
-                bind::bind(&views, st, hints, &self.settings)
+                bind::bind(&views, st, hints, &self.settings, self.time)
             } else {
-                bind::bind(&catalog, st, hints, &self.settings)
+                bind::bind(&catalog, st, hints, &self.settings, self.time)
             }
         };
         let bound = match (bound, st) {
@@ -425,7 +448,7 @@ impl Session {
                 }
                 let (columns, params) = {
                     let catalog = self.engine.database().read();
-                    crate::oneshot::describe(&catalog, q, hints)?
+                    crate::oneshot::describe(&catalog, q, hints, self.time)?
                 };
                 return Ok(Prepared {
                     sql: sql.to_string(),
@@ -484,6 +507,7 @@ impl Session {
         p: &Prepared,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
+        self.start_statement();
         if params.len() != p.params.len() {
             return Err(SqlError::new(
                 "08P01",
@@ -604,6 +628,7 @@ impl Session {
         hints: &[Option<DataType>],
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
+        self.start_statement();
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
         }
@@ -624,7 +649,7 @@ impl Session {
         }
         let bound = {
             let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, hints, &self.settings)
+            bind::bind(&catalog, st, hints, &self.settings, self.time)
         };
         let bound: Bound = match (bound, st) {
             (Ok(b), _) => b,
@@ -652,6 +677,7 @@ impl Session {
             Plan::Begin => {
                 if self.txn.is_none() {
                     self.txn = Some(Txn::default());
+                    self.txn_began_micros = Some(self.time.statement_micros);
                 }
                 Ok(command("BEGIN"))
             }
@@ -752,7 +778,7 @@ impl Session {
         if !matches!(st, Statement::Query(_)) {
             return Err(SqlError::new("42809", refusal.to_string()));
         }
-        let bound = bind::bind(catalog, st, hints, &self.settings)?;
+        let bound = bind::bind(catalog, st, hints, &self.settings, self.time)?;
         if !bound.plan.is_read_only() {
             return Err(SqlError::new("42809", refusal.to_string()));
         }

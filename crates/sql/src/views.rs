@@ -1082,7 +1082,7 @@ impl ViewRegistry {
             )
         };
         let q = view_query(&sql)?;
-        let (_, rows) = crate::oneshot::evaluate(catalog, txn, &q, values)?;
+        let (_, rows) = crate::oneshot::evaluate(catalog, txn, &q, values, None)?;
         Ok(rows)
     }
 
