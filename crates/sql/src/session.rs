@@ -22,6 +22,13 @@ use crate::routes::{wants_dataflow, PreparedAuto};
 use crate::view_read::ViewRead;
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
+/// A view a statement reads, with the key columns and the keys its
+/// `WHERE` pins (none: all its rows).
+type ViewReadKeys = (
+    Arc<crate::views::ViewEntry>,
+    Option<(Vec<usize>, Vec<Vec<Value>>)>,
+);
+
 /// Adds view `v` to `catalog` as a table holding `rows`.
 fn add_view_table(
     catalog: &mut Catalog,
@@ -854,6 +861,33 @@ impl Session {
         self.views_as_tables(st, params, Some(ViewRows::Release(snap)))
     }
 
+    /// The views `st` reads, each with the columns and keys its `WHERE`
+    /// pins when it reads just one; `None` when it reads anything else.
+    fn view_reads(&self, st: &Statement, params: &[Value]) -> Option<Vec<ViewReadKeys>> {
+        let names = self.views_only(st)?;
+        let entries: Vec<_> = names
+            .iter()
+            .filter_map(|n| self.engine.views.get(n))
+            .collect();
+        if entries.is_empty() {
+            return None;
+        }
+        let single = entries.len() == 1;
+        Some(
+            entries
+                .into_iter()
+                .map(|v| {
+                    let keyed = if single {
+                        equality_key(st, &v, params)
+                    } else {
+                        None
+                    };
+                    (v, keyed)
+                })
+                .collect(),
+        )
+    }
+
     /// The views `st` reads as tables: with no rows (`rows` None, for
     /// describing a statement), or with the rows `rows` says where to get.
     fn views_as_tables(
@@ -862,25 +896,12 @@ impl Session {
         params: &[Value],
         rows: Option<ViewRows>,
     ) -> Result<Option<Catalog>, SqlError> {
-        let Some(names) = self.views_only(st) else {
+        let Some(reads) = self.view_reads(st, params) else {
             return Ok(None);
         };
-        let entries: Vec<_> = names
-            .iter()
-            .filter_map(|n| self.engine.views.get(n))
-            .collect();
-        if entries.is_empty() {
-            return Ok(None);
-        }
         let views = &self.engine.views;
         let mut catalog = Catalog::default();
-        let single = entries.len() == 1;
-        for v in entries {
-            let keyed = if single {
-                equality_key(st, &v, params)
-            } else {
-                None
-            };
+        for (v, keyed) in reads {
             let (rows, watermark) = match (keyed, rows) {
                 (_, None) => (Vec::new(), 0),
                 (Some((cols, combos)), Some(ViewRows::Views)) => {
@@ -923,24 +944,11 @@ impl Session {
         st: &Statement,
         params: &[Value],
     ) -> Result<Option<Catalog>, SqlError> {
-        let Some(names) = self.views_only(st) else {
+        let Some(reads) = self.view_reads(st, params) else {
             return Ok(None);
         };
-        let entries: Vec<_> = names
-            .iter()
-            .filter_map(|n| self.engine.views.get(n))
-            .collect();
-        if entries.is_empty() {
-            return Ok(None);
-        }
         let mut catalog = Catalog::default();
-        let single = entries.len() == 1;
-        for v in entries {
-            let keyed = if single {
-                equality_key(st, &v, params)
-            } else {
-                None
-            };
+        for (v, keyed) in reads {
             let rows: Vec<_> = match keyed {
                 Some((cols, combos)) => self.view_rows_in_txn(&v, &cols, &combos)?,
                 None => self.view_rows_in_txn(&v, &[], &[])?,

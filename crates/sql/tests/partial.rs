@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use aqueduct_log::{Log, Options, SyncPolicy};
 use aqueduct_sql::views::ViewOptions;
 use aqueduct_sql::{Engine, Outcome, Session};
 use aqueduct_values::Value;
@@ -30,23 +29,13 @@ const OVERLAPPED_READS: usize = 300;
 const MEMORY_LIMIT: u64 = 48 * 1024;
 
 fn engine(dir: &std::path::Path) -> Arc<Engine> {
-    let (log, _) = Log::open(
+    common::engine_with(
         dir,
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    Engine::open_with(
-        log,
-        &mut |_| {},
         ViewOptions {
             partial: true,
             memory_limit: MEMORY_LIMIT,
         },
     )
-    .unwrap()
 }
 
 /// Every vote written, with the LSN of its commit: +1 inserted, -1 deleted.

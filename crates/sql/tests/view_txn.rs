@@ -8,32 +8,21 @@ mod common;
 
 use std::sync::Arc;
 
-use aqueduct_log::{Log, Options, SyncPolicy};
 use aqueduct_sql::views::ViewOptions;
 use aqueduct_sql::{Engine, Session};
 use aqueduct_values::{DataType, Value};
-use common::{engine, ok, prepared_rows, rows, run, sorted_rows};
+use common::{engine, engine_with, ok, prepared_rows, rows, run, sorted_rows};
 
 /// An engine whose views are partial under a small memory limit, so reads
 /// miss, fill by upquery and are evicted.
 fn tight_engine(dir: &std::path::Path) -> Arc<Engine> {
-    let (log, _) = Log::open(
+    engine_with(
         dir,
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    Engine::open_with(
-        log,
-        &mut |_| {},
         ViewOptions {
             partial: true,
             memory_limit: 16 << 10,
         },
     )
-    .unwrap()
 }
 
 fn setup_t(s: &mut Session) {

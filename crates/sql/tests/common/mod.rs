@@ -4,10 +4,16 @@
 use std::sync::Arc;
 
 use aqueduct_log::{Log, Options, SyncPolicy};
+use aqueduct_sql::views::ViewOptions;
 use aqueduct_sql::{Engine, Outcome, Session, SqlError};
 
 /// An engine on a fresh log in `dir` (no fsync: these tests are not about durability).
 pub fn engine(dir: &std::path::Path) -> Arc<Engine> {
+    engine_with(dir, ViewOptions::default())
+}
+
+/// [`engine`] with `options` for the views (partial state, memory limit).
+pub fn engine_with(dir: &std::path::Path, options: ViewOptions) -> Arc<Engine> {
     let (log, _) = Log::open(
         dir,
         Options {
@@ -16,7 +22,7 @@ pub fn engine(dir: &std::path::Path) -> Arc<Engine> {
         },
     )
     .unwrap();
-    Engine::open(log, &mut |_| {}).unwrap()
+    Engine::open_with(log, &mut |_| {}, options).unwrap()
 }
 
 /// The result of the last statement of `sql`.
