@@ -504,7 +504,10 @@ impl Session {
         p.quick
             && self.consistency() != crate::Consistency::Release
             && db.is_visible(applied)
-            && ((p.auto.is_none() && p.view_read.is_none()) || self.engine.views.reflects(applied))
+            && ((p.auto.is_none() && p.view_read.is_none())
+                // Inside a transaction block a view read may evaluate the
+                // view's query over the transaction's writes.
+                || (self.txn.is_none() && self.engine.views.reflects(applied)))
     }
 
     /// Executes a prepared statement with its parameter values (already of
