@@ -30,7 +30,7 @@ use aqueduct_log::lock::DirLock;
 use aqueduct_log::record::FLAG_BATCH_CONTINUES;
 use aqueduct_log::segment::{
     self, data_name, index_name, parse_data_name, tmp_name, ScanEnd, SegmentHeader, SegmentSummary,
-    SEGMENT_HEADER_LEN,
+    TailDamage, SEGMENT_HEADER_LEN,
 };
 use aqueduct_log::{
     Error as LogError, FsStorage, Log, Lsn, Options, Record, RecordView, SegmentStat, Storage,
@@ -1227,7 +1227,8 @@ struct SegmentScan {
 /// Finds where a truncation at `at` cuts, reading the segment files the way
 /// recovery does: the first record with LSN >= `at`, or the first damage if
 /// it comes earlier, moved back to the start of its atomic batch. A torn
-/// tail of the last segment is not damage (opening cuts it). `None`: nothing
+/// tail of the last segment is not damage (opening cuts it); a complete
+/// record there whose checksum fails is (`segment::classify_tail`). `None`: nothing
 /// to cut.
 fn plan_cut(dir: &Path, segs: &[SegFile], at: Lsn) -> Result<Option<Cut>> {
     let mut covered_until = 0;
@@ -1297,9 +1298,16 @@ fn plan_cut(dir: &Path, segs: &[SegFile], at: Lsn) -> Result<Option<Cut>> {
         })?;
         if stop.is_none() {
             if let ScanEnd::Bad { offset, error } = end {
-                let torn = is_last && !valid_record_after(&file, offset, len, scan.last)?;
-                if !torn {
-                    stop = Some((offset, segment::bad_lsn(&error), Some(error.to_string())));
+                let damage = if is_last {
+                    segment::classify_tail(&file, offset, len, &error, scan.last)?
+                } else {
+                    TailDamage::Corrupt {
+                        lsn: segment::bad_lsn(&error),
+                        reason: error.to_string(),
+                    }
+                };
+                if let TailDamage::Corrupt { lsn, reason } = damage {
+                    stop = Some((offset, lsn, Some(reason)));
                 }
             }
         }
@@ -1353,14 +1361,6 @@ fn header_cut(
             reason,
         }),
     }
-}
-
-/// Whether a valid record with an LSN above `after` starts anywhere after
-/// `offset` (as recovery decides between a torn tail and corruption).
-fn valid_record_after(file: &ReadOnlyFile, offset: u64, len: u64, after: Lsn) -> Result<bool> {
-    let bytes = file.read_vec(offset, (len - offset) as usize)?;
-    Ok((1..bytes.len())
-        .any(|i| aqueduct_log::record::decode(&bytes[i..]).is_ok_and(|(r, _)| r.lsn > after)))
 }
 
 /// Carries out a cut: later segments go newest first (so every step leaves

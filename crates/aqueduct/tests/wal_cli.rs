@@ -563,6 +563,41 @@ fn verify_names_a_flipped_byte_and_truncate_repairs_it() {
 }
 
 #[test]
+fn a_flipped_byte_in_the_last_record_is_damage_that_verify_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    for i in 0..5u32 {
+        log.append(&[put(format!("k{i}"), "value")]).unwrap();
+    }
+    let active = log.segments().last().unwrap().clone();
+    drop(log);
+    let offsets = record_offsets(dir.path(), active.base);
+    let (last_lsn, last_offset) = *offsets.last().unwrap();
+    assert_eq!(last_lsn, 5);
+    // The body's last byte: the record is complete, only its checksum fails.
+    let path = dir.path().join(&active.name);
+    let len = std::fs::metadata(&path).unwrap().len();
+    flip_byte(&path, len - 1);
+
+    let (_, err) = fails(&["wal", "verify", s(dir.path())], 2);
+    assert!(err.contains(&format!("offset:  {last_offset}\n")), "{err}");
+    assert!(err.contains("LSN:     5\n"), "{err}");
+    assert!(err.contains("not a write torn by a crash"), "{err}");
+    let repair = format!("aqueduct wal truncate {} --at 5", s(dir.path()));
+    assert!(err.contains(&repair), "{err}");
+    // Nothing was cut by the check.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    // A server would refuse too.
+    assert!(Log::open(dir.path(), small_segments()).is_err());
+
+    let (out, _) = fails(&["wal", "truncate", s(dir.path()), "--at", "5"], 1);
+    assert!(out.contains("LSN 5"), "names what would go: {out}");
+    ok(&["wal", "truncate", s(dir.path()), "--at", "5", "--yes"]);
+    ok(&["wal", "verify", s(dir.path())]);
+    assert_eq!(records_of(dir.path()).len(), 4);
+}
+
+#[test]
 fn a_damaged_batch_is_cut_whole() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path());

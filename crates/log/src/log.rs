@@ -20,7 +20,7 @@ use crate::reader::LogReader;
 use crate::record::{self, NewRecord, RecordView, FLAG_BATCH_CONTINUES};
 use crate::segment::{
     self, data_name, index_name, parse_data_name, ScanEnd, SegmentHeader, SegmentSummary,
-    SEGMENT_HEADER_LEN,
+    TailDamage, SEGMENT_HEADER_LEN,
 };
 use crate::storage::{FsStorage, Storage, StorageFile};
 use crate::{
@@ -1113,9 +1113,9 @@ fn check_order(
     Ok(())
 }
 
-/// Scans the active segment. Bad bytes followed by no valid record are a torn
-/// write and are cut off, together with any incomplete batch before them; bad
-/// bytes followed by a valid record are corruption.
+/// Scans the active segment. Bad bytes that a crash can explain are a torn
+/// write and are cut off, together with any incomplete batch before them;
+/// anything else is corruption ([`segment::classify_tail`]).
 fn recover_tail(
     storage: &dyn Storage,
     header: &SegmentHeader,
@@ -1151,14 +1151,16 @@ fn recover_tail(
     let valid_end = match end {
         ScanEnd::Clean { end } => end,
         ScanEnd::Bad { offset, error } => {
-            if let Some(at) = find_valid_record_after(file.as_ref(), offset, len, summary.last_lsn)?
-            {
-                return Err(Error::Corrupt {
-                    location: location(),
-                    offset,
-                    lsn: segment::bad_lsn(&error),
-                    reason: format!("{error}, yet a valid record follows at offset {at}"),
-                });
+            match segment::classify_tail(file.as_ref(), offset, len, &error, summary.last_lsn)? {
+                TailDamage::Corrupt { lsn, reason } => {
+                    return Err(Error::Corrupt {
+                        location: location(),
+                        offset,
+                        lsn,
+                        reason,
+                    })
+                }
+                TailDamage::Torn => {}
             }
             report.torn_bytes_truncated = len - offset;
             offset
@@ -1188,25 +1190,4 @@ fn recover_tail(
     }
     debug_assert!(batch_end <= valid_end);
     Ok(summary)
-}
-
-/// Looks for any complete, valid record starting after `offset` with an LSN
-/// above `after_lsn`. Runs only when recovery meets bad bytes.
-fn find_valid_record_after(
-    file: &dyn StorageFile,
-    offset: u64,
-    len: u64,
-    after_lsn: Lsn,
-) -> Result<Option<u64>> {
-    let bytes = file
-        .read_vec(offset, (len - offset) as usize)
-        .map_err(|e| Error::io("reading a segment tail", e))?;
-    for i in 1..bytes.len() {
-        if let Ok((r, _)) = record::decode(&bytes[i..]) {
-            if r.lsn > after_lsn {
-                return Ok(Some(offset + i as u64));
-            }
-        }
-    }
-    Ok(None)
 }

@@ -59,6 +59,120 @@ fn torn_tail_at_every_byte_is_truncated() {
     }
 }
 
+/// A log of five batches and a last record with `body`; returns the storage,
+/// the options, the active segment's name and the last record's length.
+fn log_ending_in(
+    seed: u64,
+    body: &[u8],
+) -> (Arc<SimStorage>, aqueduct_log::Options, String, usize) {
+    let storage = SimStorage::new(seed);
+    let opts = sim_options(SyncPolicy::Always, 1 << 20);
+    let log = open_sim(&storage, &opts);
+    fill(&log, 5, "a");
+    let last = NewRecord::put("last", body.to_vec());
+    log.append(std::slice::from_ref(&last)).unwrap();
+    let name = active_name(&log);
+    drop(log);
+    (storage, opts, name, last.encoded_len())
+}
+
+/// Bodies for the tail tests: one ending in text, one ending in zero bytes
+/// (as a row whose last column is a small integer does).
+fn tail_bodies() -> [Vec<u8>; 2] {
+    [
+        b"the acknowledged record".to_vec(),
+        vec![7, 0, 0, 0, 0, 0, 0, 0],
+    ]
+}
+
+#[test]
+fn flipped_byte_in_the_last_record_is_damage_not_a_torn_tail() {
+    for body in tail_bodies() {
+        let (storage, opts, name, last_len) = log_ending_in(20, &body);
+        let full = storage.contents(&name).unwrap();
+        let start = full.len() - last_len;
+        for at in 0..last_len {
+            for mask in [0x10u8, 0xff] {
+                let s = SimStorage::new(21);
+                let f = s.create(&name).unwrap();
+                let mut bytes = full.clone();
+                bytes[start + at] ^= mask;
+                f.write_at(&bytes, 0).unwrap();
+                f.sync().unwrap();
+                s.sync_dir().unwrap();
+                for read_only in [false, true] {
+                    let opts = aqueduct_log::Options {
+                        read_only,
+                        ..opts.clone()
+                    };
+                    let err = match Log::open_with_storage(s.clone() as Arc<dyn Storage>, opts) {
+                        Err(e) => e,
+                        Ok((log, report)) => panic!(
+                            "byte {at} ^ {mask:#x} of the last record ({body:?}): opened, \
+                             last LSN {}, {} torn bytes dropped",
+                            log.next_lsn() - 1,
+                            report.torn_bytes_truncated
+                        ),
+                    };
+                    match &err {
+                        Error::Corrupt {
+                            location,
+                            offset,
+                            lsn,
+                            reason,
+                        } => {
+                            assert!(location.contains(&name), "{location}");
+                            assert_eq!(*offset, start as u64, "byte {at}");
+                            let header_damaged = (4..48).contains(&at);
+                            assert_eq!(*lsn, (!header_damaged).then_some(6), "byte {at}");
+                            assert!(reason.contains("not a write torn by a crash"), "{reason}");
+                        }
+                        other => panic!("expected corruption, got {other}"),
+                    }
+                    assert!(err.to_string().contains("aqueduct wal truncate"), "{err}");
+                }
+                // Nothing was cut: the damaged record is still there to inspect.
+                assert_eq!(s.contents(&name).unwrap(), bytes);
+            }
+        }
+    }
+}
+
+#[test]
+fn zeroes_over_the_end_of_the_last_record_are_a_torn_tail() {
+    for body in tail_bodies() {
+        let (storage, opts, name, last_len) = log_ending_in(22, &body);
+        let full = storage.contents(&name).unwrap();
+        let start = full.len() - last_len;
+        // The file grew by the record (and maybe more), but its data landed
+        // only up to `from`: the rest reads as zeroes.
+        for from in start..full.len() {
+            for extra in [0usize, 7] {
+                let mut bytes = full[..from].to_vec();
+                bytes.resize(full.len() + extra, 0);
+                if bytes[..full.len()] == full[..] && extra == 0 {
+                    continue; // zeroes over zeroes: the record is intact
+                }
+                let s = SimStorage::new(23);
+                let f = s.create(&name).unwrap();
+                f.write_at(&bytes, 0).unwrap();
+                f.sync().unwrap();
+                s.sync_dir().unwrap();
+                let (log, report) =
+                    Log::open_with_storage(s.clone() as Arc<dyn Storage>, opts.clone())
+                        .unwrap_or_else(|e| panic!("zeroes from {from} (+{extra}): {e}"));
+                let intact = bytes[start..full.len()] == full[start..];
+                if intact {
+                    assert_eq!(log.next_lsn(), 7, "zeroes only after the record");
+                } else {
+                    assert_eq!(log.next_lsn(), 6, "zeroes from {from}");
+                    assert_eq!(report.torn_bytes_truncated, (bytes.len() - start) as u64);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn incomplete_batch_at_the_tail_is_removed_whole() {
     let storage = SimStorage::new(3);
