@@ -13,7 +13,10 @@ use std::sync::Arc;
 
 use crate::record::{self, DecodeError, RecordView, RECORD_HEADER_LEN};
 use crate::storage::{Storage, StorageFile};
-use crate::{Error, Lsn, FORMAT_VERSION, INDEX_INTERVAL_BYTES, READ_CHUNK_BYTES};
+use crate::{
+    Error, Lsn, FORMAT_VERSION, INDEX_FORMAT_VERSION, INDEX_INTERVAL_BYTES, OLDEST_FORMAT_VERSION,
+    READ_CHUNK_BYTES,
+};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"AQDLOGSG";
 pub const INDEX_MAGIC: &[u8; 8] = b"AQDLOGIX";
@@ -77,9 +80,10 @@ impl SegmentHeader {
             return Err("segment header checksum mismatch".into());
         }
         let version = u16::from_le_bytes(b[8..10].try_into().unwrap());
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "segment format version {version}, this build reads version {FORMAT_VERSION}"
+                "segment format version {version}, this build reads versions \
+                 {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
             ));
         }
         Ok(SegmentHeader {
@@ -99,6 +103,11 @@ impl SegmentHeader {
             Err(e) => Err(format!("cannot read segment header: {e}")),
         }
     }
+}
+
+/// The format version in a segment header's bytes (checked by `decode`).
+pub fn header_version(b: &[u8; SEGMENT_HEADER_LEN as usize]) -> u16 {
+    u16::from_le_bytes(b[8..10].try_into().unwrap())
 }
 
 /// A summary of a segment's records plus its sparse index.
@@ -151,7 +160,7 @@ impl SegmentSummary {
     pub fn encode_index(&self, generation: u64) -> Vec<u8> {
         let mut b = Vec::with_capacity(INDEX_HEADER_LEN + self.entries.len() * INDEX_ENTRY_LEN);
         b.extend_from_slice(INDEX_MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&INDEX_FORMAT_VERSION.to_le_bytes());
         b.extend_from_slice(&[0u8; 6]);
         b.extend_from_slice(&generation.to_le_bytes());
         b.extend_from_slice(&self.data_len.to_le_bytes());
@@ -187,7 +196,7 @@ impl SegmentSummary {
             return Err("index header checksum mismatch".into());
         }
         let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != FORMAT_VERSION {
+        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != INDEX_FORMAT_VERSION {
             return Err("index format version differs".into());
         }
         if u(16) != generation {
