@@ -1085,9 +1085,8 @@ fn recover(storage: &dyn Storage, opts: &Options, adopt: bool) -> Result<Recover
     let last_kept = found
         .iter()
         .zip(&plan.fates)
-        .filter(|(_, &fate)| fate == Fate::Keep)
-        .map(|(f, _)| f.base)
-        .last();
+        .rfind(|(_, &fate)| fate == Fate::Keep)
+        .map(|(f, _)| f.base);
     let mut segs: Vec<(SegmentHeader, Arc<dyn StorageFile>, u64)> = Vec::new();
     for ((f, file), &fate) in found.into_iter().zip(files).zip(&plan.fates) {
         let name = data_name(f.base);

@@ -738,3 +738,44 @@ fn crash_at_every_step_of_seal_purge_and_truncate_leaves_a_log_that_opens() {
         }
     }
 }
+
+#[test]
+fn a_log_of_format_version_1_opens_and_gets_a_manifest() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    let storage = SimStorage::new(34);
+    let log = open_sim(&storage, &opts);
+    let batches = fill(&log, 200, "a");
+    let segs = log.segments();
+    drop(log);
+    // What a build of format version 1 left: no manifest, version 1 headers.
+    storage.delete(MANIFEST_NAME);
+    for s in &segs {
+        let name = data_name(s.base);
+        let mut bytes = storage.contents(&name).unwrap();
+        bytes[8..10].copy_from_slice(&1u16.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[0..44]);
+        bytes[44..48].copy_from_slice(&crc.to_le_bytes());
+        storage.delete(&name);
+        let f = storage.create(&name).unwrap();
+        f.write_at(&bytes, 0).unwrap();
+        f.sync().unwrap();
+    }
+    storage.sync_dir().unwrap();
+    // A read-only open leaves it as it is.
+    let ro = aqueduct_log::Options {
+        read_only: true,
+        ..opts.clone()
+    };
+    let (log, _) = Log::open_with_storage(storage.clone() as Arc<dyn Storage>, ro).unwrap();
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+    drop(log);
+    assert!(storage.contents(MANIFEST_NAME).is_none());
+    // A writable open upgrades it: from now on a missing segment is caught.
+    let log = open_sim(&storage, &opts);
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+    drop(log);
+    assert!(storage.contents(MANIFEST_NAME).is_some());
+    storage.delete(&data_name(segs[1].base));
+    let (problem, _) = refusal(&storage, &opts);
+    assert!(problem.contains("is missing"), "{problem}");
+}
