@@ -27,10 +27,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use aqueduct_log::compaction;
 use aqueduct_log::lock::DirLock;
+use aqueduct_log::manifest::Manifest;
 use aqueduct_log::record::FLAG_BATCH_CONTINUES;
 use aqueduct_log::segment::{
     self, data_name, index_name, parse_data_name, tmp_name, ScanEnd, SegmentHeader, SegmentSummary,
-    SEGMENT_HEADER_LEN,
+    TailDamage, SEGMENT_HEADER_LEN,
 };
 use aqueduct_log::{
     Error as LogError, FsStorage, Log, Lsn, Options, Record, RecordView, SegmentStat, Storage,
@@ -132,6 +133,19 @@ pub enum WalCommand {
         #[arg(long)]
         yes: bool,
     },
+    /// Rewrites the manifest (the list of segments the log is made of) to
+    /// name the segment files present, for a log that refuses to open
+    /// because its manifest is missing or damaged, or after an operator has
+    /// decided to accept the files as they are. Records of segments that are
+    /// gone are then lost for good. Without --yes, only shows what the open
+    /// check reports and which files would be taken (and exits with 1).
+    RebuildManifest {
+        /// The log directory.
+        dir: PathBuf,
+        /// Really rewrite the manifest.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Offline compaction of the whole log (the active segment is sealed
     /// first), with a progress bar; prints records and bytes before and after.
     Compact {
@@ -190,6 +204,7 @@ pub fn run(cmd: WalCommand) -> Result<()> {
         WalCommand::Verify { dir } => verify(&mut out, &dir),
         WalCommand::Truncate { dir, at, yes } => truncate(&mut out, &dir, at, yes),
         WalCommand::Compact { dir } => compact(&mut out, &dir),
+        WalCommand::RebuildManifest { dir, yes } => rebuild_manifest(&mut out, &dir, yes),
         WalCommand::Export { dir, from } => export(&mut out, &dir, from),
     }?;
     out.flush()?;
@@ -703,7 +718,9 @@ impl LogBuilder {
         storage.sync_dir().context("syncing the new log")?;
         drop(lock);
         let w = self.written;
-        let log = open_writable(&self.dir)?;
+        // The new log's manifest names the segments just written.
+        require_log(&self.dir)?;
+        let log = Log::open_adopting(&self.dir, Options::default())?.0;
         let mut count = 0u64;
         log.replay(1, |_| {
             count += 1;
@@ -842,6 +859,52 @@ fn total_bytes(segs: &[SegmentStat]) -> u64 {
     segs.iter().map(|s| s.bytes).sum()
 }
 
+// ---------------------------------------------------------------- rebuild-manifest
+
+fn rebuild_manifest(out: &mut dyn Write, dir: &Path, yes: bool) -> Result<()> {
+    require_log(dir)?;
+    let opts = Options {
+        read_only: true,
+        ..Options::default()
+    };
+    match Log::open(dir, opts) {
+        Ok(_) => writeln!(
+            out,
+            "the log opens as it is; its manifest matches its segments"
+        )?,
+        Err(e) => writeln!(out, "the log does not open now: {e}")?,
+    }
+    let segs = list_segments(dir)?;
+    writeln!(
+        out,
+        "the manifest would name the {} present: {}",
+        count(segs.len() as u64, "segment file"),
+        segs.iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    writeln!(
+        out,
+        "records of any segment not among them are lost for good; restore missing files \
+         first if you have them"
+    )?;
+    if !yes {
+        bail!("dry run, nothing was changed: rerun with --yes to rewrite the manifest");
+    }
+    let (log, _) = Log::open_adopting(dir, Options::default())?;
+    let segs = log.segments();
+    writeln!(
+        out,
+        "done: the manifest names {}, {} records (LSN {} to {})",
+        count(segs.len() as u64, "segment"),
+        total_records(&segs),
+        lsn_or_dash(log.first_lsn()),
+        lsn_or_dash(last_lsn(&segs))
+    )?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------- verify
 
 fn verify(out: &mut dyn Write, dir: &Path) -> Result<()> {
@@ -854,6 +917,7 @@ fn verify(out: &mut dyn Write, dir: &Path) -> Result<()> {
     let log = match Log::open(dir, opts) {
         Ok((log, _)) => log,
         Err(e @ LogError::Corrupt { .. }) => return Err(damage_report(dir, &e)?.into()),
+        Err(e @ LogError::Inconsistent { .. }) => return Err(incomplete_report(dir, &e).into()),
         Err(e) => return Err(e.into()),
     };
     let records = match replay_all(&log) {
@@ -932,6 +996,33 @@ fn damage_report(dir: &Path, e: &LogError) -> Result<Damaged> {
         )?,
     }
     Ok(Damaged(msg))
+}
+
+/// The message for a log that is not whole (a segment missing, unknown or
+/// an older copy), with the repairs.
+fn incomplete_report(dir: &Path, e: &LogError) -> Damaged {
+    let LogError::Inconsistent {
+        problem,
+        repair,
+        cut_at,
+    } = e
+    else {
+        unreachable!("called for an incomplete log only");
+    };
+    let dir = dir.display();
+    let mut msg = format!(
+        "the log is not whole: opening it would silently lose or change committed records\n  \
+         problem: {problem}\n  repair:  {}\n",
+        repair.replace("<dir>", &dir.to_string())
+    );
+    if let Some(at) = cut_at {
+        let _ = write!(
+            msg,
+            "to cut the log before the damage instead, see what would go with\n  \
+             aqueduct wal truncate {dir} --at {at}\nthen add --yes to do it"
+        );
+    }
+    Damaged(msg.trim_end().to_string())
 }
 
 /// What the index check found.
@@ -1024,7 +1115,7 @@ fn truncate(out: &mut dyn Write, dir: &Path, at: Lsn, yes: bool) -> Result<()> {
     });
     match opened {
         Ok(log) => truncate_healthy(out, dir, log, at, yes),
-        Err(e @ LogError::Corrupt { .. }) => {
+        Err(e @ (LogError::Corrupt { .. } | LogError::Inconsistent { .. })) => {
             writeln!(out, "the log does not open: {e}")?;
             writeln!(out, "cutting the segment files directly")?;
             truncate_damaged(out, dir, at, yes)
@@ -1080,6 +1171,8 @@ fn truncate_healthy(out: &mut dyn Write, dir: &Path, log: Log, at: Lsn, yes: boo
             let segs = list_segments(dir)?;
             let cut = plan_cut(dir, &segs, at)?.expect("planned above");
             apply_cut(dir, &segs, &cut)?;
+            drop(_lock);
+            adopt_after_cut(dir)?;
         }
         Err(e) => return Err(e.into()),
     }
@@ -1129,7 +1222,15 @@ fn truncate_damaged(out: &mut dyn Write, dir: &Path, at: Lsn, yes: bool) -> Resu
     }
     apply_cut(dir, &segs, &cut)?;
     drop(lock);
+    adopt_after_cut(dir)?;
     report_after_truncate(out, dir)
+}
+
+/// After a cut of the files, the manifest names the segments that remain.
+fn adopt_after_cut(dir: &Path) -> Result<()> {
+    Log::open_adopting(dir, Options::default())
+        .with_context(|| format!("recording the truncated log in {}", dir.display()))?;
+    Ok(())
 }
 
 /// Truncating below compacted history does not give the state as of the
@@ -1227,7 +1328,8 @@ struct SegmentScan {
 /// Finds where a truncation at `at` cuts, reading the segment files the way
 /// recovery does: the first record with LSN >= `at`, or the first damage if
 /// it comes earlier, moved back to the start of its atomic batch. A torn
-/// tail of the last segment is not damage (opening cuts it). `None`: nothing
+/// tail of the last segment is not damage (opening cuts it); a complete
+/// record there whose checksum fails is (`segment::classify_tail`). `None`: nothing
 /// to cut.
 fn plan_cut(dir: &Path, segs: &[SegFile], at: Lsn) -> Result<Option<Cut>> {
     let mut covered_until = 0;
@@ -1297,9 +1399,16 @@ fn plan_cut(dir: &Path, segs: &[SegFile], at: Lsn) -> Result<Option<Cut>> {
         })?;
         if stop.is_none() {
             if let ScanEnd::Bad { offset, error } = end {
-                let torn = is_last && !valid_record_after(&file, offset, len, scan.last)?;
-                if !torn {
-                    stop = Some((offset, segment::bad_lsn(&error), Some(error.to_string())));
+                let damage = if is_last {
+                    segment::classify_tail(&file, offset, len, &error, scan.last)?
+                } else {
+                    TailDamage::Corrupt {
+                        lsn: segment::bad_lsn(&error),
+                        reason: error.to_string(),
+                    }
+                };
+                if let TailDamage::Corrupt { lsn, reason } = damage {
+                    stop = Some((offset, lsn, Some(reason)));
                 }
             }
         }
@@ -1355,14 +1464,6 @@ fn header_cut(
     }
 }
 
-/// Whether a valid record with an LSN above `after` starts anywhere after
-/// `offset` (as recovery decides between a torn tail and corruption).
-fn valid_record_after(file: &ReadOnlyFile, offset: u64, len: u64, after: Lsn) -> Result<bool> {
-    let bytes = file.read_vec(offset, (len - offset) as usize)?;
-    Ok((1..bytes.len())
-        .any(|i| aqueduct_log::record::decode(&bytes[i..]).is_ok_and(|(r, _)| r.lsn > after)))
-}
-
 /// Carries out a cut: later segments go newest first (so every step leaves
 /// a prefix of the log), then the cut segment loses its tail and its stale
 /// index. A segment whose header must change (damaged, or a merged segment's
@@ -1371,6 +1472,14 @@ fn valid_record_after(file: &ReadOnlyFile, offset: u64, len: u64, after: Lsn) ->
 fn apply_cut(dir: &Path, segs: &[SegFile], cut: &Cut) -> Result<()> {
     let storage = FsStorage::new(dir).with_context(|| format!("opening {}", dir.display()))?;
     let io_ctx = |what: &str| format!("truncating the log in {}: {what}", dir.display());
+    // The manifest says a truncation is under way, so a crash in the steps
+    // below leaves a log that opens (`adopt_after_cut` then rewrites it).
+    if let Ok(Some(mut m)) = Manifest::load(&storage) {
+        m.truncating_after = Some(cut.repair_lsn().saturating_sub(1));
+        m.store(&storage)
+            .map_err(|e| e.error)
+            .with_context(|| io_ctx("writing the log manifest"))?;
+    }
     for s in segs.iter().rev().filter(|s| s.base > cut.base) {
         remove_if_present(&storage, &index_name(s.base))?;
         storage

@@ -563,6 +563,139 @@ fn verify_names_a_flipped_byte_and_truncate_repairs_it() {
 }
 
 #[test]
+fn a_flipped_byte_in_the_last_record_is_damage_that_verify_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    for i in 0..5u32 {
+        log.append(&[put(format!("k{i}"), "value")]).unwrap();
+    }
+    let active = log.segments().last().unwrap().clone();
+    drop(log);
+    let offsets = record_offsets(dir.path(), active.base);
+    let (last_lsn, last_offset) = *offsets.last().unwrap();
+    assert_eq!(last_lsn, 5);
+    // The body's last byte: the record is complete, only its checksum fails.
+    let path = dir.path().join(&active.name);
+    let len = std::fs::metadata(&path).unwrap().len();
+    flip_byte(&path, len - 1);
+
+    let (_, err) = fails(&["wal", "verify", s(dir.path())], 2);
+    assert!(err.contains(&format!("offset:  {last_offset}\n")), "{err}");
+    assert!(err.contains("LSN:     5\n"), "{err}");
+    assert!(err.contains("not a write torn by a crash"), "{err}");
+    let repair = format!("aqueduct wal truncate {} --at 5", s(dir.path()));
+    assert!(err.contains(&repair), "{err}");
+    // Nothing was cut by the check.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    // A server would refuse too.
+    assert!(Log::open(dir.path(), small_segments()).is_err());
+
+    let (out, _) = fails(&["wal", "truncate", s(dir.path()), "--at", "5"], 1);
+    assert!(out.contains("LSN 5"), "names what would go: {out}");
+    ok(&["wal", "truncate", s(dir.path()), "--at", "5", "--yes"]);
+    ok(&["wal", "verify", s(dir.path())]);
+    assert_eq!(records_of(dir.path()).len(), 4);
+}
+
+/// A log of 200 records over several sealed segments; returns its segments.
+fn several_segments(dir: &Path) -> Vec<aqueduct_log::SegmentStat> {
+    let log = open(dir);
+    for i in 0..200u32 {
+        log.append(&[put(format!("k{i}"), vec![b'x'; 100])])
+            .unwrap();
+    }
+    let segs = log.segments();
+    assert!(segs.len() >= 5, "{} segments", segs.len());
+    segs
+}
+
+#[test]
+fn a_deleted_segment_is_named_by_verify_and_truncate_repairs_it() {
+    for victim in [0usize, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let segs = several_segments(dir.path());
+        let gone = &segs[victim];
+        std::fs::remove_file(dir.path().join(&gone.name)).unwrap();
+        let _ = std::fs::remove_file(dir.path().join(segment::index_name(gone.base)));
+
+        let (_, err) = fails(&["wal", "verify", s(dir.path())], 2);
+        assert!(err.contains("the log is not whole"), "{err}");
+        assert!(err.contains(&gone.name), "names the segment: {err}");
+        assert!(err.contains("is missing"), "{err}");
+        let range = format!("LSN {} to {}", gone.first_lsn, gone.last_lsn);
+        assert!(err.contains(&range), "names the lost range: {err}");
+        let repair = format!(
+            "aqueduct wal truncate {} --at {}",
+            s(dir.path()),
+            gone.first_lsn
+        );
+        assert!(err.contains(&repair), "gives the repair: {err}");
+        // The server would refuse too, and so do the reading commands.
+        assert!(Log::open(dir.path(), small_segments()).is_err());
+        fails(&["wal", "stat", s(dir.path())], 1);
+
+        let at = gone.first_lsn.to_string();
+        ok(&["wal", "truncate", s(dir.path()), "--at", &at, "--yes"]);
+        ok(&["wal", "verify", s(dir.path())]);
+        let records = records_of(dir.path());
+        assert_eq!(records.len() as u64, gone.first_lsn - 1, "victim {victim}");
+        // And the log goes on, its manifest kept up to date.
+        let log = open(dir.path());
+        log.append(&[put("after", "repair")]).unwrap();
+        drop(log);
+        ok(&["wal", "verify", s(dir.path())]);
+    }
+}
+
+#[test]
+fn a_duplicated_or_older_segment_is_named_by_verify() {
+    // A copy under another name.
+    let dir = tempfile::tempdir().unwrap();
+    let segs = several_segments(dir.path());
+    let copy = data_name(segs[1].base + 1);
+    std::fs::copy(dir.path().join(&segs[1].name), dir.path().join(&copy)).unwrap();
+    let (_, err) = fails(&["wal", "verify", s(dir.path())], 2);
+    assert!(
+        err.contains(&copy) && err.contains("renamed or copied"),
+        "{err}"
+    );
+    std::fs::remove_file(dir.path().join(&copy)).unwrap();
+    ok(&["wal", "verify", s(dir.path())]);
+
+    // The active segment copied while it was active, restored after sealing.
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    log.append(&[put("a", "1")]).unwrap();
+    let active = log.segments().last().unwrap().clone();
+    let path = dir.path().join(&active.name);
+    let old = std::fs::read(&path).unwrap();
+    log.append(&[put("b", "2")]).unwrap();
+    log.seal_active().unwrap();
+    drop(log);
+    std::fs::write(&path, &old).unwrap();
+    let (_, err) = fails(&["wal", "verify", s(dir.path())], 2);
+    assert!(err.contains("but the log sealed it at"), "{err}");
+}
+
+#[test]
+fn rebuild_manifest_accepts_the_segments_present() {
+    let dir = tempfile::tempdir().unwrap();
+    several_segments(dir.path());
+    std::fs::remove_file(dir.path().join("manifest")).unwrap();
+    let (_, err) = fails(&["wal", "verify", s(dir.path())], 2);
+    assert!(
+        err.contains("manifest") && err.contains("is missing"),
+        "{err}"
+    );
+    assert!(err.contains("aqueduct wal rebuild-manifest"), "{err}");
+    let (out, _) = fails(&["wal", "rebuild-manifest", s(dir.path())], 1);
+    assert!(out.contains("the log does not open now"), "{out}");
+    let out = ok(&["wal", "rebuild-manifest", s(dir.path()), "--yes"]);
+    assert!(out.contains("200 records (LSN 1 to 200)"), "{out}");
+    ok(&["wal", "verify", s(dir.path())]);
+}
+
+#[test]
 fn a_damaged_batch_is_cut_whole() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path());

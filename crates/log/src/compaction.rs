@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::log::{Log, SealedSegment};
+use crate::log::{manifest_of, Log, SealedSegment};
 use crate::record::{RecordKind, RecordView, FLAG_BATCH_CONTINUES};
 use crate::segment::{
     self, data_name, index_name, tmp_name, write_atomically, ScanEnd, SegmentHeader,
@@ -298,9 +298,12 @@ fn rewrite(log: &Log, s: &SealedSegment, newest: &NewestByKey) -> Result<Rewritt
         return Ok(Rewritten::Unchanged);
     }
     if dropped == s.summary.record_count {
-        // Readers stop looking for it before its file goes.
-        replace_in_list(log, base, None, None);
+        // The manifest drops it, and readers stop looking for it, before its
+        // file goes.
+        let gone = (base, s.header.generation);
+        swap_and_record(log, base, None, Some(gone), false)?;
         remove_segment(storage, base)?;
+        log.inner.manifest.lock().removed.retain(|&r| r != gone);
         return Ok(Rewritten::Removed);
     }
     let header = SegmentHeader {
@@ -345,7 +348,9 @@ fn rewrite(log: &Log, s: &SealedSegment, newest: &NewestByKey) -> Result<Rewritt
         header,
         summary: Arc::new(summary),
     };
-    replace_in_list(log, base, Some(new.clone()), None);
+    // Renamed in already: until the manifest names the new generation,
+    // recovery takes a newer generation than the recorded one as this.
+    swap_and_record(log, base, Some(new.clone()), None, false)?;
     Ok(Rewritten::Replaced(new))
 }
 
@@ -388,15 +393,13 @@ fn merge(log: &Log, a: &SealedSegment, b: &SealedSegment) -> Result<SealedSegmen
         header,
         summary: Arc::new(summary),
     };
-    // Readers switch to the merged segment before `b`'s file goes; `b` is
-    // now a leftover that recovery would remove anyway.
-    replace_in_list(
-        log,
-        a.header.base,
-        Some(merged.clone()),
-        Some(b.header.base),
-    );
+    // Readers switch to the merged segment, and the manifest lists `b` as
+    // removed, before `b`'s file goes. Until the manifest is written,
+    // recovery removes `b` as a segment the merged one covers.
+    let gone = (b.header.base, b.header.generation);
+    swap_and_record(log, a.header.base, Some(merged.clone()), Some(gone), true)?;
     remove_segment(storage, b.header.base)?;
+    log.inner.manifest.lock().removed.retain(|&r| r != gone);
     Ok(merged)
 }
 
@@ -411,9 +414,48 @@ fn remove_segment(storage: &dyn Storage, base: Lsn) -> Result<()> {
     storage.sync_dir().map_err(io)
 }
 
-/// Swaps segment `base` for `new` (or drops it), and drops `also_remove`.
-fn replace_in_list(log: &Log, base: Lsn, new: Option<SealedSegment>, also_remove: Option<Lsn>) {
-    let mut segs = log.inner.segments.write();
+/// Swaps segment `base` for `new` (or drops it), drops `gone` (a segment
+/// whose file is about to be removed), and writes the manifest to match.
+///
+/// If the manifest cannot be written: a dropped segment stays listed, so
+/// its file must stay (the caller returns the error before removing it);
+/// a segment already renamed in (`new`) is swapped anyway, since that is
+/// what the disk holds, and `gone` absorbed by a merge (`keep_gone`) stays
+/// in the manifest's removed list so a later manifest still explains it.
+fn swap_and_record(
+    log: &Log,
+    base: Lsn,
+    new: Option<SealedSegment>,
+    gone: Option<(Lsn, u64)>,
+    keep_gone: bool,
+) -> Result<()> {
+    let inner = &log.inner;
+    let mut ms = inner.manifest.lock();
+    let renamed_in = new.is_some();
+    let also_remove = gone.map(|g| g.0).filter(|&g| g != base);
+    let v = replaced(&inner.segments.read(), base, new, also_remove);
+    let mut removed = ms.removed.clone();
+    removed.extend(gone);
+    let stored = manifest_of(&v, &ms.active, None, removed.clone(), None)
+        .store(inner.storage.as_ref())
+        .map_err(|e| Error::io("writing the log manifest", e.error));
+    if stored.is_ok() || keep_gone {
+        ms.removed = removed;
+    }
+    if stored.is_ok() || renamed_in {
+        *inner.segments.write() = Arc::new(v);
+    }
+    stored
+}
+
+/// The list with segment `base` swapped for `new` (or dropped), and
+/// `also_remove` dropped.
+fn replaced(
+    segs: &[SealedSegment],
+    base: Lsn,
+    new: Option<SealedSegment>,
+    also_remove: Option<Lsn>,
+) -> Vec<SealedSegment> {
     let mut v: Vec<SealedSegment> = segs
         .iter()
         .filter(|s| Some(s.header.base) != also_remove)
@@ -429,7 +471,7 @@ fn replace_in_list(log: &Log, base: Lsn, new: Option<SealedSegment>, also_remove
             v.remove(pos);
         }
     }
-    *segs = Arc::new(v);
+    v
 }
 
 /// Builds a replacement segment in `<base>.seg.tmp`.

@@ -14,12 +14,14 @@
 //! - [`log`]: open and recovery, append, group commit, truncation.
 //! - [`reader`]: reading from any LSN.
 //! - [`compaction`]: dropping superseded records and merging segments.
+//! - [`manifest`]: which segments the log is made of, checked at open.
 //! - [`meta`]: small durable metadata beside the log (the Raft vote).
 //! - [`lock`]: one process per directory.
 
 pub mod compaction;
 pub mod lock;
 pub mod log;
+pub mod manifest;
 pub mod meta;
 pub mod metrics;
 pub mod reader;
@@ -42,8 +44,17 @@ pub use crate::storage::{FsStorage, Storage, StorageFile};
 /// A log sequence number. 0 means "no record"; the first record has LSN 1.
 pub type Lsn = u64;
 
-/// Version of the on-disk format, stored in every segment and index header.
-pub const FORMAT_VERSION: u16 = 1;
+/// Version of the log's on-disk format, stored in every segment header and
+/// in the manifest. Version 2 added the manifest (`docs/log-format.md`);
+/// segments of version 1 are still read, and a log without a manifest is
+/// upgraded when it is first opened for writing.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest segment format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u16 = 1;
+/// Version of the index file layout (unchanged since format version 1).
+pub const INDEX_FORMAT_VERSION: u16 = 1;
+/// Version of the metadata file layout (unchanged since format version 1).
+pub const META_FORMAT_VERSION: u16 = 1;
 /// Largest key a record may carry.
 pub const MAX_KEY_BYTES: usize = 64 * 1024;
 /// Largest body a record may carry.
@@ -141,6 +152,16 @@ pub enum Error {
         offset: u64,
         lsn: Option<Lsn>,
         reason: String,
+    },
+    #[error(
+        "the log is not whole: {problem}. The log refuses to open, because replaying it would \
+         silently lose or change committed records. To repair: {repair}"
+    )]
+    Inconsistent {
+        problem: String,
+        repair: String,
+        /// The LSN at which `aqueduct wal truncate` would repair it, if cutting can.
+        cut_at: Option<Lsn>,
     },
     #[error("{0}")]
     Locked(String),

@@ -14,13 +14,14 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::compaction::{self, CompactionReport};
 use crate::lock::DirLock;
+use crate::manifest::{self, Fate, Found, Manifest, ManifestEntry};
 use crate::meta::Meta;
 use crate::metrics::LogMetrics;
 use crate::reader::LogReader;
 use crate::record::{self, NewRecord, RecordView, FLAG_BATCH_CONTINUES};
 use crate::segment::{
     self, data_name, index_name, parse_data_name, ScanEnd, SegmentHeader, SegmentSummary,
-    SEGMENT_HEADER_LEN,
+    TailDamage, SEGMENT_HEADER_LEN,
 };
 use crate::storage::{FsStorage, Storage, StorageFile};
 use crate::{
@@ -113,11 +114,20 @@ pub(crate) struct Inner {
     sync_cv: Condvar,
     poisoned: OnceLock<String>,
     pub compaction: Mutex<()>,
+    /// Serialises manifest writes; taken after `writer`, before `segments`.
+    pub manifest: Mutex<ManifestState>,
     pub meta: Mutex<Meta>,
     pub generations: Mutex<u64>,
     pub metrics: LogMetrics,
     pub(crate) shutdown: Arc<Shutdown>,
     _lock: Option<DirLock>,
+}
+
+/// What the manifest needs beyond the sealed list: the active segment, and
+/// segments removed from the list whose files may still be present.
+pub(crate) struct ManifestState {
+    pub active: SegmentHeader,
+    pub removed: Vec<(Lsn, u64)>,
 }
 
 /// A handle to an open log; clones share it. When the last handle is
@@ -153,7 +163,24 @@ impl Log {
         let lock = DirLock::acquire(dir)?;
         let storage =
             FsStorage::new(dir).map_err(|e| Error::io(format!("opening {}", dir.display()), e))?;
-        Log::open_inner(Arc::new(storage), opts, Some(lock))
+        Log::open_inner(Arc::new(storage), opts, Some(lock), false)
+    }
+
+    /// Opens the log taking the segment files present as the whole log,
+    /// whatever the manifest says, and rewrites the manifest to name them.
+    /// For an operator who has decided so (`aqueduct wal rebuild-manifest`)
+    /// and for tools that have just written the files themselves.
+    pub fn open_adopting(dir: impl AsRef<Path>, opts: Options) -> Result<(Log, RecoveryReport)> {
+        if opts.read_only {
+            return Err(Error::Invalid(
+                "adopting the segments present rewrites the manifest: open writable".into(),
+            ));
+        }
+        let dir = dir.as_ref();
+        let lock = DirLock::acquire(dir)?;
+        let storage =
+            FsStorage::new(dir).map_err(|e| Error::io(format!("opening {}", dir.display()), e))?;
+        Log::open_inner(Arc::new(storage), opts, Some(lock), true)
     }
 
     /// Opens the log on any storage (tests use [`crate::sim::SimStorage`]).
@@ -161,16 +188,17 @@ impl Log {
         storage: Arc<dyn Storage>,
         opts: Options,
     ) -> Result<(Log, RecoveryReport)> {
-        Log::open_inner(storage, opts, None)
+        Log::open_inner(storage, opts, None, false)
     }
 
     fn open_inner(
         storage: Arc<dyn Storage>,
         opts: Options,
         lock: Option<DirLock>,
+        adopt: bool,
     ) -> Result<(Log, RecoveryReport)> {
         let started = Instant::now();
-        let recovered = recover(storage.as_ref(), &opts)?;
+        let recovered = recover(storage.as_ref(), &opts, adopt)?;
         let mut report = recovered.report;
         report.elapsed = started.elapsed();
         let last_lsn = recovered.next_lsn - 1;
@@ -179,7 +207,12 @@ impl Log {
             active_base: recovered.active.header.base,
             active_len: recovered.active.summary.data_len,
         };
+        let manifest = Mutex::new(ManifestState {
+            active: recovered.active.header,
+            removed: Vec::new(),
+        });
         let inner = Arc::new(Inner {
+            manifest,
             storage,
             writer: Mutex::new(Writer {
                 active: recovered.active,
@@ -523,6 +556,11 @@ impl Log {
                     )));
                 }
             }
+        }
+        // The manifest says a truncation is under way, so that recovery
+        // accepts every state the steps below pass through.
+        inner.record_truncation(&sealed, &w.active, Some(lsn))?;
+        if w.active.header.base > lsn + 1 || w.active.summary.first_lsn > lsn {
             // The active segment goes entirely; an older one becomes active.
             storage
                 .remove(&data_name(w.active.header.base))
@@ -587,6 +625,11 @@ impl Log {
             .map_err(|e| e.at(storage, w.active.header.base))?;
         w.active.summary = summary;
         w.next_lsn = (lsn + 1).max(w.active.header.base);
+        if let Err(e) = inner.record_truncation(&sealed, &w.active, None) {
+            // The manifest still says a truncation is under way; appends
+            // must not go on under it.
+            inner.poison(format!("could not record a finished truncation: {e}"));
+        }
         *inner.segments.write() = Arc::new(sealed);
         let mut st = inner.sync.lock();
         st.durable = st.durable.min(lsn);
@@ -611,27 +654,41 @@ impl Log {
             m.store(inner.storage.as_ref())?;
             *meta = m;
         }
-        loop {
-            let first = {
-                let segs = inner.segments.read();
-                match segs.first() {
-                    Some(s) if s.summary.last_lsn < lsn => s.header.base,
-                    _ => return Ok(()),
-                }
-            };
-            let storage = inner.storage.as_ref();
-            let _ = storage.remove(&index_name(first));
+        // The manifest drops the purged segments (listing them as removed)
+        // before their files go.
+        let gone: Vec<(Lsn, u64)> = {
+            let mut ms = inner.manifest.lock();
+            let segs = inner.segments.read().clone();
+            let n = segs.iter().take_while(|s| s.summary.last_lsn < lsn).count();
+            if n == 0 {
+                return Ok(());
+            }
+            let gone: Vec<(Lsn, u64)> = segs[..n]
+                .iter()
+                .map(|s| (s.header.base, s.header.generation))
+                .collect();
+            let kept = segs[n..].to_vec();
+            let mut removed = ms.removed.clone();
+            removed.extend(&gone);
+            manifest_of(&kept, &ms.active, None, removed.clone(), None)
+                .store(inner.storage.as_ref())
+                .map_err(|e| Error::io("writing the log manifest", e.error))?;
+            ms.removed = removed;
+            *inner.segments.write() = Arc::new(kept);
+            gone
+        };
+        let storage = inner.storage.as_ref();
+        for &(base, _) in &gone {
+            let _ = storage.remove(&index_name(base));
             storage
-                .remove(&data_name(first))
+                .remove(&data_name(base))
                 .map_err(|e| Error::io("purging a segment", e))?;
             storage
                 .sync_dir()
                 .map_err(|e| Error::io("purging a segment", e))?;
-            let mut segs = inner.segments.write();
-            let mut v = segs.as_ref().clone();
-            v.remove(0);
-            *segs = Arc::new(v);
         }
+        inner.manifest.lock().removed.retain(|r| !gone.contains(r));
+        Ok(())
     }
 
     /// The durable metadata (purge point, vote).
@@ -688,6 +745,29 @@ impl Inner {
         // Never called with `sync` held.
         self.wake_waiters(&self.sync.lock());
         self.sync_cv.notify_all();
+    }
+
+    /// Writes the manifest for a truncation: with `truncating_after` before
+    /// its first step, without it once done (the active segment then being
+    /// `active`).
+    fn record_truncation(
+        &self,
+        sealed: &[SealedSegment],
+        active: &Active,
+        truncating_after: Option<Lsn>,
+    ) -> Result<()> {
+        let mut ms = self.manifest.lock();
+        manifest_of(
+            sealed,
+            &active.header,
+            Some(&active.summary),
+            ms.removed.clone(),
+            truncating_after,
+        )
+        .store(self.storage.as_ref())
+        .map_err(|e| Error::io("writing the log manifest", e.error))?;
+        ms.active = active.header;
+        Ok(())
     }
 
     pub(crate) fn next_generation(&self) -> u64 {
@@ -799,32 +879,52 @@ impl Inner {
             tracing::warn!("could not write the index of segment {base}: {e}");
         }
         let generation = self.next_generation();
+        let give_up = |e: String| {
+            // Keep appending to the current segment; it just grows.
+            let _ = storage.remove(&data_name(w.next_lsn));
+            if let Err(e2) = storage.sync_dir() {
+                self.poison(format!("could not remove a half-made segment: {e2}"));
+            }
+            tracing::warn!("could not start a new segment, continuing in the old one: {e}");
+        };
         let new = match create_segment(storage, w.next_lsn, generation) {
             Ok(a) => a,
             Err(e) => {
-                // Keep appending to the current segment; it just grows.
-                let _ = storage.remove(&data_name(w.next_lsn));
-                if let Err(e2) = storage.sync_dir() {
-                    self.poison(format!("could not remove a half-made segment: {e2}"));
-                }
-                tracing::warn!("could not start a new segment, continuing in the old one: {e}");
+                give_up(e.to_string());
                 return Ok(());
             }
         };
+        // The manifest names the new segment before any record goes to it;
+        // until then it is an empty segment that recovery may drop.
+        let mut ms = self.manifest.lock();
+        let mut v = self.segments.read().as_ref().clone();
+        v.push(SealedSegment {
+            header: w.active.header,
+            summary: Arc::new(w.active.summary.clone()),
+        });
+        let recorded = manifest_of(&v, &new.header, None, ms.removed.clone(), None).store(storage);
+        match recorded {
+            Ok(()) => ms.active = new.header,
+            Err(e) if e.clean => {
+                drop(ms);
+                give_up(format!("could not write the log manifest: {}", e.error));
+                return Ok(());
+            }
+            Err(e) => {
+                // Either manifest may be the durable one now; only a restart
+                // (which checks the directory against it) can tell.
+                drop(ms);
+                let why = format!("could not write the log manifest: {}", e.error);
+                self.poison(why.clone());
+                return Err(Error::Poisoned(why));
+            }
+        }
         self.metrics
             .segments_sealed
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let old = std::mem::replace(&mut w.active, new);
-        let sealed = SealedSegment {
-            header: old.header,
-            summary: Arc::new(old.summary),
-        };
-        {
-            let mut segs = self.segments.write();
-            let mut v = segs.as_ref().clone();
-            v.push(sealed);
-            *segs = Arc::new(v);
-        }
+        let _old = std::mem::replace(&mut w.active, new);
+        *self.segments.write() = Arc::new(v);
+        drop(ms);
         let last = w.next_lsn - 1;
         let mut st = self.sync.lock();
         st.durable = st.durable.max(last);
@@ -920,7 +1020,7 @@ struct Recovered {
 }
 
 /// Recovery, in the order of `docs/log-format.md` ("Opening a log").
-fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
+fn recover(storage: &dyn Storage, opts: &Options, adopt: bool) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let writable = !opts.read_only;
     let names = storage
@@ -939,48 +1039,81 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
     bases.sort_unstable();
     let meta = Meta::load(storage)?;
 
-    // 2. Headers; a merged segment makes the segments it absorbed leftovers.
-    let mut segs: Vec<(SegmentHeader, Arc<dyn StorageFile>, u64)> = Vec::new();
-    let mut covered_until = 0;
-    let mut max_generation = 0;
-    let last_base = bases.last().copied();
-    for base in bases {
+    let manifest = if adopt {
+        None
+    } else {
+        Manifest::load(storage)?
+    };
+
+    // 2. Headers, and the directory checked against the manifest: which
+    // files make up the log, and which are leftovers of interrupted work.
+    let mut found = Vec::with_capacity(bases.len());
+    let mut files = Vec::with_capacity(bases.len());
+    for &base in &bases {
         let name = data_name(base);
-        if base < covered_until {
-            tracing::info!("removing {name}: it was merged into an earlier segment");
-            if writable {
-                let _ = storage.remove(&index_name(base));
-                storage
-                    .remove(&name)
-                    .map_err(|e| Error::io("removing a merged segment", e))?;
-            }
-            report.leftovers_removed += 1;
-            continue;
-        }
         let file = storage
             .open(&name)
             .map_err(|e| Error::io(format!("opening {}", storage.describe(&name)), e))?;
         let len = file
             .len()
             .map_err(|e| Error::io("reading a segment length", e))?;
-        let header = match SegmentHeader::read(file.as_ref()) {
-            Ok(h) if h.base == base => h,
-            Ok(h) => {
-                return Err(Error::Corrupt {
-                    location: storage.describe(&name),
-                    offset: 0,
-                    lsn: None,
-                    reason: format!("header says base LSN {} but the name says {base}", h.base),
-                })
+        let mut raw = [0u8; SEGMENT_HEADER_LEN as usize];
+        let (header, version) = match file.read_exact_at(&mut raw, 0) {
+            Ok(()) => (SegmentHeader::decode(&raw), segment::header_version(&raw)),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                (Err("segment header is cut short".to_string()), 0)
             }
-            Err(_) if Some(base) == last_base && len <= SEGMENT_HEADER_LEN => {
+            Err(e) => (Err(format!("cannot read segment header: {e}")), 0),
+        };
+        found.push(Found {
+            base,
+            len,
+            header,
+            version,
+        });
+        files.push(file);
+    }
+    let plan = manifest::plan(storage, &found, manifest.as_ref(), &meta, adopt)?;
+    let mut max_generation = manifest.as_ref().map_or(0, |m| {
+        m.segments
+            .iter()
+            .map(|e| e.generation)
+            .chain(m.removed.iter().map(|r| r.1))
+            .max()
+            .unwrap_or(0)
+    });
+    let last_kept = found
+        .iter()
+        .zip(&plan.fates)
+        .rfind(|(_, &fate)| fate == Fate::Keep)
+        .map(|(f, _)| f.base);
+    let mut segs: Vec<(SegmentHeader, Arc<dyn StorageFile>, u64)> = Vec::new();
+    for ((f, file), &fate) in found.into_iter().zip(files).zip(&plan.fates) {
+        let name = data_name(f.base);
+        if fate == Fate::Leftover {
+            tracing::info!(
+                "removing {name}: left behind by an interrupted merge, compaction, purge or \
+                 segment creation"
+            );
+            if writable {
+                let _ = storage.remove(&index_name(f.base));
+                storage
+                    .remove(&name)
+                    .map_err(|e| Error::io("removing a leftover segment", e))?;
+            }
+            report.leftovers_removed += 1;
+            continue;
+        }
+        let header = match f.header {
+            Ok(h) => h,
+            Err(_) if Some(f.base) == last_kept && f.len <= SEGMENT_HEADER_LEN => {
                 // Created but not yet complete when the machine stopped: it
                 // holds no records. Recreate it.
                 tracing::warn!("recreating {name}: its creation was cut short by a crash");
                 if !writable {
                     continue;
                 }
-                let a = create_segment(storage, base, max_generation + 1)
+                let a = create_segment(storage, f.base, max_generation + 1)
                     .map_err(|e| Error::io("recreating a segment", e))?;
                 segs.push((a.header, a.file, SEGMENT_HEADER_LEN));
                 max_generation += 1;
@@ -996,8 +1129,7 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
             }
         };
         max_generation = max_generation.max(header.generation);
-        covered_until = covered_until.max(header.covers_until);
-        segs.push((header, file, len));
+        segs.push((header, file, f.len));
     }
 
     if writable && report.leftovers_removed > 0 {
@@ -1014,6 +1146,11 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
         }
         let a = create_segment(storage, base, max_generation + 1)
             .map_err(|e| Error::io("creating the first segment", e))?;
+        // Until this is written, the directory holds one empty segment and
+        // no manifest: a fresh log, which the next open starts again.
+        manifest_of(&[], &a.header, None, Vec::new(), None)
+            .store(storage)
+            .map_err(|e| Error::io("writing the log manifest", e.error))?;
         report.segments = 1;
         return Ok(Recovered {
             sealed: Vec::new(),
@@ -1033,6 +1170,9 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
         let (summary, rebuilt) =
             segment::load_or_rebuild_index(storage, header.base, &file, &header, len, writable)?;
         report.indexes_rebuilt += rebuilt as usize;
+        if let Some(e) = plan.expected.get(&header.base) {
+            check_recorded(storage, e, &summary)?;
+        }
         check_order(storage, &header, &summary, prev_last)?;
         if summary.record_count > 0 {
             prev_last = summary.last_lsn;
@@ -1079,6 +1219,18 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
         .find(|s| s.record_count > 0)
         .map(|s| s.first_lsn)
         .unwrap_or(0);
+    // 6. The manifest now names exactly these segments (a log of format
+    // version 1 gets its first one here).
+    if writable {
+        let now = manifest_of(&sealed, &active_header, None, Vec::new(), None);
+        if manifest.as_ref() != Some(&now) {
+            now.store(storage)
+                .map_err(|e| Error::io("writing the log manifest", e.error))?;
+            if manifest.is_none() && !adopt {
+                tracing::info!("the log now keeps a manifest of its segments (format version 2)");
+            }
+        }
+    }
     Ok(Recovered {
         sealed,
         active: Active {
@@ -1090,6 +1242,65 @@ fn recover(storage: &dyn Storage, opts: &Options) -> Result<Recovered> {
         meta,
         max_generation,
         report,
+    })
+}
+
+/// What the manifest records of a segment, from the log's own segments.
+pub(crate) fn manifest_of(
+    sealed: &[SealedSegment],
+    active: &SegmentHeader,
+    active_summary: Option<&SegmentSummary>,
+    removed: Vec<(Lsn, u64)>,
+    truncating_after: Option<Lsn>,
+) -> Manifest {
+    let entry = |h: &SegmentHeader, s: Option<&SegmentSummary>, active: bool| {
+        let s = s.cloned().unwrap_or_default();
+        ManifestEntry {
+            base: h.base,
+            generation: h.generation,
+            covers_until: h.covers_until,
+            first_lsn: s.first_lsn,
+            last_lsn: s.last_lsn,
+            record_count: s.record_count,
+            data_len: s.data_len,
+            active,
+        }
+    };
+    let mut segments: Vec<ManifestEntry> = sealed
+        .iter()
+        .map(|s| entry(&s.header, Some(&s.summary), false))
+        .collect();
+    segments.push(entry(active, active_summary, true));
+    Manifest {
+        segments,
+        removed,
+        truncating_after,
+    }
+}
+
+/// A sealed segment of the generation the manifest names must hold what
+/// the manifest recorded when it was sealed or rewritten.
+fn check_recorded(storage: &dyn Storage, e: &ManifestEntry, s: &SegmentSummary) -> Result<()> {
+    if (s.record_count, s.first_lsn, s.last_lsn) == (e.record_count, e.first_lsn, e.last_lsn) {
+        return Ok(());
+    }
+    Err(Error::Inconsistent {
+        problem: format!(
+            "{} holds {} records, LSN {} to {}, but the log recorded {}: a different copy of \
+             that segment",
+            storage.describe(&data_name(e.base)),
+            s.record_count,
+            s.first_lsn,
+            s.last_lsn,
+            e.describe_range()
+        ),
+        repair: format!(
+            "put the right version of the file back; or accept losing {} and everything after \
+             it with `aqueduct wal truncate <dir> --at {}`",
+            e.describe_range(),
+            e.start()
+        ),
+        cut_at: Some(e.start()),
     })
 }
 
@@ -1113,9 +1324,9 @@ fn check_order(
     Ok(())
 }
 
-/// Scans the active segment. Bad bytes followed by no valid record are a torn
-/// write and are cut off, together with any incomplete batch before them; bad
-/// bytes followed by a valid record are corruption.
+/// Scans the active segment. Bad bytes that a crash can explain are a torn
+/// write and are cut off, together with any incomplete batch before them;
+/// anything else is corruption ([`segment::classify_tail`]).
 fn recover_tail(
     storage: &dyn Storage,
     header: &SegmentHeader,
@@ -1151,14 +1362,16 @@ fn recover_tail(
     let valid_end = match end {
         ScanEnd::Clean { end } => end,
         ScanEnd::Bad { offset, error } => {
-            if let Some(at) = find_valid_record_after(file.as_ref(), offset, len, summary.last_lsn)?
-            {
-                return Err(Error::Corrupt {
-                    location: location(),
-                    offset,
-                    lsn: segment::bad_lsn(&error),
-                    reason: format!("{error}, yet a valid record follows at offset {at}"),
-                });
+            match segment::classify_tail(file.as_ref(), offset, len, &error, summary.last_lsn)? {
+                TailDamage::Corrupt { lsn, reason } => {
+                    return Err(Error::Corrupt {
+                        location: location(),
+                        offset,
+                        lsn,
+                        reason,
+                    })
+                }
+                TailDamage::Torn => {}
             }
             report.torn_bytes_truncated = len - offset;
             offset
@@ -1188,25 +1401,4 @@ fn recover_tail(
     }
     debug_assert!(batch_end <= valid_end);
     Ok(summary)
-}
-
-/// Looks for any complete, valid record starting after `offset` with an LSN
-/// above `after_lsn`. Runs only when recovery meets bad bytes.
-fn find_valid_record_after(
-    file: &dyn StorageFile,
-    offset: u64,
-    len: u64,
-    after_lsn: Lsn,
-) -> Result<Option<u64>> {
-    let bytes = file
-        .read_vec(offset, (len - offset) as usize)
-        .map_err(|e| Error::io("reading a segment tail", e))?;
-    for i in 1..bytes.len() {
-        if let Ok((r, _)) = record::decode(&bytes[i..]) {
-            if r.lsn > after_lsn {
-                return Ok(Some(offset + i as u64));
-            }
-        }
-    }
-    Ok(None)
 }

@@ -12,7 +12,7 @@
 
 use crate::segment::write_atomically;
 use crate::storage::Storage;
-use crate::{Error, Lsn, Result, FORMAT_VERSION};
+use crate::{Error, Lsn, Result, META_FORMAT_VERSION};
 
 pub const META_NAME: &str = "meta";
 const META_MAGIC: &[u8; 8] = b"AQDLMETA";
@@ -32,7 +32,7 @@ impl Meta {
         assert!(self.vote.len() <= MAX_VOTE_BYTES);
         let mut b = Vec::with_capacity(40 + self.vote.len());
         b.extend_from_slice(META_MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&META_FORMAT_VERSION.to_le_bytes());
         b.extend_from_slice(&[0u8; 6]);
         b.extend_from_slice(&self.purged_lsn.to_le_bytes());
         b.extend_from_slice(&self.purged_term.to_le_bytes());
@@ -51,7 +51,7 @@ impl Meta {
         if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
             return Err("metadata checksum mismatch".into());
         }
-        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != FORMAT_VERSION {
+        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != META_FORMAT_VERSION {
             return Err("metadata format version differs".into());
         }
         let vote_len = u32::from_le_bytes(b[32..36].try_into().unwrap()) as usize;

@@ -13,7 +13,10 @@ use std::sync::Arc;
 
 use crate::record::{self, DecodeError, RecordView, RECORD_HEADER_LEN};
 use crate::storage::{Storage, StorageFile};
-use crate::{Error, Lsn, FORMAT_VERSION, INDEX_INTERVAL_BYTES, READ_CHUNK_BYTES};
+use crate::{
+    Error, Lsn, FORMAT_VERSION, INDEX_FORMAT_VERSION, INDEX_INTERVAL_BYTES, OLDEST_FORMAT_VERSION,
+    READ_CHUNK_BYTES,
+};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"AQDLOGSG";
 pub const INDEX_MAGIC: &[u8; 8] = b"AQDLOGIX";
@@ -77,9 +80,10 @@ impl SegmentHeader {
             return Err("segment header checksum mismatch".into());
         }
         let version = u16::from_le_bytes(b[8..10].try_into().unwrap());
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "segment format version {version}, this build reads version {FORMAT_VERSION}"
+                "segment format version {version}, this build reads versions \
+                 {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"
             ));
         }
         Ok(SegmentHeader {
@@ -99,6 +103,11 @@ impl SegmentHeader {
             Err(e) => Err(format!("cannot read segment header: {e}")),
         }
     }
+}
+
+/// The format version in a segment header's bytes (checked by `decode`).
+pub fn header_version(b: &[u8; SEGMENT_HEADER_LEN as usize]) -> u16 {
+    u16::from_le_bytes(b[8..10].try_into().unwrap())
 }
 
 /// A summary of a segment's records plus its sparse index.
@@ -151,7 +160,7 @@ impl SegmentSummary {
     pub fn encode_index(&self, generation: u64) -> Vec<u8> {
         let mut b = Vec::with_capacity(INDEX_HEADER_LEN + self.entries.len() * INDEX_ENTRY_LEN);
         b.extend_from_slice(INDEX_MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&INDEX_FORMAT_VERSION.to_le_bytes());
         b.extend_from_slice(&[0u8; 6]);
         b.extend_from_slice(&generation.to_le_bytes());
         b.extend_from_slice(&self.data_len.to_le_bytes());
@@ -187,7 +196,7 @@ impl SegmentSummary {
             return Err("index header checksum mismatch".into());
         }
         let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != FORMAT_VERSION {
+        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != INDEX_FORMAT_VERSION {
             return Err("index format version differs".into());
         }
         if u(16) != generation {
@@ -392,6 +401,97 @@ pub fn load_or_rebuild_index(
             .map_err(|e| Error::io("writing a rebuilt index", e))?;
     }
     Ok((summary, true))
+}
+
+/// What bad bytes at the end of the newest segment are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TailDamage {
+    /// A write that a crash left unfinished: the file ends inside the
+    /// record, or the record's last bytes are part of the run of zeroes that
+    /// ends the file (space the file grew by whose data never landed). Such
+    /// a record was never synced, hence never acknowledged under `always`.
+    Torn,
+    /// The bytes were written in full and are wrong: damage, not a crash.
+    /// `lsn` is the record's LSN when its header is readable.
+    Corrupt { lsn: Option<Lsn>, reason: String },
+}
+
+/// Tells a torn tail from damage, for bad bytes met at `offset` of the
+/// newest segment (`len` bytes long) after records up to `after_lsn`:
+/// - a complete, valid record with a higher LSN further on: damage;
+/// - the file ends inside the header or the record: torn;
+/// - a complete record (or header) none of whose bytes lies in the run of
+///   zeroes that ends the file: damage, since a crash cannot have written
+///   every byte and left them wrong;
+/// - a complete record whose tail lies in that run, when one damaged byte
+///   before the run explains its checksum ([`record::single_damaged_byte`]):
+///   damage (a record whose true last bytes are zero); otherwise torn.
+pub fn classify_tail(
+    file: &dyn StorageFile,
+    offset: u64,
+    len: u64,
+    error: &DecodeError,
+    after_lsn: Lsn,
+) -> Result<TailDamage, Error> {
+    let bytes = file
+        .read_vec(offset, (len - offset) as usize)
+        .map_err(|e| Error::io("reading a segment tail", e))?;
+    for i in 1..bytes.len() {
+        if let Ok((r, _)) = record::decode(&bytes[i..]) {
+            if r.lsn > after_lsn {
+                return Ok(TailDamage::Corrupt {
+                    lsn: bad_lsn(error),
+                    reason: format!(
+                        "{error}, yet a valid record follows at offset {}",
+                        offset + i as u64
+                    ),
+                });
+            }
+        }
+    }
+    // Where the run of zeroes that ends the file starts (relative to `offset`).
+    let zeroes_from = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let written_in_full = "every byte of it was written (none lies in zeroes a crash leaves), \
+         so this is damage, not a write torn by a crash, and the record may have been \
+         acknowledged; the log will not drop it silently";
+    match *error {
+        DecodeError::ShortHeader | DecodeError::ShortRecord { .. } => Ok(TailDamage::Torn),
+        DecodeError::BadHeader => {
+            if zeroes_from >= RECORD_HEADER_LEN {
+                Ok(TailDamage::Corrupt {
+                    lsn: None,
+                    reason: format!("{error} in the last record of the log: {written_in_full}"),
+                })
+            } else {
+                Ok(TailDamage::Torn)
+            }
+        }
+        DecodeError::BadPayload { lsn } => {
+            let total = record::decode_header(&bytes)
+                .map(|h| h.total_len)
+                .expect("a payload error comes with a valid header");
+            if zeroes_from >= total {
+                return Ok(TailDamage::Corrupt {
+                    lsn: Some(lsn),
+                    reason: format!("{error}, the last record of the log: {written_in_full}"),
+                });
+            }
+            match record::single_damaged_byte(&bytes[..total]) {
+                // A byte inside the zeroes may just not have been written.
+                Some(at) if at < zeroes_from => Ok(TailDamage::Corrupt {
+                    lsn: Some(lsn),
+                    reason: format!(
+                        "{error}, the last record of the log: it is complete and one damaged \
+                         byte, at offset {}, explains the mismatch, so this is damage, not a \
+                         write torn by a crash, and the record may have been acknowledged; \
+                         the log will not drop it silently",
+                        offset + at as u64
+                    ),
+                }),
+                _ => Ok(TailDamage::Torn),
+            }
+        }
+    }
 }
 
 pub fn bad_lsn(e: &DecodeError) -> Option<Lsn> {

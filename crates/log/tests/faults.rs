@@ -5,6 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
+use aqueduct_log::manifest::MANIFEST_NAME;
 use aqueduct_log::segment::{data_name, index_name};
 use aqueduct_log::sim::{Fault, SimStorage};
 use aqueduct_log::{Error, Log, NewRecord, RecordKind, Storage, SyncPolicy};
@@ -21,6 +22,21 @@ fn fill(log: &Log, n: usize, tag: &str) -> Vec<Vec<NewRecord>> {
             b
         })
         .collect()
+}
+
+/// A new storage holding `from`'s manifest and `name` with `bytes`, durably.
+fn storage_with(seed: u64, from: &SimStorage, name: &str, bytes: &[u8]) -> Arc<SimStorage> {
+    let s = SimStorage::new(seed);
+    for (n, b) in [
+        (MANIFEST_NAME, from.contents(MANIFEST_NAME).unwrap()),
+        (name, bytes.to_vec()),
+    ] {
+        let f = s.create(n).unwrap();
+        f.write_at(&b, 0).unwrap();
+        f.sync().unwrap();
+    }
+    s.sync_dir().unwrap();
+    s
 }
 
 fn active_name(log: &Log) -> String {
@@ -41,11 +57,7 @@ fn torn_tail_at_every_byte_is_truncated() {
     let last_len = last[0].encoded_len();
     let expected = State::of_batches(&batches);
     for cut in full.len() - last_len..full.len() {
-        let s = SimStorage::new(2);
-        let f = s.create(&name).unwrap();
-        f.write_at(&full[..cut], 0).unwrap();
-        f.sync().unwrap();
-        s.sync_dir().unwrap();
+        let s = storage_with(2, &storage, &name, &full[..cut]);
         let (log, report) =
             Log::open_with_storage(s.clone() as Arc<dyn Storage>, opts.clone()).unwrap();
         assert_eq!(report.last_lsn, 5, "cut at {cut}");
@@ -56,6 +68,112 @@ fn torn_tail_at_every_byte_is_truncated() {
         assert_eq!(replay_state(&log), expected, "cut at {cut}");
         // The log is usable: the next append gets the next LSN.
         assert_eq!(log.append_one(put("after", "x")).unwrap(), 6);
+    }
+}
+
+/// A log of five batches and a last record with `body`; returns the storage,
+/// the options, the active segment's name and the last record's length.
+fn log_ending_in(
+    seed: u64,
+    body: &[u8],
+) -> (Arc<SimStorage>, aqueduct_log::Options, String, usize) {
+    let storage = SimStorage::new(seed);
+    let opts = sim_options(SyncPolicy::Always, 1 << 20);
+    let log = open_sim(&storage, &opts);
+    fill(&log, 5, "a");
+    let last = NewRecord::put("last", body.to_vec());
+    log.append(std::slice::from_ref(&last)).unwrap();
+    let name = active_name(&log);
+    drop(log);
+    (storage, opts, name, last.encoded_len())
+}
+
+/// Bodies for the tail tests: one ending in text, one ending in zero bytes
+/// (as a row whose last column is a small integer does).
+fn tail_bodies() -> [Vec<u8>; 2] {
+    [
+        b"the acknowledged record".to_vec(),
+        vec![7, 0, 0, 0, 0, 0, 0, 0],
+    ]
+}
+
+#[test]
+fn flipped_byte_in_the_last_record_is_damage_not_a_torn_tail() {
+    for body in tail_bodies() {
+        let (storage, opts, name, last_len) = log_ending_in(20, &body);
+        let full = storage.contents(&name).unwrap();
+        let start = full.len() - last_len;
+        for at in 0..last_len {
+            for mask in [0x10u8, 0xff] {
+                let mut bytes = full.clone();
+                bytes[start + at] ^= mask;
+                let s = storage_with(21, &storage, &name, &bytes);
+                for read_only in [false, true] {
+                    let opts = aqueduct_log::Options {
+                        read_only,
+                        ..opts.clone()
+                    };
+                    let err = match Log::open_with_storage(s.clone() as Arc<dyn Storage>, opts) {
+                        Err(e) => e,
+                        Ok((log, report)) => panic!(
+                            "byte {at} ^ {mask:#x} of the last record ({body:?}): opened, \
+                             last LSN {}, {} torn bytes dropped",
+                            log.next_lsn() - 1,
+                            report.torn_bytes_truncated
+                        ),
+                    };
+                    match &err {
+                        Error::Corrupt {
+                            location,
+                            offset,
+                            lsn,
+                            reason,
+                        } => {
+                            assert!(location.contains(&name), "{location}");
+                            assert_eq!(*offset, start as u64, "byte {at}");
+                            let header_damaged = (4..48).contains(&at);
+                            assert_eq!(*lsn, (!header_damaged).then_some(6), "byte {at}");
+                            assert!(reason.contains("not a write torn by a crash"), "{reason}");
+                        }
+                        other => panic!("expected corruption, got {other}"),
+                    }
+                    assert!(err.to_string().contains("aqueduct wal truncate"), "{err}");
+                }
+                // Nothing was cut: the damaged record is still there to inspect.
+                assert_eq!(s.contents(&name).unwrap(), bytes);
+            }
+        }
+    }
+}
+
+#[test]
+fn zeroes_over_the_end_of_the_last_record_are_a_torn_tail() {
+    for body in tail_bodies() {
+        let (storage, opts, name, last_len) = log_ending_in(22, &body);
+        let full = storage.contents(&name).unwrap();
+        let start = full.len() - last_len;
+        // The file grew by the record (and maybe more), but its data landed
+        // only up to `from`: the rest reads as zeroes.
+        for from in start..full.len() {
+            for extra in [0usize, 7] {
+                let mut bytes = full[..from].to_vec();
+                bytes.resize(full.len() + extra, 0);
+                if bytes[..full.len()] == full[..] && extra == 0 {
+                    continue; // zeroes over zeroes: the record is intact
+                }
+                let s = storage_with(23, &storage, &name, &bytes);
+                let (log, report) =
+                    Log::open_with_storage(s.clone() as Arc<dyn Storage>, opts.clone())
+                        .unwrap_or_else(|e| panic!("zeroes from {from} (+{extra}): {e}"));
+                let intact = bytes[start..full.len()] == full[start..];
+                if intact {
+                    assert_eq!(log.next_lsn(), 7, "zeroes only after the record");
+                } else {
+                    assert_eq!(log.next_lsn(), 6, "zeroes from {from}");
+                    assert_eq!(report.torn_bytes_truncated, (bytes.len() - start) as u64);
+                }
+            }
+        }
     }
 }
 
@@ -362,4 +480,302 @@ fn build_compactable(log: &Log) -> Vec<Vec<NewRecord>> {
         }
     }
     batches
+}
+
+/// The refusal of a log that is not whole: the problem and the LSN at which
+/// `aqueduct wal truncate` would cut.
+fn refusal(storage: &Arc<SimStorage>, opts: &aqueduct_log::Options) -> (String, Option<u64>) {
+    for read_only in [true, false] {
+        let opts = aqueduct_log::Options {
+            read_only,
+            ..opts.clone()
+        };
+        match Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts) {
+            Ok((log, _)) => panic!(
+                "opened (read-only: {read_only}) with {} records",
+                log.replay(0, |_| Ok(())).unwrap()
+            ),
+            Err(Error::Inconsistent {
+                problem, cut_at, ..
+            }) if !read_only => return (problem, cut_at),
+            Err(Error::Inconsistent { .. }) => {}
+            Err(other) => panic!("expected a refusal of an incomplete log, got {other}"),
+        }
+    }
+    unreachable!()
+}
+
+/// Copies a file durably under another name.
+fn copy_file(storage: &SimStorage, from: &str, to: &str) {
+    let bytes = storage.contents(from).unwrap();
+    let f = storage.create(to).unwrap();
+    f.write_at(&bytes, 0).unwrap();
+    f.sync().unwrap();
+    storage.sync_dir().unwrap();
+}
+
+#[test]
+fn a_missing_segment_refuses_to_open_and_names_the_range() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    // Which segment goes: the oldest, one in the middle, the active one.
+    for victim in ["oldest", "middle", "active"] {
+        let storage = SimStorage::new(30);
+        let log = open_sim(&storage, &opts);
+        fill(&log, 200, "a");
+        let segs = log.segments();
+        assert!(segs.len() >= 4);
+        drop(log);
+        let s = match victim {
+            "oldest" => &segs[0],
+            "middle" => &segs[2],
+            _ => segs.last().unwrap(),
+        };
+        storage.delete(&data_name(s.base));
+        storage.delete(&index_name(s.base));
+        let (problem, cut_at) = refusal(&storage, &opts);
+        assert!(problem.contains(&data_name(s.base)), "{victim}: {problem}");
+        assert!(problem.contains("is missing"), "{victim}: {problem}");
+        if victim != "active" {
+            assert!(
+                problem.contains(&format!("LSN {} to {}", s.first_lsn, s.last_lsn)),
+                "{victim}: {problem}"
+            );
+        }
+        if victim == "oldest" {
+            assert!(problem.contains("nothing was purged up to it"), "{problem}");
+        }
+        assert_eq!(cut_at, Some(s.first_lsn.max(s.base)), "{victim}");
+        let err = refusal_message(&storage, &opts);
+        assert!(err.contains("restore the file"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "aqueduct wal truncate <dir> --at {}",
+                s.first_lsn.max(s.base)
+            )),
+            "{err}"
+        );
+    }
+}
+
+fn refusal_message(storage: &Arc<SimStorage>, opts: &aqueduct_log::Options) -> String {
+    match Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts.clone()) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("opened"),
+    }
+}
+
+#[test]
+fn a_renamed_or_duplicated_segment_is_refused() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    for how in ["renamed", "duplicated", "duplicated below"] {
+        let storage = SimStorage::new(31);
+        let log = open_sim(&storage, &opts);
+        fill(&log, 200, "a");
+        let segs = log.segments();
+        drop(log);
+        let from = data_name(segs[1].base);
+        let to = match how {
+            "duplicated below" => data_name(segs[1].base - 1),
+            _ => data_name(segs[1].base + 1),
+        };
+        match how {
+            "renamed" => {
+                storage.rename(&from, &to).unwrap();
+                storage.sync_dir().unwrap();
+            }
+            _ => copy_file(&storage, &from, &to),
+        }
+        let (problem, _) = refusal(&storage, &opts);
+        assert!(problem.contains(&to), "{how}: {problem}");
+        assert!(problem.contains("renamed or copied"), "{how}: {problem}");
+    }
+}
+
+#[test]
+fn a_segment_restored_from_an_older_copy_is_refused() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    // "rewritten": an older generation of a segment compaction rewrote;
+    // "merged": the first segment as it was before a merge absorbed the next;
+    // "sealed": a copy of the then active segment, taken before it was sealed.
+    for case in ["rewritten", "merged", "sealed"] {
+        let storage = SimStorage::new(32);
+        let log = open_sim(&storage, &opts);
+        let batches = build_compactable(&log);
+        let segs = log.segments();
+        let (victim, old) = match case {
+            "sealed" => {
+                let active = segs.last().unwrap().clone();
+                let copy = storage.contents(&data_name(active.base)).unwrap();
+                log.append(&[put("more", "after the copy")]).unwrap();
+                log.seal_active().unwrap();
+                (active, copy)
+            }
+            _ => {
+                log.seal_active().unwrap();
+                let copies: Vec<_> = log
+                    .segments()
+                    .iter()
+                    .map(|s| (s.clone(), storage.contents(&data_name(s.base)).unwrap()))
+                    .collect();
+                let report = log.compact().unwrap();
+                assert!(report.segments_merged > 0 && report.segments_rewritten > 0);
+                let after = log.segments();
+                let present = |base| after.iter().any(|a| a.base == base);
+                let pick = (0..copies.len() - 1)
+                    .find(|&i| {
+                        let (s, next) = (&copies[i].0, &copies[i + 1].0);
+                        let changed = after
+                            .iter()
+                            .any(|a| a.base == s.base && a.records != s.records);
+                        match case {
+                            "merged" => present(s.base) && !present(next.base),
+                            _ => changed,
+                        }
+                    })
+                    .map(|i| copies[i].clone());
+                pick.unwrap_or_else(|| panic!("no segment was {case}"))
+            }
+        };
+        drop(log);
+        let _ = batches;
+        let name = data_name(victim.base);
+        storage.delete(&name);
+        let f = storage.create(&name).unwrap();
+        f.write_at(&old, 0).unwrap();
+        f.sync().unwrap();
+        storage.sync_dir().unwrap();
+        let (problem, cut_at) = refusal(&storage, &opts);
+        assert!(problem.contains(&name), "{case}: {problem}");
+        let expected = match case {
+            "sealed" => "but the log sealed it at",
+            _ => "is an older version of that segment",
+        };
+        assert!(problem.contains(expected), "{case}: {problem}");
+        assert!(cut_at.is_some(), "{case}");
+    }
+}
+
+#[test]
+fn purged_merged_and_empty_logs_open() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    // An empty log, reopened.
+    let storage = SimStorage::new(33);
+    drop(open_sim(&storage, &opts));
+    let log = open_sim(&storage, &opts);
+    assert_eq!(log.next_lsn(), 1);
+    // Compacted and merged, then the oldest segments purged.
+    let mut batches = build_compactable(&log);
+    log.seal_active().unwrap();
+    log.compact().unwrap();
+    batches.extend(fill(&log, 200, "b"));
+    drop(log);
+    let log = open_sim(&storage, &opts);
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+    let segs = log.segments();
+    assert!(segs.len() >= 3);
+    log.purge_before(segs[1].first_lsn, 1).unwrap();
+    drop(log);
+    let log = open_sim(&storage, &opts);
+    assert_eq!(log.first_lsn(), segs[1].first_lsn);
+    // Every sealed segment purged.
+    let next = log.next_lsn();
+    log.purge_before(next, 1).unwrap();
+    drop(log);
+    let log = open_sim(&storage, &opts);
+    assert_eq!(log.next_lsn(), next);
+    assert_eq!(log.append_one(put("k", "v")).unwrap(), next);
+}
+
+#[test]
+fn crash_at_every_step_of_seal_purge_and_truncate_leaves_a_log_that_opens() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    type Step = fn(&Log, &[aqueduct_log::SegmentStat]);
+    let steps: [(&str, Step); 4] = [
+        ("seal", |log, _| log.seal_active().unwrap_or(())),
+        ("purge", |log, segs| {
+            let _ = log.purge_before(segs[2].first_lsn, 1);
+        }),
+        ("truncate", |log, segs| {
+            let _ = log.truncate_after(segs[1].first_lsn + 2);
+        }),
+        ("truncate everything", |log, _| {
+            let _ = log.truncate_after(0);
+        }),
+    ];
+    for (what, step) in steps {
+        let ops = {
+            let storage = SimStorage::new(40);
+            let log = open_sim(&storage, &opts);
+            fill(&log, 200, "a");
+            let segs = log.segments();
+            let before = storage.ops();
+            step(&log, &segs);
+            storage.ops() - before
+        };
+        assert!(ops > 3, "{what} did real work ({ops} operations)");
+        for n in 1..=ops + 1 {
+            let storage = SimStorage::new(200 + n);
+            let log = open_sim(&storage, &opts);
+            fill(&log, 200, "a");
+            let segs = log.segments();
+            storage.fail_in(n, Fault::Crash);
+            step(&log, &segs);
+            drop(log);
+            storage.restart();
+            let log = Log::open_with_storage(storage.clone() as Arc<dyn Storage>, opts.clone())
+                .unwrap_or_else(|e| panic!("{what}, crash at operation {n}: {e}"))
+                .0;
+            // The records left are a prefix of the log from some LSN on.
+            let lsns: Vec<u64> = log.reader(0).map(|r| r.unwrap().lsn).collect();
+            if let (Some(&first), Some(&last)) = (lsns.first(), lsns.last()) {
+                assert_eq!(lsns, (first..=last).collect::<Vec<_>>(), "{what}, {n}");
+            }
+            // And it goes on working, across another reopen.
+            log.append_one(put("after", "crash")).unwrap();
+            log.seal_active().unwrap();
+            drop(log);
+            open_sim(&storage, &opts);
+        }
+    }
+}
+
+#[test]
+fn a_log_of_format_version_1_opens_and_gets_a_manifest() {
+    let opts = sim_options(SyncPolicy::Always, SEG);
+    let storage = SimStorage::new(34);
+    let log = open_sim(&storage, &opts);
+    let batches = fill(&log, 200, "a");
+    let segs = log.segments();
+    drop(log);
+    // What a build of format version 1 left: no manifest, version 1 headers.
+    storage.delete(MANIFEST_NAME);
+    for s in &segs {
+        let name = data_name(s.base);
+        let mut bytes = storage.contents(&name).unwrap();
+        bytes[8..10].copy_from_slice(&1u16.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[0..44]);
+        bytes[44..48].copy_from_slice(&crc.to_le_bytes());
+        storage.delete(&name);
+        let f = storage.create(&name).unwrap();
+        f.write_at(&bytes, 0).unwrap();
+        f.sync().unwrap();
+    }
+    storage.sync_dir().unwrap();
+    // A read-only open leaves it as it is.
+    let ro = aqueduct_log::Options {
+        read_only: true,
+        ..opts.clone()
+    };
+    let (log, _) = Log::open_with_storage(storage.clone() as Arc<dyn Storage>, ro).unwrap();
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+    drop(log);
+    assert!(storage.contents(MANIFEST_NAME).is_none());
+    // A writable open upgrades it: from now on a missing segment is caught.
+    let log = open_sim(&storage, &opts);
+    assert_eq!(replay_state(&log), State::of_batches(&batches));
+    drop(log);
+    assert!(storage.contents(MANIFEST_NAME).is_some());
+    storage.delete(&data_name(segs[1].base));
+    let (problem, _) = refusal(&storage, &opts);
+    assert!(problem.contains("is missing"), "{problem}");
 }
