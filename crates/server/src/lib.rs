@@ -14,6 +14,7 @@ use aqueduct_sql::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use aqueduct_sql::limits::SERVER_THREAD_STACK_BYTES;
 pub use config::{ConfigError, FileConfig, ServerConfig};
 
 /// Replays longer than this many records show a progress bar.

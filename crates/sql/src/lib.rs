@@ -13,6 +13,7 @@ mod catalog_queries;
 mod compile;
 mod consistency;
 pub mod exec;
+pub mod limits;
 mod oneshot;
 mod release_views;
 mod routes;
@@ -117,20 +118,22 @@ impl Engine {
         // state off, rebuilt) from the recovered state, in creation order,
         // before any new commit.
         db.with_commits_paused(|catalog, lsn| {
-            registry.start_at(lsn);
-            let count = catalog.views.len();
-            for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
-                let started = Instant::now();
-                match registry.install(catalog, lsn, *id, name, sql) {
-                    Ok(()) => tracing::info!(
-                        view = %name,
-                        "rebuilt view {} of {count} in {:.2} s",
-                        i + 1,
-                        started.elapsed().as_secs_f64()
-                    ),
-                    Err(e) => tracing::error!(view = %name, "cannot rebuild the view: {e}"),
+            limits::with_statement_stack(|| {
+                registry.start_at(lsn);
+                let count = catalog.views.len();
+                for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
+                    let started = Instant::now();
+                    match registry.install(catalog, lsn, *id, name, sql) {
+                        Ok(()) => tracing::info!(
+                            view = %name,
+                            "rebuilt view {} of {count} in {:.2} s",
+                            i + 1,
+                            started.elapsed().as_secs_f64()
+                        ),
+                        Err(e) => tracing::error!(view = %name, "cannot rebuild the view: {e}"),
+                    }
                 }
-            }
+            })
         });
         let hook_views = registry.clone();
         let releases = Arc::new(aqueduct_releases::Releases::new());

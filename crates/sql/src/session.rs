@@ -213,6 +213,10 @@ impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
     pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        crate::limits::with_statement_stack(|| self.execute_text(sql))
+    }
+
+    fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
         if crate::time_maps::is_time_map_statement(sql) {
             let r = self.run_time_map(sql);
             if r.is_err() {
@@ -297,7 +301,7 @@ impl Session {
     /// Parses and describes one statement for the extended protocol.
     /// `hints` are the parameter types the client declared (`None`: infer).
     pub fn prepare(&mut self, sql: &str, hints: &[Option<DataType>]) -> Result<Prepared, SqlError> {
-        let prepared = self.prepare_inner(sql, hints);
+        let prepared = crate::limits::with_statement_stack(|| self.prepare_inner(sql, hints));
         if prepared.is_err() {
             // An error inside a transaction block aborts it, whichever
             // protocol message caused it.
@@ -452,6 +456,14 @@ impl Session {
     /// Executes a prepared statement with its parameter values (already of
     /// the prepared parameter types).
     pub fn execute_prepared(
+        &mut self,
+        p: &Prepared,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        crate::limits::with_statement_stack(|| self.execute_prepared_here(p, params))
+    }
+
+    fn execute_prepared_here(
         &mut self,
         p: &Prepared,
         params: &[Value],
@@ -1103,11 +1115,31 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     if sql.trim().trim_matches(';').trim().is_empty() {
         return Ok(Vec::new());
     }
-    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
-        let msg = e.to_string();
-        let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
-        SqlError::syntax(format!("syntax error: {msg}"))
-    })
+    let dialect = PostgreSqlDialect {};
+    let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(sqlparser::parser::ParserError::from)
+        .and_then(|tokens| {
+            crate::limits::check_tokens(&tokens)
+                .map_err(|_| sqlparser::parser::ParserError::RecursionLimitExceeded)?;
+            Parser::new(&dialect)
+                .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
+                .with_tokens_with_locations(tokens)
+                .parse_statements()
+        })
+        .map_err(|e| {
+            if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {
+                return crate::limits::too_complex();
+            }
+            let msg = e.to_string();
+            let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
+            SqlError::syntax(format!("syntax error: {msg}"))
+        })?;
+    for st in &statements {
+        crate::limits::check_depth(st)?;
+    }
+    Ok(statements)
 }
 
 /// For `SELECT ... FROM view WHERE col = value AND other IN (...) ...`: the
