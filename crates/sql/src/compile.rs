@@ -316,6 +316,9 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     /// A FROM item: a table, a CTE or a subquery, with the scope it brings.
     fn relation(&mut self, f: &ast::TableFactor) -> Result<(NodeId, Scope), SqlError> {
+        // A plan of thousands of joins takes long, and its scopes much
+        // memory, to compile.
+        aqueduct_expr::interrupt::check()?;
         match f {
             ast::TableFactor::Table { name, alias, .. } => {
                 let n = object_name(name)?;

@@ -94,6 +94,10 @@ pub struct Engine {
     release_views: parking_lot::Mutex<release_views::ReleaseViews>,
     /// The consistency level new sessions start with.
     default_consistency: parking_lot::RwLock<Consistency>,
+    /// `statement_timeout` new sessions start with (`--statement-timeout`).
+    default_statement_timeout: parking_lot::RwLock<Option<String>>,
+    /// Set at shutdown: every running statement stops.
+    shutdown: Arc<std::sync::atomic::AtomicBool>,
     pub metrics: EngineMetrics,
     pub started: Instant,
     pub replay: ReplayReport,
@@ -149,6 +153,8 @@ impl Engine {
             release_results: Default::default(),
             release_views: Default::default(),
             default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
+            default_statement_timeout: parking_lot::RwLock::new(None),
+            shutdown: Default::default(),
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,
@@ -168,6 +174,30 @@ impl Engine {
 
     pub fn set_default_consistency(&self, c: Consistency) {
         *self.default_consistency.write() = c;
+    }
+
+    /// The `statement_timeout` new sessions start with, as text (`None`:
+    /// PostgreSQL's default, 0, no timeout).
+    pub fn default_statement_timeout(&self) -> Option<String> {
+        self.default_statement_timeout.read().clone()
+    }
+
+    /// Sets the `statement_timeout` new sessions start with (`--statement-timeout`).
+    pub fn set_default_statement_timeout(&self, timeout: std::time::Duration) {
+        *self.default_statement_timeout.write() = Some(timeout.as_millis().to_string());
+    }
+
+    /// A new interrupt handle, stopped by [`Engine::interrupt_all`] too.
+    pub(crate) fn new_interrupt(&self) -> aqueduct_expr::interrupt::Interrupt {
+        aqueduct_expr::interrupt::Interrupt::new(self.shutdown.clone())
+    }
+
+    /// Stops every running statement, and every later one, of every
+    /// session (SQLSTATE 57P01): for shutdown. A commit already appending
+    /// finishes; nothing checks once a write reached its commit.
+    pub fn interrupt_all(&self) {
+        self.shutdown
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Turns releases on: from now on every commit's changes are kept for

@@ -8,7 +8,26 @@ use sqlparser::ast::{Expr, Query, Select, SetExpr, Statement, TableFactor, Visit
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, TokenWithSpan};
 
+pub use aqueduct_expr::interrupt::{Interrupt, DEFAULT_STATEMENT_MEMORY_BYTES};
 pub use aqueduct_expr::limits::*;
+
+/// A size setting: a number of bytes, or with a unit `kB`, `MB`, `GB`, `TB`
+/// (powers of 1024, as PostgreSQL's memory settings); 0 turns the limit off.
+pub fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "kB" | "KB" => 10,
+        "MB" => 20,
+        "GB" => 30,
+        "TB" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
 
 /// Recursion limit given to the SQL parser: its recursive descent (nested
 /// parentheses, unary operators, subqueries) stops here. Each level of

@@ -93,6 +93,7 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("server_version_num", "150000"),
     ("standard_conforming_strings", "on"),
     ("statement_timeout", "0"),
+    ("aqueduct.statement_memory_limit", "1GB"),
     ("timezone", "UTC"),
     ("transaction_isolation", "serializable"),
     ("aqueduct.last_lsn", "0"),
@@ -126,6 +127,8 @@ pub struct Session {
     pub(crate) release_read_id: Option<u64>,
     /// `aqueduct.consistency`, parsed once when set (every read asks).
     pub(crate) consistency: crate::Consistency,
+    /// Stops the running statement (cancel, timeout, memory, shutdown).
+    interrupt: aqueduct_expr::interrupt::Interrupt,
 }
 
 impl Session {
@@ -136,7 +139,12 @@ impl Session {
             .collect();
         let consistency = engine.default_consistency();
         settings.insert("aqueduct.consistency".into(), consistency.as_str().into());
+        if let Some(timeout) = engine.default_statement_timeout() {
+            settings.insert("statement_timeout".into(), timeout);
+        }
+        let interrupt = engine.new_interrupt();
         Session {
+            interrupt,
             engine,
             txn: None,
             failed: false,
@@ -145,6 +153,31 @@ impl Session {
             release_read_id: None,
             consistency,
         }
+    }
+
+    /// The handle that stops this session's running statement from another
+    /// thread (a protocol cancel request).
+    pub fn interrupt_handle(&self) -> aqueduct_expr::interrupt::Interrupt {
+        self.interrupt.clone()
+    }
+
+    /// Runs `f` as one statement: with the statement stack, and under the
+    /// session's interrupt handle armed with `statement_timeout` and
+    /// `aqueduct.statement_memory_limit` as set now.
+    fn statement<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
+        let timeout = self
+            .settings
+            .get("statement_timeout")
+            .and_then(|v| parse_duration(v));
+        let memory = self
+            .settings
+            .get("aqueduct.statement_memory_limit")
+            .and_then(|v| crate::limits::parse_bytes(v))
+            .filter(|&b| b > 0);
+        let interrupt = self.interrupt.clone();
+        crate::limits::with_statement_stack(|| {
+            interrupt.enter(std::time::Instant::now(), timeout, memory, || f(self))
+        })
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -242,7 +275,7 @@ impl Session {
         }
         let mut out = Vec::with_capacity(statements.len());
         for st in statements {
-            let r = self.run(Some(&st), sql, &[], &[]);
+            let r = self.statement(|s| s.run(Some(&st), sql, &[], &[]));
             let failed = r.is_err();
             out.push(r);
             if failed {
@@ -301,7 +334,7 @@ impl Session {
     /// Parses and describes one statement for the extended protocol.
     /// `hints` are the parameter types the client declared (`None`: infer).
     pub fn prepare(&mut self, sql: &str, hints: &[Option<DataType>]) -> Result<Prepared, SqlError> {
-        let prepared = crate::limits::with_statement_stack(|| self.prepare_inner(sql, hints));
+        let prepared = self.statement(|s| s.prepare_inner(sql, hints));
         if prepared.is_err() {
             // An error inside a transaction block aborts it, whichever
             // protocol message caused it.
@@ -460,7 +493,7 @@ impl Session {
         p: &Prepared,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
-        crate::limits::with_statement_stack(|| self.execute_prepared_here(p, params))
+        self.statement(|s| s.execute_prepared_here(p, params))
     }
 
     fn execute_prepared_here(
@@ -1173,6 +1206,8 @@ fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         "aqueduct.after_lsn" => value.trim().parse::<Lsn>().is_ok(),
         "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
         "aqueduct.consistency_timeout_action" => matches!(value, "error" | "compute"),
+        "statement_timeout" => parse_duration(value).is_some(),
+        "aqueduct.statement_memory_limit" => crate::limits::parse_bytes(value).is_some(),
         _ => true,
     };
     if ok {
@@ -1187,6 +1222,8 @@ fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         }
         "aqueduct.consistency" => "'eventual', 'session', 'release' or 'linearizable'",
         "aqueduct.after_lsn" => "an LSN, as SHOW aqueduct.last_lsn reports after a write",
+        "statement_timeout" => "a duration such as '5s', '250ms' or '1min' (0: none)",
+        "aqueduct.statement_memory_limit" => "a size such as '512MB' or '2GB' (0: none)",
         _ => "'on' or 'off'",
     };
     Err(SqlError::new(
