@@ -74,3 +74,40 @@ async fn deep_statements_are_refused_and_the_server_stays_up() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_stops_the_running_statement() {
+    bounded(async {
+        let server = Server::start(PgConfig::default()).await;
+        let client = server.connect().await;
+        let values: Vec<String> = (0..300).map(|i| format!("({i}, 1)")).collect();
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE t (id int PRIMARY KEY, k int); INSERT INTO t VALUES {}",
+                values.join(", ")
+            ))
+            .await
+            .unwrap();
+        let token = client.cancel_token();
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        });
+        // 27 M rows after three joins: hours without the cancel.
+        let e = client
+            .simple_query(
+                "SELECT count(*) FROM t a JOIN t b ON a.k = b.k JOIN t c ON b.k = c.k JOIN t d ON c.k = d.k",
+            )
+            .await
+            .unwrap_err();
+        canceller.await.unwrap();
+        let e = e.as_db_error().expect("a database error");
+        assert_eq!(e.code().code(), "57014", "{e}");
+        assert_eq!(e.message(), "canceling statement due to user request");
+        // The connection goes on.
+        let row = client.query_one("SELECT count(*) FROM t", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), 300);
+        server.stop().await.unwrap();
+    })
+    .await;
+}

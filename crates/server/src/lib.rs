@@ -216,6 +216,9 @@ pub async fn run(
 
     shutdown_signal().await;
     tracing::info!("shutting down");
+    // Running statements stop at their next check (57P01), so none holds
+    // the shutdown up; a commit already appending completes.
+    engine.interrupt_all();
     let _ = stop_tx.send(true);
     let _ = pg_task.await;
     let _ = http_task.await;
