@@ -124,6 +124,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("aqueduct")
+        // Statements run on these threads (the blocking pool, and quick
+        // reads on the workers) with the stack the depth limit assumes.
+        .thread_stack_size(aqueduct_server::SERVER_THREAD_STACK_BYTES)
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(aqueduct_server::run(config, |_| {}))?;

@@ -204,6 +204,9 @@ impl Graph {
         let mut ids = new_nodes.to_vec();
         ids.sort_unstable();
         for id in ids {
+            // A statement filling a one-shot dataflow stops here when it
+            // is interrupted (no-op elsewhere).
+            aqueduct_expr::interrupt::check()?;
             let parents = self.nodes[id].parents.clone();
             for (port, p) in parents.into_iter().enumerate() {
                 let input = self.contents_of(p, table_rows);

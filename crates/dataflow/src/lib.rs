@@ -11,6 +11,7 @@
 //! and input always give the same output, so replicas and replays agree.
 //! Operators live one per file under [`ops`].
 
+mod budget;
 pub mod graph;
 pub mod ops;
 pub mod partial;

@@ -183,6 +183,8 @@ impl Worker {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("aqueduct-dataflow".into())
+            // Views' expressions and plans nest as deep as a statement may.
+            .stack_size(aqueduct_expr::limits::SERVER_THREAD_STACK_BYTES)
             .spawn(move || run(&s))
             .expect("spawn the dataflow worker");
         Worker {

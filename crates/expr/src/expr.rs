@@ -151,6 +151,12 @@ fn bool_value(b: Option<bool>) -> Value {
 
 impl Expr {
     pub fn eval(&self, env: &Env<'_>) -> Result<Value, SqlError> {
+        // Expressions nest up to `limits::MAX_STATEMENT_DEPTH` levels, and
+        // views evaluate theirs on the dataflow worker's thread.
+        crate::limits::grow(|| self.eval_level(env))
+    }
+
+    fn eval_level(&self, env: &Env<'_>) -> Result<Value, SqlError> {
         Ok(match self {
             Expr::Literal(v) => v.clone(),
             Expr::Param(i) => env.params.get(*i).cloned().unwrap_or(Value::Null),

@@ -5,6 +5,8 @@
 pub mod agg;
 mod error;
 pub mod expr;
+pub mod interrupt;
+pub mod limits;
 pub mod numeric;
 
 pub use error::SqlError;

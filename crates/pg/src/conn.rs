@@ -150,6 +150,15 @@ fn error_info(e: &SqlError) -> ErrorInfo {
     info
 }
 
+/// A backend's secret key as bytes: protocol 3.0 keys are four bytes, which
+/// a cancel request may carry as either form.
+fn key_bytes(key: &pgwire::messages::startup::SecretKey) -> Vec<u8> {
+    match key {
+        pgwire::messages::startup::SecretKey::I32(k) => k.to_be_bytes().to_vec(),
+        pgwire::messages::startup::SecretKey::Bytes(b) => b.to_vec(),
+    }
+}
+
 /// The session, abandoned (open transaction dropped) when the connection ends.
 struct SessionHandle(Arc<Mutex<Session>>);
 
@@ -274,6 +283,7 @@ pub(crate) async fn run(
             portals: HashMap::new(),
             skip_until_sync: false,
             reported_lsn: 0,
+            registered: None,
         };
         conn.serve(&mut socket, deadline, refused, stop).await;
         // A client that stopped reading cannot hold the task: give up on
@@ -296,6 +306,20 @@ struct Conn {
     skip_until_sync: bool,
     /// The `aqueduct.last_lsn` the client was last told.
     reported_lsn: u64,
+    /// The process id this backend is registered under for cancel requests.
+    registered: Option<i32>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(pid) = self.registered.take() {
+            if let Some((_, handle)) = self.shared.backends.lock().remove(&pid) {
+                // A statement still running for a connection that is gone
+                // stops at its next check.
+                handle.cancel();
+            }
+        }
+    }
 }
 
 impl Conn {
@@ -391,6 +415,12 @@ impl Conn {
             if !authenticated && matches!(socket.state(), PgWireConnectionState::ReadyForQuery) {
                 authenticated = true;
                 self.sasl = None;
+                // From now on a CancelRequest with this backend's key
+                // cancels its statements.
+                let (pid, key) = socket.pid_and_secret_key();
+                let handle = self.session().lock().interrupt_handle();
+                self.shared.backends.lock().insert(pid, (key, handle));
+                self.registered = Some(pid);
                 debug!(
                     user = socket
                         .metadata()
@@ -412,14 +442,27 @@ impl Conn {
     ) -> Result<Flow, ConnError> {
         match msg {
             PgWireFrontendMessage::CancelRequest(c) => {
-                // Statements are short and run to completion on the blocking
-                // pool, where they cannot be interrupted safely (a write may
-                // already be committing), so a cancel is acknowledged by
-                // closing its connection, as the protocol asks, and ignored.
-                debug!(
-                    pid = c.pid,
-                    "cancel request received (ignored: statements are not interruptible)"
-                );
+                // The backend's running statement stops at its next check
+                // (57014), never inside a commit; a wrong key or an
+                // unknown process id is ignored, as PostgreSQL does. The
+                // protocol answers nothing: the connection is closed.
+                let handle = self
+                    .shared
+                    .backends
+                    .lock()
+                    .get(&c.pid)
+                    .filter(|(key, _)| key_bytes(key) == key_bytes(&c.secret_key))
+                    .map(|(_, handle)| handle.clone());
+                match handle {
+                    Some(handle) => {
+                        debug!(
+                            pid = c.pid,
+                            "cancel request: cancelling the running statement"
+                        );
+                        handle.cancel();
+                    }
+                    None => debug!(pid = c.pid, "cancel request for no such backend: ignored"),
+                }
                 Ok(Flow::Close)
             }
             PgWireFrontendMessage::Startup(startup) => {

@@ -131,6 +131,17 @@ pub(crate) struct Shared {
     pub(crate) scram: Option<auth::Scram>,
     pub(crate) tls_acceptor: Option<pgwire::tokio::TlsAcceptor>,
     pub(crate) pid_generator: Arc<dyn PidSecretKeyGenerator>,
+    /// Running backends by process id: their secret key and the handle
+    /// that cancels their statement (CancelRequest).
+    pub(crate) backends: parking_lot::Mutex<
+        std::collections::HashMap<
+            i32,
+            (
+                pgwire::messages::startup::SecretKey,
+                aqueduct_sql::limits::Interrupt,
+            ),
+        >,
+    >,
 }
 
 /// Serves PostgreSQL clients on `listener` until `shutdown` completes.
@@ -164,6 +175,7 @@ pub async fn serve(
         scram,
         tls_acceptor,
         pid_generator: Arc::new(RandomPidSecretKeyGenerator::default()),
+        backends: Default::default(),
         config,
     });
     let slots = Arc::new(Semaphore::new(shared.config.max_connections));

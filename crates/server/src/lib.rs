@@ -14,6 +14,7 @@ use aqueduct_sql::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use aqueduct_sql::limits::SERVER_THREAD_STACK_BYTES;
 pub use config::{ConfigError, FileConfig, ServerConfig};
 
 /// Replays longer than this many records show a progress bar.
@@ -215,6 +216,9 @@ pub async fn run(
 
     shutdown_signal().await;
     tracing::info!("shutting down");
+    // Running statements stop at their next check (57P01), so none holds
+    // the shutdown up; a commit already appending completes.
+    engine.interrupt_all();
     let _ = stop_tx.send(true);
     let _ = pg_task.await;
     let _ = http_task.await;

@@ -869,6 +869,17 @@ impl<'a> Binder<'a> {
         scope: &Scope,
         expected: Option<&DataType>,
     ) -> Result<Expr, SqlError> {
+        // One level of a statement nested up to `MAX_STATEMENT_DEPTH`:
+        // this function's frame is large in a debug build.
+        crate::limits::grow(|| self.expr_level(e, scope, expected))
+    }
+
+    fn expr_level(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope,
+        expected: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
         use ast::Expr as E;
         Ok(match e {
             E::Identifier(i) => self.column_ref(scope, &[ident(i)])?,
@@ -1917,6 +1928,15 @@ impl<'a> Binder<'a> {
     }
 
     fn grouped_expr(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope,
+        g: &mut GroupBinder,
+    ) -> Result<Expr, SqlError> {
+        crate::limits::grow(|| self.grouped_expr_level(e, scope, g))
+    }
+
+    fn grouped_expr_level(
         &mut self,
         e: &ast::Expr,
         scope: &Scope,

@@ -147,7 +147,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     pub fn query(&mut self, q: &ast::Query) -> Result<Compiled, SqlError> {
         self.depth += 1;
-        let out = self.query_inner(q);
+        let out = crate::limits::grow(|| self.query_inner(q));
         self.depth -= 1;
         let mut out = out?;
         if self.depth == 0 {
@@ -179,42 +179,67 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 left,
                 right,
             } => {
-                let l = self.set_expr(left)?;
-                let r = self.set_expr(right)?;
-                if l.columns.len() != r.columns.len() {
-                    return Err(SqlError::new(
-                        "42601",
-                        "each UNION query must have the same number of columns",
-                    ));
-                }
-                let (left_node, right_node, columns) = self.union_types(l, r)?;
-                let width = columns.len();
-                let mut node =
-                    self.add(Box::new(Union::new(2, width)), vec![left_node, right_node]);
-                if !matches!(set_quantifier, ast::SetQuantifier::All) {
-                    node = self.add(Box::new(Distinct::new()), vec![node]);
-                }
-                // ORDER BY / LIMIT of a UNION sort its output columns.
-                let order = union_order(q.order_by.as_ref(), &columns)?;
-                let limit = constant(&limit, "LIMIT")?;
-                let offset = constant(&offset, "OFFSET")?.unwrap_or(0);
-                if limit.is_some() || offset > 0 {
-                    node = self.add(
-                        Box::new(TopK::new(vec![], order.clone(), limit, offset)),
-                        vec![node],
-                    );
-                }
-                if self.keep_order && self.depth == 1 {
-                    self.order = order;
-                }
-                Ok(Compiled {
-                    node,
-                    columns,
-                    order: Vec::new(),
-                })
+                let top = self.keep_order && self.depth == 1;
+                self.union(
+                    set_quantifier,
+                    left,
+                    right,
+                    q.order_by.as_ref(),
+                    limit,
+                    offset,
+                    top,
+                )
             }
             other => Err(unsupported_in_view(&format!("{other}"))),
         }
+    }
+
+    /// `left UNION [ALL] right`, with the `ORDER BY` / `LIMIT` / `OFFSET`
+    /// of the query it is the body of (`top`: the outermost query's order
+    /// is kept for its reader).
+    #[allow(clippy::too_many_arguments)]
+    fn union(
+        &mut self,
+        set_quantifier: &ast::SetQuantifier,
+        left: &ast::SetExpr,
+        right: &ast::SetExpr,
+        order_by: Option<&ast::OrderBy>,
+        limit: Option<Expr>,
+        offset: Option<Expr>,
+        top: bool,
+    ) -> Result<Compiled, SqlError> {
+        let l = self.set_expr(left)?;
+        let r = self.set_expr(right)?;
+        if l.columns.len() != r.columns.len() {
+            return Err(SqlError::new(
+                "42601",
+                "each UNION query must have the same number of columns",
+            ));
+        }
+        let (left_node, right_node, columns) = self.union_types(l, r)?;
+        let width = columns.len();
+        let mut node = self.add(Box::new(Union::new(2, width)), vec![left_node, right_node]);
+        if !matches!(set_quantifier, ast::SetQuantifier::All) {
+            node = self.add(Box::new(Distinct::new()), vec![node]);
+        }
+        // ORDER BY / LIMIT of a UNION sort its output columns.
+        let order = union_order(order_by, &columns)?;
+        let limit = constant(&limit, "LIMIT")?;
+        let offset = constant(&offset, "OFFSET")?.unwrap_or(0);
+        if limit.is_some() || offset > 0 {
+            node = self.add(
+                Box::new(TopK::new(vec![], order.clone(), limit, offset)),
+                vec![node],
+            );
+        }
+        if top {
+            self.order = order;
+        }
+        Ok(Compiled {
+            node,
+            columns,
+            order: Vec::new(),
+        })
     }
 
     /// The two sides of a UNION with one type per column: where one side
@@ -269,6 +294,17 @@ impl<'a, 'g> Compiler<'a, 'g> {
         match e {
             ast::SetExpr::Select(s) => self.select(s, None, None, None),
             ast::SetExpr::Query(q) => self.query(q),
+            // Arms of a chain of UNIONs, compiled in place: a copy of each
+            // arm's rest of the chain would be quadratic in its length.
+            ast::SetExpr::SetOperation {
+                op: ast::SetOperator::Union,
+                set_quantifier,
+                left,
+                right,
+            } => crate::limits::grow(|| {
+                self.union(set_quantifier, left, right, None, None, None, false)
+            }),
+            ast::SetExpr::SetOperation { .. } => Err(unsupported_in_view(&format!("{e}"))),
             other => self.query(&ast::Query {
                 with: None,
                 body: Box::new(other.clone()),
@@ -286,6 +322,9 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     /// A FROM item: a table, a CTE or a subquery, with the scope it brings.
     fn relation(&mut self, f: &ast::TableFactor) -> Result<(NodeId, Scope), SqlError> {
+        // A plan of thousands of joins takes long, and its scopes much
+        // memory, to compile.
+        aqueduct_expr::interrupt::check()?;
         match f {
             ast::TableFactor::Table { name, alias, .. } => {
                 let n = object_name(name)?;

@@ -173,7 +173,8 @@ fn read_rows(
                 .map(|(k, r)| (k.clone(), r.cloned()))
                 .collect();
             let mut out = Vec::with_capacity(t.len());
-            for (k, rv) in t.scan() {
+            for (i, (k, rv)) in t.scan().enumerate() {
+                every_chunk(i, &rv.row)?;
                 match own.remove(k) {
                     Some(Some(r)) => out.push((k.clone(), Arc::new(r))),
                     Some(None) => {}
@@ -188,6 +189,18 @@ fn read_rows(
             Ok(out)
         }
     }
+}
+
+/// Every [`CHECK_EVERY`](aqueduct_expr::interrupt::CHECK_EVERY) rows of a
+/// loop (`i` counts them, `row` is one of them): charges that many rows of
+/// its size to the running statement's memory budget and checks whether it
+/// must stop (cancel, timeout, shutdown).
+fn every_chunk(i: usize, row: &[Value]) -> Result<(), SqlError> {
+    use aqueduct_expr::interrupt::{charge, CHECK_EVERY};
+    if !i.is_multiple_of(CHECK_EVERY) || i == 0 {
+        return Ok(());
+    }
+    charge((CHECK_EVERY * aqueduct_dataflow::row_bytes(row)) as u64)
 }
 
 fn passes(filter: Option<&Expr>, row: &[Value], params: &[Value]) -> Result<bool, SqlError> {
@@ -206,7 +219,8 @@ fn select(
     let t = table(catalog, p.table)?;
     let rows = read_rows(catalog, txn, t, &p.access, params)?;
     let mut matching = Vec::with_capacity(rows.len());
-    for (_, row) in rows {
+    for (i, (_, row)) in rows.into_iter().enumerate() {
+        every_chunk(i, &row)?;
         if passes(p.body.filter.as_ref(), &row, params)? {
             matching.push(row);
         }

@@ -13,6 +13,7 @@ mod catalog_queries;
 mod compile;
 mod consistency;
 pub mod exec;
+pub mod limits;
 mod oneshot;
 mod release_views;
 mod routes;
@@ -112,6 +113,10 @@ pub struct Engine {
     release_views: parking_lot::Mutex<release_views::ReleaseViews>,
     /// The consistency level new sessions start with.
     default_consistency: parking_lot::RwLock<Consistency>,
+    /// `statement_timeout` new sessions start with (`--statement-timeout`).
+    default_statement_timeout: parking_lot::RwLock<Option<String>>,
+    /// Set at shutdown: every running statement stops.
+    shutdown: Arc<std::sync::atomic::AtomicBool>,
     pub metrics: EngineMetrics,
     pub started: Instant,
     pub replay: ReplayReport,
@@ -138,20 +143,22 @@ impl Engine {
         // state off, rebuilt) from the recovered state, in creation order,
         // before any new commit.
         db.with_commits_paused(|catalog, lsn| {
-            registry.start_at(lsn);
-            let count = catalog.views.len();
-            for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
-                let started = Instant::now();
-                match registry.install(catalog, lsn, *id, name, sql) {
-                    Ok(()) => tracing::info!(
-                        view = %name,
-                        "rebuilt view {} of {count} in {:.2} s",
-                        i + 1,
-                        started.elapsed().as_secs_f64()
-                    ),
-                    Err(e) => tracing::error!(view = %name, "cannot rebuild the view: {e}"),
+            limits::with_statement_stack(|| {
+                registry.start_at(lsn);
+                let count = catalog.views.len();
+                for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
+                    let started = Instant::now();
+                    match registry.install(catalog, lsn, *id, name, sql) {
+                        Ok(()) => tracing::info!(
+                            view = %name,
+                            "rebuilt view {} of {count} in {:.2} s",
+                            i + 1,
+                            started.elapsed().as_secs_f64()
+                        ),
+                        Err(e) => tracing::error!(view = %name, "cannot rebuild the view: {e}"),
+                    }
                 }
-            }
+            })
         });
         let hook_views = registry.clone();
         let releases = Arc::new(aqueduct_releases::Releases::new());
@@ -167,6 +174,8 @@ impl Engine {
             release_results: Default::default(),
             release_views: Default::default(),
             default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
+            default_statement_timeout: parking_lot::RwLock::new(None),
+            shutdown: Default::default(),
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,
@@ -197,6 +206,30 @@ impl Engine {
 
     pub fn set_default_consistency(&self, c: Consistency) {
         *self.default_consistency.write() = c;
+    }
+
+    /// The `statement_timeout` new sessions start with, as text (`None`:
+    /// PostgreSQL's default, 0, no timeout).
+    pub fn default_statement_timeout(&self) -> Option<String> {
+        self.default_statement_timeout.read().clone()
+    }
+
+    /// Sets the `statement_timeout` new sessions start with (`--statement-timeout`).
+    pub fn set_default_statement_timeout(&self, timeout: std::time::Duration) {
+        *self.default_statement_timeout.write() = Some(timeout.as_millis().to_string());
+    }
+
+    /// A new interrupt handle, stopped by [`Engine::interrupt_all`] too.
+    pub(crate) fn new_interrupt(&self) -> aqueduct_expr::interrupt::Interrupt {
+        aqueduct_expr::interrupt::Interrupt::new(self.shutdown.clone())
+    }
+
+    /// Stops every running statement, and every later one, of every
+    /// session (SQLSTATE 57P01): for shutdown. A commit already appending
+    /// finishes; nothing checks once a write reached its commit.
+    pub fn interrupt_all(&self) {
+        self.shutdown
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Turns releases on: from now on every commit's changes are kept for

@@ -128,6 +128,7 @@ const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("server_version_num", "150000"),
     ("standard_conforming_strings", "on"),
     ("statement_timeout", "0"),
+    ("aqueduct.statement_memory_limit", "1GB"),
     ("timezone", "UTC"),
     ("transaction_isolation", "serializable"),
     ("aqueduct.last_lsn", "0"),
@@ -165,6 +166,8 @@ pub struct Session {
     pub(crate) time: StatementTime,
     /// The clock's reading when the transaction block began.
     txn_began_micros: Option<i64>,
+    /// Stops the running statement (cancel, timeout, memory, shutdown).
+    interrupt: aqueduct_expr::interrupt::Interrupt,
 }
 
 impl Session {
@@ -175,7 +178,12 @@ impl Session {
             .collect();
         let consistency = engine.default_consistency();
         settings.insert("aqueduct.consistency".into(), consistency.as_str().into());
+        if let Some(timeout) = engine.default_statement_timeout() {
+            settings.insert("statement_timeout".into(), timeout);
+        }
+        let interrupt = engine.new_interrupt();
         Session {
+            interrupt,
             engine,
             txn: None,
             failed: false,
@@ -189,6 +197,31 @@ impl Session {
             },
             txn_began_micros: None,
         }
+    }
+
+    /// The handle that stops this session's running statement from another
+    /// thread (a protocol cancel request).
+    pub fn interrupt_handle(&self) -> aqueduct_expr::interrupt::Interrupt {
+        self.interrupt.clone()
+    }
+
+    /// Runs `f` as one statement: with the statement stack, and under the
+    /// session's interrupt handle armed with `statement_timeout` and
+    /// `aqueduct.statement_memory_limit` as set now.
+    fn statement<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
+        let timeout = self
+            .settings
+            .get("statement_timeout")
+            .and_then(|v| parse_duration(v));
+        let memory = self
+            .settings
+            .get("aqueduct.statement_memory_limit")
+            .and_then(|v| crate::limits::parse_bytes(v))
+            .filter(|&b| b > 0);
+        let interrupt = self.interrupt.clone();
+        crate::limits::with_statement_stack(|| {
+            interrupt.enter(std::time::Instant::now(), timeout, memory, || f(self))
+        })
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -270,6 +303,10 @@ impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
     pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        crate::limits::with_statement_stack(|| self.execute_text(sql))
+    }
+
+    fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
         if crate::time_maps::is_time_map_statement(sql) {
             let r = self.run_time_map(sql);
             if r.is_err() {
@@ -295,7 +332,7 @@ impl Session {
         }
         let mut out = Vec::with_capacity(statements.len());
         for st in statements {
-            let r = self.run(Some(&st), sql, &[], &[]);
+            let r = self.statement(|s| s.run(Some(&st), sql, &[], &[]));
             let failed = r.is_err();
             out.push(r);
             if failed {
@@ -354,7 +391,7 @@ impl Session {
     /// Parses and describes one statement for the extended protocol.
     /// `hints` are the parameter types the client declared (`None`: infer).
     pub fn prepare(&mut self, sql: &str, hints: &[Option<DataType>]) -> Result<Prepared, SqlError> {
-        let prepared = self.prepare_inner(sql, hints);
+        let prepared = self.statement(|s| s.prepare_inner(sql, hints));
         if prepared.is_err() {
             // An error inside a transaction block aborts it, whichever
             // protocol message caused it.
@@ -513,6 +550,14 @@ impl Session {
     /// Executes a prepared statement with its parameter values (already of
     /// the prepared parameter types).
     pub fn execute_prepared(
+        &mut self,
+        p: &Prepared,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        self.statement(|s| s.execute_prepared_here(p, params))
+    }
+
+    fn execute_prepared_here(
         &mut self,
         p: &Prepared,
         params: &[Value],
@@ -1197,11 +1242,31 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     if sql.trim().trim_matches(';').trim().is_empty() {
         return Ok(Vec::new());
     }
-    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
-        let msg = e.to_string();
-        let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
-        SqlError::syntax(format!("syntax error: {msg}"))
-    })
+    let dialect = PostgreSqlDialect {};
+    let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(sqlparser::parser::ParserError::from)
+        .and_then(|tokens| {
+            crate::limits::check_tokens(&tokens)
+                .map_err(|_| sqlparser::parser::ParserError::RecursionLimitExceeded)?;
+            Parser::new(&dialect)
+                .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
+                .with_tokens_with_locations(tokens)
+                .parse_statements()
+        })
+        .map_err(|e| {
+            if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {
+                return crate::limits::too_complex();
+            }
+            let msg = e.to_string();
+            let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
+            SqlError::syntax(format!("syntax error: {msg}"))
+        })?;
+    for st in &statements {
+        crate::limits::check_depth(st)?;
+    }
+    Ok(statements)
 }
 
 /// For `SELECT ... FROM view WHERE col = value AND other IN (...) ...`: the
@@ -1235,6 +1300,8 @@ fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         "aqueduct.after_lsn" => value.trim().parse::<Lsn>().is_ok(),
         "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
         "aqueduct.consistency_timeout_action" => matches!(value, "error" | "compute"),
+        "statement_timeout" => parse_duration(value).is_some(),
+        "aqueduct.statement_memory_limit" => crate::limits::parse_bytes(value).is_some(),
         _ => true,
     };
     if ok {
@@ -1249,6 +1316,8 @@ fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         }
         "aqueduct.consistency" => "'eventual', 'session', 'release' or 'linearizable'",
         "aqueduct.after_lsn" => "an LSN, as SHOW aqueduct.last_lsn reports after a write",
+        "statement_timeout" => "a duration such as '5s', '250ms' or '1min' (0: none)",
+        "aqueduct.statement_memory_limit" => "a size such as '512MB' or '2GB' (0: none)",
         _ => "'on' or 'off'",
     };
     Err(SqlError::new(

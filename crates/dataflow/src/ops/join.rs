@@ -149,7 +149,7 @@ impl Join {
         (!key.iter().any(Value::is_null)).then_some(key)
     }
 
-    fn left_delta(&mut self, delta: Delta, out: &mut Delta) {
+    fn left_delta(&mut self, delta: Delta, out: &mut Delta) -> Result<(), SqlError> {
         for (row, w) in delta {
             if w == 0 {
                 continue;
@@ -164,6 +164,7 @@ impl Join {
                 Some(bag) if bag.total > 0 => {
                     for (r, c) in &bag.rows {
                         out.push((concat(&row, r), w * c));
+                        crate::budget::every_chunk(out)?;
                     }
                 }
                 _ if self.kind == JoinKind::Left => out.push((self.padded(&row), w)),
@@ -171,9 +172,10 @@ impl Join {
             }
             fold(&mut self.left, &mut self.bytes, key, row, w);
         }
+        Ok(())
     }
 
-    fn right_delta(&mut self, delta: Delta, out: &mut Delta) {
+    fn right_delta(&mut self, delta: Delta, out: &mut Delta) -> Result<(), SqlError> {
         for (row, w) in delta {
             debug_assert_eq!(row.len(), self.right_width, "right row width");
             if w == 0 {
@@ -195,10 +197,12 @@ impl Join {
                 }
                 for (l, c) in &lefts.rows {
                     out.push((concat(l, &row), c * w));
+                    crate::budget::every_chunk(out)?;
                 }
             }
             fold(&mut self.right, &mut self.bytes, key, row, w);
         }
+        Ok(())
     }
 }
 
@@ -225,8 +229,8 @@ impl Operator for Join {
     fn process(&mut self, port: usize, delta: Delta) -> Result<Delta, SqlError> {
         let mut out = Vec::new();
         match port {
-            0 => self.left_delta(delta, &mut out),
-            1 => self.right_delta(delta, &mut out),
+            0 => self.left_delta(delta, &mut out)?,
+            1 => self.right_delta(delta, &mut out)?,
             _ => return Err(no_such_input("join", port)),
         }
         consolidate(&mut out);

@@ -1,0 +1,173 @@
+//! Stopping a running statement: one [`Interrupt`] per session, armed for
+//! each statement with its deadline (`statement_timeout`) and memory budget
+//! (`aqueduct.statement_memory_limit`), cancelled from other threads (a
+//! protocol CancelRequest, server shutdown).
+//!
+//! The statement's thread enters the handle ([`Interrupt::enter`]) for the
+//! statement's duration; the loops that can run long or allocate much (table
+//! scans, filters, grouping, sorting, compiling a plan, filling a one-shot
+//! dataflow, a join's output) call [`check`] every [`CHECK_EVERY`] rows or
+//! per node, and [`charge`] for the bytes they produce. Both are no-ops on a
+//! thread that entered no handle (the dataflow worker maintaining views).
+//! Nothing checks once a write has reached its commit: a write is
+//! interrupted only before it appends to the log.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::SqlError;
+
+/// Rows a loop may go through between two checks.
+pub const CHECK_EVERY: usize = 1024;
+
+/// Default of `aqueduct.statement_memory_limit`: bytes of rows one statement
+/// may produce (scanned, joined, grouped, sorted, returned) before it fails
+/// with SQLSTATE 53200.
+pub const DEFAULT_STATEMENT_MEMORY_BYTES: u64 = 1024 * 1024 * 1024;
+
+const RUNNING: u8 = 0;
+const CANCELLED: u8 = 1;
+
+/// The interrupt handle of one session. Clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    state: AtomicU8,
+    /// Set once for the whole server (shutdown): every statement stops.
+    shutdown: Arc<AtomicBool>,
+    armed: parking_lot::Mutex<Budget>,
+    used: AtomicU64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Budget {
+    deadline: Option<Instant>,
+    memory: Option<u64>,
+}
+
+impl Interrupt {
+    /// A handle that also stops when `shutdown` is set.
+    pub fn new(shutdown: Arc<AtomicBool>) -> Interrupt {
+        Interrupt {
+            inner: Arc::new(Inner {
+                shutdown,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Cancels the statement running now, if any (a cancel that arrives
+    /// between statements is dropped, as PostgreSQL does).
+    pub fn cancel(&self) {
+        self.inner.state.store(CANCELLED, Ordering::SeqCst);
+    }
+
+    /// Runs one statement with this handle: `now + timeout` its deadline
+    /// (`None` or zero: none), `memory` its budget of bytes.
+    pub fn enter<R>(
+        &self,
+        now: Instant,
+        timeout: Option<Duration>,
+        memory: Option<u64>,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        *self.inner.armed.lock() = Budget {
+            deadline: timeout.filter(|t| !t.is_zero()).map(|t| now + t),
+            memory,
+        };
+        self.inner.used.store(0, Ordering::Relaxed);
+        self.inner.state.store(RUNNING, Ordering::SeqCst);
+        let previous = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
+        struct Restore(Option<Interrupt>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CURRENT.with(|c| *c.borrow_mut() = self.0.take());
+            }
+        }
+        let _restore = Restore(previous);
+        f()
+    }
+
+    /// Err if the statement must stop: cancelled, past its deadline (as of
+    /// `now`), or the server is shutting down.
+    pub fn check_at(&self, now: Instant) -> Result<(), SqlError> {
+        if self.inner.shutdown.load(Ordering::Relaxed) {
+            return Err(SqlError::new(
+                "57P01",
+                "terminating connection due to administrator command",
+            )
+            .with_hint("the server is shutting down; reconnect when it is back"));
+        }
+        if self.inner.state.load(Ordering::Relaxed) == CANCELLED {
+            return Err(SqlError::new(
+                "57014",
+                "canceling statement due to user request",
+            ));
+        }
+        if let Some(deadline) = self.inner.armed.lock().deadline {
+            if now >= deadline {
+                return Err(SqlError::new(
+                    "57014",
+                    "canceling statement due to statement timeout",
+                )
+                .with_hint("make the statement cheaper, or raise statement_timeout (SET statement_timeout = '30s'; 0 turns it off)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `bytes` to the statement's memory account: Err past its budget.
+    pub fn charge(&self, bytes: u64) -> Result<(), SqlError> {
+        let used = self.inner.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        match self.inner.armed.lock().memory {
+            Some(limit) if used > limit => Err(SqlError::new(
+                "53200",
+                format!("out of memory: the statement needed more than {limit} bytes"),
+            )
+            .with_detail("aqueduct.statement_memory_limit bounds the rows one statement produces")
+            .with_hint("narrow the statement (a WHERE, a LIMIT, fewer joins), or raise SET aqueduct.statement_memory_limit")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Bytes charged to the statement running now (or the last one).
+    pub fn used(&self) -> u64 {
+        self.inner.used.load(Ordering::Relaxed)
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Interrupt>> = const { RefCell::new(None) };
+}
+
+/// Err if the statement this thread runs must stop (see
+/// [`Interrupt::check_at`]); Ok on a thread running no statement.
+pub fn check() -> Result<(), SqlError> {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(i) => i.check_at(Instant::now()),
+        None => Ok(()),
+    })
+}
+
+/// Charges `bytes` to the statement this thread runs (see
+/// [`Interrupt::charge`]), and checks it.
+pub fn charge(bytes: u64) -> Result<(), SqlError> {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(i) => {
+            i.charge(bytes)?;
+            i.check_at(Instant::now())
+        }
+        None => Ok(()),
+    })
+}
+
+/// Whether this thread runs a statement with an interrupt handle.
+pub fn active() -> bool {
+    CURRENT.with(|c| c.borrow().is_some())
+}

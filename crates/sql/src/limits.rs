@@ -1,0 +1,268 @@
+//! The SQL layer's guards against statements that would exhaust the stack:
+//! the depth check run on every parsed statement before anything else walks
+//! it. The limits themselves are in [`aqueduct_expr::limits`].
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{Expr, Query, Select, SetExpr, Statement, TableFactor, Visit, Visitor};
+use sqlparser::keywords::Keyword;
+use sqlparser::tokenizer::{Token, TokenWithSpan};
+
+pub use aqueduct_expr::interrupt::{Interrupt, DEFAULT_STATEMENT_MEMORY_BYTES};
+pub use aqueduct_expr::limits::*;
+
+/// A size setting: a number of bytes, or with a unit `kB`, `MB`, `GB`, `TB`
+/// (powers of 1024, as PostgreSQL's memory settings); 0 turns the limit off.
+pub fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "kB" | "KB" => 10,
+        "MB" => 20,
+        "GB" => 30,
+        "TB" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// Recursion limit given to the SQL parser: its recursive descent (nested
+/// parentheses, unary operators, subqueries) stops here. Each level of
+/// nesting takes at least one of its recursive calls and at least one level
+/// of [`MAX_STATEMENT_DEPTH`], so it never refuses a statement the depth
+/// check would accept by much; the parser grows its own stack on the heap
+/// as it recurses.
+pub const PARSER_RECURSION_LIMIT: usize = 2 * MAX_STATEMENT_DEPTH;
+
+/// Largest bound [`check_tokens`] lets through to the parser: the depth of
+/// any tree the parser can build from the text (even one it then refuses as
+/// a syntax error) is at most this, so dropping it fits the statement stack.
+/// A multiple of [`MAX_STATEMENT_DEPTH`] because the bound counts every
+/// token of a chain (`a = 1 OR` is four tokens for one level).
+pub const MAX_TOKEN_DEPTH_BOUND: usize = 8 * MAX_STATEMENT_DEPTH;
+
+const _: () = assert!(
+    MAX_TOKEN_DEPTH_BOUND * DROP_STACK_BYTES_PER_LEVEL + STACK_RED_ZONE_BYTES
+        <= STATEMENT_STACK_BYTES,
+    "a refused tree of the largest bound is dropped within the statement stack"
+);
+
+/// Refuses (SQLSTATE 54001), before parsing, text from which the parser
+/// could build a tree deeper than [`MAX_TOKEN_DEPTH_BOUND`]: the parser
+/// builds chains of infix operators and `UNION` arms in loops, not by
+/// recursion, so only the text bounds their depth, and the tree would be
+/// too deep to walk — even to drop — before [`check_depth`] saw it.
+///
+/// The bound, in one pass without recursion: a group (parentheses,
+/// brackets, `CASE ... END`, or a whole statement) is split into regions by
+/// commas (`WHEN`/`THEN`/`ELSE` in `CASE`); a root-to-leaf path of the tree
+/// meets each token of a region at most once and enters at most one inner
+/// group of it, so a region's depth is at most its own tokens plus its
+/// deepest inner group. A group is its deepest region, plus its set
+/// operations (`UNION` arms span commas), plus a few levels of wrappers.
+pub fn check_tokens(tokens: &[TokenWithSpan]) -> Result<(), aqueduct_expr::SqlError> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        Statement,
+        Paren,
+        Bracket,
+        Case,
+    }
+    struct Group {
+        kind: Kind,
+        /// The deepest region closed so far.
+        best: usize,
+        /// Tokens of the open region.
+        tokens: usize,
+        /// Its deepest inner group.
+        inner: usize,
+        /// Set operations of the whole group.
+        sets: usize,
+    }
+    /// Levels a group may add besides its tokens (an expression, a
+    /// subquery's query, select and select item, a nested join).
+    const WRAPPERS: usize = 4;
+    fn open(kind: Kind) -> Group {
+        Group {
+            kind,
+            best: 0,
+            tokens: 0,
+            inner: 0,
+            sets: 0,
+        }
+    }
+    fn bound(g: &Group) -> usize {
+        g.best.max(g.tokens + g.inner) + g.sets + WRAPPERS
+    }
+    fn close(groups: &mut Vec<Group>) -> Result<usize, aqueduct_expr::SqlError> {
+        let g = groups.pop().expect("a group is open");
+        let b = bound(&g);
+        if b > MAX_TOKEN_DEPTH_BOUND {
+            return Err(too_complex());
+        }
+        if let Some(parent) = groups.last_mut() {
+            parent.inner = parent.inner.max(b);
+        }
+        Ok(b)
+    }
+    let mut groups = vec![open(Kind::Statement)];
+    for t in tokens {
+        let top = groups.last_mut().expect("the statement group stays open");
+        match &t.token {
+            Token::Whitespace(_) | Token::EOF => {}
+            Token::Comma => {
+                top.best = top.best.max(top.tokens + top.inner);
+                top.tokens = 0;
+                top.inner = 0;
+            }
+            Token::SemiColon => {
+                while groups.len() > 1 {
+                    close(&mut groups)?;
+                }
+                close(&mut groups)?;
+                groups.push(open(Kind::Statement));
+            }
+            Token::LParen => groups.push(open(Kind::Paren)),
+            Token::LBracket => groups.push(open(Kind::Bracket)),
+            Token::RParen if top.kind == Kind::Paren => {
+                close(&mut groups)?;
+            }
+            Token::RBracket if top.kind == Kind::Bracket => {
+                close(&mut groups)?;
+            }
+            Token::Word(w) => match w.keyword {
+                Keyword::CASE => {
+                    top.tokens += 1;
+                    groups.push(open(Kind::Case));
+                }
+                Keyword::END if top.kind == Kind::Case => {
+                    close(&mut groups)?;
+                }
+                Keyword::WHEN | Keyword::THEN | Keyword::ELSE if top.kind == Kind::Case => {
+                    top.best = top.best.max(top.tokens + top.inner);
+                    top.tokens = 0;
+                    top.inner = 0;
+                }
+                Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT | Keyword::MINUS => {
+                    top.sets += 1;
+                }
+                _ => top.tokens += 1,
+            },
+            _ => top.tokens += 1,
+        }
+        let top = groups.last().expect("the statement group stays open");
+        if top.tokens + top.inner + top.sets > MAX_TOKEN_DEPTH_BOUND {
+            return Err(too_complex());
+        }
+    }
+    while !groups.is_empty() {
+        close(&mut groups)?;
+    }
+    Ok(())
+}
+
+/// Refuses (SQLSTATE 54001) a statement nested deeper than
+/// [`MAX_STATEMENT_DEPTH`].
+///
+/// The parser builds chains of infix operators (`1+1+...`) and of `UNION`
+/// arms in loops, so their depth is bounded only by the length of the text;
+/// this check runs before any other walk of the tree. It walks with the
+/// parser's visitor, which calls back at each expression, query, `SELECT`,
+/// table factor and statement before descending, so it stops at the first
+/// level past the limit; the one chain the visitor descends without a call
+/// back, `UNION`/`INTERSECT`/`EXCEPT` arms, is measured without recursion
+/// when its query is entered.
+pub fn check_depth(statement: &Statement) -> Result<(), aqueduct_expr::SqlError> {
+    let mut depth = Depth::default();
+    match statement.visit(&mut depth) {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(()) => Err(too_complex()),
+    }
+}
+
+#[derive(Default)]
+struct Depth {
+    depth: usize,
+    /// Levels each open query added (itself and its set-operation chain).
+    queries: Vec<usize>,
+}
+
+impl Depth {
+    fn enter(&mut self, levels: usize) -> ControlFlow<()> {
+        self.depth += levels;
+        if self.depth > MAX_STATEMENT_DEPTH {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    fn leave(&mut self, levels: usize) -> ControlFlow<()> {
+        self.depth -= levels;
+        ControlFlow::Continue(())
+    }
+}
+
+/// The longest path of set operations from `body` down, without recursion.
+fn set_operation_depth(body: &SetExpr) -> usize {
+    let mut deepest = 0;
+    let mut open = vec![(body, 0usize)];
+    while let Some((node, depth)) = open.pop() {
+        deepest = deepest.max(depth);
+        if let SetExpr::SetOperation { left, right, .. } = node {
+            open.push((left, depth + 1));
+            open.push((right, depth + 1));
+        }
+    }
+    deepest
+}
+
+impl Visitor for Depth {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        let levels = 1 + set_operation_depth(&query.body);
+        self.queries.push(levels);
+        self.enter(levels)
+    }
+
+    fn post_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+        let levels = self.queries.pop().unwrap_or(0);
+        self.leave(levels)
+    }
+
+    fn pre_visit_select(&mut self, _select: &Select) -> ControlFlow<()> {
+        self.enter(1)
+    }
+
+    fn post_visit_select(&mut self, _select: &Select) -> ControlFlow<()> {
+        self.leave(1)
+    }
+
+    fn pre_visit_table_factor(&mut self, _t: &TableFactor) -> ControlFlow<()> {
+        self.enter(1)
+    }
+
+    fn post_visit_table_factor(&mut self, _t: &TableFactor) -> ControlFlow<()> {
+        self.leave(1)
+    }
+
+    fn pre_visit_expr(&mut self, _e: &Expr) -> ControlFlow<()> {
+        self.enter(1)
+    }
+
+    fn post_visit_expr(&mut self, _e: &Expr) -> ControlFlow<()> {
+        self.leave(1)
+    }
+
+    fn pre_visit_statement(&mut self, _s: &Statement) -> ControlFlow<()> {
+        self.enter(1)
+    }
+
+    fn post_visit_statement(&mut self, _s: &Statement) -> ControlFlow<()> {
+        self.leave(1)
+    }
+}
