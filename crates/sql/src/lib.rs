@@ -15,6 +15,7 @@ mod consistency;
 pub mod exec;
 mod oneshot;
 mod release_views;
+mod roles;
 mod routes;
 mod session;
 mod time_maps;
@@ -33,6 +34,7 @@ pub use aqueduct_expr::{expr, SqlError};
 pub use aqueduct_releases as releases;
 pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
 pub use release_views::MAX_RELEASE_VIEWS;
+pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
 pub use session::{parse_duration, Outcome, Prepared, Session, TxnStatus};
 
 /// Largest SQL text accepted in one query message.
@@ -96,6 +98,8 @@ pub struct Engine {
     pub metrics: EngineMetrics,
     pub started: Instant,
     pub replay: ReplayReport,
+    /// Users from the server's configuration: superusers outside the catalog.
+    pub(crate) bootstrap_users: parking_lot::RwLock<std::collections::BTreeSet<String>>,
 }
 
 impl Engine {
@@ -149,6 +153,7 @@ impl Engine {
             metrics: EngineMetrics::default(),
             started: Instant::now(),
             replay,
+            bootstrap_users: Default::default(),
         });
         engine.views.attach(&engine);
         Ok(engine)

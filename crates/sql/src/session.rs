@@ -126,6 +126,9 @@ pub struct Session {
     pub(crate) release_read_id: Option<u64>,
     /// `aqueduct.consistency`, parsed once when set (every read asks).
     pub(crate) consistency: crate::Consistency,
+    /// Who the session runs as (`roles.rs`).
+    pub(crate) principal: crate::roles::Principal,
+    pub(crate) view_relations_cache: crate::roles::ViewRelationsCache,
 }
 
 impl Session {
@@ -144,7 +147,15 @@ impl Session {
             last_lsn: 0,
             release_read_id: None,
             consistency,
+            principal: Default::default(),
+            view_relations_cache: Default::default(),
         }
+        .with_default_principal()
+    }
+
+    fn with_default_principal(mut self) -> Session {
+        self.set_principal(crate::roles::Principal::default());
+        self
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -226,13 +237,14 @@ impl Session {
             }
             return vec![r];
         }
-        let statements = match parse(sql) {
+        let mut statements = match parse(sql) {
             Ok(s) => s,
             Err(e) => {
                 self.note_error();
                 return vec![Err(e)];
             }
         };
+        crate::roles::substitute_current_user(&mut statements, sql, &self.principal.name);
         if statements.is_empty() {
             return vec![Ok(Outcome::Empty)];
         }
@@ -324,6 +336,7 @@ impl Session {
             });
         }
         let mut statements = parse(sql)?;
+        crate::roles::substitute_current_user(&mut statements, sql, &self.principal.name);
         if statements.len() > 1 {
             return Err(SqlError::syntax(
                 "cannot insert multiple commands into a prepared statement",
@@ -345,6 +358,18 @@ impl Session {
                 custom: false,
             });
         };
+        if crate::roles::is_role_statement(st) {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: Vec::new(),
+                columns: Vec::new(),
+                quick: false,
+                statement,
+                auto: None,
+                view_read: None,
+                custom: false,
+            });
+        }
         if let Some(read) = self.plan_view_read(st, hints) {
             return Ok(Prepared {
                 sql: sql.to_string(),
@@ -466,6 +491,12 @@ impl Session {
                 ),
             ));
         }
+        if let Some(st) = &p.statement {
+            if let Err(e) = self.authorize(st) {
+                self.note_error();
+                return Err(e);
+            }
+        }
         if p.custom {
             let out = self.run_time_map(&p.sql);
             if out.is_err() {
@@ -563,7 +594,9 @@ impl Session {
         let Some(st) = st else {
             return Ok(Outcome::Empty);
         };
-        let result = self.run_statement(st, hints, params);
+        let result = self
+            .authorize(st)
+            .and_then(|()| self.run_statement(st, hints, params));
         if result.is_err() {
             self.note_error();
         }
@@ -576,6 +609,9 @@ impl Session {
         hints: &[Option<DataType>],
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
+        if let Some(out) = self.run_role_statement(st) {
+            return out;
+        }
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
         }
@@ -685,8 +721,11 @@ impl Session {
             db.await_visible(seen)?;
             return Ok(out);
         }
+        let owner = &self.principal.name;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
-            exec::execute(db, catalog, txn, &plan, columns, params)
+            let out = exec::execute(db, catalog, txn, &plan, columns, params)?;
+            crate::roles::record_owners(txn, owner);
+            Ok::<_, SqlError>(out)
         })?;
         if let Some(lsn) = lsn {
             self.set_last_lsn(lsn);
@@ -1013,7 +1052,7 @@ impl Session {
         }
     }
 
-    fn set_last_lsn(&mut self, lsn: Lsn) {
+    pub(crate) fn set_last_lsn(&mut self, lsn: Lsn) {
         self.last_lsn = lsn;
         self.settings
             .insert("aqueduct.last_lsn".into(), lsn.to_string());
@@ -1103,6 +1142,8 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     if sql.trim().trim_matches(';').trim().is_empty() {
         return Ok(Vec::new());
     }
+    let rewritten = crate::roles::rewrite_user_statements(sql);
+    let sql = rewritten.as_deref().unwrap_or(sql);
     Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);

@@ -25,13 +25,13 @@ use aqueduct_log::{Log, Lsn, NewRecord, RecordKind, RecordView};
 use aqueduct_values::{decode_row, decode_value, encode_row, encode_value, Value};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-pub use schema::{
-    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef,
-    SCHEMA_RECORD_VERSION,
-};
 pub use roles::{
     Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
+};
+pub use schema::{
+    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef,
+    SCHEMA_RECORD_VERSION,
 };
 pub use table::{matches, Key, Row, RowVersion, Table};
 

@@ -534,7 +534,11 @@ mod tests {
                 login: true,
                 superuser: false,
                 createrole: true,
-                password: Some(crate::ScramVerifier::derive("pw", b"salt-salt-salt!!", 4096)),
+                password: Some(crate::ScramVerifier::derive(
+                    "pw",
+                    b"salt-salt-salt!!",
+                    4096,
+                )),
             }),
             SchemaChange::AlterRole(crate::RoleDef {
                 id: 9,
