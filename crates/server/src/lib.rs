@@ -166,6 +166,7 @@ pub async fn run(
     let http_config = aqueduct_http::HttpConfig {
         tokens: config.http_tokens.clone(),
         tls: http_tls,
+        ..Default::default()
     };
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
         let m = &pg_metrics;

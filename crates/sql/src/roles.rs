@@ -472,6 +472,22 @@ impl Session {
         }
         let mut needs = Needs::default();
         needs_of(st, &mut needs)?;
+        self.authorize_needs(needs)
+    }
+
+    /// Refuses a read of `relation` (a table or view) the session's role
+    /// may not make, as a `SELECT` of it would be (front ends serving rows
+    /// without SQL: release change sets, time maps).
+    pub fn authorize_select(&mut self, relation: &str) -> Result<(), SqlError> {
+        if self.principal.bootstrap {
+            return Ok(());
+        }
+        let mut needs = Needs::default();
+        needs.add(relation.to_string(), Privilege::Select);
+        self.authorize_needs(needs)
+    }
+
+    fn authorize_needs(&mut self, needs: Needs) -> Result<(), SqlError> {
         if needs.list.is_empty() && needs.owned.is_empty() && needs.owned_indexes.is_empty() {
             return Ok(());
         }
