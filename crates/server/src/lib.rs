@@ -14,7 +14,10 @@ use aqueduct_sql::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use config::{ConfigError, FileConfig, ServerConfig};
+pub use config::{
+    is_loopback_addr, load_user_file, parse_user_file, ConfigError, FileConfig, HttpTokens,
+    ServerConfig,
+};
 
 /// Replays longer than this many records show a progress bar.
 const PROGRESS_BAR_MIN_RECORDS: u64 = 200_000;
@@ -54,6 +57,9 @@ pub async fn run(
     config: ServerConfig,
     on_ready: impl FnOnce(&Bound) + Send,
 ) -> Result<(), ServerError> {
+    // Before anything is opened or bound: refuse to serve unauthenticated
+    // on the network, or to require TLS without a certificate.
+    config.check_security()?;
     tracing::info!(data_dir = %config.data_dir.display(), fsync = ?config.fsync, "starting Aqueduct");
     let started = Instant::now();
     let data_dir = config.data_dir.clone();
@@ -93,6 +99,7 @@ pub async fn run(
         .log()
         .start_background_compaction(config.compaction_interval);
     engine.set_default_consistency(config.consistency);
+    engine.set_bootstrap_users(config.users.keys().cloned());
 
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(c), Some(k)) => Some(aqueduct_pg::TlsSetup::from_pem_files(c, k)?),
@@ -149,6 +156,7 @@ pub async fn run(
             Some(config.users.clone())
         },
         tls: tls.clone(),
+        tls_required: config.tls_required,
         metrics: pg_metrics.clone(),
         ..aqueduct_pg::PgConfig::default()
     };
@@ -165,8 +173,9 @@ pub async fn run(
     });
     let http_config = aqueduct_http::HttpConfig {
         tokens: config.http_tokens.clone(),
+        token_roles: config.http_token_roles.clone(),
+        users_configured: !config.users.is_empty(),
         tls: http_tls,
-        ..Default::default()
     };
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
         let m = &pg_metrics;
