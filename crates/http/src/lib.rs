@@ -96,10 +96,11 @@ pub async fn serve(
                 .await
         }
         Some(tls) => {
-            let listener = TlsListener {
-                inner: listener,
-                acceptor: tokio_rustls::TlsAcceptor::from(tls),
-            };
+            let listener = TlsListener::new(
+                listener,
+                tokio_rustls::TlsAcceptor::from(tls),
+                TLS_HANDSHAKE_TIMEOUT,
+            )?;
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -107,11 +108,81 @@ pub async fn serve(
     }
 }
 
-/// A listener that completes the TLS handshake before handing a connection
-/// to axum; failed handshakes are logged and skipped.
+/// Time a client of the HTTPS port has to complete the TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// TLS handshakes under way at once; beyond this, new connections wait in
+/// the kernel's backlog until one finishes or times out.
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// Pause after a failed `accept` (out of file descriptors, say).
+const ACCEPT_ERROR_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+type TlsConn = (
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    std::net::SocketAddr,
+);
+
+/// A listener that hands axum connections whose TLS handshake is done.
+/// Each handshake runs in its own task, bounded by
+/// [`TLS_HANDSHAKE_TIMEOUT`], so a client that connects and says nothing
+/// delays no one else; failed handshakes are logged and dropped.
 struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<TlsConn>,
+    local: std::net::SocketAddr,
+}
+
+impl TlsListener {
+    fn new(
+        inner: TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<TlsListener> {
+        let local = inner.local_addr()?;
+        let (tx, ready) = tokio::sync::mpsc::channel(MAX_PENDING_HANDSHAKES);
+        tokio::spawn(accept_tls(inner, acceptor, tx, timeout));
+        Ok(TlsListener { ready, local })
+    }
+}
+
+/// Accepts TCP connections and starts their handshakes until the listener
+/// is dropped (its receiver closes).
+async fn accept_tls(
     inner: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
+    tx: tokio::sync::mpsc::Sender<TlsConn>,
+    timeout: std::time::Duration,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        let permit = tokio::select! {
+            _ = tx.closed() => return,
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        let (stream, addr) = tokio::select! {
+            _ = tx.closed() => return,
+            accepted = inner.accept() => match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("HTTP accept failed: {e}");
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = tx.send((tls, addr)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
+                Err(_) => {
+                    tracing::debug!(%addr, "TLS handshake not finished in {timeout:?}: closing")
+                }
+            }
+        });
+    }
 }
 
 impl axum::serve::Listener for TlsListener {
@@ -119,23 +190,16 @@ impl axum::serve::Listener for TlsListener {
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (stream, addr) = match self.inner.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("HTTP accept failed: {e}");
-                    continue;
-                }
-            };
-            match self.acceptor.accept(stream).await {
-                Ok(tls) => return (tls, addr),
-                Err(e) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
-            }
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accepting task is gone (it only ends with this listener):
+            // nothing more will come.
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
+        Ok(self.local)
     }
 }
 
