@@ -41,13 +41,13 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-fn unauthorized(e: SqlError) -> Response {
+fn unauthorized(e: SqlError) -> Box<Response> {
     let mut r = error_response(StatusCode::UNAUTHORIZED, &e);
     r.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer"),
     );
-    r
+    Box::new(r)
 }
 
 impl HttpAuth {
@@ -60,7 +60,7 @@ impl HttpAuth {
         &self,
         engine: &Engine,
         headers: &HeaderMap,
-    ) -> Result<Principal, Response> {
+    ) -> Result<Principal, Box<Response>> {
         if !self.has_tokens() {
             if self.users_configured {
                 return Err(unauthorized(

@@ -233,7 +233,7 @@ async fn graph(
     axum::extract::Query(q): axum::extract::Query<GraphQuery>,
 ) -> Response {
     if let Err(r) = s.auth.principal(&s.engine, &headers) {
-        return r;
+        return *r;
     }
     let dot = s.engine.views.dot();
     match q.format.as_deref().unwrap_or("dot") {
@@ -330,7 +330,7 @@ async fn sql(
 ) -> Response {
     let principal = match s.auth.principal(&s.engine, &headers) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let req = match body {
         Ok(Json(r)) => r,

@@ -133,14 +133,14 @@ fn cached(
 }
 
 fn refuse(headers: &HeaderMap, s: &AppState) -> Option<Response> {
-    s.auth.principal(&s.engine, headers).err()
+    s.auth.principal(&s.engine, headers).err().map(|r| *r)
 }
 
 /// Refuses rows of `relation` the request's role may not read.
 fn refuse_read(headers: &HeaderMap, s: &AppState, relation: &str) -> Option<Response> {
     let principal = match s.auth.principal(&s.engine, headers) {
         Ok(p) => p,
-        Err(r) => return Some(r),
+        Err(r) => return Some(*r),
     };
     let mut session = s.engine.session_as(principal);
     session
@@ -471,7 +471,7 @@ pub(crate) async fn view(
 ) -> Response {
     let principal = match s.auth.principal(&s.engine, &headers) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let consistency = q
         .remove("consistency")

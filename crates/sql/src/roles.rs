@@ -217,11 +217,10 @@ pub(crate) fn substitute_current_user(statements: &mut [Statement], sql: &str, n
         let _ = ast::visit_expressions_mut(st, |e| {
             let replace = match e {
                 ast::Expr::Function(f) => {
-                    matches!(f.args, ast::FunctionArguments::None)
-                        || matches!(&f.args, ast::FunctionArguments::List(l) if l.args.is_empty())
+                    let no_args = matches!(f.args, ast::FunctionArguments::None)
+                        || matches!(&f.args, ast::FunctionArguments::List(l) if l.args.is_empty());
+                    no_args && f.name.0.len() == 1 && is_user_function(&f.name.to_string())
                 }
-                .then(|| f.name.0.len() == 1 && is_user_function(&f.name.to_string()))
-                .unwrap_or(false),
                 ast::Expr::Identifier(i) => i.quote_style.is_none() && is_user_function(&i.value),
                 _ => false,
             };
@@ -800,6 +799,21 @@ impl Acting<'_> {
                     SqlError::new("42710", format!("role \"{name}\" already exists"))
                         .with_hint("choose another name, or change it with ALTER ROLE"),
                 );
+            }
+            // Objects made by a trusted client or a former bootstrap user
+            // carry its name as owner: a role of that name would own them.
+            let owned = self.catalog.owned_by(&name);
+            if !owned.is_empty() && !self.superuser() {
+                return Err(SqlError::new(
+                    "42501",
+                    format!(
+                        "permission denied to create role \"{name}\": it would own {}",
+                        owned.join(", ")
+                    ),
+                )
+                .with_hint(
+                    "only a superuser may create a role with the name of an existing owner",
+                ));
             }
             txn.schema(SchemaChange::CreateRole(RoleDef {
                 id: next,

@@ -131,6 +131,10 @@ fn only_superusers_and_createrole_manage_roles() {
 
     let mut manager = e.session_as(Principal::role("manager"));
     ok(&mut manager, "CREATE ROLE helper LOGIN");
+    // The trusted session above owns nothing yet; once it does, a role
+    // taking its name would inherit the objects: only superusers may.
+    ok(&mut admin, "CREATE TABLE admins (id bigint PRIMARY KEY)");
+    assert!(denied(&mut manager, "CREATE ROLE aqueduct LOGIN PASSWORD 'x'").contains("admins"));
     denied(&mut manager, "CREATE ROLE root SUPERUSER");
     denied(&mut manager, "DROP ROLE chief");
     ok(&mut manager, "DROP ROLE helper");
