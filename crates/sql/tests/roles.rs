@@ -172,6 +172,10 @@ fn current_user_reports_the_role() {
         vec![vec!["alice"]]
     );
     assert_eq!(rows(&mut alice, "SHOW is_superuser"), vec![vec!["off"]]);
+    assert_eq!(
+        rows(&mut alice, "SHOW session_authorization"),
+        vec![vec!["alice"]]
+    );
     let mut admin = e.session_as(Principal::superuser("admin"));
     assert_eq!(rows(&mut admin, "SELECT current_user"), vec![vec!["admin"]]);
     assert_eq!(rows(&mut admin, "SHOW is_superuser"), vec![vec!["on"]]);
