@@ -120,6 +120,13 @@ impl Engine {
     }
 }
 
+/// Whether `hay` contains `needle` (ASCII, any case), without allocating.
+fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 /// PostgreSQL spells a role with LOGIN `USER`: `CREATE USER`, `ALTER USER`
 /// and `DROP USER` are rewritten to the `ROLE` forms (adding `LOGIN` to a
 /// `CREATE USER` that does not say `NOLOGIN`). `None` when `sql` has none.
@@ -128,8 +135,7 @@ pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
     use sqlparser::keywords::Keyword;
     use sqlparser::tokenizer::{Token, Tokenizer};
     // Cheap test first: most statements are not these.
-    let lower = sql.to_ascii_lowercase();
-    if !lower.contains("user") {
+    if !contains_ignore_case(sql, "user") {
         return None;
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
@@ -203,8 +209,7 @@ pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
 /// the name of the role the session runs as, so every way of evaluating a
 /// statement reports it.
 pub(crate) fn substitute_current_user(statements: &mut [Statement], sql: &str, name: &str) {
-    let lower = sql.to_ascii_lowercase();
-    if !lower.contains("user") && !lower.contains("current_role") {
+    if !contains_ignore_case(sql, "user") && !contains_ignore_case(sql, "current_role") {
         return;
     }
     let is_user_function = |n: &str| {
@@ -781,6 +786,28 @@ impl Acting<'_> {
     }
 
     fn create_role(&self, c: &ast::CreateRole, txn: &mut Txn) -> Result<&'static str, SqlError> {
+        // Options that would mean something Aqueduct does not do are
+        // refused rather than ignored.
+        let unsupported = [
+            (c.connection_limit.is_some(), "CONNECTION LIMIT"),
+            (c.valid_until.is_some(), "VALID UNTIL"),
+            (
+                !(c.in_role.is_empty() && c.in_group.is_empty()),
+                "IN ROLE (role membership)",
+            ),
+            (
+                !(c.role.is_empty() && c.user.is_empty() && c.admin.is_empty()),
+                "ROLE, USER and ADMIN (role membership)",
+            ),
+            (c.create_db == Some(true), "CREATEDB"),
+            (c.replication == Some(true), "REPLICATION"),
+            (c.bypassrls == Some(true), "BYPASSRLS"),
+            (c.authorization_owner.is_some(), "AUTHORIZATION"),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(used, _)| *used) {
+            return Err(SqlError::unsupported(format!("the role option {what}"))
+                .with_hint("roles take LOGIN, SUPERUSER, CREATEROLE and PASSWORD"));
+        }
         let attrs = Attributes {
             login: c.login,
             superuser: c.superuser,

@@ -57,6 +57,20 @@ fn roles_are_created_altered_and_dropped_with_postgresql_errors() {
     );
     ok(&mut admin, "DROP ROLE IF EXISTS nobody");
     assert_eq!(code(&mut admin, "CREATE ROLE public"), "42939");
+    // Options Aqueduct does not implement are refused, not ignored.
+    for sql in [
+        "CREATE ROLE r VALID UNTIL '2030-01-01'",
+        "CREATE ROLE r CONNECTION LIMIT 3",
+        "CREATE ROLE r IN ROLE reader",
+        "CREATE ROLE r CREATEDB",
+        "ALTER ROLE reader VALID UNTIL '2030-01-01'",
+        "GRANT SELECT (id) ON t TO reader",
+        "GRANT TRUNCATE ON t TO reader",
+    ] {
+        assert_eq!(code(&mut admin, sql), "0A000", "{sql}");
+    }
+    // Role membership does not even parse.
+    assert!(run(&mut admin, "GRANT reader TO boss").is_err());
 
     {
         let catalog = e.database().read();
