@@ -16,7 +16,8 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// TOML config file with any of the settings below (snake_case keys,
-    /// `[users]` table of name = "password").
+    /// `[users]` table of name = "password", `[http_tokens]` table of
+    /// "token" = "role").
     #[arg(long, env = "AQUEDUCT_CONFIG")]
     config: Option<PathBuf>,
     /// Data directory (the log lives here) [default: ./aqueduct-data]
@@ -40,13 +41,24 @@ pub struct ServeArgs {
     /// Most PostgreSQL connections served at once [default: 100]
     #[arg(long, env = "AQUEDUCT_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
-    /// A PostgreSQL user as NAME:PASSWORD (repeatable). With any user
-    /// configured, clients authenticate with SCRAM-SHA-256; with none, every
-    /// client is trusted (keep the listener on loopback).
+    /// A bootstrap user (a superuser) as NAME:PASSWORD (repeatable). With
+    /// any user configured, clients authenticate with SCRAM-SHA-256, as
+    /// these users or as roles made with CREATE ROLE / CREATE USER; with
+    /// none, every client is trusted as a superuser (loopback only, see
+    /// --allow-trust-on-network). A password given here shows in the
+    /// process list: prefer --user-file or the config file's [users] table.
     #[arg(long = "user", env = "AQUEDUCT_USERS", value_delimiter = ',')]
     users: Vec<String>,
-    /// A bearer token accepted by the HTTP API (repeatable). With none, the
-    /// HTTP API is open (keep it on loopback).
+    /// File of bootstrap users, one per line as `name:password` or
+    /// `name = password` (blank lines and lines starting with # skipped):
+    /// keeps passwords off the command line. Make it readable by the
+    /// server's account only.
+    #[arg(long, env = "AQUEDUCT_USER_FILE")]
+    user_file: Option<PathBuf>,
+    /// A bearer token of the HTTP API that runs as a bootstrap superuser
+    /// (repeatable). To map tokens to roles, use the config file's
+    /// [http_tokens] table ("token" = "role"). With users configured and no
+    /// token, the HTTP API is refused; with neither, it is open (loopback).
     #[arg(
         long = "http-token",
         env = "AQUEDUCT_HTTP_TOKENS",
@@ -59,6 +71,15 @@ pub struct ServeArgs {
     /// PEM private key for --tls-cert
     #[arg(long, env = "AQUEDUCT_TLS_KEY")]
     tls_key: Option<PathBuf>,
+    /// Refuse PostgreSQL logins without TLS (SQLSTATE 28000; clients connect
+    /// with sslmode=require). Needs --tls-cert and --tls-key.
+    #[arg(long, env = "AQUEDUCT_TLS_REQUIRED")]
+    tls_required: bool,
+    /// Serve without authentication (no users; for HTTP, no users and no
+    /// tokens) on an address other than loopback. Without this flag such a
+    /// start is refused, since every client would be a superuser.
+    #[arg(long, env = "AQUEDUCT_ALLOW_TRUST_ON_NETWORK")]
+    allow_trust_on_network: bool,
     /// Seconds between background log compaction passes [default: 30]
     #[arg(long, env = "AQUEDUCT_COMPACTION_INTERVAL_SECS")]
     compaction_interval_secs: Option<u64>,
@@ -103,9 +124,13 @@ impl ServeArgs {
             segment_bytes: self.segment_bytes,
             max_connections: self.max_connections,
             users: (!users.is_empty()).then_some(users),
-            http_tokens: (!self.http_tokens.is_empty()).then(|| self.http_tokens.clone()),
+            user_file: self.user_file.clone(),
+            http_tokens: (!self.http_tokens.is_empty())
+                .then(|| aqueduct_server::HttpTokens::Superuser(self.http_tokens.clone())),
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
+            tls_required: self.tls_required.then_some(true),
+            allow_trust_on_network: self.allow_trust_on_network.then_some(true),
             compaction_interval_secs: self.compaction_interval_secs,
             memory_limit: self.memory_limit.clone(),
             partial_state: self.partial_state.clone(),

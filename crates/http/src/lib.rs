@@ -1,7 +1,9 @@
 //! The HTTP front end: `GET /health`, `GET /metrics` (Prometheus text),
 //! `POST /v1/sql` (JSON in, JSON out). Bearer tokens guard `/v1/*` when
-//! configured; TLS when given a certificate.
+//! configured, each mapping to the role requests run as (`auth.rs`); TLS
+//! when given a certificate.
 
+mod auth;
 mod json;
 mod metrics;
 mod releases;
@@ -32,17 +34,24 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// Extra metric lines supplied by the server (connection counts and such).
 pub type ExtraMetrics = Arc<dyn Fn(&mut String) + Send + Sync>;
 
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct HttpConfig {
-    /// Accepted bearer tokens; empty means no authentication (loopback default).
+    /// Bearer tokens of a bootstrap superuser (the older, list form).
     pub tokens: Vec<String>,
+    /// Bearer token → the role its requests run as (a role created in SQL
+    /// or a bootstrap user).
+    pub token_roles: std::collections::BTreeMap<String, String>,
+    /// Users are configured (the PostgreSQL port asks for passwords): with
+    /// no token configured, `/v1/*` is then refused instead of open. With
+    /// neither users nor tokens, requests are trusted (loopback default).
+    pub users_configured: bool,
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 #[derive(Clone)]
 struct AppState {
     engine: Arc<Engine>,
-    tokens: Arc<Vec<String>>,
+    auth: Arc<auth::HttpAuth>,
     extra: ExtraMetrics,
 }
 
@@ -50,7 +59,11 @@ struct AppState {
 pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> Router {
     let state = AppState {
         engine,
-        tokens: Arc::new(config.tokens.clone()),
+        auth: Arc::new(auth::HttpAuth {
+            superuser_tokens: config.tokens.clone(),
+            token_roles: config.token_roles.clone(),
+            users_configured: config.users_configured,
+        }),
         extra,
     };
     Router::new()
@@ -83,10 +96,11 @@ pub async fn serve(
                 .await
         }
         Some(tls) => {
-            let listener = TlsListener {
-                inner: listener,
-                acceptor: tokio_rustls::TlsAcceptor::from(tls),
-            };
+            let listener = TlsListener::new(
+                listener,
+                tokio_rustls::TlsAcceptor::from(tls),
+                TLS_HANDSHAKE_TIMEOUT,
+            )?;
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -94,11 +108,81 @@ pub async fn serve(
     }
 }
 
-/// A listener that completes the TLS handshake before handing a connection
-/// to axum; failed handshakes are logged and skipped.
+/// Time a client of the HTTPS port has to complete the TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// TLS handshakes under way at once; beyond this, new connections wait in
+/// the kernel's backlog until one finishes or times out.
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// Pause after a failed `accept` (out of file descriptors, say).
+const ACCEPT_ERROR_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+type TlsConn = (
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    std::net::SocketAddr,
+);
+
+/// A listener that hands axum connections whose TLS handshake is done.
+/// Each handshake runs in its own task, bounded by
+/// [`TLS_HANDSHAKE_TIMEOUT`], so a client that connects and says nothing
+/// delays no one else; failed handshakes are logged and dropped.
 struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<TlsConn>,
+    local: std::net::SocketAddr,
+}
+
+impl TlsListener {
+    fn new(
+        inner: TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<TlsListener> {
+        let local = inner.local_addr()?;
+        let (tx, ready) = tokio::sync::mpsc::channel(MAX_PENDING_HANDSHAKES);
+        tokio::spawn(accept_tls(inner, acceptor, tx, timeout));
+        Ok(TlsListener { ready, local })
+    }
+}
+
+/// Accepts TCP connections and starts their handshakes until the listener
+/// is dropped (its receiver closes).
+async fn accept_tls(
     inner: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
+    tx: tokio::sync::mpsc::Sender<TlsConn>,
+    timeout: std::time::Duration,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        let permit = tokio::select! {
+            _ = tx.closed() => return,
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        let (stream, addr) = tokio::select! {
+            _ = tx.closed() => return,
+            accepted = inner.accept() => match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("HTTP accept failed: {e}");
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = tx.send((tls, addr)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
+                Err(_) => {
+                    tracing::debug!(%addr, "TLS handshake not finished in {timeout:?}: closing")
+                }
+            }
+        });
+    }
 }
 
 impl axum::serve::Listener for TlsListener {
@@ -106,23 +190,16 @@ impl axum::serve::Listener for TlsListener {
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (stream, addr) = match self.inner.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("HTTP accept failed: {e}");
-                    continue;
-                }
-            };
-            match self.acceptor.accept(stream).await {
-                Ok(tls) => return (tls, addr),
-                Err(e) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
-            }
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accepting task is gone (it only ends with this listener):
+            // nothing more will come.
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
+        Ok(self.local)
     }
 }
 
@@ -155,9 +232,8 @@ async fn graph(
     headers: HeaderMap,
     axum::extract::Query(q): axum::extract::Query<GraphQuery>,
 ) -> Response {
-    if !authorized(&s.tokens, &headers) {
-        let e = SqlError::new("28000", "a valid bearer token is required");
-        return error_response(StatusCode::UNAUTHORIZED, &e);
+    if let Err(r) = s.auth.principal(&s.engine, &headers) {
+        return *r;
     }
     let dot = s.engine.views.dot();
     match q.format.as_deref().unwrap_or("dot") {
@@ -231,30 +307,12 @@ fn error_response(status: StatusCode, e: &SqlError) -> Response {
     (status, Json(body)).into_response()
 }
 
-fn authorized(tokens: &[String], headers: &HeaderMap) -> bool {
-    if tokens.is_empty() {
-        return true;
-    }
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(t) => tokens
-            .iter()
-            .any(|ok| constant_time_eq(ok.as_bytes(), t.as_bytes())),
-        None => false,
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// The HTTP status for a statement's error.
 fn status_of(e: &SqlError) -> StatusCode {
     match e.code {
         "40001" => StatusCode::CONFLICT,
+        "42501" => StatusCode::FORBIDDEN,
+        "28000" | "28P01" => StatusCode::UNAUTHORIZED,
         "55000" => StatusCode::SERVICE_UNAVAILABLE,
         "57014" => StatusCode::GATEWAY_TIMEOUT,
         c if c.starts_with("58") || c.starts_with("XX") || c.starts_with("53") => {
@@ -270,16 +328,10 @@ async fn sql(
     axum::extract::Query(q): axum::extract::Query<SqlQuery>,
     body: Result<Json<SqlRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    if !authorized(&s.tokens, &headers) {
-        let e = SqlError::new("28000", "a valid bearer token is required")
-            .with_hint("send the header Authorization: Bearer <token>");
-        let mut r = error_response(StatusCode::UNAUTHORIZED, &e);
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer"),
-        );
-        return r;
-    }
+    let principal = match s.auth.principal(&s.engine, &headers) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
     let req = match body {
         Ok(Json(r)) => r,
         Err(e) => {
@@ -293,7 +345,7 @@ async fn sql(
     let engine = s.engine.clone();
     let request = headers.clone();
     let result = tokio::task::spawn_blocking(move || {
-        let mut session = engine.session();
+        let mut session = engine.session_as(principal);
         if let Err(e) = releases::configure(&mut session, q.consistency.as_deref(), &request) {
             return (Err(e), 0, None);
         }

@@ -23,7 +23,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value as Json};
 
-use crate::{authorized, error_response, json, status_of, AppState, AFTER_LSN_HEADER};
+use crate::{error_response, json, status_of, AppState, AFTER_LSN_HEADER};
 
 /// `max-age` of what never changes: a year, as is customary.
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
@@ -133,12 +133,20 @@ fn cached(
 }
 
 fn refuse(headers: &HeaderMap, s: &AppState) -> Option<Response> {
-    (!authorized(&s.tokens, headers)).then(|| {
-        error_response(
-            StatusCode::UNAUTHORIZED,
-            &SqlError::new("28000", "a valid bearer token is required"),
-        )
-    })
+    s.auth.principal(&s.engine, headers).err().map(|r| *r)
+}
+
+/// Refuses rows of `relation` the request's role may not read.
+fn refuse_read(headers: &HeaderMap, s: &AppState, relation: &str) -> Option<Response> {
+    let principal = match s.auth.principal(&s.engine, headers) {
+        Ok(p) => p,
+        Err(r) => return Some(*r),
+    };
+    let mut session = s.engine.session_as(principal);
+    session
+        .authorize_select(relation)
+        .err()
+        .map(|e| error_response(StatusCode::FORBIDDEN, &e))
 }
 
 /// 400 for a request's parameters, saying how to ask.
@@ -275,6 +283,9 @@ pub(crate) async fn changes(
     let Some(table) = q.get("table") else {
         return bad("the table parameter is required".into());
     };
+    if let Some(r) = refuse_read(&headers, &s, table) {
+        return r;
+    }
     let r = match s.engine.releases.release(id) {
         Ok(r) => r,
         Err(m) => return missing(m, id),
@@ -353,6 +364,20 @@ pub(crate) async fn time_map(
 ) -> Response {
     if let Some(r) = refuse(&headers, &s) {
         return r;
+    }
+    // A time map shows values of its table's column: reading it needs
+    // SELECT on that table.
+    let table = {
+        let catalog = s.engine.database().read();
+        catalog
+            .time_map(&name)
+            .and_then(|d| catalog.table_by_id(d.table))
+            .map(|t| t.schema.name.clone())
+    };
+    if let Some(table) = table {
+        if let Some(r) = refuse_read(&headers, &s, &table) {
+            return r;
+        }
     }
     let releases = &s.engine.releases;
     let Some(schedule) = releases.schedule() else {
@@ -444,9 +469,10 @@ pub(crate) async fn view(
     Path(view): Path<String>,
     Query(mut q): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Some(r) = refuse(&headers, &s) {
-        return r;
-    }
+    let principal = match s.auth.principal(&s.engine, &headers) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
     let consistency = q
         .remove("consistency")
         .unwrap_or_else(|| Consistency::Eventual.as_str().to_string());
@@ -483,7 +509,7 @@ pub(crate) async fn view(
     let engine = s.engine.clone();
     let request = headers.clone();
     let result = tokio::task::spawn_blocking(move || {
-        let mut session = engine.session();
+        let mut session = engine.session_as(principal);
         configure(&mut session, Some(&consistency), &request)?;
         let out = session.execute_with_params(&sql, &params)?;
         Ok::<_, SqlError>((out, session.consistency(), session.release_read_id()))

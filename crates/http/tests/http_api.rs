@@ -28,7 +28,10 @@ async fn start_engine(
     let engine = Engine::open(log, &mut |_| {}).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = HttpConfig { tokens, tls: None };
+    let config = HttpConfig {
+        tokens,
+        ..Default::default()
+    };
     tokio::spawn(serve(
         listener,
         engine.clone(),

@@ -39,10 +39,7 @@ async fn deep_statements_are_refused_over_http() {
         let engine = Engine::open(log, &mut |_| {}).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let config = HttpConfig {
-            tokens: vec![],
-            tls: None,
-        };
+        let config = HttpConfig::default();
         tokio::spawn(serve(
             listener,
             engine,

@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +24,7 @@ pub struct DirLock {
 impl DirLock {
     /// Takes the lock or explains who holds it.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
-        std::fs::create_dir_all(dir)
+        crate::storage::create_private_dir(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let path = dir.join(LOCK_NAME);
         let mut file = OpenOptions::new()
@@ -31,6 +32,7 @@ impl DirLock {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(crate::storage::DATA_FILE_MODE)
             .open(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         // A holder that is going away (a process exiting, or a copy of the

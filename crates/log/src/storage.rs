@@ -7,7 +7,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -65,6 +65,21 @@ pub trait StorageFile: Send + Sync {
     }
 }
 
+/// Permissions of a data directory the log creates: its owner's only.
+pub const DATA_DIR_MODE: u32 = 0o700;
+/// Permissions of every file the log creates in it (segments, indexes,
+/// meta, lock): readable and writable by their owner only.
+pub const DATA_FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` (and missing parents) with [`DATA_DIR_MODE`]; an existing
+/// directory keeps the permissions it has.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DATA_DIR_MODE)
+        .create(dir)
+}
+
 /// A real directory.
 #[derive(Debug)]
 pub struct FsStorage {
@@ -75,7 +90,7 @@ impl FsStorage {
     /// Uses `root`, creating it if needed.
     pub fn new(root: impl AsRef<Path>) -> io::Result<FsStorage> {
         let root = root.as_ref().to_path_buf();
-        fs::create_dir_all(&root)?;
+        create_private_dir(&root)?;
         Ok(FsStorage { root })
     }
 
@@ -136,6 +151,7 @@ impl Storage for FsStorage {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(DATA_FILE_MODE)
             .open(self.path(name))?;
         Ok(Arc::new(FsFile(f)))
     }

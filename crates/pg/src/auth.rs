@@ -5,8 +5,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
+use aqueduct_sql::Engine;
 use async_trait::async_trait;
-use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth, SCRAM_ITERATIONS};
+use pgwire::api::auth::sasl::scram::{
+    gen_salted_password, ScramAuth, ScramSecret, SCRAM_ITERATIONS,
+};
 use pgwire::api::auth::{AuthSource, LoginInfo, Password, ServerParameterProvider};
 use pgwire::api::ClientInfo;
 use pgwire::error::{PgWireError, PgWireResult};
@@ -15,9 +18,12 @@ use tracing::warn;
 /// Salt bytes per user, as PostgreSQL uses.
 const SCRAM_SALT_BYTES: usize = 16;
 
-/// Users and their salted passwords, derived once at start.
+/// Users and their salted passwords, derived once at start (the bootstrap
+/// users of the configuration), and the roles created in SQL, whose SCRAM
+/// verifiers are looked up in the catalog at each login.
 pub(crate) struct Users {
     salted: HashMap<String, Password>,
+    engine: Arc<Engine>,
     /// Keys the made-up salt of unknown users, so that a client cannot tell
     /// an unknown user from a wrong password by the salt it is sent.
     mock_seed: std::collections::hash_map::RandomState,
@@ -33,7 +39,7 @@ impl std::fmt::Debug for Users {
 }
 
 impl Users {
-    pub(crate) fn new(users: &HashMap<String, String>) -> Users {
+    pub(crate) fn new(users: &HashMap<String, String>, engine: Arc<Engine>) -> Users {
         let salted = users
             .iter()
             .map(|(name, pw)| {
@@ -44,6 +50,7 @@ impl Users {
             .collect();
         Users {
             salted,
+            engine,
             mock_seed: std::collections::hash_map::RandomState::new(),
             mock_password: rand::random::<[u8; 32]>().to_vec(),
         }
@@ -75,6 +82,33 @@ impl AuthSource for Users {
             // wrong password (as PostgreSQL's mock authentication does).
             None => Password::new(Some(self.mock_salt(user)), self.mock_password.clone()),
         })
+    }
+
+    async fn get_scram_secret(&self, login: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
+        let user = login.user().ok_or(PgWireError::UserNameRequired)?;
+        // A bootstrap user first (no role of the catalog may take its
+        // name), then a role created in SQL that may log in.
+        if !self.salted.contains_key(user) {
+            if let Some(v) = self.engine.login_verifier(user) {
+                return Ok((
+                    ScramSecret::Verifier {
+                        salt: v.salt,
+                        iterations: v.iterations as usize,
+                        stored_key: v.stored_key,
+                        server_key: v.server_key,
+                    },
+                    None,
+                ));
+            }
+        }
+        let p = self.get_password(login).await?;
+        Ok((
+            ScramSecret::SaltedPassword {
+                salt: p.salt().map(<[u8]>::to_vec).unwrap_or_default(),
+                salted_password: p.password().to_vec(),
+            },
+            None,
+        ))
     }
 }
 

@@ -507,8 +507,27 @@ impl Conn {
                 ))
             }
         };
+        if self.shared.config.tls_required && !socket.is_secure() {
+            info!(%user, "plaintext login refused: TLS is required");
+            return Err(fatal(
+                "28000",
+                format!(
+                    "connection without TLS refused for user \"{user}\": this server requires TLS; connect with sslmode=require"
+                ),
+            ));
+        }
         let settings = startup_settings(&startup);
-        let session = self.shared.engine.session();
+        // Who the session runs as: every trusted client is a superuser; with
+        // users configured, a bootstrap user is one, and anyone else is the
+        // role of the catalog SCRAM authenticates below.
+        let principal =
+            if self.shared.scram.is_none() || self.shared.engine.is_bootstrap_user(&user) {
+                aqueduct_sql::Principal::superuser(user.clone())
+            } else {
+                aqueduct_sql::Principal::role(user.clone())
+            };
+        let mut session = self.shared.engine.session();
+        session.set_principal(principal);
         let (session, mut parameters) = tokio::task::spawn_blocking(move || {
             let mut session = session;
             for sql in settings {

@@ -74,6 +74,9 @@ pub struct PgConfig {
     pub users: Option<HashMap<String, String>>,
     /// TLS offered to clients that ask for it (SSLRequest or direct TLS).
     pub tls: Option<TlsSetup>,
+    /// Refuse logins over plain TCP (SQLSTATE 28000): clients must use TLS
+    /// (`sslmode=require`). Meaningful only with `tls`.
+    pub tls_required: bool,
     pub startup_timeout: Duration,
     pub max_message_bytes: usize,
     pub shutdown_grace: Duration,
@@ -103,6 +106,7 @@ impl std::fmt::Debug for PgConfig {
             .field("max_connections", &self.max_connections)
             .field("users", &users)
             .field("tls", &self.tls.is_some())
+            .field("tls_required", &self.tls_required)
             .field("startup_timeout", &self.startup_timeout)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("shutdown_grace", &self.shutdown_grace)
@@ -116,6 +120,7 @@ impl Default for PgConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             users: None,
             tls: None,
+            tls_required: false,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
@@ -157,9 +162,12 @@ pub async fn serve(
     config: PgConfig,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    if let Some(users) = &config.users {
+        engine.set_bootstrap_users(users.keys().cloned());
+    }
     let scram = config.users.as_ref().map(|users| {
         auth::Scram::new(
-            Arc::new(auth::Users::new(users)),
+            Arc::new(auth::Users::new(users, engine.clone())),
             config
                 .tls
                 .as_ref()

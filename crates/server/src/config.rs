@@ -9,17 +9,40 @@
 //! http_addr = "127.0.0.1:8433"
 //! fsync = "always"            # always | interval | interval:<ms> | never
 //! max_connections = 100
-//! http_tokens = ["secret-token"]
 //! tls_cert = "server.crt"
 //! tls_key = "server.key"
+//! tls_required = true         # refuse plaintext PostgreSQL logins
 //! compaction_interval_secs = 30
 //! release_interval = "5s"     # scheduled releases; off when absent
 //! consistency = "linearizable" # eventual | session | release | linearizable
-//! [users]
+//! user_file = "/etc/aqueduct/users"   # more bootstrap users, see below
+//! allow_trust_on_network = false
+//! [users]                     # bootstrap users: superusers
 //! alice = "password"
+//! [http_tokens]               # bearer token = the role its requests run as
+//! "secret-token" = "alice"
+//! "report-token" = "reporter" # a role created with CREATE ROLE
 //! ```
+//!
+//! Users come from the `[users]` table, the user file and `--user`; all of
+//! them are bootstrap superusers (roles made with `CREATE ROLE`/`CREATE
+//! USER` live in the database instead). Passwords need never be on the
+//! command line: the user file has one user per line, `name:password` or
+//! `name = password` (spaces around the name and password are trimmed, a
+//! password may be in double quotes, blank lines and lines starting with
+//! `#` are skipped); keep it readable by the server's account only.
+//!
+//! `http_tokens` may also be a list (`http_tokens = ["secret-token"]`, the
+//! older form, like `--http-token`): such tokens run as a bootstrap
+//! superuser. With users configured and no token at all, the HTTP API
+//! (`/v1/*`) is refused rather than open.
+//!
+//! A listener on an address other than loopback with nothing to
+//! authenticate clients (no users; for HTTP, no users and no tokens) is
+//! refused at start unless `allow_trust_on_network` (`--allow-trust-on-network`)
+//! says so. `tls_required` needs `tls_cert` and `tls_key`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -59,10 +82,16 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// PostgreSQL users and passwords; empty means trust.
     pub users: HashMap<String, String>,
-    /// Bearer tokens for the HTTP API; empty means open.
+    /// Bearer tokens of a bootstrap superuser for the HTTP API.
     pub http_tokens: Vec<String>,
+    /// Bearer token → the role its HTTP requests run as.
+    pub http_token_roles: BTreeMap<String, String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Refuse PostgreSQL logins without TLS.
+    pub tls_required: bool,
+    /// Serve without authentication on addresses other than loopback.
+    pub allow_trust_on_network: bool,
     pub compaction_interval: Duration,
     /// Bound on the bytes of all view and operator state (0: none).
     pub memory_limit: u64,
@@ -85,8 +114,11 @@ impl Default for ServerConfig {
             max_connections: aqueduct_pg::DEFAULT_MAX_CONNECTIONS,
             users: HashMap::new(),
             http_tokens: Vec::new(),
+            http_token_roles: BTreeMap::new(),
             tls_cert: None,
             tls_key: None,
+            tls_required: false,
+            allow_trust_on_network: false,
             compaction_interval: DEFAULT_COMPACTION_INTERVAL,
             memory_limit: 0,
             partial_state: true,
@@ -107,9 +139,13 @@ pub struct FileConfig {
     pub segment_bytes: Option<u64>,
     pub max_connections: Option<usize>,
     pub users: Option<HashMap<String, String>>,
-    pub http_tokens: Option<Vec<String>>,
+    /// More users, one a line (`name:password` or `name = password`).
+    pub user_file: Option<PathBuf>,
+    pub http_tokens: Option<HttpTokens>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub tls_required: Option<bool>,
+    pub allow_trust_on_network: Option<bool>,
     pub compaction_interval_secs: Option<u64>,
     /// `--memory-limit`: bytes, or with a unit (`512MiB`, `2GiB`, `4GB`).
     pub memory_limit: Option<String>,
@@ -119,6 +155,77 @@ pub struct FileConfig {
     pub release_interval: Option<String>,
     /// `--consistency`: the level sessions start with.
     pub consistency: Option<String>,
+}
+
+/// `http_tokens`: a table of token → role, or (the older form) a list of
+/// tokens of a bootstrap superuser.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum HttpTokens {
+    Roles(BTreeMap<String, String>),
+    Superuser(Vec<String>),
+}
+
+/// Reads a user file: one `name:password` or `name = password` a line.
+pub fn load_user_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_user_file(&text).map_err(|message| ConfigError::Parse {
+        path: path.display().to_string(),
+        message,
+    })
+}
+
+/// The users of a user file's text.
+pub fn parse_user_file(text: &str) -> Result<HashMap<String, String>, String> {
+    let mut users = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = line
+            .find([':', '='])
+            .ok_or_else(|| format!("line {}: expected name:password or name = password", i + 1))?;
+        let name = line[..at].trim();
+        let mut password = line[at + 1..].trim();
+        if password.len() >= 2 && password.starts_with('"') && password.ends_with('"') {
+            password = &password[1..password.len() - 1];
+        }
+        if name.is_empty() || password.is_empty() {
+            return Err(format!(
+                "line {}: neither the name nor the password may be empty",
+                i + 1
+            ));
+        }
+        if users
+            .insert(name.to_string(), password.to_string())
+            .is_some()
+        {
+            return Err(format!("line {}: user \"{name}\" appears twice", i + 1));
+        }
+    }
+    Ok(users)
+}
+
+/// Whether a listen address is on loopback only (`127.0.0.0/8`, `::1`,
+/// `localhost`); any other address, or a host name, may be reached from
+/// the network.
+pub fn is_loopback_addr(addr: &str) -> bool {
+    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
+        return a.ip().is_loopback();
+    }
+    let host = match addr.rsplit_once(':') {
+        Some((h, _)) => h,
+        None => addr,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    host.eq_ignore_ascii_case("localhost")
 }
 
 impl FileConfig {
@@ -144,9 +251,18 @@ impl ServerConfig {
             None => d.fsync,
         };
         let mut users = file.users.unwrap_or_default();
+        if let Some(path) = flags.user_file.as_ref().or(file.user_file.as_ref()) {
+            users.extend(load_user_file(path)?);
+        }
         users.extend(flags.users.unwrap_or_default());
-        let mut tokens = file.http_tokens.unwrap_or_default();
-        tokens.extend(flags.http_tokens.unwrap_or_default());
+        let mut tokens = Vec::new();
+        let mut token_roles = BTreeMap::new();
+        for t in [file.http_tokens, flags.http_tokens].into_iter().flatten() {
+            match t {
+                HttpTokens::Superuser(list) => tokens.extend(list),
+                HttpTokens::Roles(map) => token_roles.extend(map),
+            }
+        }
         let memory_limit = match flags.memory_limit.or(file.memory_limit) {
             Some(s) => parse_bytes(&s).ok_or_else(|| {
                 ConfigError::Invalid(format!(
@@ -210,8 +326,14 @@ impl ServerConfig {
                 .unwrap_or(d.max_connections),
             users,
             http_tokens: tokens,
+            http_token_roles: token_roles,
             tls_cert: flags.tls_cert.or(file.tls_cert),
             tls_key: flags.tls_key.or(file.tls_key),
+            tls_required: flags.tls_required.or(file.tls_required).unwrap_or(false),
+            allow_trust_on_network: flags
+                .allow_trust_on_network
+                .or(file.allow_trust_on_network)
+                .unwrap_or(false),
             compaction_interval: flags
                 .compaction_interval_secs
                 .or(file.compaction_interval_secs)
@@ -233,7 +355,38 @@ impl ServerConfig {
                 "segment size must be at least 65536 bytes".into(),
             ));
         }
+        config.check_security()?;
         Ok(config)
+    }
+
+    /// Refuses settings that would leave the server open or unusable:
+    /// TLS required without a certificate, and listeners reachable from the
+    /// network with nothing to authenticate clients.
+    pub fn check_security(&self) -> Result<(), ConfigError> {
+        if self.tls_required && (self.tls_cert.is_none() || self.tls_key.is_none()) {
+            return Err(ConfigError::Invalid(
+                "--tls-required needs TLS: give a certificate and key (--tls-cert, --tls-key)"
+                    .into(),
+            ));
+        }
+        if self.allow_trust_on_network || !self.users.is_empty() {
+            return Ok(());
+        }
+        let how = "add a user (--user-file PATH with lines name:password, a [users] table in the config file, or --user NAME:PASSWORD), listen on 127.0.0.1, or pass --allow-trust-on-network to serve without authentication on purpose";
+        if !is_loopback_addr(&self.pg_addr) {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to serve PostgreSQL clients on {} without authentication: no users are configured, so every client would be trusted as a superuser; {how}",
+                self.pg_addr
+            )));
+        }
+        let http_guarded = !self.http_tokens.is_empty() || !self.http_token_roles.is_empty();
+        if !http_guarded && !is_loopback_addr(&self.http_addr) {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to serve HTTP on {} without authentication: no users or HTTP tokens are configured, so /v1/sql would run anyone's SQL as a superuser; {how}, or configure [http_tokens]",
+                self.http_addr
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -300,6 +453,77 @@ mod tests {
         let e = ServerConfig::resolve(FileConfig::default(), flags).unwrap_err();
         assert!(e.to_string().contains("always, interval"), "{e}");
         assert!(toml::from_str::<FileConfig>("colour = 1").is_err());
+    }
+
+    #[test]
+    fn user_files_and_token_tables_are_read() {
+        let users = parse_user_file(
+            "# bootstrap users\nalice:s3cret:with colon\n\n bob = \"two words\" \ncarol=x=y\n",
+        )
+        .unwrap();
+        assert_eq!(users["alice"], "s3cret:with colon");
+        assert_eq!(users["bob"], "two words");
+        assert_eq!(users["carol"], "x=y");
+        assert!(parse_user_file("nobody\n").unwrap_err().contains("line 1"));
+        assert!(parse_user_file("a:\n").is_err());
+        assert!(parse_user_file("a:1\na:2\n").unwrap_err().contains("twice"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("users");
+        std::fs::write(&path, "dave:pw\n").unwrap();
+        let file: FileConfig = toml::from_str(&format!(
+            "user_file = {:?}\n[users]\nerin = \"e\"\n[http_tokens]\n\"tok\" = \"dave\"\n",
+            path.display().to_string()
+        ))
+        .unwrap();
+        let c = ServerConfig::resolve(file, FileConfig::default()).unwrap();
+        assert_eq!(c.users["dave"], "pw");
+        assert_eq!(c.users["erin"], "e");
+        assert_eq!(c.http_token_roles["tok"], "dave");
+        assert!(c.http_tokens.is_empty());
+        // The list form still works, as tokens of a superuser.
+        let file: FileConfig = toml::from_str("http_tokens = [\"old\"]\n").unwrap();
+        let c = ServerConfig::resolve(file, FileConfig::default()).unwrap();
+        assert_eq!(c.http_tokens, vec!["old".to_string()]);
+    }
+
+    #[test]
+    fn unauthenticated_network_listeners_and_tls_required_without_tls_are_refused() {
+        let resolve = |toml_text: &str| {
+            ServerConfig::resolve(toml::from_str(toml_text).unwrap(), FileConfig::default())
+        };
+        for loopback in [
+            "127.0.0.1:5433",
+            "[::1]:5433",
+            "localhost:5433",
+            "127.0.0.2:1",
+        ] {
+            assert!(is_loopback_addr(loopback), "{loopback}");
+        }
+        for network in [
+            "0.0.0.0:5433",
+            "[::]:5433",
+            "10.0.0.1:5433",
+            "db.example:5433",
+        ] {
+            assert!(!is_loopback_addr(network), "{network}");
+        }
+        let e = resolve("pg_addr = \"0.0.0.0:5433\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("without authentication") && e.contains("--user-file"),
+            "{e}"
+        );
+        let e = resolve("http_addr = \"0.0.0.0:8433\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("HTTP"), "{e}");
+        resolve("pg_addr = \"0.0.0.0:5433\"\nallow_trust_on_network = true").unwrap();
+        resolve("pg_addr = \"0.0.0.0:5433\"\n[users]\na = \"b\"").unwrap();
+        resolve("http_addr = \"0.0.0.0:8433\"\nhttp_tokens = [\"t\"]").unwrap();
+        let e = resolve("tls_required = true").unwrap_err().to_string();
+        assert!(e.contains("--tls-cert"), "{e}");
     }
 
     #[test]

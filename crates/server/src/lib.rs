@@ -15,7 +15,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use aqueduct_sql::limits::SERVER_THREAD_STACK_BYTES;
-pub use config::{ConfigError, FileConfig, ServerConfig};
+pub use config::{
+    is_loopback_addr, load_user_file, parse_user_file, ConfigError, FileConfig, HttpTokens,
+    ServerConfig,
+};
 
 /// Replays longer than this many records show a progress bar.
 const PROGRESS_BAR_MIN_RECORDS: u64 = 200_000;
@@ -55,6 +58,9 @@ pub async fn run(
     config: ServerConfig,
     on_ready: impl FnOnce(&Bound) + Send,
 ) -> Result<(), ServerError> {
+    // Before anything is opened or bound: refuse to serve unauthenticated
+    // on the network, or to require TLS without a certificate.
+    config.check_security()?;
     tracing::info!(data_dir = %config.data_dir.display(), fsync = ?config.fsync, "starting Aqueduct");
     let started = Instant::now();
     let data_dir = config.data_dir.clone();
@@ -94,6 +100,7 @@ pub async fn run(
         .log()
         .start_background_compaction(config.compaction_interval);
     engine.set_default_consistency(config.consistency);
+    engine.set_bootstrap_users(config.users.keys().cloned());
 
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(c), Some(k)) => Some(aqueduct_pg::TlsSetup::from_pem_files(c, k)?),
@@ -150,6 +157,7 @@ pub async fn run(
             Some(config.users.clone())
         },
         tls: tls.clone(),
+        tls_required: config.tls_required,
         metrics: pg_metrics.clone(),
         ..aqueduct_pg::PgConfig::default()
     };
@@ -166,6 +174,8 @@ pub async fn run(
     });
     let http_config = aqueduct_http::HttpConfig {
         tokens: config.http_tokens.clone(),
+        token_roles: config.http_token_roles.clone(),
+        users_configured: !config.users.is_empty(),
         tls: http_tls,
     };
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod limits;
 mod oneshot;
 mod release_views;
+mod roles;
 mod routes;
 mod session;
 mod time_maps;
@@ -35,6 +36,7 @@ pub use aqueduct_expr::{expr, SqlError};
 pub use aqueduct_releases as releases;
 pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
 pub use release_views::MAX_RELEASE_VIEWS;
+pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
 pub use session::{parse_duration, Outcome, Prepared, Session, TxnStatus};
 
 /// Largest SQL text accepted in one query message.
@@ -122,6 +124,8 @@ pub struct Engine {
     pub replay: ReplayReport,
     /// The clock sessions read their statements' time from.
     clock: parking_lot::RwLock<Arc<dyn Clock>>,
+    /// Users from the server's configuration: superusers outside the catalog.
+    pub(crate) bootstrap_users: parking_lot::RwLock<std::collections::BTreeSet<String>>,
 }
 
 impl Engine {
@@ -180,6 +184,7 @@ impl Engine {
             started: Instant::now(),
             replay,
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
+            bootstrap_users: Default::default(),
         });
         engine.views.attach(&engine);
         Ok(engine)

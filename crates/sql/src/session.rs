@@ -168,6 +168,9 @@ pub struct Session {
     txn_began_micros: Option<i64>,
     /// Stops the running statement (cancel, timeout, memory, shutdown).
     interrupt: aqueduct_expr::interrupt::Interrupt,
+    /// Who the session runs as (`roles.rs`).
+    pub(crate) principal: crate::roles::Principal,
+    pub(crate) view_relations_cache: crate::roles::ViewRelationsCache,
 }
 
 impl Session {
@@ -196,7 +199,15 @@ impl Session {
                 statement_micros: 0,
             },
             txn_began_micros: None,
+            principal: Default::default(),
+            view_relations_cache: Default::default(),
         }
+        .with_default_principal()
+    }
+
+    fn with_default_principal(mut self) -> Session {
+        self.set_principal(crate::roles::Principal::default());
+        self
     }
 
     /// The handle that stops this session's running statement from another
@@ -320,13 +331,14 @@ impl Session {
             }
             return vec![r];
         }
-        let statements = match parse(sql) {
+        let mut statements = match parse(sql) {
             Ok(s) => s,
             Err(e) => {
                 self.note_error();
                 return vec![Err(e)];
             }
         };
+        crate::roles::substitute_current_user(&mut statements, sql, &self.principal.name);
         if statements.is_empty() {
             return vec![Ok(Outcome::Empty)];
         }
@@ -419,6 +431,7 @@ impl Session {
             });
         }
         let mut statements = parse(sql)?;
+        crate::roles::substitute_current_user(&mut statements, sql, &self.principal.name);
         if statements.len() > 1 {
             return Err(SqlError::syntax(
                 "cannot insert multiple commands into a prepared statement",
@@ -440,6 +453,18 @@ impl Session {
                 custom: false,
             });
         };
+        if crate::roles::is_role_statement(st) {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: Vec::new(),
+                columns: Vec::new(),
+                quick: false,
+                statement,
+                auto: None,
+                view_read: None,
+                custom: false,
+            });
+        }
         if let Some(read) = self.plan_view_read(st, hints) {
             return Ok(Prepared {
                 sql: sql.to_string(),
@@ -573,6 +598,12 @@ impl Session {
                 ),
             ));
         }
+        if let Some(st) = &p.statement {
+            if let Err(e) = self.authorize(st) {
+                self.note_error();
+                return Err(e);
+            }
+        }
         if p.custom {
             let out = self.run_time_map(&p.sql);
             if out.is_err() {
@@ -670,7 +701,9 @@ impl Session {
         let Some(st) = st else {
             return Ok(Outcome::Empty);
         };
-        let result = self.run_statement(st, hints, params);
+        let result = self
+            .authorize(st)
+            .and_then(|()| self.run_statement(st, hints, params));
         if result.is_err() {
             self.note_error();
         }
@@ -684,6 +717,9 @@ impl Session {
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
         self.start_statement();
+        if let Some(out) = self.run_role_statement(st) {
+            return out;
+        }
         if catalog_queries::uses_virtual_tables(&st.to_string()) {
             return self.run_virtual(st, hints, params);
         }
@@ -794,8 +830,11 @@ impl Session {
             db.await_visible(seen)?;
             return Ok(out);
         }
+        let owner = &self.principal.name;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
-            exec::execute(db, catalog, txn, &plan, columns, params)
+            let out = exec::execute(db, catalog, txn, &plan, columns, params)?;
+            crate::roles::record_owners(txn, owner);
+            Ok::<_, SqlError>(out)
         })?;
         if let Some(lsn) = lsn {
             self.set_last_lsn(lsn);
@@ -1152,7 +1191,7 @@ impl Session {
         }
     }
 
-    fn set_last_lsn(&mut self, lsn: Lsn) {
+    pub(crate) fn set_last_lsn(&mut self, lsn: Lsn) {
         self.last_lsn = lsn;
         self.settings
             .insert("aqueduct.last_lsn".into(), lsn.to_string());
@@ -1242,6 +1281,8 @@ pub(crate) fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     if sql.trim().trim_matches(';').trim().is_empty() {
         return Ok(Vec::new());
     }
+    let rewritten = crate::roles::rewrite_user_statements(sql);
+    let sql = rewritten.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)

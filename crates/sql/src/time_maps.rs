@@ -89,6 +89,7 @@ fn word(t: Option<&Token>) -> Result<String, SqlError> {
 impl Session {
     /// Runs a time-map statement.
     pub(crate) fn run_time_map(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        self.require_superuser("create or drop time maps")?;
         if self.txn.is_some() {
             return Err(SqlError::new(
                 "25001",

@@ -12,6 +12,7 @@
 //!   A transaction is one atomic log batch.
 
 mod index;
+mod roles;
 mod schema;
 mod table;
 
@@ -24,6 +25,10 @@ use aqueduct_log::{Log, Lsn, NewRecord, RecordKind, RecordView};
 use aqueduct_values::{decode_row, decode_value, encode_row, encode_value, Value};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+pub use roles::{
+    Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
+    MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
+};
 pub use schema::{
     parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef,
     SCHEMA_RECORD_VERSION,
@@ -93,6 +98,8 @@ pub struct Catalog {
     pub views: BTreeMap<TableId, (String, String)>,
     /// Time maps by id.
     pub time_maps: BTreeMap<TableId, TimeMapDef>,
+    /// Roles, owners and privileges (`roles.rs`).
+    pub security: Security,
     /// LSN of the last write applied: the tables are exactly as of it.
     lsn: Lsn,
 }
@@ -144,6 +151,9 @@ impl Catalog {
 
     /// Applies a schema change (replay, commit, and catalogs built in memory).
     pub fn apply_schema(&mut self, change: SchemaChange) {
+        if self.apply_security(&change) {
+            return;
+        }
         match change {
             SchemaChange::CreateTable(schema) => {
                 self.next_table_id = self.next_table_id.max(schema.id + 1);
@@ -179,6 +189,13 @@ impl Catalog {
             SchemaChange::DropTimeMap { id } => {
                 self.time_maps.remove(&id);
             }
+            // Applied by `apply_security` above.
+            SchemaChange::CreateRole(_)
+            | SchemaChange::AlterRole(_)
+            | SchemaChange::DropRole { .. }
+            | SchemaChange::SetOwner { .. }
+            | SchemaChange::Grant { .. }
+            | SchemaChange::Revoke { .. } => {}
         }
     }
 

@@ -7,6 +7,8 @@
 use aqueduct_values::{DataType, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::roles::{grantee_def, grantee_json, Grantee, Privilege, RoleDef, RoleJson};
+
 /// A table's identity; never reused, so rows of a dropped table can never be
 /// mistaken for rows of a new one.
 pub type TableId = u64;
@@ -86,6 +88,28 @@ pub enum SchemaChange {
     DropTimeMap {
         id: TableId,
     },
+    /// A role created in SQL (`CREATE ROLE`, `CREATE USER`).
+    CreateRole(RoleDef),
+    /// A role's new attributes (`ALTER ROLE`); same id and name.
+    AlterRole(RoleDef),
+    DropRole {
+        id: TableId,
+    },
+    /// The owner of a table or view, written with its creation.
+    SetOwner {
+        object: TableId,
+        owner: String,
+    },
+    Grant {
+        object: TableId,
+        grantee: Grantee,
+        privileges: Vec<Privilege>,
+    },
+    Revoke {
+        object: TableId,
+        grantee: Grantee,
+        privileges: Vec<Privilege>,
+    },
 }
 
 /// A time map's declaration: `CREATE TIME MAP name ON table (column)
@@ -161,6 +185,38 @@ enum ChangeJson {
         v: u32,
         id: TableId,
     },
+    CreateRole {
+        v: u32,
+        role: RoleJson,
+    },
+    AlterRole {
+        v: u32,
+        role: RoleJson,
+    },
+    DropRole {
+        v: u32,
+        id: TableId,
+    },
+    SetOwner {
+        v: u32,
+        object: TableId,
+        owner: String,
+    },
+    Grant {
+        v: u32,
+        object: TableId,
+        /// A role name; absent for PUBLIC.
+        #[serde(default)]
+        grantee: Option<String>,
+        privileges: Vec<Privilege>,
+    },
+    Revoke {
+        v: u32,
+        object: TableId,
+        #[serde(default)]
+        grantee: Option<String>,
+        privileges: Vec<Privilege>,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -190,6 +246,11 @@ impl SchemaChange {
             SchemaChange::CreateView { id, .. } | SchemaChange::DropView { id } => *id,
             SchemaChange::CreateTimeMap(def) => def.id,
             SchemaChange::DropTimeMap { id } => *id,
+            SchemaChange::CreateRole(r) | SchemaChange::AlterRole(r) => r.id,
+            SchemaChange::DropRole { id } => *id,
+            SchemaChange::SetOwner { object, .. }
+            | SchemaChange::Grant { object, .. }
+            | SchemaChange::Revoke { object, .. } => *object,
         }
     }
 
@@ -236,6 +297,40 @@ impl SchemaChange {
                 def: def.clone(),
             },
             SchemaChange::DropTimeMap { id } => ChangeJson::DropTimeMap { v, id: *id },
+            SchemaChange::CreateRole(r) => ChangeJson::CreateRole {
+                v,
+                role: RoleJson::from_def(r),
+            },
+            SchemaChange::AlterRole(r) => ChangeJson::AlterRole {
+                v,
+                role: RoleJson::from_def(r),
+            },
+            SchemaChange::DropRole { id } => ChangeJson::DropRole { v, id: *id },
+            SchemaChange::SetOwner { object, owner } => ChangeJson::SetOwner {
+                v,
+                object: *object,
+                owner: owner.clone(),
+            },
+            SchemaChange::Grant {
+                object,
+                grantee,
+                privileges,
+            } => ChangeJson::Grant {
+                v,
+                object: *object,
+                grantee: grantee_json(grantee),
+                privileges: privileges.clone(),
+            },
+            SchemaChange::Revoke {
+                object,
+                grantee,
+                privileges,
+            } => ChangeJson::Revoke {
+                v,
+                object: *object,
+                grantee: grantee_json(grantee),
+                privileges: privileges.clone(),
+            },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -319,6 +414,48 @@ impl SchemaChange {
                 check(v)?;
                 SchemaChange::DropTimeMap { id }
             }
+            ChangeJson::CreateRole { v, role } => {
+                check(v)?;
+                SchemaChange::CreateRole(role.into_def()?)
+            }
+            ChangeJson::AlterRole { v, role } => {
+                check(v)?;
+                SchemaChange::AlterRole(role.into_def()?)
+            }
+            ChangeJson::DropRole { v, id } => {
+                check(v)?;
+                SchemaChange::DropRole { id }
+            }
+            ChangeJson::SetOwner { v, object, owner } => {
+                check(v)?;
+                SchemaChange::SetOwner { object, owner }
+            }
+            ChangeJson::Grant {
+                v,
+                object,
+                grantee,
+                privileges,
+            } => {
+                check(v)?;
+                SchemaChange::Grant {
+                    object,
+                    grantee: grantee_def(grantee),
+                    privileges,
+                }
+            }
+            ChangeJson::Revoke {
+                v,
+                object,
+                grantee,
+                privileges,
+            } => {
+                check(v)?;
+                SchemaChange::Revoke {
+                    object,
+                    grantee: grantee_def(grantee),
+                    privileges,
+                }
+            }
         })
     }
 }
@@ -390,6 +527,41 @@ mod tests {
             SchemaChange::DropIndex {
                 table: 7,
                 name: "users_name".into(),
+            },
+            SchemaChange::CreateRole(crate::RoleDef {
+                id: 9,
+                name: "alice".into(),
+                login: true,
+                superuser: false,
+                createrole: true,
+                password: Some(crate::ScramVerifier::derive(
+                    "pw",
+                    b"salt-salt-salt!!",
+                    4096,
+                )),
+            }),
+            SchemaChange::AlterRole(crate::RoleDef {
+                id: 9,
+                name: "alice".into(),
+                login: false,
+                superuser: true,
+                createrole: false,
+                password: None,
+            }),
+            SchemaChange::DropRole { id: 9 },
+            SchemaChange::SetOwner {
+                object: 7,
+                owner: "alice".into(),
+            },
+            SchemaChange::Grant {
+                object: 7,
+                grantee: Grantee::Public,
+                privileges: vec![Privilege::Select, Privilege::Delete],
+            },
+            SchemaChange::Revoke {
+                object: 7,
+                grantee: Grantee::Role("bob".into()),
+                privileges: vec![Privilege::Insert],
             },
         ] {
             assert_eq!(SchemaChange::decode(&c.encode()).unwrap(), c);

@@ -1,0 +1,1079 @@
+//! Roles and privileges in SQL: who a session runs as, `CREATE/ALTER/DROP
+//! ROLE` (and `USER`), `GRANT`/`REVOKE`, owners, and the privilege check
+//! every statement passes before it runs (`docs/sql.md`, "Roles and
+//! privileges").
+//!
+//! The check is made once per statement, at the level of relations, from
+//! the relations the statement names: a table needs the privilege the
+//! statement uses it for; a view is an opaque relation checked for the
+//! calling role, and what the view reads is checked for the view's owner
+//! (views run with their owner's rights, as in PostgreSQL). Because it
+//! happens before a statement is routed, every way of answering a read (a
+//! keyed view read, an automatic view, one-shot evaluation, a release
+//! read) is covered by it alike.
+//!
+//! Superusers pass every check. A principal that is not a role of the
+//! catalog is a bootstrap user (from the server's configuration) or a
+//! client of a server without users (trust): both are superusers.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::ControlFlow;
+
+use aqueduct_tables::{
+    Catalog, Grantee, Privilege, RoleDef, SchemaChange, ScramVerifier, TableId, Txn,
+    MAX_ROLE_NAME_BYTES,
+};
+use sqlparser::ast::{self, Statement};
+
+use crate::bind::{self, object_name};
+use crate::session::Session;
+use crate::{Engine, Outcome, SqlError};
+
+/// The name a session runs as when the front end names none.
+pub const DEFAULT_PRINCIPAL: &str = "aqueduct";
+/// Deepest chain of views over views followed when checking a view
+/// owner's rights (a cycle cannot exist, but a bound keeps it certain).
+pub const MAX_VIEW_DEPTH: usize = 64;
+
+/// Who a session runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    /// A bootstrap user or a trusted client: a superuser that is not a
+    /// role of the catalog.
+    pub bootstrap: bool,
+}
+
+impl Principal {
+    /// A superuser from outside the catalog (trust, or a bootstrap user).
+    pub fn superuser(name: impl Into<String>) -> Principal {
+        Principal {
+            name: name.into(),
+            bootstrap: true,
+        }
+    }
+
+    /// A role of the catalog (its attributes are read at every check).
+    pub fn role(name: impl Into<String>) -> Principal {
+        Principal {
+            name: name.into(),
+            bootstrap: false,
+        }
+    }
+
+    /// Whether this principal is a superuser in `catalog`.
+    pub fn is_superuser(&self, catalog: &Catalog) -> bool {
+        self.bootstrap || catalog.role(&self.name).is_some_and(|r| r.superuser)
+    }
+}
+
+impl Default for Principal {
+    fn default() -> Principal {
+        Principal::superuser(DEFAULT_PRINCIPAL)
+    }
+}
+
+/// Whether the owner of an object is a superuser: owners that are not
+/// roles of the catalog are bootstrap users or trusted clients (a role
+/// that owns objects cannot be dropped).
+fn owner_is_superuser(catalog: &Catalog, owner: Option<&str>) -> bool {
+    match owner {
+        None => true,
+        Some(o) => catalog.role(o).is_none_or(|r| r.superuser),
+    }
+}
+
+impl Engine {
+    /// Declares the bootstrap users (from the server's configuration):
+    /// superusers that log in with their configured password and that no
+    /// `CREATE ROLE` may shadow.
+    pub fn set_bootstrap_users<I: IntoIterator<Item = String>>(&self, names: I) {
+        *self.bootstrap_users.write() = names.into_iter().collect();
+    }
+
+    /// Whether `name` is a bootstrap user.
+    pub fn is_bootstrap_user(&self, name: &str) -> bool {
+        self.bootstrap_users.read().contains(name)
+    }
+
+    /// The SCRAM verifier a login as `name` is checked against: a role of
+    /// the catalog that may log in and has a password.
+    pub fn login_verifier(&self, name: &str) -> Option<ScramVerifier> {
+        let catalog = self.database().read();
+        let role = catalog.role(name)?;
+        if !role.login {
+            return None;
+        }
+        role.password.clone()
+    }
+
+    /// Whether a role of the catalog called `name` exists.
+    pub fn role_exists(&self, name: &str) -> bool {
+        self.database().read().role(name).is_some()
+    }
+
+    /// A session running as `principal`.
+    pub fn session_as(self: &std::sync::Arc<Engine>, principal: Principal) -> Session {
+        let mut s = self.session();
+        s.set_principal(principal);
+        s
+    }
+}
+
+/// Whether `hay` contains `needle` (ASCII, any case), without allocating.
+fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// PostgreSQL spells a role with LOGIN `USER`: `CREATE USER`, `ALTER USER`
+/// and `DROP USER` are rewritten to the `ROLE` forms (adding `LOGIN` to a
+/// `CREATE USER` that does not say `NOLOGIN`). `None` when `sql` has none.
+pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    // Cheap test first: most statements are not these.
+    if !contains_ignore_case(sql, "user") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let keyword = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    };
+    let significant = |t: &Token| !matches!(t, Token::Whitespace(_));
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len() + 2);
+    let mut changed = false;
+    let mut start = 0;
+    while start < tokens.len() {
+        let end = tokens[start..]
+            .iter()
+            .position(|t| matches!(t, Token::SemiColon))
+            .map_or(tokens.len(), |p| start + p + 1);
+        let stmt = &tokens[start..end];
+        let words: Vec<(usize, &Token)> = stmt
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| significant(t))
+            .collect();
+        let verb = words.first().and_then(|(_, t)| keyword(t));
+        let is_user = words.get(1).and_then(|(_, t)| keyword(t)) == Some(Keyword::USER);
+        if is_user && matches!(verb, Some(Keyword::CREATE | Keyword::ALTER | Keyword::DROP)) {
+            changed = true;
+            let says_login = stmt
+                .iter()
+                .any(|t| matches!(keyword(t), Some(Keyword::LOGIN | Keyword::NOLOGIN)));
+            // The role's name: the first word after USER (and IF [NOT] EXISTS).
+            let name_at = words
+                .iter()
+                .skip(2)
+                .find(|(_, t)| {
+                    !matches!(
+                        keyword(t),
+                        Some(Keyword::IF | Keyword::NOT | Keyword::EXISTS)
+                    )
+                })
+                .map(|(i, _)| *i);
+            // Options may come in any order: LOGIN goes after the last word.
+            let last_word = words
+                .iter()
+                .rev()
+                .find(|(_, t)| !matches!(t, Token::SemiColon))
+                .map(|(i, _)| *i);
+            for (i, t) in stmt.iter().enumerate() {
+                if i == words[1].0 {
+                    out.push(Token::make_keyword("ROLE"));
+                } else {
+                    out.push(t.clone());
+                }
+                if verb == Some(Keyword::CREATE)
+                    && !says_login
+                    && name_at.is_some()
+                    && Some(i) == last_word
+                {
+                    out.push(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space));
+                    out.push(Token::make_keyword("LOGIN"));
+                }
+            }
+        } else {
+            out.extend(stmt.iter().cloned());
+        }
+        start = end;
+    }
+    changed.then(|| out.iter().map(|t| t.to_string()).collect())
+}
+
+/// Replaces `current_user`, `session_user`, `current_role` and `user` by
+/// the name of the role the session runs as, so every way of evaluating a
+/// statement reports it.
+pub(crate) fn substitute_current_user(statements: &mut [Statement], sql: &str, name: &str) {
+    if !contains_ignore_case(sql, "user") && !contains_ignore_case(sql, "current_role") {
+        return;
+    }
+    let is_user_function = |n: &str| {
+        matches!(
+            n.to_ascii_lowercase().as_str(),
+            "current_user" | "session_user" | "current_role" | "user"
+        )
+    };
+    for st in statements.iter_mut() {
+        let _ = ast::visit_expressions_mut(st, |e| {
+            let replace = match e {
+                ast::Expr::Function(f) => {
+                    let no_args = matches!(f.args, ast::FunctionArguments::None)
+                        || matches!(&f.args, ast::FunctionArguments::List(l) if l.args.is_empty());
+                    no_args && f.name.0.len() == 1 && is_user_function(&f.name.to_string())
+                }
+                ast::Expr::Identifier(i) => i.quote_style.is_none() && is_user_function(&i.value),
+                _ => false,
+            };
+            if replace {
+                *e = ast::Expr::Value(
+                    ast::Value::SingleQuotedString(name.to_string()).with_empty_span(),
+                );
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+}
+
+/// Whether `st` is one of the statements this module runs.
+pub(crate) fn is_role_statement(st: &Statement) -> bool {
+    matches!(
+        st,
+        Statement::CreateRole(_)
+            | Statement::AlterRole { .. }
+            | Statement::Grant(_)
+            | Statement::Revoke(_)
+            | Statement::Drop {
+                object_type: ast::ObjectType::Role | ast::ObjectType::User,
+                ..
+            }
+    )
+}
+
+/// After a statement that created tables or views: records the creator as
+/// their owner, in the same log batch.
+pub(crate) fn record_owners(txn: &mut Txn, owner: &str) {
+    let created: Vec<TableId> = txn
+        .writes()
+        .iter()
+        .filter_map(|w| match w {
+            aqueduct_tables::Write::Schema(SchemaChange::CreateTable(t)) => Some(t.id),
+            aqueduct_tables::Write::Schema(SchemaChange::CreateView { id, .. }) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    for object in created {
+        txn.schema(SchemaChange::SetOwner {
+            object,
+            owner: owner.to_string(),
+        });
+    }
+}
+
+/// A table or view named in a statement, as the catalog knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Relation {
+    Table(TableId),
+    View(TableId),
+}
+
+impl Relation {
+    fn find(catalog: &Catalog, name: &str) -> Option<Relation> {
+        if let Some(t) = catalog.table(name) {
+            return Some(Relation::Table(t.schema.id));
+        }
+        catalog.view(name).map(Relation::View)
+    }
+
+    fn id(self) -> TableId {
+        match self {
+            Relation::Table(id) | Relation::View(id) => id,
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Relation::Table(_) => "table",
+            Relation::View(_) => "view",
+        }
+    }
+}
+
+fn permission_denied(kind: &str, name: &str, privilege: Privilege, role: &str) -> SqlError {
+    SqlError::new("42501", format!("permission denied for {kind} {name}")).with_hint(format!(
+        "role \"{role}\" needs the {privilege} privilege on {name}: its owner or a superuser can run GRANT {privilege} ON {name} TO {role}"
+    ))
+}
+
+fn must_be_owner(kind: &str, name: &str) -> SqlError {
+    SqlError::new("42501", format!("must be owner of {kind} {name}")).with_hint(format!(
+        "only the owner of {name} or a superuser may do this"
+    ))
+}
+
+/// The relations a statement reads and what it needs on them.
+#[derive(Default)]
+struct Needs {
+    /// (relation name, privilege), in the order found.
+    list: Vec<(String, Privilege)>,
+    /// Relations that must be owned by the caller.
+    owned: Vec<String>,
+    /// Index names whose table must be owned by the caller.
+    owned_indexes: Vec<String>,
+}
+
+impl Needs {
+    fn add(&mut self, name: String, p: Privilege) {
+        if !self.list.iter().any(|(n, q)| *n == name && *q == p) {
+            self.list.push((name, p));
+        }
+    }
+
+    fn reads(&mut self, names: Vec<String>) {
+        for n in names {
+            self.add(n, Privilege::Select);
+        }
+    }
+}
+
+/// Relations named in a query (tables, views, CTE names).
+fn query_relations(q: &ast::Query) -> Vec<String> {
+    let mut out = Vec::new();
+    let _ = ast::visit_relations(q, |name| {
+        if let Ok(n) = object_name(name) {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    out
+}
+
+/// Whether an expression reads a column (and so needs SELECT on its table).
+fn reads_columns<T: ast::Visit>(node: &T) -> bool {
+    ast::visit_expressions(node, |e| match e {
+        ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
+fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError> {
+    match st {
+        Statement::Query(q) => needs.reads(query_relations(q)),
+        Statement::Insert(i) => {
+            let ast::TableObject::TableName(n) = &i.table else {
+                return Ok(());
+            };
+            let target = object_name(n)?;
+            needs.add(target.clone(), Privilege::Insert);
+            if let Some(src) = &i.source {
+                needs.reads(query_relations(src));
+            }
+            if i.returning.is_some() {
+                needs.add(target.clone(), Privilege::Select);
+            }
+            if let Some(ast::OnInsert::OnConflict(c)) = &i.on {
+                if let ast::OnConflictAction::DoUpdate(u) = &c.action {
+                    needs.add(target.clone(), Privilege::Update);
+                    if u.selection.is_some() || reads_columns(&u.assignments) {
+                        needs.add(target, Privilege::Select);
+                    }
+                }
+            }
+        }
+        Statement::Update(u) => {
+            let target = match &u.table.relation {
+                ast::TableFactor::Table { name, .. } => object_name(name)?,
+                _ => return Ok(()),
+            };
+            needs.add(target.clone(), Privilege::Update);
+            if u.selection.is_some() || u.returning.is_some() || reads_columns(&u.assignments) {
+                needs.add(target.clone(), Privilege::Select);
+            }
+            // Whatever else it names (subqueries, FROM) it reads.
+            let others: Vec<String> = bind::relations(st)
+                .into_iter()
+                .filter(|n| *n != target)
+                .collect();
+            needs.reads(others);
+        }
+        Statement::Delete(d) => {
+            let from = match &d.from {
+                ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f,
+            };
+            let target = match from.first().map(|t| &t.relation) {
+                Some(ast::TableFactor::Table { name, .. }) => object_name(name)?,
+                _ => return Ok(()),
+            };
+            needs.add(target.clone(), Privilege::Delete);
+            if d.selection.is_some() || d.returning.is_some() {
+                needs.add(target.clone(), Privilege::Select);
+            }
+            let others: Vec<String> = bind::relations(st)
+                .into_iter()
+                .filter(|n| *n != target)
+                .collect();
+            needs.reads(others);
+        }
+        Statement::Explain { statement, .. } => needs_of(statement, needs)?,
+        Statement::CreateView(v) => needs.reads(query_relations(&v.query)),
+        Statement::CreateIndex(c) => needs.owned.push(object_name(&c.table_name)?),
+        Statement::Drop {
+            object_type:
+                ast::ObjectType::Table | ast::ObjectType::View | ast::ObjectType::MaterializedView,
+            names,
+            ..
+        } => {
+            for n in names {
+                needs.owned.push(object_name(n)?);
+            }
+        }
+        Statement::Drop {
+            object_type: ast::ObjectType::Index,
+            names,
+            ..
+        } => {
+            for n in names {
+                needs.owned_indexes.push(object_name(n)?);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+impl Session {
+    /// The role this session runs as.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// Makes this session run as `principal` (front ends call it once the
+    /// client is known): `current_user` reports it, `SHOW is_superuser`
+    /// reflects it, and every statement is checked against its privileges.
+    pub fn set_principal(&mut self, principal: Principal) {
+        let superuser = principal.is_superuser(&self.engine.database().read());
+        self.settings.insert(
+            "is_superuser".into(),
+            if superuser { "on" } else { "off" }.into(),
+        );
+        self.settings
+            .insert("session_authorization".into(), principal.name.clone());
+        self.principal = principal;
+    }
+
+    /// Refuses what the session's role may not do with `st` (SQLSTATE
+    /// 42501, naming the object).
+    pub(crate) fn authorize(&mut self, st: &Statement) -> Result<(), SqlError> {
+        if self.principal.bootstrap {
+            return Ok(());
+        }
+        let mut needs = Needs::default();
+        needs_of(st, &mut needs)?;
+        self.authorize_needs(needs)
+    }
+
+    /// Refuses a read of `relation` (a table or view) the session's role
+    /// may not make, as a `SELECT` of it would be (front ends serving rows
+    /// without SQL: release change sets, time maps).
+    pub fn authorize_select(&mut self, relation: &str) -> Result<(), SqlError> {
+        if self.principal.bootstrap {
+            return Ok(());
+        }
+        let mut needs = Needs::default();
+        needs.add(relation.to_string(), Privilege::Select);
+        self.authorize_needs(needs)
+    }
+
+    fn authorize_needs(&mut self, needs: Needs) -> Result<(), SqlError> {
+        if needs.list.is_empty() && needs.owned.is_empty() && needs.owned_indexes.is_empty() {
+            return Ok(());
+        }
+        let engine = self.engine.clone();
+        let catalog = engine.database().read();
+        if self.principal.is_superuser(&catalog) {
+            return Ok(());
+        }
+        let role = self.principal.name.clone();
+        for name in &needs.owned {
+            if let Some(rel) = Relation::find(&catalog, name) {
+                if !catalog.is_owner(&role, rel.id()) {
+                    return Err(must_be_owner(rel.kind(), name));
+                }
+            }
+        }
+        for index in &needs.owned_indexes {
+            if let Some(t) = catalog.index_owner(index) {
+                if !catalog.is_owner(&role, t.schema.id) {
+                    return Err(must_be_owner("index", index));
+                }
+            }
+        }
+        for (name, privilege) in &needs.list {
+            // Names that are neither (CTEs, catalog views, missing
+            // relations) are the binder's to resolve or refuse.
+            let Some(rel) = Relation::find(&catalog, name) else {
+                continue;
+            };
+            if !catalog.has_privilege(&role, rel.id(), *privilege) {
+                return Err(permission_denied(rel.kind(), name, *privilege, &role));
+            }
+            if let Relation::View(id) = rel {
+                self.check_view_owner(&catalog, id, 0)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A view reads its relations with its owner's rights: the owner must
+    /// (still) be able to read each of them, through views all the way down.
+    fn check_view_owner(
+        &mut self,
+        catalog: &Catalog,
+        view: TableId,
+        depth: usize,
+    ) -> Result<(), SqlError> {
+        if depth > MAX_VIEW_DEPTH {
+            return Err(SqlError::new(
+                "54001",
+                format!("views nested more than {MAX_VIEW_DEPTH} deep"),
+            ));
+        }
+        let owner = catalog.owner(view);
+        if owner_is_superuser(catalog, owner) {
+            return Ok(());
+        }
+        let owner = owner.expect("checked above").to_string();
+        for name in self.view_relations(catalog, view) {
+            let Some(rel) = Relation::find(catalog, &name) else {
+                continue;
+            };
+            if !catalog.has_privilege(&owner, rel.id(), Privilege::Select) {
+                let view_name = catalog
+                    .views
+                    .get(&view)
+                    .map(|(n, _)| n.as_str())
+                    .unwrap_or("?");
+                return Err(SqlError::new(
+                    "42501",
+                    format!("permission denied for {} {name}", rel.kind()),
+                )
+                .with_detail(format!(
+                    "view {view_name} reads {name} with the rights of its owner \"{owner}\", who lacks SELECT on it"
+                ))
+                .with_hint(format!("GRANT SELECT ON {name} TO {owner}")));
+            }
+            if let Relation::View(inner) = rel {
+                self.check_view_owner(catalog, inner, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The relations a view's definition names (kept per view id: a
+    /// view's definition never changes and ids are never reused).
+    fn view_relations(&mut self, catalog: &Catalog, view: TableId) -> Vec<String> {
+        if let Some(r) = self.view_relations_cache.get(&view) {
+            return r.clone();
+        }
+        let names = catalog
+            .views
+            .get(&view)
+            .and_then(|(_, sql)| crate::session::parse(sql).ok())
+            .map(|sts| {
+                sts.iter()
+                    .flat_map(|st| match st {
+                        // What the view reads, not its own name.
+                        Statement::CreateView(v) => query_relations(&v.query),
+                        other => bind::relations(other),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        self.view_relations_cache.insert(view, names.clone());
+        names
+    }
+
+    /// Refuses a statement only superusers may run.
+    pub(crate) fn require_superuser(&self, what: &str) -> Result<(), SqlError> {
+        if self.principal.is_superuser(&self.engine.database().read()) {
+            return Ok(());
+        }
+        Err(
+            SqlError::new("42501", format!("permission denied to {what}"))
+                .with_hint(format!("only a superuser may {what}")),
+        )
+    }
+
+    /// Runs a role or privilege statement; `None` for any other.
+    pub(crate) fn run_role_statement(
+        &mut self,
+        st: &Statement,
+    ) -> Option<Result<Outcome, SqlError>> {
+        if !is_role_statement(st) {
+            return None;
+        }
+        if self.txn.is_some() {
+            return Some(Err(SqlError::new(
+                "25001",
+                "role and privilege changes inside a transaction block are not supported",
+            )
+            .with_hint("run them outside BEGIN ... COMMIT")));
+        }
+        Some(self.role_statement(st))
+    }
+
+    fn role_statement(&mut self, st: &Statement) -> Result<Outcome, SqlError> {
+        let me = self.principal.clone();
+        let bootstrap = self.engine.bootstrap_users.read().clone();
+        let engine = self.engine.clone();
+        let db = engine.database();
+        let (tag, lsn) = db.run_exclusive(|catalog, txn| {
+            let acting = Acting {
+                me: &me,
+                catalog,
+                bootstrap: &bootstrap,
+            };
+            match st {
+                Statement::CreateRole(c) => acting.create_role(c, txn),
+                Statement::AlterRole { name, operation } => acting.alter_role(name, operation, txn),
+                Statement::Drop {
+                    object_type,
+                    if_exists,
+                    names,
+                    ..
+                } => acting.drop_role(*object_type, *if_exists, names, txn),
+                Statement::Grant(g) => {
+                    acting.grant(&g.privileges, g.objects.as_ref(), &g.grantees, true, txn)
+                }
+                Statement::Revoke(r) => {
+                    acting.grant(&r.privileges, r.objects.as_ref(), &r.grantees, false, txn)
+                }
+                _ => Err(SqlError::unsupported(st.to_string())),
+            }
+        })?;
+        if let Some(lsn) = lsn {
+            self.set_last_lsn(lsn);
+        }
+        // A change to this session's own role shows at once.
+        if !me.bootstrap {
+            let superuser = me.is_superuser(&db.read());
+            self.settings.insert(
+                "is_superuser".into(),
+                if superuser { "on" } else { "off" }.into(),
+            );
+        }
+        Ok(Outcome::Command { tag: tag.into() })
+    }
+}
+
+/// A role statement being run under the commit lock.
+struct Acting<'a> {
+    me: &'a Principal,
+    catalog: &'a Catalog,
+    bootstrap: &'a BTreeSet<String>,
+}
+
+/// Role attributes a statement sets.
+#[derive(Default)]
+struct Attributes {
+    login: Option<bool>,
+    superuser: Option<bool>,
+    createrole: Option<bool>,
+    /// `Some(None)`: `PASSWORD NULL`.
+    password: Option<Option<ScramVerifier>>,
+}
+
+fn password_of(p: &ast::Password) -> Result<Option<ScramVerifier>, SqlError> {
+    match p {
+        ast::Password::NullPassword => Ok(None),
+        ast::Password::Password(ast::Expr::Value(v)) => match &v.value {
+            ast::Value::SingleQuotedString(s)
+            | ast::Value::DollarQuotedString(ast::DollarQuotedString { value: s, .. }) => {
+                if s.is_empty() {
+                    // PostgreSQL: an empty password is no password.
+                    return Ok(None);
+                }
+                // A verifier given as such (as pg_dump writes them) is kept;
+                // anything else is a password, of which only the verifier
+                // is kept.
+                if s.starts_with("SCRAM-SHA-256$") {
+                    return ScramVerifier::parse(s).map(Some).ok_or_else(|| {
+                        SqlError::new("22023", "malformed SCRAM-SHA-256 verifier").with_hint(
+                            "give a password, or a verifier of the form SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>",
+                        )
+                    });
+                }
+                Ok(Some(ScramVerifier::from_password(s)))
+            }
+            ast::Value::Null => Ok(None),
+            _ => Err(SqlError::syntax("PASSWORD takes a string literal")),
+        },
+        ast::Password::Password(_) => Err(SqlError::syntax("PASSWORD takes a string literal")),
+    }
+}
+
+fn role_name(n: &ast::ObjectName) -> Result<String, SqlError> {
+    let name = match n.0.as_slice() {
+        [p] => p
+            .as_ident()
+            .map(bind::ident)
+            .ok_or_else(|| SqlError::syntax(format!("unexpected role name {n}")))?,
+        _ => return Err(SqlError::syntax(format!("unexpected role name {n}"))),
+    };
+    check_role_name(&name)?;
+    Ok(name)
+}
+
+fn check_role_name(name: &str) -> Result<(), SqlError> {
+    if name.is_empty() || name.len() > MAX_ROLE_NAME_BYTES {
+        return Err(SqlError::new(
+            "42602",
+            format!("role name \"{name}\" must be 1 to {MAX_ROLE_NAME_BYTES} bytes long"),
+        ));
+    }
+    if name.eq_ignore_ascii_case("public") || name.starts_with("pg_") {
+        return Err(SqlError::new(
+            "42939",
+            format!("role name \"{name}\" is reserved"),
+        ));
+    }
+    Ok(())
+}
+
+fn undefined_role(name: &str) -> SqlError {
+    SqlError::new("42704", format!("role \"{name}\" does not exist"))
+        .with_hint("create it first with CREATE ROLE (or CREATE USER)")
+}
+
+impl Acting<'_> {
+    fn superuser(&self) -> bool {
+        self.me.is_superuser(self.catalog)
+    }
+
+    fn may_manage_roles(&self) -> bool {
+        self.superuser()
+            || self
+                .catalog
+                .role(&self.me.name)
+                .is_some_and(|r| r.createrole)
+    }
+
+    /// Who may create, alter or drop a role with these attributes.
+    fn check_manage(&self, verb: &str, touches_superuser: bool) -> Result<(), SqlError> {
+        if touches_superuser && !self.superuser() {
+            return Err(
+                SqlError::new("42501", format!("permission denied to {verb} role"))
+                    .with_detail("Only superusers may create, alter or drop superuser roles."),
+            );
+        }
+        if !self.may_manage_roles() {
+            return Err(
+                SqlError::new("42501", format!("permission denied to {verb} role"))
+                    .with_detail(
+                        "Only superusers and roles with the CREATEROLE attribute may manage roles.",
+                    )
+                    .with_hint("ask a superuser, or have one grant it: ALTER ROLE name CREATEROLE"),
+            );
+        }
+        Ok(())
+    }
+
+    fn create_role(&self, c: &ast::CreateRole, txn: &mut Txn) -> Result<&'static str, SqlError> {
+        // Options that would mean something Aqueduct does not do are
+        // refused rather than ignored.
+        let unsupported = [
+            (c.connection_limit.is_some(), "CONNECTION LIMIT"),
+            (c.valid_until.is_some(), "VALID UNTIL"),
+            (
+                !(c.in_role.is_empty() && c.in_group.is_empty()),
+                "IN ROLE (role membership)",
+            ),
+            (
+                !(c.role.is_empty() && c.user.is_empty() && c.admin.is_empty()),
+                "ROLE, USER and ADMIN (role membership)",
+            ),
+            (c.create_db == Some(true), "CREATEDB"),
+            (c.replication == Some(true), "REPLICATION"),
+            (c.bypassrls == Some(true), "BYPASSRLS"),
+            (c.authorization_owner.is_some(), "AUTHORIZATION"),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(used, _)| *used) {
+            return Err(SqlError::unsupported(format!("the role option {what}"))
+                .with_hint("roles take LOGIN, SUPERUSER, CREATEROLE and PASSWORD"));
+        }
+        let attrs = Attributes {
+            login: c.login,
+            superuser: c.superuser,
+            createrole: c.create_role,
+            password: c.password.as_ref().map(password_of).transpose()?,
+        };
+        self.check_manage("create", attrs.superuser == Some(true))?;
+        let mut next = self.catalog.next_table_id();
+        for n in &c.names {
+            let name = role_name(n)?;
+            if self.catalog.role(&name).is_some() || self.bootstrap.contains(&name) {
+                if c.if_not_exists {
+                    continue;
+                }
+                return Err(
+                    SqlError::new("42710", format!("role \"{name}\" already exists"))
+                        .with_hint("choose another name, or change it with ALTER ROLE"),
+                );
+            }
+            // Objects made by a trusted client or a former bootstrap user
+            // carry its name as owner: a role of that name would own them.
+            let owned = self.catalog.owned_by(&name);
+            if !owned.is_empty() && !self.superuser() {
+                return Err(SqlError::new(
+                    "42501",
+                    format!(
+                        "permission denied to create role \"{name}\": it would own {}",
+                        owned.join(", ")
+                    ),
+                )
+                .with_hint(
+                    "only a superuser may create a role with the name of an existing owner",
+                ));
+            }
+            txn.schema(SchemaChange::CreateRole(RoleDef {
+                id: next,
+                name,
+                login: attrs.login.unwrap_or(false),
+                superuser: attrs.superuser.unwrap_or(false),
+                createrole: attrs.createrole.unwrap_or(false),
+                password: attrs.password.clone().flatten(),
+            }));
+            next += 1;
+        }
+        Ok("CREATE ROLE")
+    }
+
+    fn alter_role(
+        &self,
+        name: &ast::Ident,
+        op: &ast::AlterRoleOperation,
+        txn: &mut Txn,
+    ) -> Result<&'static str, SqlError> {
+        let name = bind::ident(name);
+        let ast::AlterRoleOperation::WithOptions { options } = op else {
+            return Err(SqlError::unsupported(
+                "ALTER ROLE other than changing LOGIN, SUPERUSER, CREATEROLE or PASSWORD",
+            ));
+        };
+        let mut attrs = Attributes::default();
+        for o in options {
+            match o {
+                ast::RoleOption::Login(b) => attrs.login = Some(*b),
+                ast::RoleOption::SuperUser(b) => attrs.superuser = Some(*b),
+                ast::RoleOption::CreateRole(b) => attrs.createrole = Some(*b),
+                ast::RoleOption::Password(p) => attrs.password = Some(password_of(p)?),
+                other => {
+                    return Err(SqlError::unsupported(format!("role option {other}")));
+                }
+            }
+        }
+        let Some(old) = self.catalog.role(&name) else {
+            if self.bootstrap.contains(&name) {
+                return Err(SqlError::new(
+                    "42501",
+                    format!(
+                        "role \"{name}\" is configured on the server and cannot be altered in SQL"
+                    ),
+                )
+                .with_hint("change it in the server's configuration (user file or config file)"));
+            }
+            return Err(undefined_role(&name));
+        };
+        // A role may change its own password and nothing else about itself.
+        let own_password_only = old.name == self.me.name
+            && !self.me.bootstrap
+            && attrs.login.is_none()
+            && attrs.superuser.is_none()
+            && attrs.createrole.is_none();
+        if !own_password_only {
+            self.check_manage("alter", old.superuser || attrs.superuser == Some(true))?;
+        }
+        let mut new = old.clone();
+        if let Some(b) = attrs.login {
+            new.login = b;
+        }
+        if let Some(b) = attrs.superuser {
+            new.superuser = b;
+        }
+        if let Some(b) = attrs.createrole {
+            new.createrole = b;
+        }
+        if let Some(p) = attrs.password {
+            new.password = p;
+        }
+        txn.schema(SchemaChange::AlterRole(new));
+        Ok("ALTER ROLE")
+    }
+
+    fn drop_role(
+        &self,
+        kind: ast::ObjectType,
+        if_exists: bool,
+        names: &[ast::ObjectName],
+        txn: &mut Txn,
+    ) -> Result<&'static str, SqlError> {
+        let mut dropping = Vec::new();
+        for n in names {
+            let name = role_name(n)?;
+            let Some(role) = self.catalog.role(&name) else {
+                if self.bootstrap.contains(&name) {
+                    return Err(SqlError::new(
+                        "42501",
+                        format!("role \"{name}\" is configured on the server and cannot be dropped in SQL"),
+                    )
+                    .with_hint("remove it from the server's configuration"));
+                }
+                if if_exists {
+                    continue;
+                }
+                return Err(undefined_role(&name));
+            };
+            self.check_manage("drop", role.superuser)?;
+            if name == self.me.name {
+                return Err(SqlError::new("55006", "current user cannot be dropped"));
+            }
+            let owned = self.catalog.owned_by(&name);
+            if !owned.is_empty() {
+                return Err(SqlError::new(
+                    "2BP01",
+                    format!("role \"{name}\" cannot be dropped because some objects depend on it"),
+                )
+                .with_detail(
+                    owned
+                        .iter()
+                        .map(|o| format!("owner of {o}"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+                .with_hint("drop the objects it owns first"));
+            }
+            dropping.push(role.id);
+        }
+        for id in dropping {
+            txn.schema(SchemaChange::DropRole { id });
+        }
+        let _ = kind;
+        Ok("DROP ROLE")
+    }
+
+    fn grant(
+        &self,
+        privileges: &ast::Privileges,
+        objects: Option<&ast::GrantObjects>,
+        grantees: &[ast::Grantee],
+        grant: bool,
+        txn: &mut Txn,
+    ) -> Result<&'static str, SqlError> {
+        let verb = if grant { "GRANT" } else { "REVOKE" };
+        let privileges = privilege_list(privileges)?;
+        let names = match objects {
+            Some(ast::GrantObjects::Tables(n)) | Some(ast::GrantObjects::Views(n)) => n,
+            None => {
+                return Err(SqlError::unsupported(format!(
+                    "{verb} of roles (role membership)"
+                )))
+            }
+            Some(other) => {
+                return Err(
+                    SqlError::unsupported(format!("{verb} ON {other}")).with_hint(
+                        "privileges are granted on tables and views: GRANT SELECT ON t TO role",
+                    ),
+                )
+            }
+        };
+        let mut targets = Vec::new();
+        for g in grantees {
+            targets.push(self.grantee(g)?);
+        }
+        let superuser = self.superuser();
+        for n in names {
+            let name = object_name(n)?;
+            let rel = Relation::find(self.catalog, &name)
+                .ok_or_else(|| SqlError::undefined_table(&name))?;
+            if !superuser && !self.catalog.is_owner(&self.me.name, rel.id()) {
+                return Err(must_be_owner(rel.kind(), &name));
+            }
+            for g in &targets {
+                let change = if grant {
+                    SchemaChange::Grant {
+                        object: rel.id(),
+                        grantee: g.clone(),
+                        privileges: privileges.clone(),
+                    }
+                } else {
+                    SchemaChange::Revoke {
+                        object: rel.id(),
+                        grantee: g.clone(),
+                        privileges: privileges.clone(),
+                    }
+                };
+                txn.schema(change);
+            }
+        }
+        Ok(verb)
+    }
+
+    fn grantee(&self, g: &ast::Grantee) -> Result<Grantee, SqlError> {
+        if g.grantee_type == ast::GranteesType::Public {
+            return Ok(Grantee::Public);
+        }
+        let name = match &g.name {
+            Some(ast::GranteeName::ObjectName(n)) => object_name(n)?,
+            _ => return Err(SqlError::syntax(format!("unexpected grantee {g}"))),
+        };
+        if name == "public" {
+            return Ok(Grantee::Public);
+        }
+        if self.catalog.role(&name).is_none() && !self.bootstrap.contains(&name) {
+            return Err(undefined_role(&name));
+        }
+        Ok(Grantee::Role(name))
+    }
+}
+
+fn privilege_list(p: &ast::Privileges) -> Result<Vec<Privilege>, SqlError> {
+    match p {
+        ast::Privileges::All { .. } => Ok(Privilege::ALL.to_vec()),
+        ast::Privileges::Actions(actions) => {
+            let mut out = Vec::new();
+            for a in actions {
+                let p = match a {
+                    ast::Action::Select { columns: None } => Privilege::Select,
+                    ast::Action::Insert { columns: None } => Privilege::Insert,
+                    ast::Action::Update { columns: None } => Privilege::Update,
+                    ast::Action::Delete => Privilege::Delete,
+                    ast::Action::Select { .. }
+                    | ast::Action::Insert { .. }
+                    | ast::Action::Update { .. } => {
+                        return Err(SqlError::unsupported("column privileges").with_hint(
+                            "grant on the whole table or view, or grant on a view of the columns",
+                        ))
+                    }
+                    other => {
+                        return Err(SqlError::unsupported(format!("the {other} privilege"))
+                            .with_hint("SELECT, INSERT, UPDATE, DELETE and ALL are supported"))
+                    }
+                };
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Kept per session: the relations each view reads.
+pub(crate) type ViewRelationsCache = HashMap<TableId, Vec<String>>;
