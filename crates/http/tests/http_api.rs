@@ -1,12 +1,13 @@
 //! The HTTP API over a real socket: health, metrics, SQL, tokens, bad input.
 
+mod common;
+
 use std::sync::Arc;
 
-use aqueduct_http::{serve, HttpConfig};
-use aqueduct_log::{Log, Options, SyncPolicy};
+use aqueduct_http::HttpConfig;
 use aqueduct_sql::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 async fn start(tokens: Vec<String>) -> (std::net::SocketAddr, tempfile::TempDir) {
     let (addr, dir, _) = start_engine(tokens).await;
@@ -17,28 +18,18 @@ async fn start_engine(
     tokens: Vec<String>,
 ) -> (std::net::SocketAddr, tempfile::TempDir, Arc<Engine>) {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Log::open(
-        dir.path(),
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let engine = Engine::open(log, &mut |_| {}).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let engine = common::engine(dir.path());
     let config = HttpConfig {
         tokens,
         ..Default::default()
     };
-    tokio::spawn(serve(
-        listener,
+    let (addr, _) = common::listen_with(
         engine.clone(),
         config,
-        Arc::new(|out: &mut String| out.push_str("aqueduct_test_extra 1\n")),
+        |out: &mut String| out.push_str("aqueduct_test_extra 1\n"),
         std::future::pending(),
-    ));
+    )
+    .await;
     (addr, dir, engine)
 }
 

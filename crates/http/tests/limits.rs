@@ -1,13 +1,11 @@
 //! Over HTTP: a statement nested past the depth limit is refused with
 //! SQLSTATE 54001 (status 400) and the server keeps serving.
 
-use std::sync::Arc;
+mod common;
 
-use aqueduct_http::{serve, HttpConfig};
-use aqueduct_log::{Log, Options, SyncPolicy};
-use aqueduct_sql::Engine;
+use aqueduct_http::HttpConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 async fn post_sql(addr: std::net::SocketAddr, sql: &str) -> (u16, serde_json::Value) {
     let body = serde_json::json!({ "sql": sql }).to_string();
@@ -28,25 +26,7 @@ async fn post_sql(addr: std::net::SocketAddr, sql: &str) -> (u16, serde_json::Va
 async fn deep_statements_are_refused_over_http() {
     tokio::time::timeout(std::time::Duration::from_secs(60), async {
         let dir = tempfile::tempdir().unwrap();
-        let (log, _) = Log::open(
-            dir.path(),
-            Options {
-                sync: SyncPolicy::Never,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let engine = Engine::open(log, &mut |_| {}).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = HttpConfig::default();
-        tokio::spawn(serve(
-            listener,
-            engine,
-            config,
-            Arc::new(|_: &mut String| {}),
-            std::future::pending(),
-        ));
+        let addr = common::listen(common::engine(dir.path()), HttpConfig::default()).await;
         let n = aqueduct_sql::limits::MAX_STATEMENT_DEPTH - 10;
         let (status, body) = post_sql(addr, &format!("SELECT {}", vec!["1"; n].join("+"))).await;
         assert_eq!(status, 200, "{body}");

@@ -2,26 +2,17 @@
 //! token's role, the scheme's name is case-insensitive, and a server with
 //! users but no token refuses the API instead of leaving it open.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+mod common;
 
-use aqueduct_http::{serve, HttpConfig};
-use aqueduct_log::{Log, Options, SyncPolicy};
-use aqueduct_sql::Engine;
+use std::collections::BTreeMap;
+
+use aqueduct_http::HttpConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 async fn start(config: HttpConfig, setup: &[&str]) -> (std::net::SocketAddr, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Log::open(
-        dir.path(),
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let engine = Engine::open(log, &mut |_| {}).unwrap();
+    let engine = common::engine(dir.path());
     engine.set_bootstrap_users(["admin".to_string()]);
     let mut s = engine.session();
     for sql in setup {
@@ -29,15 +20,7 @@ async fn start(config: HttpConfig, setup: &[&str]) -> (std::net::SocketAddr, tem
             r.unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
     }
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(
-        listener,
-        engine,
-        config,
-        Arc::new(|_: &mut String| {}),
-        std::future::pending(),
-    ));
+    let addr = common::listen(engine, config).await;
     (addr, dir)
 }
 

@@ -1,14 +1,14 @@
 //! HTTPS: a client that opens a connection and never starts its TLS
 //! handshake must not hold up anyone else.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqueduct_http::{serve, HttpConfig};
-use aqueduct_log::{Log, Options, SyncPolicy};
-use aqueduct_sql::Engine;
+use aqueduct_http::HttpConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Well under the server's handshake timeout: a request held up behind a
 /// silent client would miss it.
@@ -37,30 +37,20 @@ async fn a_silent_connection_does_not_block_other_https_clients() {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(client_tls));
 
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = Log::open(
-        dir.path(),
-        Options {
-            sync: SyncPolicy::Never,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let engine = Engine::open(log, &mut |_| {}).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let engine = common::engine(dir.path());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
+    let (addr, server) = common::listen_with(
         engine,
         HttpConfig {
             tls: Some(Arc::new(server_tls)),
             ..Default::default()
         },
-        Arc::new(|_: &mut String| {}),
+        |_| {},
         async {
             let _ = stopped.await;
         },
-    ));
+    )
+    .await;
 
     // Connects and says nothing.
     let silent = TcpStream::connect(addr).await.unwrap();
