@@ -5,10 +5,9 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::Duration;
 
-use aqueduct_pg::{rustls, PgConfig, TlsSetup};
+use aqueduct_pg::{PgConfig, TlsSetup};
 use common::*;
 use tokio_postgres::config::{ChannelBinding, SslMode};
 use tokio_postgres::error::SqlState;
@@ -18,26 +17,6 @@ fn users() -> Option<HashMap<String, String>> {
         ("alice".to_string(), "s3cret pässword".to_string()),
         ("bob".to_string(), "hunter2".to_string()),
     ]))
-}
-
-/// A self-signed certificate for `localhost`, and a client that trusts it.
-fn tls_pair() -> (TlsSetup, tokio_postgres_rustls::MakeRustlsConnect) {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let setup = TlsSetup::from_pem(
-        ck.cert.pem().as_bytes(),
-        ck.signing_key.serialize_pem().as_bytes(),
-    )
-    .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ck.cert.der().clone()).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    (setup, tokio_postgres_rustls::MakeRustlsConnect::new(client))
 }
 
 fn tls_config(server: &Server, user: &str) -> tokio_postgres::Config {

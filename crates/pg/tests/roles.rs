@@ -5,10 +5,9 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::Duration;
 
-use aqueduct_pg::{rustls, PgConfig, TlsSetup};
+use aqueduct_pg::PgConfig;
 use common::*;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
@@ -144,25 +143,6 @@ fn catalog_verifiers_are_the_ones_scram_expects() {
     };
     assert_eq!(ours.stored_key, stored_key);
     assert_eq!(ours.server_key, server_key);
-}
-
-fn tls_pair() -> (TlsSetup, tokio_postgres_rustls::MakeRustlsConnect) {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let setup = TlsSetup::from_pem(
-        ck.cert.pem().as_bytes(),
-        ck.signing_key.serialize_pem().as_bytes(),
-    )
-    .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ck.cert.der().clone()).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    (setup, tokio_postgres_rustls::MakeRustlsConnect::new(client))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -282,3 +282,26 @@ pub fn ready_status(msgs: &[Backend]) -> u8 {
 pub fn tags(msgs: &[Backend]) -> String {
     msgs.iter().map(|m| m.tag as char).collect()
 }
+
+/// A self-signed certificate for `localhost`, and a client that trusts it.
+pub fn tls_pair() -> (
+    aqueduct_pg::TlsSetup,
+    tokio_postgres_rustls::MakeRustlsConnect,
+) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let setup = aqueduct_pg::TlsSetup::from_pem(
+        ck.cert.pem().as_bytes(),
+        ck.signing_key.serialize_pem().as_bytes(),
+    )
+    .unwrap();
+    let mut roots = aqueduct_pg::rustls::RootCertStore::empty();
+    roots.add(ck.cert.der().clone()).unwrap();
+    let client = aqueduct_pg::rustls::ClientConfig::builder_with_provider(Arc::new(
+        aqueduct_pg::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    (setup, tokio_postgres_rustls::MakeRustlsConnect::new(client))
+}
