@@ -102,6 +102,12 @@ pub struct ServeArgs {
     /// release or linearizable [default: linearizable]
     #[arg(long, env = "AQUEDUCT_CONSISTENCY")]
     consistency: Option<String>,
+    /// The statement_timeout sessions start with: a statement running
+    /// longer is cancelled (SQLSTATE 57014). A duration such as 30s, 500ms
+    /// or 5min, a bare number being milliseconds; a session may change its
+    /// own with SET statement_timeout [default: 0, none]
+    #[arg(long, env = "AQUEDUCT_STATEMENT_TIMEOUT")]
+    statement_timeout: Option<String>,
 }
 
 impl ServeArgs {
@@ -136,6 +142,7 @@ impl ServeArgs {
             partial_state: self.partial_state.clone(),
             release_interval: self.release_interval.clone(),
             consistency: self.consistency.clone(),
+            statement_timeout: self.statement_timeout.clone(),
         })
     }
 }

@@ -29,6 +29,8 @@ pub const DEFAULT_STATEMENT_MEMORY_BYTES: u64 = 1024 * 1024 * 1024;
 
 const RUNNING: u8 = 0;
 const CANCELLED: u8 = 1;
+/// The session's client is gone: this and every later statement stop.
+const CLOSED: u8 = 2;
 
 /// The interrupt handle of one session. Clones share it.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +70,13 @@ impl Interrupt {
         self.inner.state.store(CANCELLED, Ordering::SeqCst);
     }
 
+    /// Stops the statement running now and every later one: the session's
+    /// client is gone (unlike [`cancel`](Interrupt::cancel), it is not
+    /// reset when the next statement starts).
+    pub fn close(&self) {
+        self.inner.state.store(CLOSED, Ordering::SeqCst);
+    }
+
     /// Runs one statement with this handle: `now + timeout` its deadline
     /// (`None` or zero: none), `memory` its budget of bytes.
     pub fn enter<R>(
@@ -82,7 +91,14 @@ impl Interrupt {
             memory,
         };
         self.inner.used.store(0, Ordering::Relaxed);
-        self.inner.state.store(RUNNING, Ordering::SeqCst);
+        // A cancel that came between statements is dropped; a closed
+        // session stays closed.
+        let _ = self.inner.state.compare_exchange(
+            CANCELLED,
+            RUNNING,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
         let previous = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
         struct Restore(Option<Interrupt>);
         impl Drop for Restore {
@@ -104,11 +120,20 @@ impl Interrupt {
             )
             .with_hint("the server is shutting down; reconnect when it is back"));
         }
-        if self.inner.state.load(Ordering::Relaxed) == CANCELLED {
-            return Err(SqlError::new(
-                "57014",
-                "canceling statement due to user request",
-            ));
+        match self.inner.state.load(Ordering::Relaxed) {
+            CANCELLED => {
+                return Err(SqlError::new(
+                    "57014",
+                    "canceling statement due to user request",
+                ))
+            }
+            CLOSED => {
+                return Err(SqlError::new(
+                    "08006",
+                    "canceling statement: the connection to the client was lost",
+                ))
+            }
+            _ => {}
         }
         if let Some(deadline) = self.inner.armed.lock().deadline {
             if now >= deadline {
@@ -167,7 +192,125 @@ pub fn charge(bytes: u64) -> Result<(), SqlError> {
     })
 }
 
+/// Rows sorted at once by [`sort_by`] between two checks.
+pub const SORT_RUN: usize = 8 * CHECK_EVERY;
+
+/// Sorts `v` stably by `cmp`, like `slice::sort_by`, checking the running
+/// statement's interrupt at bounded intervals (see [`check`]): runs of
+/// [`SORT_RUN`] rows are sorted alone, then merged pairwise, with a check
+/// after each run and every [`CHECK_EVERY`] rows merged. On an Err the
+/// rows are dropped and `v` is left empty.
+pub fn sort_by<T>(
+    v: &mut Vec<T>,
+    mut cmp: impl FnMut(&T, &T) -> std::cmp::Ordering,
+) -> Result<(), SqlError> {
+    if v.len() <= SORT_RUN {
+        v.sort_by(&mut cmp);
+        return Ok(());
+    }
+    let mut runs: Vec<Vec<T>> = Vec::with_capacity(v.len().div_ceil(SORT_RUN));
+    let mut rows = std::mem::take(v).into_iter();
+    loop {
+        let mut run: Vec<T> = rows.by_ref().take(SORT_RUN).collect();
+        if run.is_empty() {
+            break;
+        }
+        check()?;
+        run.sort_by(&mut cmp);
+        runs.push(run);
+    }
+    // Pairwise merges: each row is moved once per pass, log2(runs) passes.
+    while runs.len() > 1 {
+        let mut merged = Vec::with_capacity(runs.len().div_ceil(2));
+        let mut pairs = runs.into_iter();
+        while let Some(left) = pairs.next() {
+            let Some(right) = pairs.next() else {
+                merged.push(left);
+                break;
+            };
+            let mut out = Vec::with_capacity(left.len() + right.len());
+            let mut left = left.into_iter().peekable();
+            let mut right = right.into_iter().peekable();
+            loop {
+                // Ties take the left (earlier) row: the sort stays stable.
+                let next = match (left.peek(), right.peek()) {
+                    (Some(l), Some(r)) => {
+                        if cmp(r, l) == std::cmp::Ordering::Less {
+                            right.next()
+                        } else {
+                            left.next()
+                        }
+                    }
+                    (Some(_), None) => left.next(),
+                    (None, Some(_)) => right.next(),
+                    (None, None) => break,
+                };
+                out.extend(next);
+                if out.len().is_multiple_of(CHECK_EVERY) {
+                    check()?;
+                }
+            }
+            merged.push(out);
+        }
+        runs = merged;
+    }
+    *v = runs.pop().unwrap_or_default();
+    Ok(())
+}
+
 /// Whether this thread runs a statement with an interrupt handle.
 pub fn active() -> bool {
     CURRENT.with(|c| c.borrow().is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_by_sorts_stably_as_the_slice_sort_does() {
+        for n in [0, 1, SORT_RUN, SORT_RUN + 1, 5 * SORT_RUN + 17] {
+            // Many ties, each row remembering its place.
+            let rows: Vec<(u64, usize)> = (0..n)
+                .map(|i| ((i as u64).wrapping_mul(2_654_435_761) % 97, i))
+                .collect();
+            let mut expected = rows.clone();
+            expected.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut got = rows;
+            sort_by(&mut got, |a, b| a.0.cmp(&b.0)).unwrap();
+            assert_eq!(got, expected, "{n} rows");
+        }
+    }
+
+    #[test]
+    fn a_closed_handle_stops_every_later_statement() {
+        let i = Interrupt::default();
+        i.cancel();
+        // A cancel between statements is dropped.
+        i.enter(Instant::now(), None, None, || check().unwrap());
+        i.close();
+        for _ in 0..2 {
+            let e = i.enter(Instant::now(), None, None, check).unwrap_err();
+            assert_eq!(e.code, "08006");
+        }
+    }
+
+    #[test]
+    fn sort_by_stops_a_cancelled_statement() {
+        let i = Interrupt::default();
+        i.enter(Instant::now(), None, None, || {
+            let mut rows: Vec<u64> = (0..4 * SORT_RUN as u64).rev().collect();
+            let mut compared = 0usize;
+            i.cancel();
+            let e = sort_by(&mut rows, |a, b| {
+                compared += 1;
+                a.cmp(b)
+            })
+            .unwrap_err();
+            assert_eq!(e.code, "57014");
+            // Stopped before it sorted the second run.
+            assert!(compared < 2 * SORT_RUN * 16, "{compared}");
+            assert!(rows.is_empty());
+        });
+    }
 }

@@ -1,7 +1,7 @@
 //! One client connection: startup and authentication (through pgwire),
 //! then the simple and extended query protocols against one session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,9 +40,12 @@ use tracing::{debug, error, info, Instrument};
 use crate::auth::StartupParameters;
 use crate::frame::MessageGuard;
 use crate::wire::{self, Format};
-use crate::{Shared, MAX_PORTALS, MAX_PREPARED_STATEMENTS, REJECTION_TIMEOUT};
+use crate::{Shared, MAX_PIPELINED_BYTES, MAX_PORTALS, MAX_PREPARED_STATEMENTS, REJECTION_TIMEOUT};
 
 type Socket = Framed<MessageGuard<MaybeTls>, PgWireMessageServerCodec<()>>;
+
+/// What reading the socket gave: a message, an error, or (`None`) its end.
+type Received = Option<Result<PgWireFrontendMessage, PgWireError>>;
 
 /// Longest message, detail or hint sent in an ErrorResponse: pgwire refuses
 /// to encode error messages over 30,000 bytes, and a client gains nothing
@@ -284,6 +287,7 @@ pub(crate) async fn run(
             skip_until_sync: false,
             reported_lsn: 0,
             registered: None,
+            pending: VecDeque::new(),
         };
         conn.serve(&mut socket, deadline, refused, stop).await;
         // A client that stopped reading cannot hold the task: give up on
@@ -308,6 +312,9 @@ struct Conn {
     reported_lsn: u64,
     /// The process id this backend is registered under for cancel requests.
     registered: Option<i32>,
+    /// What was read from the socket while a statement ran (pipelined
+    /// messages, or the end of the connection), processed next in order.
+    pending: VecDeque<Received>,
 }
 
 impl Drop for Conn {
@@ -315,8 +322,8 @@ impl Drop for Conn {
         if let Some(pid) = self.registered.take() {
             if let Some((_, handle)) = self.shared.backends.lock().remove(&pid) {
                 // A statement still running for a connection that is gone
-                // stops at its next check.
-                handle.cancel();
+                // stops at its next check, and no later one starts.
+                handle.close();
             }
         }
     }
@@ -332,7 +339,9 @@ impl Conn {
     ) {
         let mut authenticated = false;
         loop {
-            let next = if authenticated {
+            let next = if let Some(received) = self.pending.pop_front() {
+                received
+            } else if authenticated {
                 tokio::select! {
                     biased;
                     _ = stop.changed() => {
@@ -593,13 +602,18 @@ impl Conn {
     }
 
     /// Runs `f` on the session on the blocking pool (session calls may wait
-    /// for an fsync).
+    /// for an fsync), watching the socket meanwhile: when the client goes
+    /// away (the connection ends or fails) the statement is stopped, as no
+    /// one is left to read its result. Messages the client sends meanwhile
+    /// (up to [`MAX_PIPELINED_MESSAGES`]) are kept and processed next.
     async fn blocking<T: Send + 'static>(
-        &self,
+        &mut self,
+        socket: &mut Socket,
         f: impl FnOnce(&mut Session) -> T + Send + 'static,
     ) -> Result<(T, Snapshot), ConnError> {
         let session = self.session().clone();
-        tokio::task::spawn_blocking(move || {
+        let interrupt = session.lock().interrupt_handle();
+        let mut task = tokio::task::spawn_blocking(move || {
             let mut s = session.lock();
             let out = f(&mut s);
             let snap = Snapshot {
@@ -607,9 +621,27 @@ impl Conn {
                 last_lsn: s.last_lsn(),
             };
             (out, snap)
-        })
-        .await
-        .map_err(|e| internal(&e))
+        });
+        let mut held: usize = self.pending.iter().map(received_bytes).sum();
+        let mut watching =
+            held < MAX_PIPELINED_BYTES && self.pending.iter().all(|r| matches!(r, Some(Ok(_))));
+        loop {
+            tokio::select! {
+                done = &mut task => return done.map_err(|e| internal(&e)),
+                received = socket.next(), if watching => {
+                    if !matches!(received, Some(Ok(_))) {
+                        debug!("the client went away while its statement ran: stopping it");
+                        interrupt.close();
+                        watching = false;
+                    }
+                    held += received_bytes(&received);
+                    self.pending.push_back(received);
+                    if held >= MAX_PIPELINED_BYTES {
+                        watching = false;
+                    }
+                }
+            }
+        }
     }
 
     /// Tells the client the LSN of its last commit when it changed.
@@ -667,7 +699,7 @@ impl Conn {
         self.statements.remove("");
         self.portals.remove("");
         let deallocate = deallocate_target(&sql);
-        let (results, snap) = self.blocking(move |s| s.execute(&sql)).await?;
+        let (results, snap) = self.blocking(socket, move |s| s.execute(&sql)).await?;
         if let (Some(target), Some(Ok(Outcome::Command { .. }))) = (&deallocate, results.first()) {
             // Protocol-level and SQL-level prepared statements share names.
             match target {
@@ -781,7 +813,9 @@ impl Conn {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let sql = p.query;
-        let (prepared, _) = self.blocking(move |s| s.prepare(&sql, &hints)).await?;
+        let (prepared, _) = self
+            .blocking(socket, move |s| s.prepare(&sql, &hints))
+            .await?;
         self.statements.insert(name, Arc::new(prepared?));
         socket
             .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
@@ -955,7 +989,7 @@ impl Conn {
                     // pool and back would cost more than running it.
                     self.inline(|s| s.execute_prepared(&statement, &params))
                 } else {
-                    self.blocking(move |s| s.execute_prepared(&statement, &params))
+                    self.blocking(socket, move |s| s.execute_prepared(&statement, &params))
                         .await?
                 };
                 snapshot = Some(snap);
@@ -1092,6 +1126,23 @@ fn message_name(m: &PgWireFrontendMessage) -> &'static str {
         PgWireFrontendMessage::CopyFail(_) => "CopyFail",
         PgWireFrontendMessage::CopyDone(_) => "CopyDone",
     }
+}
+
+/// About the bytes a message read ahead holds.
+fn received_bytes(r: &Received) -> usize {
+    const SMALL: usize = 64;
+    SMALL
+        + match r {
+            Some(Ok(PgWireFrontendMessage::Query(q))) => q.query.len(),
+            Some(Ok(PgWireFrontendMessage::Parse(p))) => p.query.len(),
+            Some(Ok(PgWireFrontendMessage::Bind(b))) => b
+                .parameters
+                .iter()
+                .map(|p| p.as_ref().map_or(0, |b| b.len()))
+                .sum(),
+            Some(Ok(PgWireFrontendMessage::CopyData(d))) => d.data.len(),
+            _ => 0,
+        }
 }
 
 fn internal(e: &tokio::task::JoinError) -> ConnError {

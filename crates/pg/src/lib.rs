@@ -53,6 +53,12 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub const MAX_PREPARED_STATEMENTS: usize = 10_000;
 /// Portals one connection may hold.
 pub const MAX_PORTALS: usize = 10_000;
+
+/// Bytes of messages a client sends ahead while one of its statements runs
+/// that are read (and kept, to be processed next) while the connection
+/// watches for the client going away; past this it stops reading until the
+/// statement ends (so the bytes held are at most this and one message).
+pub const MAX_PIPELINED_BYTES: usize = 1024 * 1024;
 /// Connections over the limit being told so at once; beyond this they are
 /// closed without a word, so a flood cannot pile up tasks.
 pub const MAX_PENDING_REJECTIONS: usize = 32;

@@ -111,3 +111,146 @@ async fn a_cancel_request_stops_the_running_statement() {
     })
     .await;
 }
+
+/// A table of `n` rows that all join with each other.
+async fn join_table(client: &tokio_postgres::Client, n: usize) {
+    let values: Vec<String> = (0..n).map(|i| format!("({i}, 1)")).collect();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE j (id int PRIMARY KEY, k int); INSERT INTO j VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+}
+
+/// Four copies of a 300-row table joined on one value: 8.1e9 rows, hours.
+const RUNAWAY: &str =
+    "SELECT count(*) FROM j a JOIN j b ON a.k = b.k JOIN j c ON b.k = c.k JOIN j d ON c.k = d.k";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_client_went_away_is_stopped() {
+    use std::sync::atomic::Ordering;
+    bounded(async {
+        let server = Server::start(PgConfig::default()).await;
+        let client = server.connect().await;
+        join_table(&client, 300).await;
+        let errors = || server.engine.metrics.errors.load(Ordering::Relaxed);
+        let before = errors();
+        // By the simple protocol and by the extended one.
+        for extended in [false, true] {
+            let mut raw = common::Raw::connect(server.addr).await;
+            // Neither the memory limit (1GB by default, reached in about
+            // 17 seconds in a debug build) nor a timeout stops it first.
+            let set = raw
+                .query("SET aqueduct.statement_memory_limit = '4GB'; SET statement_timeout = '50s'")
+                .await;
+            assert!(set.iter().all(|m| m.tag != b'E'), "{set:?}");
+            if extended {
+                let mut bytes = common::msg(
+                    b'P',
+                    &[common::cstr(""), common::cstr(RUNAWAY), vec![0, 0]].concat(),
+                );
+                bytes.extend(common::msg(
+                    b'B',
+                    &[common::cstr(""), common::cstr(""), vec![0, 0, 0, 0, 0, 0]].concat(),
+                ));
+                bytes.extend(common::msg(
+                    b'E',
+                    &[common::cstr(""), vec![0, 0, 0, 0]].concat(),
+                ));
+                bytes.extend(common::msg(b'S', &[]));
+                raw.send(&bytes).await;
+            } else {
+                raw.send(&common::msg(b'Q', &common::cstr(RUNAWAY))).await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let expected = errors() + 1;
+            drop(raw);
+            let dropped = std::time::Instant::now();
+            // The statement stops (it fails, unseen) soon.
+            while errors() < expected {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            assert!(
+                dropped.elapsed() < std::time::Duration::from_secs(10),
+                "stopped {:?} after the client went away",
+                dropped.elapsed()
+            );
+        }
+        assert_eq!(errors(), before + 2);
+        // The server goes on.
+        let row = client
+            .query_one("SELECT count(*) FROM j", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), 300);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_while_a_statement_runs_are_all_answered() {
+    bounded(async {
+        let server = Server::start(PgConfig::default()).await;
+        let client = server.connect().await;
+        join_table(&client, 40).await;
+        let mut raw = common::Raw::connect(server.addr).await;
+        // A statement that takes a while, then more behind it in one write.
+        let mut bytes = common::msg(
+            b'Q',
+            &common::cstr("SELECT count(*) FROM j a JOIN j b ON a.k = b.k JOIN j c ON b.k = c.k"),
+        );
+        for i in 0..50 {
+            bytes.extend(common::msg(b'Q', &common::cstr(&format!("SELECT {i}"))));
+        }
+        raw.send(&bytes).await;
+        let first = raw.until_ready().await;
+        let cells: Vec<_> = first
+            .iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| m.columns())
+            .collect();
+        assert_eq!(cells, vec![vec![Some(b"64000".to_vec())]]);
+        for i in 0..50 {
+            let reply = raw.until_ready().await;
+            let cells: Vec<_> = reply
+                .iter()
+                .filter(|m| m.tag == b'D')
+                .map(|m| m.columns())
+                .collect();
+            assert_eq!(cells, vec![vec![Some(i.to_string().into_bytes())]]);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_statements_in_one_query_take_linear_time() {
+    bounded(async {
+        let server = Server::start(PgConfig::default()).await;
+        let client = server.connect().await;
+        let time = |n: usize| {
+            let client = &client;
+            async move {
+                let sql = "SELECT 1;".repeat(n);
+                let started = std::time::Instant::now();
+                let messages = client.simple_query(&sql).await.unwrap();
+                // A row and a CommandComplete per statement, and the
+                // RowDescription.
+                assert_eq!(messages.len(), 3 * n);
+                started.elapsed()
+            }
+        };
+        time(200).await;
+        let small = time(2_000).await.min(time(2_000).await);
+        let large = time(20_000).await;
+        // Linear is 10 times; work over the whole text per statement made
+        // it 100 (20,000 statements took about 15 seconds).
+        assert!(
+            large < small * 40,
+            "2,000 statements took {small:?}, 20,000 took {large:?}"
+        );
+    })
+    .await;
+}

@@ -15,6 +15,7 @@
 //! compaction_interval_secs = 30
 //! release_interval = "5s"     # scheduled releases; off when absent
 //! consistency = "linearizable" # eventual | session | release | linearizable
+//! statement_timeout = "30s"   # sessions' default statement_timeout; 0: none
 //! user_file = "/etc/aqueduct/users"   # more bootstrap users, see below
 //! allow_trust_on_network = false
 //! [users]                     # bootstrap users: superusers
@@ -101,6 +102,8 @@ pub struct ServerConfig {
     pub release_interval: Option<Duration>,
     /// The consistency level sessions start with.
     pub consistency: Consistency,
+    /// The `statement_timeout` sessions start with (`None`: none).
+    pub statement_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -124,6 +127,7 @@ impl Default for ServerConfig {
             partial_state: true,
             release_interval: None,
             consistency: Consistency::Linearizable,
+            statement_timeout: None,
         }
     }
 }
@@ -155,6 +159,9 @@ pub struct FileConfig {
     pub release_interval: Option<String>,
     /// `--consistency`: the level sessions start with.
     pub consistency: Option<String>,
+    /// `--statement-timeout`: a duration such as `30s` or `500ms` (a bare
+    /// number is milliseconds); `0` is none.
+    pub statement_timeout: Option<String>,
 }
 
 /// `http_tokens`: a table of token → role, or (the older form) a list of
@@ -307,8 +314,20 @@ impl ServerConfig {
                 "--consistency release needs releases: give --release-interval too".into(),
             ));
         }
+        let statement_timeout = match flags.statement_timeout.or(file.statement_timeout) {
+            None => d.statement_timeout,
+            Some(s) => {
+                let t = aqueduct_sql::parse_duration(&s).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "--statement-timeout takes a duration such as 30s, 500ms or 5min (0: none), got '{s}'"
+                    ))
+                })?;
+                (!t.is_zero()).then_some(t)
+            }
+        };
         let config = ServerConfig {
             memory_limit,
+            statement_timeout,
             partial_state,
             release_interval,
             consistency,
@@ -567,5 +586,27 @@ mod tests {
             ..Default::default()
         });
         assert!(e.contains("needs releases"), "{e}");
+    }
+
+    #[test]
+    fn statement_timeout_is_read_and_checked() {
+        let file: FileConfig = toml::from_str("statement_timeout = \"30s\"\n").unwrap();
+        let c = ServerConfig::resolve(file.clone(), FileConfig::default()).unwrap();
+        assert_eq!(c.statement_timeout, Some(Duration::from_secs(30)));
+        // The flag wins over the file; 0 is none; a bare number is ms.
+        let flags = |v: &str| FileConfig {
+            statement_timeout: Some(v.into()),
+            ..Default::default()
+        };
+        let c = ServerConfig::resolve(file.clone(), flags("250")).unwrap();
+        assert_eq!(c.statement_timeout, Some(Duration::from_millis(250)));
+        let c = ServerConfig::resolve(file, flags("0")).unwrap();
+        assert_eq!(c.statement_timeout, None);
+        let c = ServerConfig::resolve(FileConfig::default(), FileConfig::default()).unwrap();
+        assert_eq!(c.statement_timeout, None);
+        let e = ServerConfig::resolve(FileConfig::default(), flags("soon"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--statement-timeout"), "{e}");
     }
 }

@@ -100,6 +100,9 @@ pub async fn run(
         .log()
         .start_background_compaction(config.compaction_interval);
     engine.set_default_consistency(config.consistency);
+    if let Some(timeout) = config.statement_timeout {
+        engine.set_default_statement_timeout(timeout);
+    }
     engine.set_bootstrap_users(config.users.keys().cloned());
 
     let tls = match (&config.tls_cert, &config.tls_key) {

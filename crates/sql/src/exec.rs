@@ -228,27 +228,41 @@ fn select(
     let mut out: Vec<Vec<Value>> = match &p.body.grouping {
         None => matching
             .iter()
-            .map(|row| eval_all(&p.body.outputs, &Env { row, params }))
-            .collect::<Result<_, _>>()?,
+            .enumerate()
+            .map(|(i, row)| {
+                let out = eval_all(&p.body.outputs, &Env { row, params })?;
+                every_chunk(i, &out)?;
+                Ok(out)
+            })
+            .collect::<Result<_, SqlError>>()?,
         Some(g) => group(&matching, g, &p.body.outputs, params)?,
     };
     if p.body.distinct {
         let mut seen = HashSet::new();
-        out.retain(|r| seen.insert(r[..p.body.visible].to_vec()));
+        let mut distinct = Vec::new();
+        for (i, r) in out.into_iter().enumerate() {
+            every_chunk(i, &r)?;
+            if seen.insert(r[..p.body.visible].to_vec()) {
+                distinct.push(r);
+            }
+        }
+        out = distinct;
     }
     if !p.body.order_by.is_empty() {
         let keys = &p.body.order_by;
         let mut keyed: Vec<(Vec<Value>, Vec<Value>)> = out
             .into_iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 let k = keys
                     .iter()
                     .map(|s| s.expr.eval(&Env { row: &r, params }))
                     .collect::<Result<Vec<_>, _>>()?;
+                every_chunk(i, &k)?;
                 Ok((k, r))
             })
             .collect::<Result<_, SqlError>>()?;
-        keyed.sort_by(|(a, _), (b, _)| {
+        aqueduct_expr::interrupt::sort_by(&mut keyed, |(a, _), (b, _)| {
             for (i, s) in keys.iter().enumerate() {
                 let ord = match (a[i].is_null(), b[i].is_null()) {
                     (true, true) => Ordering::Equal,
@@ -280,7 +294,7 @@ fn select(
                 }
             }
             Ordering::Equal
-        });
+        })?;
         out = keyed.into_iter().map(|(_, r)| r).collect();
     }
     let env = Env { row: &[], params };
@@ -327,7 +341,11 @@ fn group(
         // A global aggregate has one group even over no rows.
         groups.insert(Vec::new(), fresh(&g.aggregates));
     }
-    for row in rows {
+    for (i, row) in rows.iter().enumerate() {
+        // The rows were charged when they were read.
+        if i % aqueduct_expr::interrupt::CHECK_EVERY == 0 {
+            aqueduct_expr::interrupt::check()?;
+        }
         let env = Env { row, params };
         let key = eval_all(&g.keys, &env)?;
         let accs = groups.entry(key).or_insert_with(|| fresh(&g.aggregates));
@@ -340,7 +358,8 @@ fn group(
         }
     }
     let mut out = Vec::with_capacity(groups.len());
-    for (key, accs) in groups {
+    for (i, (key, accs)) in groups.into_iter().enumerate() {
+        every_chunk(i, &key)?;
         let mut grouped = key;
         for acc in &accs {
             grouped.push(acc.finish()?);

@@ -4,7 +4,9 @@
 
 use std::ops::ControlFlow;
 
-use sqlparser::ast::{Expr, Query, Select, SetExpr, Statement, TableFactor, Visit, Visitor};
+use sqlparser::ast::{
+    Expr, Query, Select, SetExpr, Statement, TableFactor, TableWithJoins, Visit, Visitor,
+};
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Token, TokenWithSpan};
 
@@ -36,6 +38,49 @@ pub fn parse_bytes(v: &str) -> Option<u64> {
 /// check would accept by much; the parser grows its own stack on the heap
 /// as it recurses.
 pub const PARSER_RECURSION_LIMIT: usize = 2 * MAX_STATEMENT_DEPTH;
+
+/// Most relations one `FROM` clause may join (tables, views, subqueries and
+/// functions, whether listed with commas or `JOIN`): compiling a join plan
+/// takes time and memory that grow faster than the number of its
+/// relations, so a statement of thousands of joins would hold a thread for
+/// hours. Relations of subqueries and of `UNION` arms count in their own
+/// `FROM` clauses.
+pub const MAX_JOINED_RELATIONS: usize = 500;
+
+/// SQLSTATE 54001 for a `FROM` clause of more than
+/// [`MAX_JOINED_RELATIONS`] relations.
+pub fn too_many_relations(n: usize) -> aqueduct_expr::SqlError {
+    aqueduct_expr::SqlError::new(
+        "54001",
+        format!(
+            "statement too complex: one FROM clause joins {n} relations, \
+             more than the limit of {MAX_JOINED_RELATIONS}"
+        ),
+    )
+    .with_hint(
+        "join fewer relations at once: split the statement, or name part \
+         of the join as a view and read from it",
+    )
+}
+
+/// The relations `select`'s `FROM` clause joins, nested joins included,
+/// counted without recursion.
+fn joined_relations(select: &Select) -> usize {
+    let mut n = 0;
+    let mut open: Vec<&TableWithJoins> = select.from.iter().collect();
+    while let Some(t) = open.pop() {
+        for f in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            match f {
+                // Brackets around a join: its relations count here.
+                TableFactor::NestedJoin {
+                    table_with_joins, ..
+                } => open.push(table_with_joins),
+                _ => n += 1,
+            }
+        }
+    }
+    n
+}
 
 /// Largest bound [`check_tokens`] lets through to the parser: the depth of
 /// any tree the parser can build from the text (even one it then refuses as
@@ -165,7 +210,8 @@ pub fn check_tokens(tokens: &[TokenWithSpan]) -> Result<(), aqueduct_expr::SqlEr
 }
 
 /// Refuses (SQLSTATE 54001) a statement nested deeper than
-/// [`MAX_STATEMENT_DEPTH`].
+/// [`MAX_STATEMENT_DEPTH`], or with a `FROM` clause of more than
+/// [`MAX_JOINED_RELATIONS`] relations.
 ///
 /// The parser builds chains of infix operators (`1+1+...`) and of `UNION`
 /// arms in loops, so their depth is bounded only by the length of the text;
@@ -179,7 +225,10 @@ pub fn check_depth(statement: &Statement) -> Result<(), aqueduct_expr::SqlError>
     let mut depth = Depth::default();
     match statement.visit(&mut depth) {
         ControlFlow::Continue(()) => Ok(()),
-        ControlFlow::Break(()) => Err(too_complex()),
+        ControlFlow::Break(()) => Err(match depth.relations {
+            Some(n) => too_many_relations(n),
+            None => too_complex(),
+        }),
     }
 }
 
@@ -188,6 +237,8 @@ struct Depth {
     depth: usize,
     /// Levels each open query added (itself and its set-operation chain).
     queries: Vec<usize>,
+    /// Set when the walk stopped at a `FROM` clause of too many relations.
+    relations: Option<usize>,
 }
 
 impl Depth {
@@ -234,7 +285,12 @@ impl Visitor for Depth {
         self.leave(levels)
     }
 
-    fn pre_visit_select(&mut self, _select: &Select) -> ControlFlow<()> {
+    fn pre_visit_select(&mut self, select: &Select) -> ControlFlow<()> {
+        let n = joined_relations(select);
+        if n > MAX_JOINED_RELATIONS {
+            self.relations = Some(n);
+            return ControlFlow::Break(());
+        }
         self.enter(1)
     }
 

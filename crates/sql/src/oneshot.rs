@@ -105,7 +105,7 @@ fn evaluate_with(
         })
         .unwrap_or_else(|| Ok(Vec::new()))?;
     if !compiled.order.is_empty() {
-        rows.sort_by(|a, b| compare_rows(&compiled.order, a, b));
+        aqueduct_expr::interrupt::sort_by(&mut rows, |a, b| compare_rows(&compiled.order, a, b))?;
     }
     let visible = compiled.columns.len();
     for r in &mut rows {

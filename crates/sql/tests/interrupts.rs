@@ -143,3 +143,43 @@ fn shutdown_stops_every_running_statement() {
     stopper.join().unwrap();
     assert_eq!(r.unwrap_err().code, "57P01");
 }
+
+/// What direct evaluation makes after the scan (projected rows, sort keys,
+/// DISTINCT rows, groups) counts against the memory limit too: a statement
+/// that reads a few MB and makes rows of 32 times their size stops.
+#[test]
+fn rows_made_after_the_scan_count_against_the_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = common::engine(dir.path());
+    let mut s = e.session();
+    common::ok(&mut s, "CREATE TABLE w (id int PRIMARY KEY, v text)");
+    let value = "x".repeat(1_000);
+    let values: Vec<String> = (0..2_100).map(|i| format!("({i}, '{value}')")).collect();
+    common::ok(
+        &mut s,
+        &format!("INSERT INTO w VALUES {}", values.join(", ")),
+    );
+    let wide = vec!["v"; 32].join(" || ");
+    // Under the limit: the scan alone.
+    common::ok(&mut s, "SET aqueduct.statement_memory_limit = '16MB'");
+    assert_eq!(
+        common::rows(&mut s, "SELECT count(*) FROM w WHERE v <> ''"),
+        vec![vec!["2100"]]
+    );
+    for sql in [
+        format!("SELECT {wide} FROM w"),
+        format!("SELECT id FROM w ORDER BY {wide}"),
+        format!("SELECT DISTINCT id, {wide} FROM w"),
+    ] {
+        let e = common::run(&mut s, &sql).expect_err("over the limit");
+        assert_eq!(e.code, "53200", "{sql}: {e}");
+    }
+    common::ok(&mut s, "SET aqueduct.statement_memory_limit = 0");
+    assert_eq!(
+        common::rows(
+            &mut s,
+            &format!("SELECT count(*) FROM (SELECT {wide} AS c FROM w) s")
+        ),
+        vec![vec!["2100"]]
+    );
+}

@@ -206,3 +206,92 @@ fn prepared_statements_are_checked_too() {
         .join()
         .unwrap();
 }
+
+/// A comma-separated `FROM` of `n` copies of `t` joined on `x`, with the
+/// conditions as a balanced tree of `AND`s (so nothing is nested deep).
+fn joins(n: usize) -> String {
+    fn balanced(c: &[String]) -> String {
+        if c.len() == 1 {
+            return c[0].clone();
+        }
+        let m = c.len() / 2;
+        format!("({} AND {})", balanced(&c[..m]), balanced(&c[m..]))
+    }
+    let from: Vec<String> = (0..n).map(|i| format!("t a{i}")).collect();
+    let on: Vec<String> = (1..n).map(|i| format!("a{}.x = a{i}.x", i - 1)).collect();
+    format!(
+        "SELECT count(*) FROM {} WHERE {}",
+        from.join(", "),
+        balanced(&on)
+    )
+}
+
+#[test]
+fn a_from_clause_joins_at_most_max_joined_relations() {
+    use aqueduct_sql::limits::MAX_JOINED_RELATIONS;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session(dir.path());
+    // 20,000 joins compiled for about a day (time and memory growing
+    // faster than the joins); 2,000 took 80 seconds in a debug build.
+    for n in [MAX_JOINED_RELATIONS + 1, 2_000, 20_000] {
+        let started = std::time::Instant::now();
+        let e = common::run(&mut s, &joins(n)).expect_err("refused");
+        assert_eq!(e.code, "54001", "{e}");
+        assert!(e.message.contains("joins"), "{e}");
+        assert!(e.hint.is_some());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{n} joins took {:?} to refuse",
+            started.elapsed()
+        );
+    }
+    // By JOIN, in brackets, and in a view too.
+    let nested = format!(
+        "SELECT 1 FROM ({}) WHERE a0.x = 1",
+        (0..MAX_JOINED_RELATIONS + 1)
+            .map(|i| format!("t a{i}"))
+            .collect::<Vec<_>>()
+            .join(" CROSS JOIN ")
+    );
+    assert_eq!(common::run(&mut s, &nested).unwrap_err().code, "54001");
+    let view = format!("CREATE VIEW v AS {}", joins(MAX_JOINED_RELATIONS + 1));
+    assert_eq!(common::run(&mut s, &view).unwrap_err().code, "54001");
+    // At the limit it runs.
+    assert_eq!(
+        common::rows(&mut s, &joins(MAX_JOINED_RELATIONS)),
+        vec![vec!["1"]]
+    );
+    // Relations of UNION arms and subqueries count in their own FROM.
+    let arms = chain(MAX_JOINED_RELATIONS + 10, "SELECT x FROM t", " UNION ALL ");
+    assert_eq!(
+        common::rows(&mut s, &format!("SELECT count(*) FROM ({arms}) u")),
+        vec![vec![(MAX_JOINED_RELATIONS + 10).to_string()]]
+    );
+}
+
+/// Many statements in one query string take time linear in their number:
+/// ten times the statements may take at most 40 times as long (linear is
+/// 10; work over the whole text per statement made it 100, and 20,000
+/// statements took about 15 seconds).
+#[test]
+fn many_statements_in_one_query_take_linear_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session(dir.path());
+    let mut time = |n: usize| {
+        let sql = "SELECT 1;".repeat(n);
+        let started = std::time::Instant::now();
+        let results = s.execute(&sql);
+        let took = started.elapsed();
+        assert_eq!(results.len(), n);
+        assert!(results.iter().all(|r| r.is_ok()));
+        took
+    };
+    time(200);
+    // The quicker of two runs, so that a pause elsewhere does not count.
+    let small = time(2_000).min(time(2_000));
+    let large = time(20_000);
+    assert!(
+        large < small * 40,
+        "2,000 statements took {small:?}, 20,000 took {large:?}"
+    );
+}
