@@ -95,7 +95,7 @@ pub fn too_complex() -> SqlError {
         "54001",
         format!(
             "statement too complex: it nests more than {MAX_STATEMENT_DEPTH} levels \
-             (operators in a chain, parentheses, subqueries or UNION arms)"
+             (operators in a chain, parentheses, subqueries, JOIN ... ON chains or UNION arms)"
         ),
     )
     .with_hint(
