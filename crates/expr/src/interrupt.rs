@@ -275,7 +275,7 @@ mod tests {
                 .map(|i| ((i as u64).wrapping_mul(2_654_435_761) % 97, i))
                 .collect();
             let mut expected = rows.clone();
-            expected.sort_by(|a, b| a.0.cmp(&b.0));
+            expected.sort_by_key(|a| a.0);
             let mut got = rows;
             sort_by(&mut got, |a, b| a.0.cmp(&b.0)).unwrap();
             assert_eq!(got, expected, "{n} rows");
