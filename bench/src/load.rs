@@ -117,73 +117,80 @@ where
             .map(|(t, client)| {
                 let (draw, run_op, errors, error_texts, done) =
                     (&draw, &run_op, &errors, &error_texts, &done);
-                scope.spawn(move || {
-                    fine_timer_slack();
-                    let mut rng =
-                        SmallRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37_79b9));
-                    let mut hists: Vec<Histogram<u64>> =
-                        kinds.iter().map(|_| common::new_hist()).collect();
-                    let mut kind_errors = vec![0u64; kinds.len()];
-                    let interval = match schedule.mode {
-                        Mode::Open { ops_per_sec } => {
-                            Some(Duration::from_secs_f64(n as f64 / ops_per_sec.max(1e-3)))
-                        }
-                        Mode::Closed => None,
-                    };
-                    // Open loop: thread t's requests are due at start +
-                    // (t/n + i) intervals, so the clients interleave.
-                    let mut due = match interval {
-                        Some(iv) => start + iv.mul_f64(t as f64 / n as f64),
-                        None => start,
-                    };
-                    let mut not_started = 0u64;
-                    while !common::stopped() {
-                        let now = Instant::now();
-                        if due >= window_end || (interval.is_none() && now >= window_end) {
-                            break;
-                        }
-                        if now >= window_end {
-                            // Fell behind: what is still due was never sent.
-                            let iv = interval.expect("open loop");
-                            let left = (window_end - due).as_secs_f64() / iv.as_secs_f64();
-                            not_started += left.ceil() as u64;
-                            break;
-                        }
-                        if due > now {
-                            std::thread::sleep(due - now);
-                        }
-                        let began = match interval {
-                            Some(_) => due,
-                            None => Instant::now(),
+                // As large as the server's threads: a statement run in
+                // process on a smaller stack gets a new stack of its own
+                // each time (`aqueduct_sql::limits`).
+                let thread = std::thread::Builder::new()
+                    .stack_size(aqueduct_sql::limits::SERVER_THREAD_STACK_BYTES);
+                thread
+                    .spawn_scoped(scope, move || {
+                        fine_timer_slack();
+                        let mut rng =
+                            SmallRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37_79b9));
+                        let mut hists: Vec<Histogram<u64>> =
+                            kinds.iter().map(|_| common::new_hist()).collect();
+                        let mut kind_errors = vec![0u64; kinds.len()];
+                        let interval = match schedule.mode {
+                            Mode::Open { ops_per_sec } => {
+                                Some(Duration::from_secs_f64(n as f64 / ops_per_sec.max(1e-3)))
+                            }
+                            Mode::Closed => None,
                         };
-                        let (kind, op) = draw(&mut rng);
-                        let result = run_op(client, &op);
-                        let end = Instant::now();
-                        if began >= window_start {
-                            match result {
-                                Ok(()) => {
-                                    let ns = (end - began).as_nanos().max(1) as u64;
-                                    let h = &mut hists[kind];
-                                    let _ = h.record(ns.min(h.high()));
-                                    done.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Err(e) => {
-                                    kind_errors[kind] += 1;
-                                    errors.fetch_add(1, Ordering::Relaxed);
-                                    let mut texts = error_texts.lock().expect("not poisoned");
-                                    if texts.len() < MAX_ERROR_TEXTS {
-                                        texts.push(format!("{}: {e:#}", kinds[kind]));
+                        // Open loop: thread t's requests are due at start +
+                        // (t/n + i) intervals, so the clients interleave.
+                        let mut due = match interval {
+                            Some(iv) => start + iv.mul_f64(t as f64 / n as f64),
+                            None => start,
+                        };
+                        let mut not_started = 0u64;
+                        while !common::stopped() {
+                            let now = Instant::now();
+                            if due >= window_end || (interval.is_none() && now >= window_end) {
+                                break;
+                            }
+                            if now >= window_end {
+                                // Fell behind: what is still due was never sent.
+                                let iv = interval.expect("open loop");
+                                let left = (window_end - due).as_secs_f64() / iv.as_secs_f64();
+                                not_started += left.ceil() as u64;
+                                break;
+                            }
+                            if due > now {
+                                std::thread::sleep(due - now);
+                            }
+                            let began = match interval {
+                                Some(_) => due,
+                                None => Instant::now(),
+                            };
+                            let (kind, op) = draw(&mut rng);
+                            let result = run_op(client, &op);
+                            let end = Instant::now();
+                            if began >= window_start {
+                                match result {
+                                    Ok(()) => {
+                                        let ns = (end - began).as_nanos().max(1) as u64;
+                                        let h = &mut hists[kind];
+                                        let _ = h.record(ns.min(h.high()));
+                                        done.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Err(e) => {
+                                        kind_errors[kind] += 1;
+                                        errors.fetch_add(1, Ordering::Relaxed);
+                                        let mut texts = error_texts.lock().expect("not poisoned");
+                                        if texts.len() < MAX_ERROR_TEXTS {
+                                            texts.push(format!("{}: {e:#}", kinds[kind]));
+                                        }
                                     }
                                 }
                             }
+                            due = match interval {
+                                Some(iv) => due + iv,
+                                None => end,
+                            };
                         }
-                        due = match interval {
-                            Some(iv) => due + iv,
-                            None => end,
-                        };
-                    }
-                    (hists, kind_errors, not_started)
-                })
+                        (hists, kind_errors, not_started)
+                    })
+                    .expect("spawning a load thread")
             })
             .collect();
         // The progress bar follows the measured window.

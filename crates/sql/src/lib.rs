@@ -199,7 +199,8 @@ impl Engine {
         self.clock.read().clone()
     }
 
-    /// Replaces the clock (tests drive time by hand).
+    /// Replaces the clock for sessions made from now on (tests drive time
+    /// by hand).
     pub fn set_clock(&self, clock: Arc<dyn Clock>) {
         *self.clock.write() = clock;
     }

@@ -29,6 +29,13 @@ type ViewReadKeys = (
     Option<(Vec<usize>, Vec<Vec<Value>>)>,
 );
 
+/// How long, and with how much memory, each statement may run.
+#[derive(Clone, Copy, Debug, Default)]
+struct StatementBounds {
+    timeout: Option<std::time::Duration>,
+    memory: Option<u64>,
+}
+
 /// Adds view `v` to `catalog` as a table holding `rows`.
 fn add_view_table(
     catalog: &mut Catalog,
@@ -166,6 +173,11 @@ pub struct Session {
     pub(crate) time: StatementTime,
     /// The clock's reading when the transaction block began.
     txn_began_micros: Option<i64>,
+    /// The engine's clock when the session began.
+    clock: Arc<dyn crate::Clock>,
+    /// `statement_timeout` and `aqueduct.statement_memory_limit`, parsed
+    /// once when set (every statement asks).
+    bounds: StatementBounds,
     /// Stops the running statement (cancel, timeout, memory, shutdown).
     interrupt: aqueduct_expr::interrupt::Interrupt,
     /// Who the session runs as (`roles.rs`).
@@ -185,6 +197,7 @@ impl Session {
             settings.insert("statement_timeout".into(), timeout);
         }
         let interrupt = engine.new_interrupt();
+        let clock = engine.clock();
         Session {
             interrupt,
             engine,
@@ -201,8 +214,31 @@ impl Session {
             txn_began_micros: None,
             principal: Default::default(),
             view_relations_cache: Default::default(),
+            bounds: StatementBounds::default(),
+            clock,
         }
         .with_default_principal()
+        .with_bounds()
+    }
+
+    /// Parses the statement bounds from the settings (when they change).
+    fn with_bounds(mut self) -> Session {
+        self.refresh_bounds();
+        self
+    }
+
+    fn refresh_bounds(&mut self) {
+        self.bounds = StatementBounds {
+            timeout: self
+                .settings
+                .get("statement_timeout")
+                .and_then(|v| parse_duration(v)),
+            memory: self
+                .settings
+                .get("aqueduct.statement_memory_limit")
+                .and_then(|v| crate::limits::parse_bytes(v))
+                .filter(|&b| b > 0),
+        };
     }
 
     fn with_default_principal(mut self) -> Session {
@@ -220,15 +256,7 @@ impl Session {
     /// session's interrupt handle armed with `statement_timeout` and
     /// `aqueduct.statement_memory_limit` as set now.
     fn statement<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
-        let timeout = self
-            .settings
-            .get("statement_timeout")
-            .and_then(|v| parse_duration(v));
-        let memory = self
-            .settings
-            .get("aqueduct.statement_memory_limit")
-            .and_then(|v| crate::limits::parse_bytes(v))
-            .filter(|&b| b > 0);
+        let StatementBounds { timeout, memory } = self.bounds;
         let interrupt = self.interrupt.clone();
         crate::limits::with_statement_stack(|| {
             interrupt.enter(std::time::Instant::now(), timeout, memory, || f(self))
@@ -294,7 +322,7 @@ impl Session {
 
     /// Reads the clock for a statement that starts now.
     fn start_statement(&mut self) {
-        let now = self.engine.clock().now_micros();
+        let now = self.clock.now_micros();
         let transaction_micros = match (&self.txn, self.txn_began_micros) {
             (Some(_), Some(began)) => began,
             _ => now,
@@ -1228,6 +1256,7 @@ impl Session {
             let v =
                 value.unwrap_or_else(|| default.map(|(_, v)| v.to_string()).unwrap_or_default());
             self.settings.insert(key, v);
+            self.refresh_bounds();
         }
         Ok(command("SET"))
     }
