@@ -4,7 +4,7 @@
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// No step of these tests may take longer than this.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -23,14 +23,57 @@ fn free_port() -> u16 {
 
 /// A server process, killed when dropped if it is still running.
 struct Running {
-    child: Child,
+    child: Option<Child>,
     pg: u16,
+    http: u16,
+}
+
+impl Running {
+    /// Waits at most `timeout` for the process to exit; `None` if it
+    /// did not (it is then killed).
+    fn exit_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = child.id();
+        let (done, exited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(child.wait().unwrap());
+        });
+        match exited.recv_timeout(timeout) {
+            Ok(status) => Some(status),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                let _ = exited.recv();
+                None
+            }
+        }
+    }
+
+    /// Statements the server runs now, from its `/metrics`.
+    async fn statements_running(&self) -> u64 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.http))
+            .await
+            .unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out.lines()
+            .find_map(|l| l.strip_prefix("aqueduct_statements_running "))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("aqueduct_statements_running in /metrics")
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -57,7 +100,11 @@ fn start(data: &std::path::Path, extra: &[&str]) -> Running {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let running = Running { child, pg };
+    let running = Running {
+        child: Some(child),
+        pg,
+        http,
+    };
     let (up_tx, up) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr).lines() {
@@ -161,26 +208,20 @@ fn sigterm_stops_the_server_while_a_statement_runs_and_keeps_acknowledged_writes
                 .await
                 .unwrap();
             let running = tokio::spawn(async move { runner.simple_query(RUNAWAY).await });
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            while server.statements_running().await == 0 {
+                tokio::task::yield_now().await;
+            }
             assert!(!running.is_finished(), "the statement still runs");
         })
         .await
         .expect("in time");
     });
-    let pid = server.child.id().to_string();
+    let pid = server.child.as_ref().unwrap().id().to_string();
     let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(killed.success());
-    let sent = Instant::now();
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "the server did not exit within 10 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = server
+        .exit_within(Duration::from_secs(10))
+        .expect("the server exits within 10 s of SIGTERM");
     assert!(status.success(), "{status:?}");
     drop(server);
     // What was acknowledged is there after a restart.

@@ -3,7 +3,7 @@
 //! how to keep passwords off the command line.
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// No refusal may take longer than this.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -17,27 +17,30 @@ fn aqueduct(args: &[&str]) -> Output {
             command.env_remove(name);
         }
     }
-    let mut child = command
+    let child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if started.elapsed() > REFUSAL_TIMEOUT {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
+    let pid = child.id();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output().unwrap());
+    });
+    match exited.recv_timeout(REFUSAL_TIMEOUT) {
+        Ok(out) => out,
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let out = exited.recv().unwrap();
             panic!(
                 "aqueduct {args:?} did not exit: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -52,6 +52,17 @@ pub fn render_metrics(engine: &Engine) -> String {
         "aqueduct_statement_errors_total {}",
         m.errors.load(Ordering::Relaxed)
     );
+    family(
+        &mut out,
+        "aqueduct_statements_running",
+        "gauge",
+        "SQL statements running now.",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_statements_running {}",
+        m.running.load(Ordering::Relaxed)
+    );
 
     let releases = &engine.releases;
     if let Some(schedule) = releases.schedule() {

@@ -52,9 +52,10 @@ async fn a_silent_connection_does_not_block_other_https_clients() {
     )
     .await;
 
-    // Connects and says nothing.
+    // Connects and says nothing. Its connection is complete, so it is
+    // first in the listener's queue: the server accepts it before the
+    // request below.
     let silent = TcpStream::connect(addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
 
     let request = async {
         let tcp = TcpStream::connect(addr).await.unwrap();

@@ -89,8 +89,9 @@ async fn a_cancel_request_stops_the_running_statement() {
             .await
             .unwrap();
         let token = client.cancel_token();
+        let engine = server.engine.clone();
         let canceller = tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            await_running(&engine).await;
             token.cancel_query(tokio_postgres::NoTls).await.unwrap();
         });
         // 27 M rows after three joins: hours without the cancel.
@@ -164,19 +165,30 @@ async fn a_statement_whose_client_went_away_is_stopped() {
             } else {
                 raw.send(&common::msg(b'Q', &common::cstr(RUNAWAY))).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            await_running(&server.engine).await;
             let expected = errors() + 1;
             drop(raw);
             let dropped = std::time::Instant::now();
             // The statement stops (it fails, unseen) soon.
             while errors() < expected {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                assert!(
+                    dropped.elapsed() < std::time::Duration::from_secs(10),
+                    "still running {:?} after the client went away",
+                    dropped.elapsed()
+                );
+                tokio::task::yield_now().await;
             }
-            assert!(
-                dropped.elapsed() < std::time::Duration::from_secs(10),
-                "stopped {:?} after the client went away",
-                dropped.elapsed()
-            );
+            // And is counted out before the next one starts.
+            while server
+                .engine
+                .metrics
+                .running
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+            {
+                assert!(dropped.elapsed() < common::TEST_TIMEOUT, "never ended");
+                tokio::task::yield_now().await;
+            }
         }
         assert_eq!(errors(), before + 2);
         // The server goes on.
@@ -253,4 +265,22 @@ async fn many_statements_in_one_query_take_linear_time() {
         );
     })
     .await;
+}
+
+/// Waits (at most [`common::TEST_TIMEOUT`]) until `engine` runs a
+/// statement.
+async fn await_running(engine: &aqueduct_sql::Engine) {
+    let started = std::time::Instant::now();
+    while engine
+        .metrics
+        .running
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        assert!(
+            started.elapsed() < common::TEST_TIMEOUT,
+            "no statement started"
+        );
+        tokio::task::yield_now().await;
+    }
 }

@@ -95,6 +95,8 @@ pub struct EngineMetrics {
     pub ddl: AtomicU64,
     pub other: AtomicU64,
     pub errors: AtomicU64,
+    /// Statements running now (a gauge).
+    pub running: AtomicU64,
 }
 
 impl EngineMetrics {

@@ -29,6 +29,23 @@ type ViewReadKeys = (
     Option<(Vec<usize>, Vec<Vec<Value>>)>,
 );
 
+/// Counts a statement in the running gauge until dropped (also when it
+/// unwinds).
+struct Running<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> Running<'a> {
+    fn start(gauge: &'a std::sync::atomic::AtomicU64) -> Running<'a> {
+        gauge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Running(gauge)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// How long, and with how much memory, each statement may run.
 #[derive(Clone, Copy, Debug, Default)]
 struct StatementBounds {
@@ -258,8 +275,14 @@ impl Session {
     fn statement<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
         let StatementBounds { timeout, memory } = self.bounds;
         let interrupt = self.interrupt.clone();
+        let engine = self.engine.clone();
         crate::limits::with_statement_stack(|| {
-            interrupt.enter(std::time::Instant::now(), timeout, memory, || f(self))
+            interrupt.enter(std::time::Instant::now(), timeout, memory, || {
+                // Counted once the handle is armed, so a cancel that sees
+                // the statement running is not dropped as early.
+                let _running = Running::start(&engine.metrics.running);
+                f(self)
+            })
         })
     }
 

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,15 @@ fn session(dir: &std::path::Path, n: usize) -> Session {
 /// Three-way self-join: n³ rows.
 const BLOW_UP: &str =
     "SELECT count(*) FROM t a JOIN t b ON a.k = b.k JOIN t c ON b.k = c.k JOIN t d ON c.k = d.k";
+
+/// Waits (at most [`BOUND`]) until `engine` runs a statement.
+fn await_running(engine: &aqueduct_sql::Engine) {
+    let started = Instant::now();
+    while engine.metrics.running.load(Ordering::Relaxed) == 0 {
+        assert!(started.elapsed() < BOUND, "no statement started");
+        std::thread::yield_now();
+    }
+}
 
 /// Runs `sql` on its own thread and waits at most [`BOUND`].
 fn run_bounded(s: Session, sql: &'static str) -> (Session, Result<Outcome, SqlError>, Duration) {
@@ -89,8 +99,9 @@ fn a_cancel_from_another_thread_stops_the_running_statement() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path(), 300);
     let handle = s.interrupt_handle();
+    let engine = s.engine().clone();
     let canceller = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        await_running(&engine);
         handle.cancel();
     });
     let (mut s, r, _) = run_bounded(s, BLOW_UP);
@@ -136,7 +147,7 @@ fn shutdown_stops_every_running_statement() {
     let s = session(dir.path(), 300);
     let engine = s.engine().clone();
     let stopper = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        await_running(&engine);
         engine.interrupt_all();
     });
     let (_, r, _) = run_bounded(s, BLOW_UP);
