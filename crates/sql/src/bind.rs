@@ -426,6 +426,18 @@ pub(crate) fn reads_one_relation(st: &ast::Statement) -> bool {
             && matches!(f.relation, ast::TableFactor::Table { .. }))
 }
 
+/// SQLSTATE 0A000 for `name()` in a maintained view: its value depends on
+/// when or by whom the view is read, which no write to the tables reports.
+fn session_dependent_in_view(name: &str) -> SqlError {
+    SqlError::new(
+        "0A000",
+        format!("{name}() is not allowed in a maintained view: its value depends on when or by whom the view is read, which no write to the tables reports"),
+    )
+    .with_hint(
+        "pass the value as a parameter when the view is read (WHERE at > $1, WHERE owner = $1), or run the query directly instead of through a view",
+    )
+}
+
 /// The last part of an object name (schema qualifiers such as `public.` are ignored).
 pub(crate) fn object_name(n: &ast::ObjectName) -> Result<String, SqlError> {
     let parts: Vec<String> =
@@ -1347,13 +1359,7 @@ impl<'a> Binder<'a> {
             ));
         }
         let Some(time) = self.time else {
-            return Err(SqlError::new(
-                "0A000",
-                format!("{name}() is not allowed in a maintained view: its value changes as time passes, which no write to the tables reports"),
-            )
-            .with_hint(
-                "compare with a time the application passes as a parameter when it reads the view (WHERE at > $1), or run the query directly instead of through a view",
-            ));
+            return Err(session_dependent_in_view(name));
         };
         Ok(Expr::Literal(Value::TimestampTz(match clock {
             ClockFunc::Transaction => time.transaction_micros,
@@ -1383,6 +1389,9 @@ impl<'a> Binder<'a> {
         }
         let func = Func::by_name(&name)
             .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
+        if func == Func::CurrentUser && self.time.is_none() {
+            return Err(session_dependent_in_view(&name));
+        }
         if f.filter.is_some() {
             return Err(SqlError::new(
                 "42809",

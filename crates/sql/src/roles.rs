@@ -218,7 +218,12 @@ pub(crate) fn substitute_current_user(statements: &mut [Statement], sql: &str, n
             "current_user" | "session_user" | "current_role" | "user"
         )
     };
-    for st in statements.iter_mut() {
+    // A view is not bound to its creator's name: the binder refuses the
+    // functions in a maintained view, as it does `now()`.
+    for st in statements
+        .iter_mut()
+        .filter(|st| !matches!(st, Statement::CreateView(_)))
+    {
         let _ = ast::visit_expressions_mut(st, |e| {
             let replace = match e {
                 ast::Expr::Function(f) => {
@@ -338,6 +343,17 @@ impl Needs {
             self.add(n, Privilege::Select);
         }
     }
+
+    /// Everything `st` names besides its `target` (subqueries, `FROM`,
+    /// `USING`) it reads.
+    fn reads_besides(&mut self, st: &Statement, target: &str) {
+        self.reads(
+            bind::relations(st)
+                .into_iter()
+                .filter(|n| n != target)
+                .collect(),
+        );
+    }
 }
 
 /// Relations named in a query (tables, views, CTE names).
@@ -396,12 +412,7 @@ fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError> {
             if u.selection.is_some() || u.returning.is_some() || reads_columns(&u.assignments) {
                 needs.add(target.clone(), Privilege::Select);
             }
-            // Whatever else it names (subqueries, FROM) it reads.
-            let others: Vec<String> = bind::relations(st)
-                .into_iter()
-                .filter(|n| *n != target)
-                .collect();
-            needs.reads(others);
+            needs.reads_besides(st, &target);
         }
         Statement::Delete(d) => {
             let from = match &d.from {
@@ -415,11 +426,7 @@ fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError> {
             if d.selection.is_some() || d.returning.is_some() {
                 needs.add(target.clone(), Privilege::Select);
             }
-            let others: Vec<String> = bind::relations(st)
-                .into_iter()
-                .filter(|n| *n != target)
-                .collect();
-            needs.reads(others);
+            needs.reads_besides(st, &target);
         }
         Statement::Explain { statement, .. } => needs_of(statement, needs)?,
         Statement::CreateView(v) => needs.reads(query_relations(&v.query)),

@@ -544,3 +544,24 @@ fn role_statements_work_through_the_extended_protocol() {
         .unwrap_err();
     assert_eq!(err.code, "42501");
 }
+
+/// A maintained view would hold its creator's name (or nobody's) for every
+/// reader: `current_user` and its kin are refused there, as `now()` is,
+/// and answer each reader's own name in a query.
+#[test]
+fn current_user_is_refused_in_a_maintained_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(&mut s, "CREATE TABLE t (id bigint PRIMARY KEY)");
+    for f in ["current_user", "session_user"] {
+        let sql = format!("CREATE VIEW v AS SELECT id, {f} AS who FROM t");
+        assert_eq!(code(&mut s, &sql), "0A000", "{sql}");
+    }
+    ok(&mut s, "INSERT INTO t VALUES (1)");
+    let me = rows(&mut s, "SELECT current_user")[0][0].clone();
+    assert_eq!(
+        rows(&mut s, "SELECT id, current_user FROM t"),
+        vec![vec!["1".to_string(), me]]
+    );
+}
