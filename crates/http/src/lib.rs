@@ -322,6 +322,24 @@ fn status_of(e: &SqlError) -> StatusCode {
     }
 }
 
+/// Stops a statement when dropped armed: the request's future was dropped
+/// because its client went away.
+struct StopOnDrop(Option<aqueduct_expr::interrupt::Interrupt>);
+
+impl StopOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(i) = self.0.take() {
+            i.close();
+        }
+    }
+}
+
 async fn sql(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -342,10 +360,12 @@ async fn sql(
             return error_response(StatusCode::BAD_REQUEST, &err);
         }
     };
-    let engine = s.engine.clone();
     let request = headers.clone();
+    let mut session = s.engine.session_as(principal);
+    // A client that goes away drops this future (the connection closes
+    // under it): the guard then stops the statement it started.
+    let client_gone = StopOnDrop(Some(session.interrupt_handle()));
     let result = tokio::task::spawn_blocking(move || {
-        let mut session = engine.session_as(principal);
         if let Err(e) = releases::configure(&mut session, q.consistency.as_deref(), &request) {
             return (Err(e), 0, None);
         }
@@ -362,6 +382,7 @@ async fn sql(
         (outcome, session.last_lsn(), session.release_read_id())
     })
     .await;
+    client_gone.disarm();
     match result {
         Ok((Ok(outcome), lsn, release)) => {
             let mut body = json::outcome(&outcome, lsn);

@@ -44,3 +44,64 @@ async fn deep_statements_are_refused_over_http() {
     .await
     .expect("test took too long");
 }
+
+/// A statement whose client closes the connection is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_http_client_went_away_is_stopped() {
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = common::engine(dir.path());
+        let mut s = engine.session();
+        let values: Vec<String> = (0..300).map(|i| format!("({i}, 1)")).collect();
+        for sql in [
+            "CREATE TABLE t (id int PRIMARY KEY, k int)".to_string(),
+            format!("INSERT INTO t VALUES {}", values.join(", ")),
+        ] {
+            s.execute(&sql).pop().unwrap().unwrap();
+        }
+        let running = || {
+            engine
+                .metrics
+                .running
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let errors = || {
+            engine
+                .metrics
+                .errors
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let addr = common::listen(engine.clone(), HttpConfig::default()).await;
+        // Four copies joined on one value: hours; its memory limit (1GB)
+        // would stop it only after many seconds.
+        let body = serde_json::json!({"sql": "SELECT count(*) FROM t a JOIN t b ON a.k = b.k JOIN t c ON b.k = c.k JOIN t d ON c.k = d.k"}).to_string();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                format!(
+                    "POST /v1/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        while running() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let before = errors();
+        drop(stream);
+        let dropped = std::time::Instant::now();
+        while running() > 0 {
+            assert!(
+                dropped.elapsed() < std::time::Duration::from_secs(5),
+                "still running {:?} after the client went away",
+                dropped.elapsed()
+            );
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(errors(), before + 1);
+    })
+    .await
+    .expect("in time");
+}
