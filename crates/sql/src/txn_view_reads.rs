@@ -66,11 +66,17 @@ impl Session {
                 .map(|k| views.compute_lookup_in(&catalog, txn, entry, cols, k))
                 .collect();
         }
-        for &t in &entry.tables {
-            txn.note_table_read(&catalog, t);
-        }
-        let noted_at = catalog.lsn();
         drop(catalog);
+        // Noted with commits paused: a commit applies its rows to the
+        // tables before it hands them to the dataflow, and the dataflow
+        // counts an empty queue as caught up, so outside the commit lock
+        // the versions could be newer than what the views will wait for.
+        let noted_at = db.with_commits_paused(|catalog, lsn| {
+            for &t in &entry.tables {
+                txn.note_table_read(catalog, t);
+            }
+            lsn
+        });
         views.await_lsn(noted_at)?;
         if cols.is_empty() {
             return Ok(vec![views.rows(entry)?.0]);
