@@ -183,7 +183,11 @@ pub(crate) fn compact(
     let _guard = inner.compaction.lock();
     let storage = inner.storage.as_ref();
     let retention = inner.opts.retention.clone();
-    let protect_from = retention.protect_from.unwrap_or(Lsn::MAX);
+    let held = inner.holds.lock().values().min().copied();
+    let protect_from = retention
+        .protect_from
+        .unwrap_or(Lsn::MAX)
+        .min(held.unwrap_or(Lsn::MAX));
     let now = now_micros();
 
     // 1. The compactable prefix.
@@ -207,6 +211,22 @@ pub(crate) fn compact(
     };
     if range.is_empty() {
         return Ok(report);
+    }
+    // Readers that need every record learn, before anything is dropped,
+    // that records below the range's end may be gone.
+    let until = range
+        .iter()
+        .map(|s| s.summary.last_lsn + 1)
+        .max()
+        .unwrap_or(0);
+    {
+        let mut meta = inner.meta.lock();
+        if meta.compacted_until < until {
+            let mut m = meta.clone();
+            m.compacted_until = until;
+            m.store(storage)?;
+            *meta = m;
+        }
     }
     let planned = range.len() * 2;
     let mut done = 0;

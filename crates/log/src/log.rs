@@ -114,6 +114,9 @@ pub(crate) struct Inner {
     sync_cv: Condvar,
     poisoned: OnceLock<String>,
     pub compaction: Mutex<()>,
+    /// Retention holds by name: compaction keeps every record at or above
+    /// the lowest ([`Log::set_hold`]).
+    pub holds: Mutex<std::collections::BTreeMap<String, Lsn>>,
     /// Serialises manifest writes; taken after `writer`, before `segments`.
     pub manifest: Mutex<ManifestState>,
     pub meta: Mutex<Meta>,
@@ -230,6 +233,7 @@ impl Log {
             sync_cv: Condvar::new(),
             poisoned: OnceLock::new(),
             compaction: Mutex::new(()),
+            holds: Mutex::new(Default::default()),
             meta: Mutex::new(recovered.meta),
             generations: Mutex::new(recovered.max_generation),
             metrics: LogMetrics::default(),
@@ -692,6 +696,44 @@ impl Log {
     }
 
     /// The durable metadata (purge point, vote).
+    /// Keeps every record at or above `from` out of compaction's reach
+    /// while the hold `name` exists (`None` removes it). Waits for a
+    /// compaction pass under way, so once this returns no pass removes a
+    /// held record. Refused when compaction already went past `from`.
+    pub fn set_hold(&self, name: &str, from: Option<Lsn>) -> Result<()> {
+        let _pass = self.inner.compaction.lock();
+        let mut holds = self.inner.holds.lock();
+        match from {
+            None => {
+                holds.remove(name);
+            }
+            Some(lsn) => {
+                let exact = self.exact_from();
+                if lsn < exact {
+                    return Err(Error::Invalid(format!(
+                        "cannot keep the log from LSN {lsn}: compaction already removed records \
+                         below LSN {exact}"
+                    )));
+                }
+                holds.insert(name.to_string(), lsn);
+            }
+        }
+        Ok(())
+    }
+
+    /// The retention holds, by name.
+    pub fn holds(&self) -> std::collections::BTreeMap<String, Lsn> {
+        self.inner.holds.lock().clone()
+    }
+
+    /// The lowest LSN from which the log holds every record appended (and
+    /// not purged): a reader starting at or above it misses nothing;
+    /// below it, compaction may have dropped records.
+    pub fn exact_from(&self) -> Lsn {
+        let meta = self.inner.meta.lock();
+        meta.compacted_until.max(meta.purged_lsn + 1).max(1)
+    }
+
     pub fn meta(&self) -> Meta {
         self.inner.meta.lock().clone()
     }

@@ -7,8 +7,14 @@
 //! 16 u64 purged_lsn    records at or below this LSN were purged on purpose
 //! 24 u64 purged_term
 //! 32 u32 vote_len, then vote_len bytes of vote
+//! .. u64 compacted_until (format version 2 only; version 1 files lack it
+//!        and read as 0)
 //! .. u32 CRC32C of everything before it
 //! ```
+//!
+//! `compacted_until`: compaction may have dropped records below this LSN, so
+//! a reader that must see every record (a change-feed consumer) can start
+//! exactly only at or above it. Stored before compaction rewrites anything.
 
 use crate::segment::write_atomically;
 use crate::storage::Storage;
@@ -25,6 +31,8 @@ pub struct Meta {
     pub purged_term: u64,
     /// Opaque bytes owned by the replication layer (its vote).
     pub vote: Vec<u8>,
+    /// Records below this LSN may have been removed by compaction.
+    pub compacted_until: Lsn,
 }
 
 impl Meta {
@@ -38,6 +46,7 @@ impl Meta {
         b.extend_from_slice(&self.purged_term.to_le_bytes());
         b.extend_from_slice(&(self.vote.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.vote);
+        b.extend_from_slice(&self.compacted_until.to_le_bytes());
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
@@ -51,17 +60,25 @@ impl Meta {
         if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
             return Err("metadata checksum mismatch".into());
         }
-        if u16::from_le_bytes(b[8..10].try_into().unwrap()) != META_FORMAT_VERSION {
-            return Err("metadata format version differs".into());
-        }
+        let version = u16::from_le_bytes(b[8..10].try_into().unwrap());
+        let tail = match version {
+            1 => 0,
+            META_FORMAT_VERSION => 8,
+            v => return Err(format!("metadata format version {v} is unknown")),
+        };
         let vote_len = u32::from_le_bytes(b[32..36].try_into().unwrap()) as usize;
-        if 36 + vote_len != body.len() {
+        if 36 + vote_len + tail != body.len() {
             return Err("metadata length mismatch".into());
         }
+        let compacted_until = match tail {
+            0 => 0,
+            _ => u64::from_le_bytes(body[36 + vote_len..].try_into().unwrap()),
+        };
         Ok(Meta {
             purged_lsn: u64::from_le_bytes(b[16..24].try_into().unwrap()),
             purged_term: u64::from_le_bytes(b[24..32].try_into().unwrap()),
             vote: b[36..36 + vote_len].to_vec(),
+            compacted_until,
         })
     }
 
@@ -108,6 +125,7 @@ mod tests {
             purged_lsn: 42,
             purged_term: 3,
             vote: b"term=3,node=1".to_vec(),
+            compacted_until: 77,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b).unwrap(), m);

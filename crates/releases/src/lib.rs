@@ -343,3 +343,10 @@ impl Releases {
         (s.kept.len(), s.kept_bytes)
     }
 }
+
+/// Releases capture every committed batch's row changes.
+impl aqueduct_tables::CommitConsumer for Releases {
+    fn committed(&self, batch: &aqueduct_tables::AppliedBatch, _: &Catalog) {
+        self.on_commit(batch.last, &batch.changes);
+    }
+}

@@ -166,13 +166,9 @@ impl Engine {
                 }
             })
         });
-        let hook_views = registry.clone();
         let releases = Arc::new(aqueduct_releases::Releases::new());
-        let hook_releases = releases.clone();
-        db.set_commit_hook(Some(Arc::new(move |lsn, catalog, changes, schema| {
-            hook_releases.on_commit(lsn, changes);
-            hook_views.on_commit(lsn, catalog, changes, schema)
-        })));
+        db.add_consumer(releases.clone());
+        db.add_consumer(registry.clone());
         let engine = Arc::new(Engine {
             db,
             views: registry,
@@ -290,4 +286,12 @@ impl Engine {
 /// Parses a parameter sent in text format for a parameter of type `ty`.
 pub fn param_from_text(text: &str, ty: &DataType) -> Result<Value, SqlError> {
     Ok(Value::Text(text.to_string()).coerce(ty)?)
+}
+
+/// Views follow the tables as a consumer of committed batches.
+impl aqueduct_tables::CommitConsumer for views::ViewRegistry {
+    fn committed(&self, batch: &aqueduct_tables::AppliedBatch, catalog: &aqueduct_tables::Catalog) {
+        let schema: Vec<_> = batch.schema.iter().map(|(_, c)| c.clone()).collect();
+        self.on_commit(batch.last, catalog, &batch.changes, &schema);
+    }
 }

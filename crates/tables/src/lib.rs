@@ -11,6 +11,7 @@
 //! - a schema change: `Schema`, key `s` + table id, body JSON.
 //!   A transaction is one atomic log batch.
 
+mod batch;
 mod index;
 mod roles;
 mod schema;
@@ -21,10 +22,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aqueduct_log::{Log, Lsn, NewRecord, RecordKind, RecordView};
-use aqueduct_values::{decode_row, decode_value, encode_row, encode_value, Value};
+use aqueduct_log::{Log, Lsn};
+use aqueduct_values::Value;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+pub use batch::{
+    decode_record, decode_row_key, encode_batch, row_log_key, AppliedBatch, Batch, BatchBuilder,
+    BatchEntry,
+};
 pub use roles::{
     Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
@@ -37,9 +42,6 @@ pub use table::{matches, Key, Row, RowVersion, Table};
 
 mod snapshot_read;
 pub use snapshot_read::{RowsAsk, WeightedRows};
-
-const ROW_PREFIX: u8 = b'r';
-const SCHEMA_PREFIX: u8 = b's';
 
 /// Errors of the table layer, each with its SQLSTATE.
 #[derive(Debug, thiserror::Error)]
@@ -210,34 +212,52 @@ impl Catalog {
     ) -> Option<RowChange> {
         // Rows of a dropped table are skipped: ids are never reused.
         let t = self.tables.get_mut(&table)?;
+        let prev_lsn = t.get(&key).map(|v| v.lsn);
         let (old, new) = match row {
             Some(row) => {
                 let new = Arc::new(row.clone());
-                (t.put(key, row, lsn), Some(new))
+                (t.put(key.clone(), row, lsn), Some(new))
             }
             None => (t.delete(&key, lsn), None),
         };
         if old.is_none() && new.is_none() {
             return None;
         }
-        Some(RowChange { table, old, new })
+        Some(RowChange {
+            table,
+            key,
+            lsn,
+            prev_lsn,
+            old,
+            new,
+        })
     }
 }
 
-/// One row changed by a commit: what downstream consumers (views) need.
+/// One row changed by a commit: what downstream consumers (views, the
+/// change feed) need.
 #[derive(Clone, Debug)]
 pub struct RowChange {
     pub table: TableId,
+    /// The row's key (primary-key values, or the hidden row id).
+    pub key: Key,
+    /// The LSN of the write.
+    pub lsn: Lsn,
+    /// The LSN of the row's previous version (`None` for an insert).
+    pub prev_lsn: Option<Lsn>,
     pub old: Option<Arc<Row>>,
     pub new: Option<Arc<Row>>,
 }
 
-/// Called under the commit lock after each commit is applied, in commit
-/// order, with the commit's last LSN, its row changes and schema changes.
-/// The catalog passed is the state right after the commit.
-pub type CommitHook = Arc<dyn Fn(Lsn, &Catalog, &[RowChange], &[SchemaChange]) + Send + Sync>;
-
-impl Catalog {}
+/// Something told about every committed batch: views, releases, the change
+/// feed. Consumers are called under the commit lock, in commit order, right
+/// after the batch is applied, with the tables as of the batch's last LSN;
+/// so they must not wait for anything a commit holds (a consumer that must
+/// slow writers down, as the views' bounded queue does, blocks here, and
+/// that is the backpressure).
+pub trait CommitConsumer: Send + Sync {
+    fn committed(&self, batch: &AppliedBatch, catalog: &Catalog);
+}
 
 /// One change a transaction makes.
 #[derive(Clone, Debug)]
@@ -384,7 +404,7 @@ pub struct Database {
     applied: AtomicU64,
     /// Hidden row ids, unique across all tables and transactions.
     next_rowid: std::sync::atomic::AtomicI64,
-    hook: RwLock<Option<CommitHook>>,
+    consumers: RwLock<Vec<Arc<dyn CommitConsumer>>>,
     pub metrics: TableMetrics,
 }
 
@@ -399,10 +419,18 @@ impl Database {
         let mut catalog = Catalog::default();
         let mut report = ReplayReport::default();
         let mut bad = None;
+        let mut batches = BatchBuilder::default();
         log.replay(0, |r| {
-            if let Err(reason) = apply_record(&mut catalog, &r) {
-                bad = Some(TableError::BadRecord { lsn: r.lsn, reason });
-                return Err(aqueduct_log::Error::Invalid("stop".into()));
+            let fail = |reason| TableError::BadRecord { lsn: r.lsn, reason };
+            match batches.push(&r) {
+                Ok(Some(batch)) => {
+                    catalog.apply_batch(&batch);
+                }
+                Ok(None) => {}
+                Err(reason) => {
+                    bad = Some(fail(reason));
+                    return Err(aqueduct_log::Error::Invalid("stop".into()));
+                }
             }
             report.records += 1;
             report.last_lsn = r.lsn;
@@ -426,7 +454,7 @@ impl Database {
         let db = Database {
             applied: AtomicU64::new(report.last_lsn),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
-            hook: RwLock::new(None),
+            consumers: RwLock::new(Vec::new()),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -450,9 +478,19 @@ impl Database {
         self.catalog.read_recursive()
     }
 
-    /// Installs the function told about every commit (views use it).
-    pub fn set_commit_hook(&self, hook: Option<CommitHook>) {
-        *self.hook.write() = hook;
+    /// Adds a consumer told about every later commit ([`CommitConsumer`]).
+    /// Under the commit lock, so it starts exactly after `applied_lsn()`.
+    pub fn add_consumer(&self, consumer: Arc<dyn CommitConsumer>) {
+        self.add_consumer_at(|_, _| consumer);
+    }
+
+    /// [`Database::add_consumer`] with the consumer made by `make` from the
+    /// tables as of `applied_lsn()`, with commits paused: it sees exactly
+    /// the commits after that LSN.
+    pub fn add_consumer_at(&self, make: impl FnOnce(&Catalog, Lsn) -> Arc<dyn CommitConsumer>) {
+        let _guard = self.commit.lock();
+        let consumer = make(&self.catalog.read(), self.applied_lsn());
+        self.consumers.write().push(consumer);
     }
 
     /// Runs `f` with the commit lock held: no commit is applied meanwhile,
@@ -524,47 +562,83 @@ impl Database {
         Ok(lsn)
     }
 
-    /// With the commit lock held: checks unique indexes, appends the batch
-    /// (without waiting for the sync), applies it.
+    /// With the commit lock held: appends the transaction and applies it.
     fn append_and_apply(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
+        let Some(batch) = self.append(txn)? else {
+            return Ok(None);
+        };
+        self.apply(&batch);
+        Ok(Some(batch.last))
+    }
+
+    /// Step one of a commit, with the commit lock held: checks unique
+    /// indexes and appends the writes to the log as one batch (without
+    /// waiting for its sync). `None` for a transaction that wrote nothing.
+    fn append(&self, txn: &Txn) -> Result<Option<Batch>, TableError> {
         if txn.writes.is_empty() {
             return Ok(None);
         }
         self.check_unique(txn)?;
-        let batch: Vec<NewRecord> = txn.writes.iter().map(encode_write).collect();
-        let range = self.log.append_pending(&batch)?;
-        let hook = self.hook.read().clone();
-        let mut changes = Vec::new();
-        let mut schema = Vec::new();
-        let mut catalog = self.catalog.write();
-        for (i, w) in txn.writes.iter().enumerate() {
-            let lsn = range.first + i as u64;
-            let change = match w {
-                Write::Put { table, key, row } => {
-                    catalog.apply_row(*table, key.clone(), Some(row.clone()), lsn)
-                }
-                Write::Delete { table, key } => catalog.apply_row(*table, key.clone(), None, lsn),
-                Write::Schema(c) => {
-                    catalog.apply_schema(c.clone());
-                    schema.push(c.clone());
-                    None
-                }
-            };
-            if hook.is_some() {
-                changes.extend(change);
+        let first = self.log.next_lsn();
+        let (records, batch) = encode_batch(
+            &self.catalog.read(),
+            &txn.writes,
+            first,
+            aqueduct_log::now_micros(),
+        );
+        let range = self.log.append_pending(&records)?;
+        assert_eq!(
+            (range.first, range.last),
+            (batch.first, batch.last),
+            "the log gave a batch other LSNs than the next ones"
+        );
+        Ok(Some(batch))
+    }
+
+    /// Step two, with the commit lock held: applies an appended batch to
+    /// the tables, tells the consumers, and moves `applied_lsn`.
+    fn apply(&self, batch: &Batch) {
+        let applied = self.catalog.write().apply_batch(batch);
+        let consumers = self.consumers.read().clone();
+        if !consumers.is_empty() {
+            let catalog = self.catalog.read();
+            for c in &consumers {
+                c.committed(&applied, &catalog);
             }
         }
-        catalog.lsn = range.last;
-        drop(catalog);
-        if let Some(hook) = hook {
-            hook(range.last, &self.catalog.read(), &changes, &schema);
-        }
-        self.applied.store(range.last, Ordering::Release);
+        self.applied.store(batch.last, Ordering::Release);
         self.metrics.commits.fetch_add(1, Ordering::Relaxed);
         self.metrics
             .rows_written
-            .fetch_add(txn.writes.len() as u64, Ordering::Relaxed);
-        Ok(Some(range.last))
+            .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Applies a batch that is already in the log at its LSNs (a follower
+    /// applying a replicated stream after appending it with
+    /// `Log::append_at`): the same step two as a local commit.
+    pub fn apply_appended(&self, batch: &Batch) {
+        let _guard = self.commit.lock();
+        assert!(
+            batch.last < self.log.next_lsn(),
+            "batch {}..={} applied before it was appended",
+            batch.first,
+            batch.last
+        );
+        self.apply(batch);
+    }
+
+    /// Discards an appended suffix that was never applied (a follower's
+    /// uncommitted entries the leader replaced): every record after `lsn`.
+    /// Refused for a suffix that was applied: the tables already show it.
+    pub fn discard_after(&self, lsn: Lsn) -> Result<(), TableError> {
+        let _guard = self.commit.lock();
+        if lsn < self.applied_lsn() {
+            return Err(TableError::Log(aqueduct_log::Error::Invalid(format!(
+                "cannot discard the log after LSN {lsn}: writes up to LSN {} are applied",
+                self.applied_lsn()
+            ))));
+        }
+        Ok(self.log.truncate_after(lsn)?)
     }
 
     /// Unique indexes hold after the transaction's final writes.
@@ -620,61 +694,4 @@ fn unique_error(schema: &TableSchema, index: &str, row: &Row) -> TableError {
         constraint: index.to_string(),
         detail,
     }
-}
-
-/// The log key of a row.
-pub fn row_log_key(table: TableId, key: &Key) -> Vec<u8> {
-    let mut k = Vec::with_capacity(16 + key.len() * 9);
-    k.push(ROW_PREFIX);
-    k.extend_from_slice(&table.to_be_bytes());
-    for v in key {
-        encode_value(v, &mut k);
-    }
-    k
-}
-
-fn encode_write(w: &Write) -> NewRecord {
-    match w {
-        Write::Put { table, key, row } => {
-            let mut body = Vec::new();
-            encode_row(row, &mut body);
-            NewRecord::put(row_log_key(*table, key), body)
-        }
-        Write::Delete { table, key } => NewRecord::delete(row_log_key(*table, key)),
-        Write::Schema(c) => {
-            let mut k = vec![SCHEMA_PREFIX];
-            k.extend_from_slice(&c.table().to_be_bytes());
-            NewRecord::new(RecordKind::Schema, k, c.encode())
-        }
-    }
-}
-
-fn apply_record(catalog: &mut Catalog, r: &RecordView<'_>) -> Result<(), String> {
-    match (r.kind, r.key.first()) {
-        (RecordKind::Schema, Some(&SCHEMA_PREFIX)) => {
-            catalog.apply_schema(SchemaChange::decode(r.body)?);
-        }
-        (RecordKind::Put | RecordKind::Delete, Some(&ROW_PREFIX)) => {
-            if r.key.len() < 9 {
-                return Err("row key is cut short".into());
-            }
-            let table = u64::from_be_bytes(r.key[1..9].try_into().unwrap());
-            let mut key = Vec::new();
-            let mut rest = &r.key[9..];
-            while !rest.is_empty() {
-                let (v, used) = decode_value(rest).map_err(|e| e.to_string())?;
-                key.push(v);
-                rest = &rest[used..];
-            }
-            let row = if r.kind == RecordKind::Put {
-                Some(decode_row(r.body).map_err(|e| e.to_string())?)
-            } else {
-                None
-            };
-            catalog.apply_row(table, key, row, r.lsn);
-        }
-        // Records of other layers are not ours.
-        _ => {}
-    }
-    Ok(())
 }
