@@ -22,15 +22,9 @@ pub fn param(v: &Json) -> Value {
     }
 }
 
+/// A SQL value as JSON (the change feed's form, shared).
 pub fn value(v: &Value) -> Json {
-    match v {
-        Value::Null => Json::Null,
-        Value::Bool(b) => Json::Bool(*b),
-        Value::Int(i) => json!(i),
-        Value::Float(f) if f.is_finite() => json!(f),
-        Value::Json(s) => serde_json::from_str(s).unwrap_or_else(|_| Json::String(s.clone())),
-        other => Json::String(other.to_text().unwrap_or_default()),
-    }
+    aqueduct_feed::value_json(v)
 }
 
 pub fn outcome(o: &Outcome, lsn: u64) -> Json {

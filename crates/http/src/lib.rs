@@ -4,6 +4,7 @@
 //! when given a certificate.
 
 mod auth;
+mod changes;
 mod json;
 mod metrics;
 mod releases;
@@ -53,6 +54,8 @@ struct AppState {
     engine: Arc<Engine>,
     auth: Arc<auth::HttpAuth>,
     extra: ExtraMetrics,
+    /// Change streams and snapshots running (`changes.rs`).
+    streams: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The routes, for serving and for tests.
@@ -65,12 +68,15 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
             users_configured: config.users_configured,
         }),
         extra,
+        streams: Default::default(),
     };
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_page))
         .route("/v1/sql", post(sql))
         .route("/v1/graph", get(graph))
+        .route("/v1/changes", get(changes::changes))
+        .route("/v1/snapshot", get(changes::snapshot))
         .route("/v1/releases/current", get(releases::current))
         .route("/v1/releases/{id}", get(releases::one))
         .route("/v1/releases/{id}/changes", get(releases::changes))

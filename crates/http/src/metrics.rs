@@ -383,5 +383,76 @@ pub fn render_metrics(engine: &Engine) -> String {
             let _ = writeln!(out, "{name}{{view=\"{}\"}} {}", escape(&v.name), get(v));
         }
     }
+    feed_metrics(&mut out, engine);
     out
+}
+
+/// The change feed and its durable consumers.
+fn feed_metrics(out: &mut String, engine: &Engine) {
+    let feed = engine.feed();
+    let m = &feed.metrics;
+    for (name, kind, help, value) in [
+        (
+            "aqueduct_feed_messages_published_total",
+            "counter",
+            "Committed transactions the change feed has published.",
+            m.published.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_feed_messages_delivered_total",
+            "counter",
+            "Messages handed to subscribers (each subscriber counts).",
+            m.delivered.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_feed_subscribers",
+            "gauge",
+            "Subscriptions open (in process and over HTTP).",
+            m.subscribers.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "aqueduct_feed_cut_off_total",
+            "counter",
+            "Subscribers cut off for falling too far behind.",
+            m.cut_off.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_feed_memory_bytes",
+            "gauge",
+            "Bytes of recent messages the feed holds in memory.",
+            feed.memory_bytes() as u64,
+        ),
+        (
+            "aqueduct_feed_head_lsn",
+            "gauge",
+            "LSN of the last transaction the feed published.",
+            feed.head(),
+        ),
+    ] {
+        family(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    let consumers = feed.consumers();
+    for (name, help, get) in [
+        (
+            "aqueduct_feed_consumer_next_lsn",
+            "The LSN each durable consumer needs next.",
+            (|c| c.next_lsn) as fn(&aqueduct_feed::ConsumerInfo) -> u64,
+        ),
+        (
+            "aqueduct_feed_consumer_lag",
+            "LSNs committed past each durable consumer's position.",
+            |c| c.lag,
+        ),
+        (
+            "aqueduct_feed_consumer_dropped",
+            "1 for a durable consumer dropped past its cap.",
+            |c| u64::from(c.dropped.is_some()),
+        ),
+    ] {
+        family(out, name, "gauge", help);
+        for c in &consumers {
+            let _ = writeln!(out, "{name}{{consumer=\"{}\"}} {}", escape(&c.name), get(c));
+        }
+    }
 }

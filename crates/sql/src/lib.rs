@@ -108,6 +108,7 @@ impl EngineMetrics {
 /// The database as the SQL layer sees it; shared by all sessions.
 pub struct Engine {
     db: Database,
+    feed: Arc<aqueduct_feed::Feed>,
     pub views: views::Views,
     /// Scheduled releases: snapshots, change sets, time maps.
     pub releases: Arc<aqueduct_releases::Releases>,
@@ -143,6 +144,21 @@ impl Engine {
         progress: &mut dyn FnMut(Lsn),
         options: views::ViewOptions,
     ) -> Result<Arc<Engine>, SqlError> {
+        Engine::open_with_feed(
+            log,
+            progress,
+            options,
+            aqueduct_feed::FeedOptions::default(),
+        )
+    }
+
+    /// [`Engine::open_with`] with `feed_options` for the change feed.
+    pub fn open_with_feed(
+        log: Log,
+        progress: &mut dyn FnMut(Lsn),
+        options: views::ViewOptions,
+        feed_options: aqueduct_feed::FeedOptions,
+    ) -> Result<Arc<Engine>, SqlError> {
         let (db, replay) = Database::open(log, progress)?;
         let registry = Arc::new(views::ViewRegistry::new(options));
         // Views are functions of the tables: registered (and, with partial
@@ -169,8 +185,11 @@ impl Engine {
         let releases = Arc::new(aqueduct_releases::Releases::new());
         db.add_consumer(releases.clone());
         db.add_consumer(registry.clone());
+        let feed = aqueduct_feed::Feed::attach(&db, feed_options)
+            .map_err(|e| SqlError::new(e.sqlstate(), e.to_string()))?;
         let engine = Arc::new(Engine {
             db,
+            feed,
             views: registry,
             releases,
             release_results: Default::default(),
@@ -190,6 +209,56 @@ impl Engine {
 
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// The change feed: every committed transaction, in LSN order.
+    pub fn feed(&self) -> &Arc<aqueduct_feed::Feed> {
+        &self.feed
+    }
+
+    /// The tables `principal` may follow on the change feed or copy in a
+    /// snapshot: those named (each must exist and be readable by it), or
+    /// when none are named every table for a superuser and the readable
+    /// ones for anyone else. `None` means every table, present and future.
+    pub fn feed_tables(
+        &self,
+        principal: &roles::Principal,
+        names: Option<&[String]>,
+    ) -> Result<Option<Vec<aqueduct_tables::TableId>>, SqlError> {
+        let catalog = self.db.read();
+        let superuser = principal.is_superuser(&catalog);
+        let readable = |id| {
+            superuser
+                || catalog.has_privilege(&principal.name, id, aqueduct_tables::Privilege::Select)
+        };
+        match names {
+            None if superuser => Ok(None),
+            None => Ok(Some(
+                catalog
+                    .tables
+                    .keys()
+                    .copied()
+                    .filter(|id| readable(*id))
+                    .collect(),
+            )),
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    let t = catalog.table(n).ok_or_else(|| {
+                        SqlError::new("42P01", format!("relation \"{n}\" does not exist"))
+                    })?;
+                    if !readable(t.schema.id) {
+                        return Err(SqlError::new(
+                            "42501",
+                            format!("permission denied for table {n}"),
+                        )
+                        .with_hint("the change feed needs SELECT on every table it follows"));
+                    }
+                    Ok(t.schema.id)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+        }
     }
 
     /// The clock statements read their time from.
@@ -221,6 +290,11 @@ impl Engine {
     /// Sets the `statement_timeout` new sessions start with (`--statement-timeout`).
     pub fn set_default_statement_timeout(&self, timeout: std::time::Duration) {
         *self.default_statement_timeout.write() = Some(timeout.as_millis().to_string());
+    }
+
+    /// Whether [`Engine::interrupt_all`] was called: the server is stopping.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// A new interrupt handle, stopped by [`Engine::interrupt_all`] too.
