@@ -1,10 +1,12 @@
 //! `aqueduct wal`: the operator's tool for a log directory (after Sirius'
 //! waltool).
 //!
-//! Every command opens the directory with `Log::open`, which takes its lock,
-//! so the tool never works on a log a server (or another tool) is using.
-//! Commands that only read open it read-only: they change nothing on disk,
-//! not even a torn tail that a writable open would cut.
+//! Every command but `tail` opens the directory with `Log::open`, which
+//! takes its lock, so the tool never works on a log a server (or another
+//! tool) is using. Commands that only read open it read-only: they change
+//! nothing on disk, not even a torn tail that a writable open would cut.
+//! `tail` reads through `LiveLogReader`, which takes no lock and writes
+//! nothing, so it can show and follow the log of a running server.
 //!
 //! Two commands work below the `Log` API, on segment files:
 //! - `range --out` and `grep --out` write the new log's segments directly,
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use aqueduct_log::compaction;
+use aqueduct_log::live::{self, LiveLogReader};
 use aqueduct_log::lock::DirLock;
 use aqueduct_log::manifest::Manifest;
 use aqueduct_log::record::FLAG_BATCH_CONTINUES;
@@ -65,16 +68,21 @@ pub enum WalCommand {
     },
     /// The last records, one per line: LSN, time (UTC), kind, `term=T` when
     /// not 0, `+batch` when the next record belongs to the same atomic batch,
-    /// key, body length and a preview of the body.
+    /// key, body length and a preview of the body. Takes no lock and writes
+    /// nothing, so it works on the log of a running server.
     Tail {
         /// The log directory.
         dir: PathBuf,
         /// How many records to show.
         #[arg(short = 'n', long = "lines", default_value_t = 10)]
         lines: usize,
-        /// Then keep printing records as they are committed, until
-        /// interrupted. Like every `wal` command this holds the directory's
-        /// lock, so it cannot follow a log a server is writing.
+        /// Show every record from this LSN on instead of the last ones.
+        #[arg(long, value_name = "LSN")]
+        from_lsn: Option<Lsn>,
+        /// Then keep printing records as they are written, whole atomic
+        /// batches at a time, until interrupted; across segment rolls and
+        /// compaction of a server writing the log. A record compaction drops
+        /// before the follower reaches it is not shown.
         #[arg(short, long)]
         follow: bool,
     },
@@ -182,7 +190,12 @@ pub fn run(cmd: WalCommand) -> Result<()> {
     let mut out = BufWriter::new(stdout.lock());
     match cmd {
         WalCommand::Stat { dir } => stat(&mut out, &dir),
-        WalCommand::Tail { dir, lines, follow } => tail(&mut out, &dir, lines, follow),
+        WalCommand::Tail {
+            dir,
+            lines,
+            from_lsn,
+            follow,
+        } => tail(&mut out, &dir, lines, from_lsn, follow),
         WalCommand::Range {
             dir,
             from,
@@ -433,46 +446,85 @@ fn last_lsn(segs: &[SegmentStat]) -> Lsn {
 
 // ---------------------------------------------------------------- tail
 
-fn tail(out: &mut dyn Write, dir: &Path, lines: usize, follow: bool) -> Result<()> {
-    let log = open_read_only(dir)?;
-    let mut reader = log.reader(tail_start(&log, lines));
-    let mut last: VecDeque<Record> = VecDeque::with_capacity(lines);
-    for r in &mut reader {
-        if last.len() == lines {
-            last.pop_front();
+fn tail(
+    out: &mut dyn Write,
+    dir: &Path,
+    lines: usize,
+    from: Option<Lsn>,
+    follow: bool,
+) -> Result<()> {
+    require_log(dir)?;
+    let mut reader = match from {
+        Some(from) => {
+            let mut reader = LiveLogReader::open(dir, from)?;
+            print_available(out, &mut reader)?;
+            reader
         }
-        last.push_back(r?);
-    }
-    for r in &last {
-        writeln!(out, "{}", record_line(r))?;
-    }
+        None => last_records(out, dir, lines)?,
+    };
     out.flush()?;
     if !follow {
         return Ok(());
     }
     loop {
-        for r in reader.follow(1024, FOLLOW_POLL)? {
-            writeln!(out, "{}", record_line(&r))?;
+        for r in reader.next_batch(1024, FOLLOW_POLL)? {
+            print_record(out, &r)?;
         }
         out.flush()?;
     }
 }
 
-/// An LSN from which at least the last `n` records remain: the first LSN of
-/// the newest segments that together hold `n`. LSNs have gaps after
-/// compaction, so "last LSN - n" would not do.
-fn tail_start(log: &Log, n: usize) -> Lsn {
-    if n == 0 {
-        return log.next_lsn();
-    }
-    let mut need = n as u64;
-    for s in log.segments().iter().rev().filter(|s| s.records > 0) {
-        if s.records >= need {
-            return s.first_lsn;
+/// One record as `tail` prints it. Every record `tail` shows goes through
+/// here.
+fn print_record(out: &mut dyn Write, r: &Record) -> io::Result<()> {
+    writeln!(out, "{}", record_line(r))
+}
+
+/// Prints every record present now.
+fn print_available(out: &mut dyn Write, reader: &mut LiveLogReader) -> Result<()> {
+    loop {
+        let got = reader.poll(1024)?;
+        if got.is_empty() {
+            return Ok(());
         }
-        need -= s.records;
+        for r in &got {
+            print_record(out, r)?;
+        }
     }
-    1
+}
+
+/// Prints the last `n` records present now and returns a reader past them.
+/// It starts where the manifest's counts say the last `n` begin; those
+/// counts include records a compaction may since have dropped, so if fewer
+/// come it reads again from the start.
+fn last_records(out: &mut dyn Write, dir: &Path, n: usize) -> Result<LiveLogReader> {
+    let probe = LiveLogReader::open(dir, 1)?;
+    let estimate = live::start_of_last(&probe.segments()?, n as u64);
+    for start in [estimate, 1] {
+        let mut reader = LiveLogReader::open(dir, start)?;
+        let mut last: VecDeque<Record> = VecDeque::with_capacity(n);
+        loop {
+            let got = reader.poll(1024)?;
+            if got.is_empty() {
+                break;
+            }
+            for r in got {
+                if n > 0 && last.len() == n {
+                    last.pop_front();
+                }
+                if n > 0 {
+                    last.push_back(r);
+                }
+            }
+        }
+        if last.len() == n || start <= 1 || n == 0 {
+            for r in &last {
+                print_record(out, r)?;
+            }
+            return Ok(reader);
+        }
+    }
+    unreachable!("the second pass starts at LSN 1")
 }
 
 // ---------------------------------------------------------------- range, grep

@@ -13,12 +13,14 @@
 //! - [`segment`]: segment files, scans, indexes.
 //! - [`log`]: open and recovery, append, group commit, truncation.
 //! - [`reader`]: reading from any LSN.
+//! - [`live`]: following a log another process writes, without its lock.
 //! - [`compaction`]: dropping superseded records and merging segments.
 //! - [`manifest`]: which segments the log is made of, checked at open.
 //! - [`meta`]: small durable metadata beside the log (the Raft vote).
 //! - [`lock`]: one process per directory.
 
 pub mod compaction;
+pub mod live;
 pub mod lock;
 pub mod log;
 pub mod manifest;
@@ -34,6 +36,7 @@ use std::io;
 use std::time::Duration;
 
 pub use crate::compaction::{CompactionReport, Retention};
+pub use crate::live::LiveLogReader;
 pub use crate::log::{Log, LsnRange, RecoveryReport, SegmentStat};
 pub use crate::meta::Meta;
 pub use crate::metrics::LogMetrics;

@@ -211,7 +211,7 @@ impl Manifest {
     /// Reads the manifest; `None` when there is none (a log written by
     /// format version 1, or a directory being created).
     pub fn load(storage: &dyn Storage) -> Result<Option<Manifest>> {
-        let f = match storage.open(MANIFEST_NAME) {
+        let f = match storage.open_read(MANIFEST_NAME) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("opening the log manifest", e)),

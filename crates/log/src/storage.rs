@@ -17,6 +17,12 @@ pub trait Storage: Send + Sync + 'static {
     fn list(&self) -> io::Result<Vec<String>>;
     /// Opens an existing file for reading and writing.
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens an existing file for reading only. Whoever must not change
+    /// anything (a follower of a log another process writes, the manifest's
+    /// reader) opens files this way.
+    fn open_read(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(name)
+    }
     /// Creates a file, truncating any file of that name.
     fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
     /// Atomically replaces `to` with `from`. Durable after [`Storage::sync_dir`].
@@ -94,6 +100,19 @@ impl FsStorage {
         Ok(FsStorage { root })
     }
 
+    /// Uses `root`, which must exist already: nothing is created, so a
+    /// reader that must not change the directory can use it.
+    pub fn existing(root: impl AsRef<Path>) -> io::Result<FsStorage> {
+        let root = root.as_ref().to_path_buf();
+        if !fs::metadata(&root)?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not a directory", root.display()),
+            ));
+        }
+        Ok(FsStorage { root })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -144,6 +163,9 @@ impl Storage for FsStorage {
             .write(true)
             .open(self.path(name))?;
         Ok(Arc::new(FsFile(f)))
+    }
+    fn open_read(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        Ok(Arc::new(FsFile(File::open(self.path(name))?)))
     }
     fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         let f = OpenOptions::new()
