@@ -454,11 +454,12 @@ fn tail(
     follow: bool,
 ) -> Result<()> {
     require_log(dir)?;
-    let mut reader = match from {
+    let (mut reader, mut tables) = match from {
         Some(from) => {
+            let mut tables = TableNames::before(dir, from)?;
             let mut reader = LiveLogReader::open(dir, from)?;
-            print_available(out, &mut reader)?;
-            reader
+            print_available(out, &mut reader, &mut tables)?;
+            (reader, tables)
         }
         None => last_records(out, dir, lines)?,
     };
@@ -468,27 +469,134 @@ fn tail(
     }
     loop {
         for r in reader.next_batch(1024, FOLLOW_POLL)? {
-            print_record(out, &r)?;
+            print_record(out, &r, &mut tables)?;
         }
         out.flush()?;
     }
 }
 
-/// One record as `tail` prints it. Every record `tail` shows goes through
-/// here.
-fn print_record(out: &mut dyn Write, r: &Record) -> io::Result<()> {
-    writeln!(out, "{}", record_line(r))
+/// One record as `tail` prints it: a table record decoded (table, change,
+/// key, previous version, the row by column), any other as `record_line`.
+/// Every record `tail` shows goes through here.
+fn print_record(out: &mut dyn Write, r: &Record, tables: &mut TableNames) -> io::Result<()> {
+    match tables.describe(r) {
+        Some(text) => writeln!(out, "{text}"),
+        None => writeln!(out, "{}", record_line(r)),
+    }
+}
+
+/// Table names and column names, learned from the log's schema records,
+/// so `tail` can print rows as table changes.
+#[derive(Default)]
+struct TableNames(
+    std::collections::HashMap<aqueduct_tables::TableId, aqueduct_tables::TableSchema>,
+);
+
+impl TableNames {
+    /// The tables as of `lsn`: every schema record below it (a pass over
+    /// the log before it; schema records are never compacted).
+    fn before(dir: &Path, lsn: Lsn) -> Result<TableNames> {
+        let mut names = TableNames::default();
+        if lsn <= 1 {
+            return Ok(names);
+        }
+        let mut reader = LiveLogReader::open(dir, 1)?;
+        'read: loop {
+            let got = reader.poll(4096)?;
+            if got.is_empty() {
+                break;
+            }
+            for r in &got {
+                if r.lsn >= lsn {
+                    break 'read;
+                }
+                names.learn(r);
+            }
+        }
+        Ok(names)
+    }
+
+    fn learn(&mut self, r: &Record) {
+        if r.kind != aqueduct_log::RecordKind::Schema {
+            return;
+        }
+        if let Ok(Some(e)) = aqueduct_tables::decode_record(&r.view()) {
+            match e.write {
+                aqueduct_tables::Write::Schema(aqueduct_tables::SchemaChange::CreateTable(t)) => {
+                    self.0.insert(t.id, t);
+                }
+                aqueduct_tables::Write::Schema(aqueduct_tables::SchemaChange::DropTable { id }) => {
+                    self.0.remove(&id);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn describe(&mut self, r: &Record) -> Option<String> {
+        use aqueduct_tables::Write as W;
+        let entry = aqueduct_tables::decode_record(&r.view()).ok()??;
+        let mut line = format!(
+            "{} {} {}",
+            r.lsn,
+            rfc3339(r.timestamp_micros),
+            r.kind.name()
+        );
+        if !r.ends_batch() {
+            line.push_str(" +batch");
+        }
+        let values = |vals: &[aqueduct_values::Value]| {
+            vals.iter()
+                .map(|v| v.to_text().map_or("NULL".to_string(), |t| format!("{t:?}")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &entry.write {
+            W::Schema(change) => {
+                let body = String::from_utf8_lossy(&change.encode()).into_owned();
+                self.learn(r);
+                let _ = write!(line, " {body}");
+            }
+            W::Put { table, key, .. } | W::Delete { table, key } => {
+                let schema = self.0.get(table)?;
+                let op = match (&entry.write, entry.prev_lsn) {
+                    (W::Delete { .. }, _) => "delete",
+                    (_, Some(_)) => "update",
+                    (_, None) if entry.prev_known => "insert",
+                    _ => "upsert",
+                };
+                let _ = write!(line, " table={} {op} key=({})", schema.name, values(key));
+                if let Some(p) = entry.prev_lsn {
+                    let _ = write!(line, " prev={p}");
+                }
+                if let W::Put { row, .. } = &entry.write {
+                    let cols: Vec<String> = schema
+                        .columns
+                        .iter()
+                        .zip(row)
+                        .map(|(c, v)| format!("{}={}", c.name, values(std::slice::from_ref(v))))
+                        .collect();
+                    let _ = write!(line, " {}", cols.join(" "));
+                }
+            }
+        }
+        Some(line)
+    }
 }
 
 /// Prints every record present now.
-fn print_available(out: &mut dyn Write, reader: &mut LiveLogReader) -> Result<()> {
+fn print_available(
+    out: &mut dyn Write,
+    reader: &mut LiveLogReader,
+    tables: &mut TableNames,
+) -> Result<()> {
     loop {
         let got = reader.poll(1024)?;
         if got.is_empty() {
             return Ok(());
         }
         for r in &got {
-            print_record(out, r)?;
+            print_record(out, r, tables)?;
         }
     }
 }
@@ -497,7 +605,7 @@ fn print_available(out: &mut dyn Write, reader: &mut LiveLogReader) -> Result<()
 /// It starts where the manifest's counts say the last `n` begin; those
 /// counts include records a compaction may since have dropped, so if fewer
 /// come it reads again from the start.
-fn last_records(out: &mut dyn Write, dir: &Path, n: usize) -> Result<LiveLogReader> {
+fn last_records(out: &mut dyn Write, dir: &Path, n: usize) -> Result<(LiveLogReader, TableNames)> {
     let probe = LiveLogReader::open(dir, 1)?;
     let estimate = live::start_of_last(&probe.segments()?, n as u64);
     for start in [estimate, 1] {
@@ -518,10 +626,12 @@ fn last_records(out: &mut dyn Write, dir: &Path, n: usize) -> Result<LiveLogRead
             }
         }
         if last.len() == n || start <= 1 || n == 0 {
+            let from = last.front().map_or(reader.position(), |r| r.lsn);
+            let mut tables = TableNames::before(dir, from)?;
             for r in &last {
-                print_record(out, r)?;
+                print_record(out, r, &mut tables)?;
             }
-            return Ok(reader);
+            return Ok((reader, tables));
         }
     }
     unreachable!("the second pass starts at LSN 1")

@@ -232,7 +232,15 @@ fn tail_follows_a_running_server_across_rolls_and_compaction() {
         let line = by_lsn
             .get(lsn)
             .unwrap_or_else(|| panic!("the follower missed LSN {lsn} ({mark})"));
-        assert!(line.contains(" put key="), "{line}");
+        // Decoded as a table change: the table, insert or update, the key
+        // and the row by column.
+        let op = if mark.starts_with("upd-") {
+            "update"
+        } else {
+            "insert"
+        };
+        assert!(line.contains(&format!(" put table=t {op} key=(")), "{line}");
+        assert!(line.contains(" v=\"") && line.contains(" id=\""), "{line}");
         assert!(
             line.contains(mark.as_str()),
             "LSN {lsn} is not {mark}: {line}"
