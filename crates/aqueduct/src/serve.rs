@@ -108,6 +108,23 @@ pub struct ServeArgs {
     /// own with SET statement_timeout [default: 0, none]
     #[arg(long, env = "AQUEDUCT_STATEMENT_TIMEOUT")]
     statement_timeout: Option<String>,
+    /// Bytes of recent change-feed messages kept in memory for subscribers
+    /// that keep up (others read the log), as bytes or a size such as
+    /// 64MiB [default: 64MiB]
+    #[arg(long, env = "AQUEDUCT_FEED_MEMORY")]
+    feed_memory: Option<String>,
+    /// A change-feed subscriber more than this many LSNs behind is cut off
+    /// and told to bootstrap again [default: no limit]
+    #[arg(long, env = "AQUEDUCT_FEED_MAX_LAG")]
+    feed_max_lag: Option<u64>,
+    /// A durable change-feed consumer holding more log than this (bytes or
+    /// a size such as 10GiB) is dropped [default: no cap]
+    #[arg(long, env = "AQUEDUCT_CONSUMER_MAX_BYTES")]
+    consumer_max_bytes: Option<String>,
+    /// A durable change-feed consumer that is behind and acknowledged
+    /// nothing for this long (such as 7d or 12h) is dropped [default: no cap]
+    #[arg(long, env = "AQUEDUCT_CONSUMER_MAX_AGE")]
+    consumer_max_age: Option<String>,
 }
 
 impl ServeArgs {
@@ -143,6 +160,10 @@ impl ServeArgs {
             release_interval: self.release_interval.clone(),
             consistency: self.consistency.clone(),
             statement_timeout: self.statement_timeout.clone(),
+            feed_memory: self.feed_memory.clone(),
+            feed_max_lag: self.feed_max_lag,
+            consumer_max_bytes: self.consumer_max_bytes.clone(),
+            consumer_max_age: self.consumer_max_age.clone(),
         })
     }
 }

@@ -16,6 +16,10 @@
 //! release_interval = "5s"     # scheduled releases; off when absent
 //! consistency = "linearizable" # eventual | session | release | linearizable
 //! statement_timeout = "30s"   # sessions' default statement_timeout; 0: none
+//! feed_memory = "64MiB"       # recent change-feed messages kept in memory
+//! feed_max_lag = 10000000     # LSNs a feed subscriber may fall behind; absent: no limit
+//! consumer_max_bytes = "10GiB" # log a durable consumer may hold; absent: no cap
+//! consumer_max_age = "7d"     # time a durable consumer behind may go without acknowledging
 //! user_file = "/etc/aqueduct/users"   # more bootstrap users, see below
 //! allow_trust_on_network = false
 //! [users]                     # bootstrap users: superusers
@@ -104,6 +108,8 @@ pub struct ServerConfig {
     pub consistency: Consistency,
     /// The `statement_timeout` sessions start with (`None`: none).
     pub statement_timeout: Option<Duration>,
+    /// The change feed's memory, lag limit and durable consumers' caps.
+    pub feed: aqueduct_feed::FeedOptions,
 }
 
 impl Default for ServerConfig {
@@ -128,6 +134,7 @@ impl Default for ServerConfig {
             release_interval: None,
             consistency: Consistency::Linearizable,
             statement_timeout: None,
+            feed: aqueduct_feed::FeedOptions::default(),
         }
     }
 }
@@ -162,6 +169,14 @@ pub struct FileConfig {
     /// `--statement-timeout`: a duration such as `30s` or `500ms` (a bare
     /// number is milliseconds); `0` is none.
     pub statement_timeout: Option<String>,
+    /// `--feed-memory`: bytes or a size such as `64MiB`.
+    pub feed_memory: Option<String>,
+    /// `--feed-max-lag`: LSNs.
+    pub feed_max_lag: Option<u64>,
+    /// `--consumer-max-bytes`: bytes or a size.
+    pub consumer_max_bytes: Option<String>,
+    /// `--consumer-max-age`: a duration such as `7d`, `12h` or `30min`.
+    pub consumer_max_age: Option<String>,
 }
 
 /// `http_tokens`: a table of token → role, or (the older form) a list of
@@ -325,7 +340,36 @@ impl ServerConfig {
                 (!t.is_zero()).then_some(t)
             }
         };
+        let size = |flag: &str, s: Option<String>| -> Result<Option<u64>, ConfigError> {
+            s.map(|s| {
+                parse_bytes(&s).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "--{flag} takes bytes or a size such as 512MiB or 2GiB, got '{s}'"
+                    ))
+                })
+            })
+            .transpose()
+        };
+        let feed = aqueduct_feed::FeedOptions {
+            memory_bytes: size("feed-memory", flags.feed_memory.or(file.feed_memory))?
+                .map_or(d.feed.memory_bytes, |b| b as usize),
+            max_lag: flags.feed_max_lag.or(file.feed_max_lag).or(d.feed.max_lag),
+            consumer_max_bytes: size(
+                "consumer-max-bytes",
+                flags.consumer_max_bytes.or(file.consumer_max_bytes),
+            )?
+            .or(d.feed.consumer_max_bytes),
+            consumer_max_age: match flags.consumer_max_age.or(file.consumer_max_age) {
+                None => d.feed.consumer_max_age,
+                Some(s) => Some(aqueduct_sql::parse_duration(&s).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "--consumer-max-age takes a duration such as 7d, 12h or 30min, got '{s}'"
+                    ))
+                })?),
+            },
+        };
         let config = ServerConfig {
+            feed,
             memory_limit,
             statement_timeout,
             partial_state,

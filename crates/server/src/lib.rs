@@ -83,9 +83,12 @@ pub async fn run(
         partial: config.partial_state,
         memory_limit: config.memory_limit,
     };
-    let engine = tokio::task::spawn_blocking(move || replay(log, report.records, view_options))
-        .await
-        .expect("replay task")?;
+    let feed_options = config.feed.clone();
+    let engine = tokio::task::spawn_blocking(move || {
+        replay(log, report.records, view_options, feed_options)
+    })
+    .await
+    .expect("replay task")?;
     tracing::info!(
         tables = engine.replay.tables,
         rows = engine.replay.rows,
@@ -99,6 +102,17 @@ pub async fn run(
         .database()
         .log()
         .start_background_compaction(config.compaction_interval);
+    // Durable change-feed consumers past their caps are dropped even when
+    // they never come back to read.
+    let feed = engine.feed().clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(FEED_CAP_CHECK_INTERVAL);
+        loop {
+            every.tick().await;
+            let feed = feed.clone();
+            let _ = tokio::task::spawn_blocking(move || feed.enforce_caps_now()).await;
+        }
+    });
     engine.set_default_consistency(config.consistency);
     if let Some(timeout) = config.statement_timeout {
         engine.set_default_statement_timeout(timeout);
@@ -251,6 +265,7 @@ fn replay(
     log: Log,
     records: u64,
     view_options: aqueduct_sql::views::ViewOptions,
+    feed_options: aqueduct_feed::FeedOptions,
 ) -> Result<Arc<Engine>, ServerError> {
     let last = log.committed_lsn();
     let bar = if records >= PROGRESS_BAR_MIN_RECORDS {
@@ -265,7 +280,7 @@ fn replay(
     } else {
         None
     };
-    let engine = Engine::open_with(
+    let engine = Engine::open_with_feed(
         log,
         &mut |lsn| {
             if let Some(b) = &bar {
@@ -273,6 +288,7 @@ fn replay(
             }
         },
         view_options,
+        feed_options,
     )
     .map_err(ServerError::Replay)?;
     if let Some(b) = bar {
@@ -295,6 +311,9 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+/// How often durable change-feed consumers are checked against their caps.
+pub const FEED_CAP_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How long a background compaction waits between passes unless configured.
 pub const DEFAULT_COMPACTION_INTERVAL: Duration = Duration::from_secs(30);
