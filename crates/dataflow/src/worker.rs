@@ -75,6 +75,8 @@ struct Request {
 /// publishing, few enough that a reader waiting for its write is not stuck
 /// behind a huge merged batch.
 pub const MAX_MERGED_ROWS: usize = 100_000;
+/// Committed batches queued for the worker before commits wait for room.
+pub const MAX_QUEUED_BATCHES: usize = 4096;
 
 /// One committed batch.
 struct Batch {
@@ -122,6 +124,8 @@ struct Shared {
     upstream: RwLock<Option<Arc<dyn Upstream>>>,
     /// Bytes all view and operator state may take (0: no limit).
     memory_limit: AtomicU64,
+    /// Commits that waited for room in the queue.
+    backpressure_waits: AtomicU64,
     /// Bytes all view and operator state took after the last batch.
     state_bytes: AtomicU64,
     /// An eviction went over the limit and has not yet brought the state
@@ -149,6 +153,8 @@ pub struct WorkerStats {
     pub state_bytes: u64,
     /// `--memory-limit` (0: none).
     pub memory_limit: u64,
+    /// Commits that waited for room in the worker's queue.
+    pub backpressure_waits: u64,
 }
 
 impl WorkerStats {
@@ -176,6 +182,7 @@ impl Worker {
             done: Condvar::new(),
             upstream: RwLock::new(None),
             memory_limit: AtomicU64::new(0),
+            backpressure_waits: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             protected: Mutex::new(HashSet::new()),
@@ -194,8 +201,20 @@ impl Worker {
     }
 
     /// Queues a committed batch. Batches must be submitted in LSN order.
+    /// With [`MAX_QUEUED_BATCHES`] already waiting, it waits for the worker
+    /// to take some: commits are called here under the commit lock, so a
+    /// dataflow that cannot keep up slows writers down (backpressure)
+    /// instead of growing its queue without bound.
     pub fn submit(&self, lsn: Lsn, changes: Vec<(TableId, Delta)>) {
         let mut q = lock(&self.shared.queue);
+        if q.batches.len() >= MAX_QUEUED_BATCHES {
+            self.shared
+                .backpressure_waits
+                .fetch_add(1, Ordering::Relaxed);
+            while q.batches.len() >= MAX_QUEUED_BATCHES && q.broken.is_none() && !q.closed {
+                q = self.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        }
         let last = q.batches.back().map(|b| b.lsn).unwrap_or(q.processed);
         assert!(lsn >= last, "batch {lsn} submitted after {last}");
         q.batches.push_back(Batch { lsn, changes });
@@ -450,6 +469,7 @@ impl Worker {
             busy: q.busy || q.in_flight > 0,
             state_bytes: self.shared.state_bytes.load(Ordering::Relaxed),
             memory_limit: self.memory_limit(),
+            backpressure_waits: self.shared.backpressure_waits.load(Ordering::Relaxed),
         }
     }
 }
@@ -826,6 +846,41 @@ mod tests {
         assert!(worker.wait_idle(Duration::from_secs(10)));
         assert_eq!(worker.processed(), 300);
         assert_eq!(reader.read(|s, _| s.row_count()).unwrap(), 298);
+    }
+
+    #[test]
+    fn a_full_queue_makes_writers_wait_for_the_worker() {
+        let mut g = Graph::new();
+        let src = g.source(1, "t");
+        let (_, reader) = g.view("v", src, vec![0]);
+        let worker = Arc::new(Worker::start(g));
+        // The worker cannot run while the graph is held: the queue fills.
+        let held = lock(&worker.shared.graph);
+        for i in 1..=MAX_QUEUED_BATCHES as u64 + 1 {
+            // The first batch may be taken off the queue before the worker
+            // blocks on the graph, so one more fits.
+            if lock(&worker.shared.queue).batches.len() == MAX_QUEUED_BATCHES {
+                break;
+            }
+            worker.submit(i, vec![(1, vec![(row(&[i as i64]), 1)])]);
+        }
+        let next = lock(&worker.shared.queue).submitted + 1;
+        let w = worker.clone();
+        let writer = std::thread::spawn(move || {
+            w.submit(next, vec![(1, vec![(row(&[next as i64]), 1)])]);
+        });
+        // The writer waits (counted), and the queue never exceeds its bound.
+        while worker.stats().backpressure_waits == 0 {
+            std::thread::yield_now();
+        }
+        assert!(!writer.is_finished());
+        assert!(lock(&worker.shared.queue).batches.len() <= MAX_QUEUED_BATCHES);
+        drop(held);
+        writer.join().unwrap();
+        worker
+            .wait_processed(next, Duration::from_secs(30))
+            .unwrap();
+        assert_eq!(reader.read(|s, _| s.row_count()).unwrap(), next);
     }
 
     #[test]

@@ -282,6 +282,17 @@ pub fn render_metrics(engine: &Engine) -> String {
     );
     family(
         &mut out,
+        "aqueduct_dataflow_backpressure_waits_total",
+        "counter",
+        "Commits that waited for room in the dataflow worker's queue (views behind writers).",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_dataflow_backpressure_waits_total {}",
+        progress.backpressure_waits
+    );
+    family(
+        &mut out,
         "aqueduct_state_bytes",
         "gauge",
         "Bytes of all view and operator state (what --memory-limit bounds).",
