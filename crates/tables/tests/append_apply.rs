@@ -45,8 +45,12 @@ fn put(k: i64, v: i64) -> Write {
     }
 }
 
+/// A batch as a consumer saw it: its LSN range and each change's LSN and
+/// previous version.
+type SeenBatch = (Lsn, Lsn, Vec<(Lsn, Option<Lsn>)>);
+
 #[derive(Default)]
-struct Seen(Mutex<Vec<(Lsn, Lsn, Vec<(Lsn, Option<Lsn>)>)>>);
+struct Seen(Mutex<Vec<SeenBatch>>);
 
 impl CommitConsumer for Seen {
     fn committed(&self, b: &AppliedBatch, _: &Catalog) {
