@@ -237,7 +237,15 @@ impl Feed {
     /// A consistent copy of `tables` (all when `None`) at one LSN, taken
     /// with commits paused (a clone of persistent trees: cheap); the copy
     /// and the feed from `lsn + 1` together miss nothing and repeat nothing.
+    /// Returns once the snapshot's LSN is durable, so no consumer starts
+    /// from a state a crash could take back.
     pub fn snapshot(db: &Database, tables: Option<&[String]>) -> Result<Snapshot, FeedError> {
+        let snap = Feed::snapshot_now(db, tables)?;
+        db.log().await_committed(snap.lsn)?;
+        Ok(snap)
+    }
+
+    fn snapshot_now(db: &Database, tables: Option<&[String]>) -> Result<Snapshot, FeedError> {
         db.with_commits_paused(|catalog, lsn| {
             let mut out = Vec::new();
             for t in catalog.tables.values() {

@@ -297,6 +297,7 @@ pub(crate) async fn snapshot(
             let header = json!({
                 "lsn": snap.lsn,
                 "tables": tables.iter().map(|t| json!({
+                    "id": t.info.id,
                     "name": t.info.name,
                     "columns": t.table.schema.columns.iter().map(|c| json!({
                         "name": c.name,
