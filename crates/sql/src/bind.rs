@@ -53,6 +53,87 @@ pub enum Plan {
         statement: Box<ast::Statement>,
         dot: bool,
     },
+    /// A query direct evaluation does not answer (it reads one base table
+    /// at most): decided from its shape before anything else is bound, so
+    /// it goes to the dataflow (an automatic view or one-shot evaluation).
+    Dataflow(NeedsDataflow),
+}
+
+/// What makes a query need the dataflow rather than direct evaluation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NeedsDataflow {
+    /// `WITH ...`
+    With,
+    /// `UNION`, `EXCEPT`, `INTERSECT`
+    SetOperation(String),
+    /// A query body other than a SELECT (`VALUES ...`, `TABLE t`).
+    OtherBody(String),
+    /// `WHERE`, `ORDER BY`, `LIMIT` or `OFFSET` without `FROM`.
+    ClausesWithoutFrom,
+    /// More than one item in `FROM`.
+    SeveralRelations,
+    /// A `JOIN`.
+    Join,
+    /// A subquery, nested join or table function in `FROM`.
+    FromItem,
+    /// A relation that is not a base table: a view, or no relation at all
+    /// (the dataflow's compiler then says so).
+    NotATable(String),
+}
+
+impl std::fmt::Display for NeedsDataflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NeedsDataflow::With => write!(f, "a WITH clause"),
+            NeedsDataflow::SetOperation(op) => write!(f, "{op} of queries"),
+            NeedsDataflow::OtherBody(body) => {
+                write!(f, "a query body that is not a SELECT ({body})")
+            }
+            NeedsDataflow::ClausesWithoutFrom => write!(f, "WHERE, ORDER BY or LIMIT without FROM"),
+            NeedsDataflow::SeveralRelations => write!(f, "several relations in FROM"),
+            NeedsDataflow::Join => write!(f, "a join"),
+            NeedsDataflow::FromItem => write!(f, "a subquery or nested join in FROM"),
+            NeedsDataflow::NotATable(name) => write!(f, "{name} is not a base table"),
+        }
+    }
+}
+
+/// Why direct evaluation does not answer `q`, from its shape and the names
+/// of the tables in `catalog` (`None`: it does). Direct evaluation answers a
+/// SELECT over one base table, or without FROM; everything else needs the
+/// dataflow's operators.
+pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow> {
+    if q.with.is_some() {
+        return Some(NeedsDataflow::With);
+    }
+    let select = match q.body.as_ref() {
+        ast::SetExpr::Select(s) => s,
+        ast::SetExpr::Query(inner) => return needs_dataflow(catalog, inner),
+        ast::SetExpr::SetOperation { op, .. } => {
+            return Some(NeedsDataflow::SetOperation(op.to_string()))
+        }
+        other => return Some(NeedsDataflow::OtherBody(other.to_string())),
+    };
+    let [twj] = select.from.as_slice() else {
+        if select.from.is_empty() {
+            let clauses =
+                select.selection.is_some() || q.order_by.is_some() || q.limit_clause.is_some();
+            return clauses.then_some(NeedsDataflow::ClausesWithoutFrom);
+        }
+        return Some(NeedsDataflow::SeveralRelations);
+    };
+    if !twj.joins.is_empty() {
+        return Some(NeedsDataflow::Join);
+    }
+    match &twj.relation {
+        ast::TableFactor::Table { name, .. } => match object_name(name) {
+            // A bad name is the binder's error to report.
+            Err(_) => None,
+            Ok(n) if catalog.table(&n).is_some() => None,
+            Ok(n) => Some(NeedsDataflow::NotATable(n)),
+        },
+        _ => Some(NeedsDataflow::FromItem),
+    }
 }
 
 impl Plan {
@@ -64,6 +145,7 @@ impl Plan {
                 | Plan::Catalog(_)
                 | Plan::ShowViews
                 | Plan::Explain { .. }
+                | Plan::Dataflow(_)
         )
     }
 }
@@ -1547,24 +1629,27 @@ impl<'a> Binder<'a> {
     // ---- queries ----
 
     fn query(&mut self, q: &ast::Query) -> Result<(Plan, Vec<Column>), SqlError> {
-        if q.with.is_some() {
-            return Err(SqlError::unsupported("WITH"));
+        // Catalog queries first: psql's `\dt` joins pg_catalog relations.
+        if let (None, ast::SetExpr::Select(select)) = (&q.with, q.body.as_ref()) {
+            if let Some((plan, columns, params)) = catalog_queries::recognise(self.catalog, select)?
+            {
+                for (i, ty) in params.into_iter().enumerate() {
+                    self.param(&format!("${}", i + 1), Some(&ty))?;
+                }
+                return Ok((plan, columns));
+            }
+        }
+        if let Some(why) = needs_dataflow(self.catalog, q) {
+            return Ok((Plan::Dataflow(why), Vec::new()));
         }
         let select = match q.body.as_ref() {
             ast::SetExpr::Select(s) => s,
             ast::SetExpr::Query(inner) => return self.query(inner),
-            ast::SetExpr::SetOperation { op, .. } => {
-                return Err(SqlError::unsupported(format!("{op} of queries")))
+            other => {
+                let why = NeedsDataflow::OtherBody(other.to_string());
+                return Ok((Plan::Dataflow(why), Vec::new()));
             }
-            ast::SetExpr::Values(_) => return Err(SqlError::unsupported("a VALUES query")),
-            other => return Err(SqlError::unsupported(format!("{other}"))),
         };
-        if let Some((plan, columns, params)) = catalog_queries::recognise(self.catalog, select)? {
-            for (i, ty) in params.into_iter().enumerate() {
-                self.param(&format!("${}", i + 1), Some(&ty))?;
-            }
-            return Ok((plan, columns));
-        }
         let (limit, offset) = self.limit(q)?;
         if select.from.is_empty() {
             return self.select_values(select, q, limit, offset);

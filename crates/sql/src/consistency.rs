@@ -233,19 +233,9 @@ impl Session {
                 params,
             );
         }
-        match crate::bind::bind(catalog, st, hints, &self.settings, self.time) {
-            Ok(bound) => crate::exec::execute(
-                db,
-                catalog,
-                &mut Txn::default(),
-                &bound.plan,
-                bound.columns,
-                params,
-            ),
-            Err(e) if crate::routes::wants_dataflow(&e) => {
-                let Statement::Query(q) = st else {
-                    return Err(e);
-                };
+        let bound = crate::bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        match (&bound.plan, st) {
+            (crate::bind::Plan::Dataflow(_), Statement::Query(q)) => {
                 let (columns, rows) = crate::oneshot::evaluate(
                     catalog,
                     &mut Txn::default(),
@@ -259,7 +249,14 @@ impl Session {
                     rows,
                 })
             }
-            Err(e) => Err(e),
+            _ => crate::exec::execute(
+                db,
+                catalog,
+                &mut Txn::default(),
+                &bound.plan,
+                bound.columns,
+                params,
+            ),
         }
     }
 }

@@ -60,6 +60,10 @@ pub fn execute(
         | Plan::Explain { .. } => {
             unreachable!("session statements are handled by the session")
         }
+        Plan::Dataflow(why) => Err(SqlError::new(
+            "XX000",
+            format!("a query that needs the dataflow ({why}) reached direct evaluation"),
+        )),
     }
 }
 

@@ -14,11 +14,11 @@ use sqlparser::ast::Statement;
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
-use crate::bind::{self, Bound, Plan, StatementTime};
+use crate::bind::{self, Plan, StatementTime};
 use crate::catalog_queries;
 use crate::consistency::Ready;
 use crate::exec;
-use crate::routes::{wants_dataflow, PreparedAuto};
+use crate::routes::{PreparedAuto, Route};
 use crate::view_read::ViewRead;
 use crate::{Column, Engine, SqlError, MAX_SQL_BYTES};
 
@@ -504,84 +504,52 @@ impl Session {
                 custom: false,
             });
         };
-        if crate::roles::is_role_statement(st) {
-            return Ok(Prepared {
-                sql: sql.to_string(),
-                params: Vec::new(),
-                columns: Vec::new(),
-                quick: false,
-                statement,
-                auto: None,
-                view_read: None,
-                custom: false,
-            });
-        }
-        if let Some(read) = self.plan_view_read(st, hints) {
-            return Ok(Prepared {
-                sql: sql.to_string(),
-                params: read.param_types.clone(),
-                columns: read.columns.clone(),
-                quick: true,
-                statement,
-                auto: None,
-                view_read: Some(read),
-                custom: false,
-            });
-        }
-        let bound = {
-            let catalog = self.engine.database().read();
-            if catalog_queries::uses_virtual_tables(&st.to_string()) {
-                let virtual_catalog = catalog_queries::virtual_catalog(&catalog);
-                bind::bind(&virtual_catalog, st, hints, &self.settings, self.time)
-            } else if let Some(views) = self.views_as_tables(st, &[], None)? {
-                bind::bind(&views, st, hints, &self.settings, self.time)
-            } else {
-                bind::bind(&catalog, st, hints, &self.settings, self.time)
-            }
-        };
-        let bound = match (bound, st) {
-            (Ok(b), _) => b,
-            (Err(e), Statement::Query(q)) if wants_dataflow(&e) => {
-                if let Some((view, lifted)) = self.auto_for_query(q, true)? {
-                    let own = view.param_types.len() - lifted.literals.len();
-                    // A type the client declared stands (the value is then
-                    // converted to the key column's type).
-                    let params = view.param_types[..own]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| hints.get(i).cloned().flatten().unwrap_or_else(|| t.clone()))
-                        .collect();
-                    return Ok(Prepared {
-                        sql: sql.to_string(),
-                        params,
-                        columns: view.columns.clone(),
-                        quick: true,
-                        statement,
-                        auto: Some(PreparedAuto {
-                            view,
-                            literals: lifted.literals,
-                            generation: self.engine.views.auto_generation(),
-                        }),
-                        view_read: None,
-                        custom: false,
-                    });
-                }
-                let (columns, params) = {
-                    let catalog = self.engine.database().read();
-                    crate::oneshot::describe(&catalog, q, hints, self.time)?
-                };
+        let bound = match self.route_with(st, hints, false)? {
+            Route::Roles => {
                 return Ok(Prepared {
                     sql: sql.to_string(),
-                    params,
-                    columns,
+                    params: Vec::new(),
+                    columns: Vec::new(),
                     quick: false,
                     statement,
                     auto: None,
                     view_read: None,
                     custom: false,
-                });
+                })
             }
-            (Err(e), _) => return Err(e),
+            Route::Views(_) => {
+                if let Some(read) = self.plan_view_read(st, hints) {
+                    return Ok(Prepared {
+                        sql: sql.to_string(),
+                        params: read.param_types.clone(),
+                        columns: read.columns.clone(),
+                        quick: true,
+                        statement,
+                        auto: None,
+                        view_read: Some(read),
+                        custom: false,
+                    });
+                }
+                match self.views_as_tables(st, &[], None)? {
+                    Some(views) => bind::bind(&views, st, hints, &self.settings, self.time)?,
+                    // The views went meanwhile: as if they never were.
+                    None => match self.route_bound(st, hints)? {
+                        Route::Direct(bound) => bound,
+                        other => return self.prepare_dataflow(sql, hints, statement, other),
+                    },
+                }
+            }
+            Route::CatalogRelations => {
+                let virtual_catalog =
+                    catalog_queries::virtual_catalog(&self.engine.database().read());
+                let bound = bind::bind(&virtual_catalog, st, hints, &self.settings, self.time)?;
+                if let Plan::Dataflow(why) = &bound.plan {
+                    return Err(catalog_relations_unsupported(why));
+                }
+                bound
+            }
+            Route::Direct(bound) => bound,
+            other => return self.prepare_dataflow(sql, hints, statement, other),
         };
         let quick = match &bound.plan {
             Plan::Select(p) => matches!(
@@ -598,6 +566,63 @@ impl Session {
             params: bound.params,
             columns: bound.columns,
             quick,
+            statement,
+            auto: None,
+            view_read: None,
+            custom: false,
+        })
+    }
+
+    /// Prepares a query on a dataflow route: bound to its automatic view
+    /// when it has one, else described for one-shot evaluation.
+    fn prepare_dataflow(
+        &mut self,
+        sql: &str,
+        hints: &[Option<DataType>],
+        statement: Option<Statement>,
+        route: Route,
+    ) -> Result<Prepared, SqlError> {
+        let Some(Statement::Query(q)) = &statement else {
+            return Err(SqlError::new(
+                "XX000",
+                format!("the {} route is for queries", route.name()),
+            ));
+        };
+        if let Route::AutoView { lifted, .. } = route {
+            if let Some((view, lifted)) = self.auto_for(*lifted, true)? {
+                let own = view.param_types.len() - lifted.literals.len();
+                // A type the client declared stands (the value is then
+                // converted to the key column's type).
+                let params = view.param_types[..own]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| hints.get(i).cloned().flatten().unwrap_or_else(|| t.clone()))
+                    .collect();
+                return Ok(Prepared {
+                    sql: sql.to_string(),
+                    params,
+                    columns: view.columns.clone(),
+                    quick: true,
+                    statement,
+                    auto: Some(PreparedAuto {
+                        view,
+                        literals: lifted.literals,
+                        generation: self.engine.views.auto_generation(),
+                    }),
+                    view_read: None,
+                    custom: false,
+                });
+            }
+        }
+        let (columns, params) = {
+            let catalog = self.engine.database().read();
+            crate::oneshot::describe(&catalog, q, hints, self.time)?
+        };
+        Ok(Prepared {
+            sql: sql.to_string(),
+            params,
+            columns,
+            quick: false,
             statement,
             auto: None,
             view_read: None,
@@ -768,40 +793,46 @@ impl Session {
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
         self.start_statement();
-        if let Some(out) = self.run_role_statement(st) {
-            return out;
-        }
-        if catalog_queries::uses_virtual_tables(&st.to_string()) {
-            return self.run_virtual(st, hints, params);
-        }
-        if let Some(st) = self.release_read(Some(st)) {
-            return self.read_release(st, hints, params, None);
-        }
-        if matches!(
-            st,
-            Statement::Query(_)
-                | Statement::Insert(_)
-                | Statement::Update(_)
-                | Statement::Delete(_)
-        ) {
-            if let Some(views) = self.view_catalog(st, params)? {
-                self.engine.metrics.count(&self.engine.metrics.select);
-                return self.run_read_only(&views, st, hints, params, "a view cannot be written");
+        let route = self.route(st, hints)?;
+        self.run_route(st, route, hints, params)
+    }
+
+    /// Runs `st` the way `route` says.
+    fn run_route(
+        &mut self,
+        st: &Statement,
+        route: Route,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let bound = match route {
+            Route::Roles => {
+                return self
+                    .run_role_statement(st)
+                    .unwrap_or_else(|| Err(SqlError::new("XX000", "not a role statement")))
             }
-        }
-        let bound = {
-            let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, hints, &self.settings, self.time)
-        };
-        let bound: Bound = match (bound, st) {
-            (Ok(b), _) => b,
-            (Err(e), Statement::Query(q)) if wants_dataflow(&e) => {
-                if self.failed {
-                    return Err(SqlError::in_failed_transaction());
+            Route::CatalogRelations => return self.run_virtual(st, hints, params),
+            Route::ReleaseSnapshot => return self.read_release(st, hints, params, None),
+            Route::Views(_) => match self.view_catalog(st, params)? {
+                Some(views) => {
+                    self.engine.metrics.count(&self.engine.metrics.select);
+                    return self.run_read_only(
+                        &views,
+                        st,
+                        hints,
+                        params,
+                        "a view cannot be written",
+                    );
                 }
-                return self.answer_by_dataflow(q, params);
-            }
-            (Err(e), _) => return Err(e),
+                // The views went meanwhile: as if they never were.
+                None => {
+                    let route = self.route_bound(st, hints)?;
+                    return self.run_route(st, route, hints, params);
+                }
+            },
+            Route::AutoView { lifted, .. } => return self.run_dataflow(st, Some(*lifted), params),
+            Route::OneShot { .. } => return self.run_dataflow(st, None, params),
+            Route::Direct(bound) => bound,
         };
         let m = &self.engine.metrics;
         match &bound.plan {
@@ -856,6 +887,23 @@ impl Session {
             .with_hint("run CREATE/DROP statements outside BEGIN ... COMMIT")),
             plan => self.run_data(plan, bound.columns, params),
         }
+    }
+
+    /// A query on a dataflow route (`auto`: its automatic view's lifted
+    /// query, on that route).
+    fn run_dataflow(
+        &mut self,
+        st: &Statement,
+        auto: Option<crate::auto_views::Lifted>,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        if self.failed {
+            return Err(SqlError::in_failed_transaction());
+        }
+        let Statement::Query(q) = st else {
+            return Err(SqlError::new("XX000", "only a query needs the dataflow"));
+        };
+        self.answer_by_dataflow(q, auto, params)
     }
 
     /// Reads and writes: inside a transaction block through its `Txn`,
@@ -924,6 +972,9 @@ impl Session {
             return Err(SqlError::new("42809", refusal.to_string()));
         }
         let bound = bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        if let Plan::Dataflow(why) = &bound.plan {
+            return Err(catalog_relations_unsupported(why));
+        }
         if !bound.plan.is_read_only() {
             return Err(SqlError::new("42809", refusal.to_string()));
         }
@@ -1313,6 +1364,12 @@ impl Session {
             tag: "SHOW".into(),
         })
     }
+}
+
+/// A query over catalog relations (or over maintained views read as
+/// tables) that direct evaluation does not answer.
+fn catalog_relations_unsupported(why: &bind::NeedsDataflow) -> SqlError {
+    SqlError::unsupported(format!("{why} over the catalog views"))
 }
 
 fn command(tag: &str) -> Outcome {
