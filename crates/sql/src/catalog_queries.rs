@@ -7,22 +7,9 @@ use aqueduct_tables::{Catalog, ColumnDef, SchemaChange, TableSchema};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::bind::Plan;
-use crate::{Column, SqlError};
+use aqueduct_expr::SqlError;
 
-#[derive(Clone, Debug)]
-pub enum CatalogPlan {
-    /// `SHOW TABLES`: one column of names.
-    Tables,
-    /// psql's `\dt` / `\d`: Schema, Name, Type, Owner.
-    PsqlList,
-    /// psql's first `\d name` query: oid, nspname, relname of tables matching.
-    PsqlLookup(String),
-    /// Drivers' type lookups in `pg_type` by name (`$1`): oid, typname.
-    TypeByName,
-    /// Drivers' type lookups in `pg_type` by oid (`$1`): is_array, typtype, typname, oid.
-    TypeByOid,
-}
+use crate::plan::{CatalogPlan, Column, Plan};
 
 /// A recognised catalog query: its plan, result columns and parameter types.
 pub type Recognised = (Plan, Vec<Column>, Vec<DataType>);
@@ -454,7 +441,7 @@ mod tests {
     use super::*;
 
     fn select(sql: &str) -> ast::Select {
-        let st = crate::session::parse(sql).unwrap().pop().unwrap();
+        let st = crate::parse::parse(sql).unwrap().pop().unwrap();
         let ast::Statement::Query(q) = st else {
             panic!("{sql}")
         };
@@ -499,7 +486,7 @@ mod tests {
                       from pg_namespace as ns join ( select s.r, (current_schemas(false))[s.r] as nspname \
                       from generate_series(1, array_upper(current_schemas(false), 1)) as s(r) ) as r using ( nspname ) \
                       ) as sp ON sp.nspoid = typnamespace WHERE pg_type.oid = $1 ORDER BY sp.r, pg_type.oid DESC";
-        if let Ok(st) = crate::session::parse(by_oid) {
+        if let Ok(st) = crate::parse::parse(by_oid) {
             let ast::Statement::Query(q) = &st[0] else {
                 panic!()
             };
@@ -526,7 +513,7 @@ mod tests {
             "SELECT * FROM t WHERE name = 'FROM pg_type WHERE typname = $1'",
             "INSERT INTO t VALUES ('pg_catalog.pg_class')",
         ] {
-            let st = crate::session::parse(sql).unwrap().pop().unwrap();
+            let st = crate::parse::parse(sql).unwrap().pop().unwrap();
             assert!(catalog_relations(&st).is_empty(), "{sql}");
             if let ast::Statement::Query(q) = &st {
                 if let ast::SetExpr::Select(s) = q.body.as_ref() {
@@ -543,7 +530,7 @@ mod tests {
             "SELECT * FROM t WHERE id IN (SELECT 1 FROM pg_tables)",
             "INSERT INTO pg_tables VALUES ('a', 'b', 'c')",
         ] {
-            let st = crate::session::parse(sql).unwrap().pop().unwrap();
+            let st = crate::parse::parse(sql).unwrap().pop().unwrap();
             assert!(uses_virtual_tables(&st), "{sql}");
         }
     }

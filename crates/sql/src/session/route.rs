@@ -25,25 +25,18 @@
 //! Nothing here looks at error codes or searches SQL text.
 
 use aqueduct_dataflow::graph::Graph;
-use aqueduct_tables::Txn;
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::{self, Statement};
 
-use crate::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
-use crate::bind::{self, Access, Bound, NeedsDataflow, Plan};
-use crate::compile::Compiler;
-use crate::session::{Outcome, Session};
-use crate::{catalog_queries, oneshot, Column, SqlError};
+use aqueduct_expr::SqlError;
 
-/// An automatic view a prepared statement was bound to.
-#[derive(Clone, Debug)]
-pub struct PreparedAuto {
-    pub view: AutoView,
-    /// Literals lifted out of the statement (parameters after its own).
-    pub literals: Vec<Value>,
-    /// The registry's generation when it was found (stale once it moves).
-    pub generation: u64,
-}
+use crate::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
+use crate::bind;
+use crate::catalog_queries;
+use crate::compile::Compiler;
+use crate::plan::{Access, Bound, Column, Ddl, NeedsDataflow, Outcome, Plan};
+
+use super::state::Session;
 
 /// How a statement is answered, and why.
 // Made once per statement and consumed at once: boxing the bound plan
@@ -189,7 +182,15 @@ impl Session {
     ) -> Result<Route, SqlError> {
         let bound = {
             let catalog = self.engine.database().read();
-            bind::bind(&catalog, st, hints, &self.settings, self.time)?
+            let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
+            // A view is compiled against the catalog now, so a bad one
+            // fails before anything is written.
+            if let (Plan::Ddl(Ddl::CreateView { .. }), Statement::CreateView(cv)) =
+                (&bound.plan, st)
+            {
+                crate::views::ViewRegistry::check(&catalog, &cv.query)?;
+            }
+            bound
         };
         match (bound.plan, st) {
             (Plan::Dataflow(why), Statement::Query(q)) => Ok(self.dataflow_route(q, why)),
@@ -203,7 +204,7 @@ impl Session {
 
     /// An automatic view or one-shot evaluation for `q`, which needs the
     /// dataflow because of `why`.
-    fn dataflow_route(&self, q: &ast::Query, why: NeedsDataflow) -> Route {
+    pub(crate) fn dataflow_route(&self, q: &ast::Query, why: NeedsDataflow) -> Route {
         let not_auto = if self.txn.is_some() {
             NotAuto::InTransaction
         } else if self.settings["aqueduct.auto_views"] != "on" {
@@ -225,227 +226,6 @@ impl Session {
             }
         };
         Route::OneShot { why, not_auto }
-    }
-
-    /// Automatic views serve this session now: enabled, and outside a
-    /// transaction block (whose reads must see its own writes).
-    pub(crate) fn auto_views_on(&self) -> bool {
-        self.txn.is_none() && self.settings["aqueduct.auto_views"] == "on"
-    }
-
-    /// The automatic view for the query `lifted` (made now when `make`).
-    /// `None` inside a transaction block, with automatic views off, or
-    /// when no view can serve the query.
-    pub(crate) fn auto_for(
-        &self,
-        lifted: Lifted,
-        make: bool,
-    ) -> Result<Option<(AutoView, Lifted)>, SqlError> {
-        if !self.auto_views_on() {
-            return Ok(None);
-        }
-        let views = &self.engine.views;
-        if let Some(a) = views.auto_view(&lifted.sql) {
-            return Ok(Some((a, lifted)));
-        }
-        if !make {
-            return Ok(None);
-        }
-        match views.make_auto_view(self.engine.database(), &lifted.sql, &lifted.query) {
-            Ok(Some(a)) => Ok(Some((a, lifted))),
-            Ok(None) => Ok(None),
-            // Not maintainable as a keyed view: one-shot evaluation answers
-            // (or reports the error for the query as the user wrote it).
-            Err(e) => {
-                tracing::debug!(sql = %lifted.sql, "no automatic view: {e}");
-                Ok(None)
-            }
-        }
-    }
-
-    /// A read of an automatic view failed: answered another way (`None`)
-    /// when the view was dropped meanwhile (a table or view it read went),
-    /// or when its upquery timed out and the session says to compute.
-    fn auto_read_failed(&self, auto: &AutoView, e: SqlError) -> Result<Option<Outcome>, SqlError> {
-        let gone = self.engine.views.get(&auto.view).is_none();
-        let compute = e.code == crate::views::UPQUERY_TIMEOUT_CODE
-            && self.on_upquery_timeout() == crate::views::OnTimeout::Compute;
-        if gone || compute {
-            Ok(None)
-        } else {
-            Err(e)
-        }
-    }
-
-    /// Reads an automatic view with `values` (the statement's parameters,
-    /// then the lifted literals). `None` when the view cannot answer these
-    /// values (a literal of another type, a NULL key, no rows for a query
-    /// that aggregates without GROUP BY): the caller evaluates once instead.
-    pub(crate) fn read_auto(
-        &mut self,
-        auto: &AutoView,
-        values: &[Value],
-    ) -> Result<Option<Outcome>, SqlError> {
-        self.read_auto_at(auto, values, None)
-    }
-
-    /// [`Session::read_auto`], as of release `at` when given (through the
-    /// release's own views; a range read is left to the caller).
-    pub(crate) fn read_auto_at(
-        &mut self,
-        auto: &AutoView,
-        values: &[Value],
-        at: Option<&aqueduct_releases::Snapshot>,
-    ) -> Result<Option<Outcome>, SqlError> {
-        let Ok(Some(keys)) = auto.lookups(values) else {
-            return Ok(None);
-        };
-        if keys.is_empty() && auto.global {
-            return Ok(None);
-        }
-        let Some(entry) = self.engine.views.get(&auto.view) else {
-            return Ok(None);
-        };
-        if at.is_some() && keys.iter().any(|k| k.range.is_some()) {
-            return Ok(None);
-        }
-        let seen = match (at, self.views_ready()?) {
-            (Some(_), _) => 0,
-            (None, crate::consistency::Ready::At(seen)) => seen,
-            // The views are behind and the session asked for an answer
-            // from the base tables: evaluated once, over them.
-            (None, crate::consistency::Ready::Compute) => return Ok(None),
-        };
-        // Keys read by equality on the same columns are looked up together,
-        // so the ones a partial view misses are filled by one upquery.
-        let mut prefetched: std::collections::HashMap<usize, Vec<aqueduct_dataflow::Row>> =
-            Default::default();
-        let point: Vec<usize> = (0..keys.len())
-            .filter(|&i| keys[i].range.is_none())
-            .collect();
-        if let Some(&first) = point.first() {
-            let same = point
-                .iter()
-                .all(|&i| keys[i].columns == keys[first].columns);
-            if same && point.len() > 1 {
-                let columns: Vec<usize> = keys[first]
-                    .columns
-                    .iter()
-                    .map(|c| auto.visible + c)
-                    .collect();
-                let values: Vec<Vec<Value>> =
-                    point.iter().map(|&i| keys[i].prefix.clone()).collect();
-                let found = match at {
-                    Some(snap) => values
-                        .iter()
-                        .map(|v| self.engine.release_lookup(snap, &entry, &columns, v))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(|rows| (rows, 0)),
-                    None => self.engine.views.lookup_many(
-                        &entry,
-                        &columns,
-                        &values,
-                        self.upquery_timeout(),
-                    ),
-                };
-                match found {
-                    Ok((found, _)) => prefetched.extend(point.iter().copied().zip(found)),
-                    Err(e) => return self.auto_read_failed(auto, e),
-                }
-            }
-        }
-        let mut rows = Vec::new();
-        for (i, l) in keys.iter().enumerate() {
-            let columns: Vec<usize> = l.columns.iter().map(|c| auto.visible + c).collect();
-            let found = match &l.range {
-                _ if prefetched.contains_key(&i) => {
-                    Ok((prefetched.remove(&i).unwrap_or_default(), 0))
-                }
-                None => match at {
-                    Some(snap) => self
-                        .engine
-                        .release_lookup(snap, &entry, &columns, &l.prefix)
-                        .map(|rows| (rows, 0)),
-                    None => self.engine.views.lookup_timed(
-                        &entry,
-                        &columns,
-                        &l.prefix,
-                        self.upquery_timeout(),
-                    ),
-                },
-                Some((low, high)) => self.engine.views.lookup_range(
-                    &entry,
-                    &columns,
-                    &l.prefix,
-                    low.as_ref(),
-                    high.as_ref(),
-                ),
-            };
-            let found = match found {
-                Ok((rows, _)) => rows,
-                Err(e) => return self.auto_read_failed(auto, e),
-            };
-            // A row an earlier side of an OR found is not counted again.
-            rows.extend(found.into_iter().filter(|r| {
-                !l.exclude
-                    .iter()
-                    .any(|(c, v)| r[auto.visible + c] == *v && !v.is_null())
-            }));
-        }
-        if rows.is_empty() && auto.global {
-            match &auto.empty_row {
-                Some(row) => rows.push(row.clone()),
-                None => return Ok(None),
-            }
-        }
-        // Counted once answered here (a fallback counts its own; a
-        // release read was counted by its caller).
-        if at.is_none() {
-            self.engine.metrics.count(&self.engine.metrics.select);
-            self.engine.database().await_visible(seen)?;
-        }
-        let rows = auto.finish(rows, keys.len());
-        Ok(Some(Outcome::Rows {
-            tag: format!("SELECT {}", rows.len()),
-            columns: auto.columns.clone(),
-            rows,
-        }))
-    }
-
-    /// Answers a query that needs the dataflow: from the automatic view
-    /// `auto` (the query with its literals lifted) when it has one and the
-    /// view answers these values, else by one-shot evaluation.
-    pub(crate) fn answer_by_dataflow(
-        &mut self,
-        q: &ast::Query,
-        auto: Option<Lifted>,
-        params: &[Value],
-    ) -> Result<Outcome, SqlError> {
-        if let Some(lifted) = auto {
-            if let Some((auto, lifted)) = self.auto_for(lifted, true)? {
-                let values: Vec<Value> = params.iter().cloned().chain(lifted.literals).collect();
-                if let Some(out) = self.read_auto(&auto, &values)? {
-                    return Ok(out);
-                }
-            }
-        }
-        self.engine.metrics.count(&self.engine.metrics.select);
-        let db = self.engine.database();
-        let (columns, rows) = match self.txn.as_mut() {
-            Some(txn) => oneshot::evaluate(&db.read(), txn, q, params, Some(self.time))?,
-            None => {
-                let seen = db.applied_lsn();
-                let out =
-                    oneshot::evaluate(&db.read(), &mut Txn::default(), q, params, Some(self.time))?;
-                db.await_visible(seen)?;
-                out
-            }
-        };
-        Ok(Outcome::Rows {
-            tag: format!("SELECT {}", rows.len()),
-            columns,
-            rows,
-        })
     }
 
     /// `EXPLAIN`: the route `st` takes and why, with its dataflow (as text
@@ -471,7 +251,7 @@ impl Session {
 
     /// What `EXPLAIN` says of `route`: its lines (the first names the
     /// route and why it was taken) and its dataflow as DOT, if any.
-    fn explain_route(
+    pub(crate) fn explain_route(
         &self,
         st: &Statement,
         route: &Route,
@@ -601,7 +381,7 @@ impl Session {
 
     /// `EXPLAIN` of one-shot evaluation: why no view serves `q`, and the
     /// temporary dataflow.
-    fn explain_one_shot(
+    pub(crate) fn explain_one_shot(
         &self,
         q: &ast::Query,
         why: &NeedsDataflow,
