@@ -12,8 +12,10 @@ use aqueduct_dataflow::Row;
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::views::ViewEntry;
-use crate::{Column, SqlError};
+use aqueduct_expr::SqlError;
+
+use crate::plan::Column;
+use crate::view_entry::ViewEntry;
 
 /// Prefix of the key columns an automatic view adds to its outputs.
 const KEY_ALIAS: &str = "__aqueduct_key";
@@ -772,7 +774,7 @@ mod tests {
     use super::*;
 
     fn query(sql: &str) -> ast::Query {
-        match crate::session::parse(sql).unwrap().pop() {
+        match crate::parse::parse(sql).unwrap().pop() {
             Some(ast::Statement::Query(q)) => *q,
             other => panic!("{other:?}"),
         }

@@ -9,50 +9,52 @@ use aqueduct_tables::{parse_type, Catalog, ColumnDef, Table, TableId, TableSchem
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::catalog_queries::{self, CatalogPlan};
-use crate::expr::{BinOp, Expr, Func, UnOp};
-use crate::{Column, SqlError, MAX_INSERT_ROWS, MAX_PARAMS};
+use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp};
 
-/// A bound statement.
-#[derive(Clone, Debug)]
-pub struct Bound {
-    pub plan: Plan,
-    pub params: Vec<DataType>,
-    pub columns: Vec<Column>,
-}
+use crate::catalog_queries;
+use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
+pub use crate::plan::{
+    Access, Aggregate, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping, InsertPlan,
+    InsertSource, NeedsDataflow, OnConflict, Plan, SelectBody, SelectPlan, SortKey, StatementTime,
+    UpdatePlan,
+};
 
-#[derive(Clone, Debug)]
-pub enum Plan {
-    Select(SelectPlan),
-    /// `SELECT` without `FROM`.
-    Values(Vec<Expr>),
-    Catalog(CatalogPlan),
-    Insert(InsertPlan),
-    Update(UpdatePlan),
-    Delete(DeletePlan),
-    Ddl(Ddl),
-    Begin,
-    Commit,
-    Rollback,
-    Set {
-        name: String,
-        value: Option<String>,
-    },
-    Show {
-        name: String,
-    },
-    /// `DEALLOCATE name | ALL`: the front end owns prepared statements; the
-    /// session only acknowledges.
-    Deallocate {
-        name: String,
-    },
-    ShowViews,
-    /// `EXPLAIN`: how a statement is answered, and its dataflow (as
-    /// Graphviz DOT with `EXPLAIN (FORMAT DOT)`).
-    Explain {
-        statement: Box<ast::Statement>,
-        dot: bool,
-    },
+/// Why direct evaluation does not answer `q`, from its shape and the names
+/// of the tables in `catalog` (`None`: it does). Direct evaluation answers a
+/// SELECT over one base table, or without FROM; everything else needs the
+/// dataflow's operators.
+pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow> {
+    if q.with.is_some() {
+        return Some(NeedsDataflow::With);
+    }
+    let select = match q.body.as_ref() {
+        ast::SetExpr::Select(s) => s,
+        ast::SetExpr::Query(inner) => return needs_dataflow(catalog, inner),
+        ast::SetExpr::SetOperation { op, .. } => {
+            return Some(NeedsDataflow::SetOperation(op.to_string()))
+        }
+        other => return Some(NeedsDataflow::OtherBody(other.to_string())),
+    };
+    let [twj] = select.from.as_slice() else {
+        if select.from.is_empty() {
+            let clauses =
+                select.selection.is_some() || q.order_by.is_some() || q.limit_clause.is_some();
+            return clauses.then_some(NeedsDataflow::ClausesWithoutFrom);
+        }
+        return Some(NeedsDataflow::SeveralRelations);
+    };
+    if !twj.joins.is_empty() {
+        return Some(NeedsDataflow::Join);
+    }
+    match &twj.relation {
+        ast::TableFactor::Table { name, .. } => match object_name(name) {
+            // A bad name is the binder's error to report.
+            Err(_) => None,
+            Ok(n) if catalog.table(&n).is_some() => None,
+            Ok(n) => Some(NeedsDataflow::NotATable(n)),
+        },
+        _ => Some(NeedsDataflow::FromItem),
+    }
 }
 
 impl Plan {
@@ -64,150 +66,9 @@ impl Plan {
                 | Plan::Catalog(_)
                 | Plan::ShowViews
                 | Plan::Explain { .. }
+                | Plan::Dataflow(_)
         )
     }
-}
-
-#[derive(Clone, Debug)]
-pub enum Ddl {
-    CreateTable {
-        schema: TableSchema,
-        if_not_exists: bool,
-    },
-    DropTable {
-        names: Vec<String>,
-        if_exists: bool,
-        /// Drop the views that depend on the tables too.
-        cascade: bool,
-    },
-    CreateIndex {
-        table: String,
-        name: String,
-        columns: Vec<usize>,
-        unique: bool,
-        if_not_exists: bool,
-    },
-    DropIndex {
-        names: Vec<String>,
-        if_exists: bool,
-    },
-    CreateView {
-        name: String,
-        /// The whole `CREATE VIEW` statement, stored in the log.
-        sql: String,
-        if_not_exists: bool,
-    },
-    DropView {
-        names: Vec<String>,
-        if_exists: bool,
-        cascade: bool,
-    },
-}
-
-/// How rows are found.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Access {
-    Scan,
-    /// Constant expressions for every primary-key column, in key order.
-    PrimaryKey(Vec<Expr>),
-    /// Several primary keys (a `col IN (...)` on a key column, the others
-    /// pinned by equality): each as constant expressions in key order.
-    PrimaryKeys(Vec<Vec<Expr>>),
-    /// Constant expressions for the first columns of a composite primary
-    /// key (not all of them): the rows whose keys start so, in key order.
-    KeyPrefix(Vec<Expr>),
-    /// Constant expressions for the columns of index `usize`.
-    Index(usize, Vec<Expr>),
-}
-
-#[derive(Clone, Debug)]
-pub struct Aggregate {
-    pub func: AggFunc,
-    pub arg: Option<Expr>,
-    pub distinct: bool,
-}
-
-/// Grouping: output expressions are evaluated over `group values ++ aggregate values`.
-#[derive(Clone, Debug)]
-pub struct Grouping {
-    pub keys: Vec<Expr>,
-    pub aggregates: Vec<Aggregate>,
-    pub having: Option<Expr>,
-}
-
-#[derive(Clone, Debug)]
-pub struct SortKey {
-    /// Evaluated over the output row.
-    pub expr: Expr,
-    pub desc: bool,
-    pub nulls_first: bool,
-}
-
-/// A SELECT's clauses after FROM, bound over the FROM's rows.
-#[derive(Clone, Debug)]
-pub struct SelectBody {
-    pub filter: Option<Expr>,
-    pub grouping: Option<Grouping>,
-    /// Output expressions (over the input row, or over the grouped row).
-    pub outputs: Vec<Expr>,
-    /// Hidden sort columns are appended to `outputs` and removed after sorting.
-    pub visible: usize,
-    pub order_by: Vec<SortKey>,
-    pub distinct: bool,
-    pub limit: Option<Expr>,
-    pub offset: Option<Expr>,
-}
-
-/// A SELECT over one base table, as direct evaluation runs it.
-#[derive(Clone, Debug)]
-pub struct SelectPlan {
-    pub table: TableId,
-    pub access: Access,
-    pub body: SelectBody,
-}
-
-#[derive(Clone, Debug)]
-pub enum InsertSource {
-    Values(Vec<Vec<Expr>>),
-    Query(Box<SelectPlan>),
-}
-
-#[derive(Clone, Debug)]
-pub enum OnConflict {
-    Error,
-    DoNothing,
-    /// Assignments over `existing row ++ excluded row`.
-    DoUpdate {
-        assignments: Vec<(usize, Expr)>,
-        filter: Option<Expr>,
-    },
-}
-
-#[derive(Clone, Debug)]
-pub struct InsertPlan {
-    pub table: TableId,
-    /// Target column of each source value.
-    pub columns: Vec<usize>,
-    pub source: InsertSource,
-    pub on_conflict: OnConflict,
-    pub returning: Vec<Expr>,
-}
-
-#[derive(Clone, Debug)]
-pub struct UpdatePlan {
-    pub table: TableId,
-    pub access: Access,
-    pub filter: Option<Expr>,
-    pub assignments: Vec<(usize, Expr)>,
-    pub returning: Vec<Expr>,
-}
-
-#[derive(Clone, Debug)]
-pub struct DeletePlan {
-    pub table: TableId,
-    pub access: Access,
-    pub filter: Option<Expr>,
-    pub returning: Vec<Expr>,
 }
 
 /// The columns of `SHOW VIEWS`.
@@ -265,18 +126,6 @@ pub(crate) struct Binder<'a> {
     /// What `now()` and its kin are for this statement; `None` in a
     /// maintained view, where they are refused.
     time: Option<StatementTime>,
-}
-
-/// The clock as a statement sees it, read once by the session (from the
-/// engine's [`crate::Clock`]) and bound into the statement as constants, so
-/// that evaluation never reads a clock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatementTime {
-    /// When the transaction began (the statement, outside a transaction
-    /// block): `now()`, `current_timestamp`, `transaction_timestamp()`.
-    pub transaction_micros: i64,
-    /// When the statement began: `statement_timestamp()`.
-    pub statement_micros: i64,
 }
 
 /// A function whose value is the time the statement or its transaction
@@ -557,8 +406,6 @@ impl<'a> Binder<'a> {
                     return Err(SqlError::unsupported("column names in CREATE VIEW"));
                 }
                 let name = object_name(&cv.name)?;
-                // Checked against the catalog now, so a bad view fails here.
-                crate::views::ViewRegistry::check(self.catalog, &cv.query)?;
                 (
                     Plan::Ddl(Ddl::CreateView {
                         name,
@@ -1547,24 +1394,27 @@ impl<'a> Binder<'a> {
     // ---- queries ----
 
     fn query(&mut self, q: &ast::Query) -> Result<(Plan, Vec<Column>), SqlError> {
-        if q.with.is_some() {
-            return Err(SqlError::unsupported("WITH"));
+        // Catalog queries first: psql's `\dt` joins pg_catalog relations.
+        if let (None, ast::SetExpr::Select(select)) = (&q.with, q.body.as_ref()) {
+            if let Some((plan, columns, params)) = catalog_queries::recognise(self.catalog, select)?
+            {
+                for (i, ty) in params.into_iter().enumerate() {
+                    self.param(&format!("${}", i + 1), Some(&ty))?;
+                }
+                return Ok((plan, columns));
+            }
+        }
+        if let Some(why) = needs_dataflow(self.catalog, q) {
+            return Ok((Plan::Dataflow(why), Vec::new()));
         }
         let select = match q.body.as_ref() {
             ast::SetExpr::Select(s) => s,
             ast::SetExpr::Query(inner) => return self.query(inner),
-            ast::SetExpr::SetOperation { op, .. } => {
-                return Err(SqlError::unsupported(format!("{op} of queries")))
+            other => {
+                let why = NeedsDataflow::OtherBody(other.to_string());
+                return Ok((Plan::Dataflow(why), Vec::new()));
             }
-            ast::SetExpr::Values(_) => return Err(SqlError::unsupported("a VALUES query")),
-            other => return Err(SqlError::unsupported(format!("{other}"))),
         };
-        if let Some((plan, columns, params)) = catalog_queries::recognise(self.catalog, select)? {
-            for (i, ty) in params.into_iter().enumerate() {
-                self.param(&format!("${}", i + 1), Some(&ty))?;
-            }
-            return Ok((plan, columns));
-        }
         let (limit, offset) = self.limit(q)?;
         if select.from.is_empty() {
             return self.select_values(select, q, limit, offset);

@@ -17,8 +17,10 @@ use aqueduct_expr::{BinOp, Env, Expr};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::bind::{ident, object_name, Binder, Scope, ScopeColumn, SelectBody};
-use crate::{Column, SqlError};
+use aqueduct_expr::SqlError;
+
+use crate::bind::{ident, object_name, Binder, Scope, ScopeColumn};
+use crate::plan::{Column, SelectBody, StatementTime};
 
 /// What a compiled query produces.
 pub struct Compiled {
@@ -113,7 +115,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     /// Binds `now()` and its kin to `time` (a query evaluated once; a
     /// maintained view refuses them).
-    pub fn bind_time(&mut self, time: crate::bind::StatementTime) {
+    pub fn bind_time(&mut self, time: StatementTime) {
         self.binder.set_time(time);
     }
 
@@ -343,7 +345,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
                                 format!("views nested more than {MAX_VIEW_NESTING} deep"),
                             ));
                         }
-                        let inner = crate::views::view_query(&sql)?;
+                        let inner = crate::parse::view_query(&sql)?;
                         let compiled = self.query(&inner)?;
                         return Ok((compiled.node, scope_of(&compiled.columns, &qualifier)));
                     }

@@ -12,13 +12,14 @@ use aqueduct_tables::{
 };
 use aqueduct_values::{DataType, Value, MAX_ROW_BYTES};
 
-use crate::bind::{
-    self, Access, Aggregate, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Plan,
-    SelectPlan, UpdatePlan,
-};
+use aqueduct_expr::{Env, Expr, SqlError};
+
+use crate::bind;
 use crate::catalog_queries;
-use crate::expr::{Env, Expr};
-use crate::{Column, Outcome, SqlError};
+use crate::plan::{
+    Access, Aggregate, Column, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Outcome,
+    Plan, SelectPlan, UpdatePlan,
+};
 
 /// Runs a data or schema statement.
 pub fn execute(
@@ -60,6 +61,10 @@ pub fn execute(
         | Plan::Explain { .. } => {
             unreachable!("session statements are handled by the session")
         }
+        Plan::Dataflow(why) => Err(SqlError::new(
+            "XX000",
+            format!("a query that needs the dataflow ({why}) reached direct evaluation"),
+        )),
     }
 }
 
@@ -758,7 +763,7 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
 /// A view whose definition names table `table` (as a whole word).
 /// Whether a view's definition reads `relation`.
 fn mentions(sql: &str, relation: &str) -> bool {
-    match crate::session::parse(sql) {
+    match crate::parse::parse(sql) {
         Ok(statements) => statements
             .iter()
             .any(|st| crate::bind::relations(st).iter().any(|r| r == relation)),

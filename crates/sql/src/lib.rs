@@ -1,371 +1,45 @@
 //! SQL sessions over the base tables: parse (sqlparser, PostgreSQL dialect),
-//! bind against the catalog, execute. Front ends (PostgreSQL wire, HTTP) hold
-//! one [`Session`] per connection and call it from a blocking thread.
+//! bind against the catalog, route, execute. Front ends (PostgreSQL wire,
+//! HTTP) hold one [`Session`] per connection and call it from a blocking
+//! thread.
 //!
 //! The flow of a statement: `parse` → [`bind`] (names resolved, parameter
-//! types inferred, an access path chosen) → [`exec`] (rows read through the
-//! transaction so reads are validated at commit; writes buffered, then
-//! committed as one log batch).
+//! types inferred, an access path chosen, or the query marked as needing
+//! the dataflow) → the session's route (`session/route.rs`, decided once)
+//! → [`exec`] (rows read through the transaction so reads are validated at
+//! commit; writes buffered, then committed as one log batch), a maintained
+//! or automatic view ([`views`]), or one-shot evaluation.
+//!
+//! This file only declares modules and re-exports: modules import each
+//! other by their own paths, never through the crate root, so they form a
+//! DAG (`tests/module_cycles.rs`).
 
 mod auto_views;
 pub mod bind;
 mod catalog_queries;
 mod compile;
 mod consistency;
+mod engine;
 pub mod exec;
 pub mod limits;
 mod oneshot;
+mod parse;
+mod plan;
 mod release_views;
 mod roles;
-mod routes;
 mod session;
 mod time_maps;
-mod txn_view_reads;
+mod view_entry;
 mod view_read;
 pub mod views;
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
-
-use aqueduct_log::{Log, Lsn};
-use aqueduct_tables::{Database, ReplayReport};
-use aqueduct_values::{DataType, Value};
 
 pub use aqueduct_expr::{expr, SqlError};
 pub use aqueduct_releases as releases;
 pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
+pub use engine::{Clock, Engine, EngineMetrics, SystemClock};
+pub use limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
+pub use parse::param_from_text;
+pub use plan::{Column, Outcome};
 pub use release_views::MAX_RELEASE_VIEWS;
 pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
-pub use session::{parse_duration, Outcome, Prepared, Session, TxnStatus};
-
-/// Largest SQL text accepted in one query message.
-pub const MAX_SQL_BYTES: usize = 4 * 1024 * 1024;
-/// Largest number of parameters in one statement (the wire protocol's limit).
-pub const MAX_PARAMS: usize = 65_535;
-/// Largest number of rows one `INSERT ... VALUES` may carry.
-pub const MAX_INSERT_ROWS: usize = 100_000;
-
-/// A result column.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Column {
-    pub name: String,
-    pub ty: DataType,
-    /// The table it comes from (0 if computed) and its position there (1-based, 0 if none).
-    pub table_id: u64,
-    pub column_id: i16,
-}
-
-impl Column {
-    pub fn computed(name: impl Into<String>, ty: DataType) -> Column {
-        Column {
-            name: name.into(),
-            ty,
-            table_id: 0,
-            column_id: 0,
-        }
-    }
-}
-
-/// Where time enters the engine: the session reads it once per statement
-/// (and keeps the reading at `BEGIN` for the transaction), and binds the
-/// readings into the statement as constants; expression evaluation and the
-/// dataflow never read a clock.
-pub trait Clock: Send + Sync {
-    /// Microseconds since the Unix epoch.
-    fn now_micros(&self) -> i64;
-}
-
-/// The system's wall clock.
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_micros(&self) -> i64 {
-        aqueduct_log::now_micros()
-    }
-}
-
-/// Statement counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct EngineMetrics {
-    pub select: AtomicU64,
-    pub insert: AtomicU64,
-    pub update: AtomicU64,
-    pub delete: AtomicU64,
-    pub ddl: AtomicU64,
-    pub other: AtomicU64,
-    pub errors: AtomicU64,
-    /// Statements running now (a gauge).
-    pub running: AtomicU64,
-}
-
-impl EngineMetrics {
-    pub(crate) fn count(&self, c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The database as the SQL layer sees it; shared by all sessions.
-pub struct Engine {
-    db: Database,
-    feed: Arc<aqueduct_feed::Feed>,
-    pub views: views::Views,
-    /// Scheduled releases: snapshots, change sets, time maps.
-    pub releases: Arc<aqueduct_releases::Releases>,
-    /// Results of `release` reads of the current release.
-    release_results: parking_lot::Mutex<consistency::ReleaseResults>,
-    /// Views as of the current release, filled as they are read.
-    release_views: parking_lot::Mutex<release_views::ReleaseViews>,
-    /// The consistency level new sessions start with.
-    default_consistency: parking_lot::RwLock<Consistency>,
-    /// `statement_timeout` new sessions start with (`--statement-timeout`).
-    default_statement_timeout: parking_lot::RwLock<Option<String>>,
-    /// Set at shutdown: every running statement stops.
-    shutdown: Arc<std::sync::atomic::AtomicBool>,
-    pub metrics: EngineMetrics,
-    pub started: Instant,
-    pub replay: ReplayReport,
-    /// The clock sessions read their statements' time from.
-    clock: parking_lot::RwLock<Arc<dyn Clock>>,
-    /// Users from the server's configuration: superusers outside the catalog.
-    pub(crate) bootstrap_users: parking_lot::RwLock<std::collections::BTreeSet<String>>,
-}
-
-impl Engine {
-    /// Rebuilds the tables from `log` and returns the engine (views with
-    /// partial state, no memory limit).
-    pub fn open(log: Log, progress: &mut dyn FnMut(Lsn)) -> Result<Arc<Engine>, SqlError> {
-        Engine::open_with(log, progress, views::ViewOptions::default())
-    }
-
-    /// [`Engine::open`] with `options` for the views.
-    pub fn open_with(
-        log: Log,
-        progress: &mut dyn FnMut(Lsn),
-        options: views::ViewOptions,
-    ) -> Result<Arc<Engine>, SqlError> {
-        Engine::open_with_feed(
-            log,
-            progress,
-            options,
-            aqueduct_feed::FeedOptions::default(),
-        )
-    }
-
-    /// [`Engine::open_with`] with `feed_options` for the change feed.
-    pub fn open_with_feed(
-        log: Log,
-        progress: &mut dyn FnMut(Lsn),
-        options: views::ViewOptions,
-        feed_options: aqueduct_feed::FeedOptions,
-    ) -> Result<Arc<Engine>, SqlError> {
-        let (db, replay) = Database::open(log, progress)?;
-        let registry = Arc::new(views::ViewRegistry::new(options));
-        // Views are functions of the tables: registered (and, with partial
-        // state off, rebuilt) from the recovered state, in creation order,
-        // before any new commit.
-        db.with_commits_paused(|catalog, lsn| {
-            limits::with_statement_stack(|| {
-                registry.start_at(lsn);
-                let count = catalog.views.len();
-                for (i, (id, (name, sql))) in catalog.views.iter().enumerate() {
-                    let started = Instant::now();
-                    match registry.install(catalog, lsn, *id, name, sql) {
-                        Ok(()) => tracing::info!(
-                            view = %name,
-                            "rebuilt view {} of {count} in {:.2} s",
-                            i + 1,
-                            started.elapsed().as_secs_f64()
-                        ),
-                        Err(e) => tracing::error!(view = %name, "cannot rebuild the view: {e}"),
-                    }
-                }
-            })
-        });
-        let releases = Arc::new(aqueduct_releases::Releases::new());
-        db.add_consumer(releases.clone());
-        db.add_consumer(registry.clone());
-        let feed = aqueduct_feed::Feed::attach(&db, feed_options)
-            .map_err(|e| SqlError::new(e.sqlstate(), e.to_string()))?;
-        let engine = Arc::new(Engine {
-            db,
-            feed,
-            views: registry,
-            releases,
-            release_results: Default::default(),
-            release_views: Default::default(),
-            default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
-            default_statement_timeout: parking_lot::RwLock::new(None),
-            shutdown: Default::default(),
-            metrics: EngineMetrics::default(),
-            started: Instant::now(),
-            replay,
-            clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
-            bootstrap_users: Default::default(),
-        });
-        engine.views.attach(&engine);
-        Ok(engine)
-    }
-
-    pub fn database(&self) -> &Database {
-        &self.db
-    }
-
-    /// The change feed: every committed transaction, in LSN order.
-    pub fn feed(&self) -> &Arc<aqueduct_feed::Feed> {
-        &self.feed
-    }
-
-    /// The tables `principal` may follow on the change feed or copy in a
-    /// snapshot: those named (each must exist and be readable by it), or
-    /// when none are named every table for a superuser and the readable
-    /// ones for anyone else. `None` means every table, present and future.
-    pub fn feed_tables(
-        &self,
-        principal: &roles::Principal,
-        names: Option<&[String]>,
-    ) -> Result<Option<Vec<aqueduct_tables::TableId>>, SqlError> {
-        let catalog = self.db.read();
-        let superuser = principal.is_superuser(&catalog);
-        let readable = |id| {
-            superuser
-                || catalog.has_privilege(&principal.name, id, aqueduct_tables::Privilege::Select)
-        };
-        match names {
-            None if superuser => Ok(None),
-            None => Ok(Some(
-                catalog
-                    .tables
-                    .keys()
-                    .copied()
-                    .filter(|id| readable(*id))
-                    .collect(),
-            )),
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    let t = catalog.table(n).ok_or_else(|| {
-                        SqlError::new("42P01", format!("relation \"{n}\" does not exist"))
-                    })?;
-                    if !readable(t.schema.id) {
-                        return Err(SqlError::new(
-                            "42501",
-                            format!("permission denied for table {n}"),
-                        )
-                        .with_hint("the change feed needs SELECT on every table it follows"));
-                    }
-                    Ok(t.schema.id)
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-        }
-    }
-
-    /// The clock statements read their time from.
-    pub fn clock(&self) -> Arc<dyn Clock> {
-        self.clock.read().clone()
-    }
-
-    /// Replaces the clock for sessions made from now on (tests drive time
-    /// by hand).
-    pub fn set_clock(&self, clock: Arc<dyn Clock>) {
-        *self.clock.write() = clock;
-    }
-
-    /// The consistency level new sessions start with (`--consistency`).
-    pub fn default_consistency(&self) -> Consistency {
-        *self.default_consistency.read()
-    }
-
-    pub fn set_default_consistency(&self, c: Consistency) {
-        *self.default_consistency.write() = c;
-    }
-
-    /// The `statement_timeout` new sessions start with, as text (`None`:
-    /// PostgreSQL's default, 0, no timeout).
-    pub fn default_statement_timeout(&self) -> Option<String> {
-        self.default_statement_timeout.read().clone()
-    }
-
-    /// Sets the `statement_timeout` new sessions start with (`--statement-timeout`).
-    pub fn set_default_statement_timeout(&self, timeout: std::time::Duration) {
-        *self.default_statement_timeout.write() = Some(timeout.as_millis().to_string());
-    }
-
-    /// Whether [`Engine::interrupt_all`] was called: the server is stopping.
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// A new interrupt handle, stopped by [`Engine::interrupt_all`] too.
-    pub(crate) fn new_interrupt(&self) -> aqueduct_expr::interrupt::Interrupt {
-        aqueduct_expr::interrupt::Interrupt::new(self.shutdown.clone())
-    }
-
-    /// Stops every running statement, and every later one, of every
-    /// session (SQLSTATE 57P01): for shutdown. A commit already appending
-    /// finishes; nothing checks once a write reached its commit.
-    pub fn interrupt_all(&self) {
-        self.shutdown
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Turns releases on: from now on every commit's changes are kept for
-    /// the next release. The server's releaser then cuts and publishes
-    /// them ([`Engine::cut_release`]).
-    pub fn enable_releases(&self, schedule: aqueduct_releases::Schedule) {
-        self.db
-            .with_commits_paused(|_, lsn| self.releases.enable(schedule, lsn));
-    }
-
-    /// Cuts release `id` under the commit lock (the tables exactly as of
-    /// the last commit), waits until its LSN is durable, and publishes it.
-    pub fn cut_release(&self, id: u64, now_ms: u64) -> Result<(), SqlError> {
-        let started = std::time::Instant::now();
-        let snap = self
-            .db
-            .with_commits_paused(|catalog, lsn| self.releases.cut(id, catalog, lsn, now_ms));
-        self.db.await_visible(snap.release.lsn)?;
-        let published = now_ms + started.elapsed().as_millis() as u64;
-        self.releases.publish(snap, published);
-        Ok(())
-    }
-
-    /// A new session (one per client connection).
-    pub fn session(self: &Arc<Engine>) -> Session {
-        Session::new(self.clone())
-    }
-
-    /// Approximate bytes of row data per table, for `/metrics`.
-    pub fn table_bytes(&self) -> Vec<(String, usize)> {
-        self.db
-            .read()
-            .tables
-            .values()
-            .map(|t| (t.schema.name.clone(), t.bytes))
-            .collect()
-    }
-
-    /// Row counts per table, for `/metrics`.
-    pub fn table_rows(&self) -> Vec<(String, usize)> {
-        self.db
-            .read()
-            .tables
-            .values()
-            .map(|t| (t.schema.name.clone(), t.len()))
-            .collect()
-    }
-}
-
-/// Parses a parameter sent in text format for a parameter of type `ty`.
-pub fn param_from_text(text: &str, ty: &DataType) -> Result<Value, SqlError> {
-    Ok(Value::Text(text.to_string()).coerce(ty)?)
-}
-
-/// Views follow the tables as a consumer of committed batches.
-impl aqueduct_tables::CommitConsumer for views::ViewRegistry {
-    fn committed(&self, batch: &aqueduct_tables::AppliedBatch, catalog: &aqueduct_tables::Catalog) {
-        let schema: Vec<_> = batch.schema.iter().map(|(_, c)| c.clone()).collect();
-        self.on_commit(batch.last, catalog, &batch.changes, &schema);
-    }
-}
+pub use session::{parse_duration, Prepared, Session, TxnStatus};

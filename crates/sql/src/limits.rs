@@ -322,3 +322,10 @@ impl Visitor for Depth {
         self.leave(1)
     }
 }
+
+/// Largest SQL text accepted in one query message.
+pub const MAX_SQL_BYTES: usize = 4 * 1024 * 1024;
+/// Largest number of parameters in one statement (the wire protocol's limit).
+pub const MAX_PARAMS: usize = 65_535;
+/// Largest number of rows one `INSERT ... VALUES` may carry.
+pub const MAX_INSERT_ROWS: usize = 100_000;

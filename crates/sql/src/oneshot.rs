@@ -16,9 +16,10 @@ use aqueduct_tables::{Catalog, TableId, Txn};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::bind::StatementTime;
+use aqueduct_expr::SqlError;
+
 use crate::compile::Compiler;
-use crate::{Column, SqlError};
+use crate::plan::{Column, StatementTime};
 
 /// The result columns and parameter types of `q`, without running it.
 pub fn describe(

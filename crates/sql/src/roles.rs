@@ -26,8 +26,8 @@ use aqueduct_tables::{
 use sqlparser::ast::{self, Statement};
 
 use crate::bind::{self, object_name};
-use crate::session::Session;
-use crate::{Engine, Outcome, SqlError};
+use crate::parse::contains_ignore_case;
+use aqueduct_expr::SqlError;
 
 /// The name a session runs as when the front end names none.
 pub const DEFAULT_PRINCIPAL: &str = "aqueduct";
@@ -76,133 +76,11 @@ impl Default for Principal {
 /// Whether the owner of an object is a superuser: owners that are not
 /// roles of the catalog are bootstrap users or trusted clients (a role
 /// that owns objects cannot be dropped).
-fn owner_is_superuser(catalog: &Catalog, owner: Option<&str>) -> bool {
+pub(crate) fn owner_is_superuser(catalog: &Catalog, owner: Option<&str>) -> bool {
     match owner {
         None => true,
         Some(o) => catalog.role(o).is_none_or(|r| r.superuser),
     }
-}
-
-impl Engine {
-    /// Declares the bootstrap users (from the server's configuration):
-    /// superusers that log in with their configured password and that no
-    /// `CREATE ROLE` may shadow.
-    pub fn set_bootstrap_users<I: IntoIterator<Item = String>>(&self, names: I) {
-        *self.bootstrap_users.write() = names.into_iter().collect();
-    }
-
-    /// Whether `name` is a bootstrap user.
-    pub fn is_bootstrap_user(&self, name: &str) -> bool {
-        self.bootstrap_users.read().contains(name)
-    }
-
-    /// The SCRAM verifier a login as `name` is checked against: a role of
-    /// the catalog that may log in and has a password.
-    pub fn login_verifier(&self, name: &str) -> Option<ScramVerifier> {
-        let catalog = self.database().read();
-        let role = catalog.role(name)?;
-        if !role.login {
-            return None;
-        }
-        role.password.clone()
-    }
-
-    /// Whether a role of the catalog called `name` exists.
-    pub fn role_exists(&self, name: &str) -> bool {
-        self.database().read().role(name).is_some()
-    }
-
-    /// A session running as `principal`.
-    pub fn session_as(self: &std::sync::Arc<Engine>, principal: Principal) -> Session {
-        let mut s = self.session();
-        s.set_principal(principal);
-        s
-    }
-}
-
-/// Whether `hay` contains `needle` (ASCII, any case), without allocating.
-fn contains_ignore_case(hay: &str, needle: &str) -> bool {
-    hay.as_bytes()
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
-}
-
-/// PostgreSQL spells a role with LOGIN `USER`: `CREATE USER`, `ALTER USER`
-/// and `DROP USER` are rewritten to the `ROLE` forms (adding `LOGIN` to a
-/// `CREATE USER` that does not say `NOLOGIN`). `None` when `sql` has none.
-pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
-    use sqlparser::dialect::PostgreSqlDialect;
-    use sqlparser::keywords::Keyword;
-    use sqlparser::tokenizer::{Token, Tokenizer};
-    // Cheap test first: most statements are not these.
-    if !contains_ignore_case(sql, "user") {
-        return None;
-    }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let keyword = |t: &Token| match t {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-        _ => None,
-    };
-    let significant = |t: &Token| !matches!(t, Token::Whitespace(_));
-    let mut out: Vec<Token> = Vec::with_capacity(tokens.len() + 2);
-    let mut changed = false;
-    let mut start = 0;
-    while start < tokens.len() {
-        let end = tokens[start..]
-            .iter()
-            .position(|t| matches!(t, Token::SemiColon))
-            .map_or(tokens.len(), |p| start + p + 1);
-        let stmt = &tokens[start..end];
-        let words: Vec<(usize, &Token)> = stmt
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| significant(t))
-            .collect();
-        let verb = words.first().and_then(|(_, t)| keyword(t));
-        let is_user = words.get(1).and_then(|(_, t)| keyword(t)) == Some(Keyword::USER);
-        if is_user && matches!(verb, Some(Keyword::CREATE | Keyword::ALTER | Keyword::DROP)) {
-            changed = true;
-            let says_login = stmt
-                .iter()
-                .any(|t| matches!(keyword(t), Some(Keyword::LOGIN | Keyword::NOLOGIN)));
-            // The role's name: the first word after USER (and IF [NOT] EXISTS).
-            let name_at = words
-                .iter()
-                .skip(2)
-                .find(|(_, t)| {
-                    !matches!(
-                        keyword(t),
-                        Some(Keyword::IF | Keyword::NOT | Keyword::EXISTS)
-                    )
-                })
-                .map(|(i, _)| *i);
-            // Options may come in any order: LOGIN goes after the last word.
-            let last_word = words
-                .iter()
-                .rev()
-                .find(|(_, t)| !matches!(t, Token::SemiColon))
-                .map(|(i, _)| *i);
-            for (i, t) in stmt.iter().enumerate() {
-                if i == words[1].0 {
-                    out.push(Token::make_keyword("ROLE"));
-                } else {
-                    out.push(t.clone());
-                }
-                if verb == Some(Keyword::CREATE)
-                    && !says_login
-                    && name_at.is_some()
-                    && Some(i) == last_word
-                {
-                    out.push(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space));
-                    out.push(Token::make_keyword("LOGIN"));
-                }
-            }
-        } else {
-            out.extend(stmt.iter().cloned());
-        }
-        start = end;
-    }
-    changed.then(|| out.iter().map(|t| t.to_string()).collect())
 }
 
 /// Replaces `current_user`, `session_user`, `current_role` and `user` by
@@ -281,26 +159,26 @@ pub(crate) fn record_owners(txn: &mut Txn, owner: &str) {
 
 /// A table or view named in a statement, as the catalog knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Relation {
+pub(crate) enum Relation {
     Table(TableId),
     View(TableId),
 }
 
 impl Relation {
-    fn find(catalog: &Catalog, name: &str) -> Option<Relation> {
+    pub(crate) fn find(catalog: &Catalog, name: &str) -> Option<Relation> {
         if let Some(t) = catalog.table(name) {
             return Some(Relation::Table(t.schema.id));
         }
         catalog.view(name).map(Relation::View)
     }
 
-    fn id(self) -> TableId {
+    pub(crate) fn id(self) -> TableId {
         match self {
             Relation::Table(id) | Relation::View(id) => id,
         }
     }
 
-    fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Relation::Table(_) => "table",
             Relation::View(_) => "view",
@@ -308,13 +186,18 @@ impl Relation {
     }
 }
 
-fn permission_denied(kind: &str, name: &str, privilege: Privilege, role: &str) -> SqlError {
+pub(crate) fn permission_denied(
+    kind: &str,
+    name: &str,
+    privilege: Privilege,
+    role: &str,
+) -> SqlError {
     SqlError::new("42501", format!("permission denied for {kind} {name}")).with_hint(format!(
         "role \"{role}\" needs the {privilege} privilege on {name}: its owner or a superuser can run GRANT {privilege} ON {name} TO {role}"
     ))
 }
 
-fn must_be_owner(kind: &str, name: &str) -> SqlError {
+pub(crate) fn must_be_owner(kind: &str, name: &str) -> SqlError {
     SqlError::new("42501", format!("must be owner of {kind} {name}")).with_hint(format!(
         "only the owner of {name} or a superuser may do this"
     ))
@@ -322,23 +205,23 @@ fn must_be_owner(kind: &str, name: &str) -> SqlError {
 
 /// The relations a statement reads and what it needs on them.
 #[derive(Default)]
-struct Needs {
+pub(crate) struct Needs {
     /// (relation name, privilege), in the order found.
-    list: Vec<(String, Privilege)>,
+    pub(crate) list: Vec<(String, Privilege)>,
     /// Relations that must be owned by the caller.
-    owned: Vec<String>,
+    pub(crate) owned: Vec<String>,
     /// Index names whose table must be owned by the caller.
-    owned_indexes: Vec<String>,
+    pub(crate) owned_indexes: Vec<String>,
 }
 
 impl Needs {
-    fn add(&mut self, name: String, p: Privilege) {
+    pub(crate) fn add(&mut self, name: String, p: Privilege) {
         if !self.list.iter().any(|(n, q)| *n == name && *q == p) {
             self.list.push((name, p));
         }
     }
 
-    fn reads(&mut self, names: Vec<String>) {
+    pub(crate) fn reads(&mut self, names: Vec<String>) {
         for n in names {
             self.add(n, Privilege::Select);
         }
@@ -346,7 +229,7 @@ impl Needs {
 
     /// Everything `st` names besides its `target` (subqueries, `FROM`,
     /// `USING`) it reads.
-    fn reads_besides(&mut self, st: &Statement, target: &str) {
+    pub(crate) fn reads_besides(&mut self, st: &Statement, target: &str) {
         self.reads(
             bind::relations(st)
                 .into_iter()
@@ -357,7 +240,7 @@ impl Needs {
 }
 
 /// Relations named in a query (tables, views, CTE names).
-fn query_relations(q: &ast::Query) -> Vec<String> {
+pub(crate) fn query_relations(q: &ast::Query) -> Vec<String> {
     let mut out = Vec::new();
     let _ = ast::visit_relations(q, |name| {
         if let Ok(n) = object_name(name) {
@@ -371,7 +254,7 @@ fn query_relations(q: &ast::Query) -> Vec<String> {
 }
 
 /// Whether an expression reads a column (and so needs SELECT on its table).
-fn reads_columns<T: ast::Visit>(node: &T) -> bool {
+pub(crate) fn reads_columns<T: ast::Visit>(node: &T) -> bool {
     ast::visit_expressions(node, |e| match e {
         ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => ControlFlow::Break(()),
         _ => ControlFlow::Continue(()),
@@ -379,7 +262,7 @@ fn reads_columns<T: ast::Visit>(node: &T) -> bool {
     .is_break()
 }
 
-fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError> {
+pub(crate) fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError> {
     match st {
         Statement::Query(q) => needs.reads(query_relations(q)),
         Statement::Insert(i) => {
@@ -455,241 +338,16 @@ fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError> {
     Ok(())
 }
 
-impl Session {
-    /// The role this session runs as.
-    pub fn principal(&self) -> &Principal {
-        &self.principal
-    }
-
-    /// Makes this session run as `principal` (front ends call it once the
-    /// client is known): `current_user` reports it, `SHOW is_superuser`
-    /// reflects it, and every statement is checked against its privileges.
-    pub fn set_principal(&mut self, principal: Principal) {
-        let superuser = principal.is_superuser(&self.engine.database().read());
-        self.settings.insert(
-            "is_superuser".into(),
-            if superuser { "on" } else { "off" }.into(),
-        );
-        self.settings
-            .insert("session_authorization".into(), principal.name.clone());
-        self.principal = principal;
-    }
-
-    /// Refuses what the session's role may not do with `st` (SQLSTATE
-    /// 42501, naming the object).
-    pub(crate) fn authorize(&mut self, st: &Statement) -> Result<(), SqlError> {
-        if self.principal.bootstrap {
-            return Ok(());
-        }
-        let mut needs = Needs::default();
-        needs_of(st, &mut needs)?;
-        self.authorize_needs(needs)
-    }
-
-    /// Refuses a read of `relation` (a table or view) the session's role
-    /// may not make, as a `SELECT` of it would be (front ends serving rows
-    /// without SQL: release change sets, time maps).
-    pub fn authorize_select(&mut self, relation: &str) -> Result<(), SqlError> {
-        if self.principal.bootstrap {
-            return Ok(());
-        }
-        let mut needs = Needs::default();
-        needs.add(relation.to_string(), Privilege::Select);
-        self.authorize_needs(needs)
-    }
-
-    fn authorize_needs(&mut self, needs: Needs) -> Result<(), SqlError> {
-        if needs.list.is_empty() && needs.owned.is_empty() && needs.owned_indexes.is_empty() {
-            return Ok(());
-        }
-        let engine = self.engine.clone();
-        let catalog = engine.database().read();
-        if self.principal.is_superuser(&catalog) {
-            return Ok(());
-        }
-        let role = self.principal.name.clone();
-        for name in &needs.owned {
-            if let Some(rel) = Relation::find(&catalog, name) {
-                if !catalog.is_owner(&role, rel.id()) {
-                    return Err(must_be_owner(rel.kind(), name));
-                }
-            }
-        }
-        for index in &needs.owned_indexes {
-            if let Some(t) = catalog.index_owner(index) {
-                if !catalog.is_owner(&role, t.schema.id) {
-                    return Err(must_be_owner("index", index));
-                }
-            }
-        }
-        for (name, privilege) in &needs.list {
-            // Names that are neither (CTEs, catalog views, missing
-            // relations) are the binder's to resolve or refuse.
-            let Some(rel) = Relation::find(&catalog, name) else {
-                continue;
-            };
-            if !catalog.has_privilege(&role, rel.id(), *privilege) {
-                return Err(permission_denied(rel.kind(), name, *privilege, &role));
-            }
-            if let Relation::View(id) = rel {
-                self.check_view_owner(&catalog, id, 0)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A view reads its relations with its owner's rights: the owner must
-    /// (still) be able to read each of them, through views all the way down.
-    fn check_view_owner(
-        &mut self,
-        catalog: &Catalog,
-        view: TableId,
-        depth: usize,
-    ) -> Result<(), SqlError> {
-        if depth > MAX_VIEW_DEPTH {
-            return Err(SqlError::new(
-                "54001",
-                format!("views nested more than {MAX_VIEW_DEPTH} deep"),
-            ));
-        }
-        let owner = catalog.owner(view);
-        if owner_is_superuser(catalog, owner) {
-            return Ok(());
-        }
-        let owner = owner.expect("checked above").to_string();
-        for name in self.view_relations(catalog, view) {
-            let Some(rel) = Relation::find(catalog, &name) else {
-                continue;
-            };
-            if !catalog.has_privilege(&owner, rel.id(), Privilege::Select) {
-                let view_name = catalog
-                    .views
-                    .get(&view)
-                    .map(|(n, _)| n.as_str())
-                    .unwrap_or("?");
-                return Err(SqlError::new(
-                    "42501",
-                    format!("permission denied for {} {name}", rel.kind()),
-                )
-                .with_detail(format!(
-                    "view {view_name} reads {name} with the rights of its owner \"{owner}\", who lacks SELECT on it"
-                ))
-                .with_hint(format!("GRANT SELECT ON {name} TO {owner}")));
-            }
-            if let Relation::View(inner) = rel {
-                self.check_view_owner(catalog, inner, depth + 1)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The relations a view's definition names (kept per view id: a
-    /// view's definition never changes and ids are never reused).
-    fn view_relations(&mut self, catalog: &Catalog, view: TableId) -> Vec<String> {
-        if let Some(r) = self.view_relations_cache.get(&view) {
-            return r.clone();
-        }
-        let names = catalog
-            .views
-            .get(&view)
-            .and_then(|(_, sql)| crate::session::parse(sql).ok())
-            .map(|sts| {
-                sts.iter()
-                    .flat_map(|st| match st {
-                        // What the view reads, not its own name.
-                        Statement::CreateView(v) => query_relations(&v.query),
-                        other => bind::relations(other),
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        self.view_relations_cache.insert(view, names.clone());
-        names
-    }
-
-    /// Refuses a statement only superusers may run.
-    pub(crate) fn require_superuser(&self, what: &str) -> Result<(), SqlError> {
-        if self.principal.is_superuser(&self.engine.database().read()) {
-            return Ok(());
-        }
-        Err(
-            SqlError::new("42501", format!("permission denied to {what}"))
-                .with_hint(format!("only a superuser may {what}")),
-        )
-    }
-
-    /// Runs a role or privilege statement; `None` for any other.
-    pub(crate) fn run_role_statement(
-        &mut self,
-        st: &Statement,
-    ) -> Option<Result<Outcome, SqlError>> {
-        if !is_role_statement(st) {
-            return None;
-        }
-        if self.txn.is_some() {
-            return Some(Err(SqlError::new(
-                "25001",
-                "role and privilege changes inside a transaction block are not supported",
-            )
-            .with_hint("run them outside BEGIN ... COMMIT")));
-        }
-        Some(self.role_statement(st))
-    }
-
-    fn role_statement(&mut self, st: &Statement) -> Result<Outcome, SqlError> {
-        let me = self.principal.clone();
-        let bootstrap = self.engine.bootstrap_users.read().clone();
-        let engine = self.engine.clone();
-        let db = engine.database();
-        let (tag, lsn) = db.run_exclusive(|catalog, txn| {
-            let acting = Acting {
-                me: &me,
-                catalog,
-                bootstrap: &bootstrap,
-            };
-            match st {
-                Statement::CreateRole(c) => acting.create_role(c, txn),
-                Statement::AlterRole { name, operation } => acting.alter_role(name, operation, txn),
-                Statement::Drop {
-                    object_type,
-                    if_exists,
-                    names,
-                    ..
-                } => acting.drop_role(*object_type, *if_exists, names, txn),
-                Statement::Grant(g) => {
-                    acting.grant(&g.privileges, g.objects.as_ref(), &g.grantees, true, txn)
-                }
-                Statement::Revoke(r) => {
-                    acting.grant(&r.privileges, r.objects.as_ref(), &r.grantees, false, txn)
-                }
-                _ => Err(SqlError::unsupported(st.to_string())),
-            }
-        })?;
-        if let Some(lsn) = lsn {
-            self.set_last_lsn(lsn);
-        }
-        // A change to this session's own role shows at once.
-        if !me.bootstrap {
-            let superuser = me.is_superuser(&db.read());
-            self.settings.insert(
-                "is_superuser".into(),
-                if superuser { "on" } else { "off" }.into(),
-            );
-        }
-        Ok(Outcome::Command { tag: tag.into() })
-    }
-}
-
 /// A role statement being run under the commit lock.
-struct Acting<'a> {
-    me: &'a Principal,
-    catalog: &'a Catalog,
-    bootstrap: &'a BTreeSet<String>,
+pub(crate) struct Acting<'a> {
+    pub(crate) me: &'a Principal,
+    pub(crate) catalog: &'a Catalog,
+    pub(crate) bootstrap: &'a BTreeSet<String>,
 }
 
 /// Role attributes a statement sets.
 #[derive(Default)]
-struct Attributes {
+pub(crate) struct Attributes {
     login: Option<bool>,
     superuser: Option<bool>,
     createrole: Option<bool>,
@@ -697,7 +355,7 @@ struct Attributes {
     password: Option<Option<ScramVerifier>>,
 }
 
-fn password_of(p: &ast::Password) -> Result<Option<ScramVerifier>, SqlError> {
+pub(crate) fn password_of(p: &ast::Password) -> Result<Option<ScramVerifier>, SqlError> {
     match p {
         ast::Password::NullPassword => Ok(None),
         ast::Password::Password(ast::Expr::Value(v)) => match &v.value {
@@ -726,7 +384,7 @@ fn password_of(p: &ast::Password) -> Result<Option<ScramVerifier>, SqlError> {
     }
 }
 
-fn role_name(n: &ast::ObjectName) -> Result<String, SqlError> {
+pub(crate) fn role_name(n: &ast::ObjectName) -> Result<String, SqlError> {
     let name = match n.0.as_slice() {
         [p] => p
             .as_ident()
@@ -738,7 +396,7 @@ fn role_name(n: &ast::ObjectName) -> Result<String, SqlError> {
     Ok(name)
 }
 
-fn check_role_name(name: &str) -> Result<(), SqlError> {
+pub(crate) fn check_role_name(name: &str) -> Result<(), SqlError> {
     if name.is_empty() || name.len() > MAX_ROLE_NAME_BYTES {
         return Err(SqlError::new(
             "42602",
@@ -754,17 +412,17 @@ fn check_role_name(name: &str) -> Result<(), SqlError> {
     Ok(())
 }
 
-fn undefined_role(name: &str) -> SqlError {
+pub(crate) fn undefined_role(name: &str) -> SqlError {
     SqlError::new("42704", format!("role \"{name}\" does not exist"))
         .with_hint("create it first with CREATE ROLE (or CREATE USER)")
 }
 
 impl Acting<'_> {
-    fn superuser(&self) -> bool {
+    pub(crate) fn superuser(&self) -> bool {
         self.me.is_superuser(self.catalog)
     }
 
-    fn may_manage_roles(&self) -> bool {
+    pub(crate) fn may_manage_roles(&self) -> bool {
         self.superuser()
             || self
                 .catalog
@@ -773,7 +431,7 @@ impl Acting<'_> {
     }
 
     /// Who may create, alter or drop a role with these attributes.
-    fn check_manage(&self, verb: &str, touches_superuser: bool) -> Result<(), SqlError> {
+    pub(crate) fn check_manage(&self, verb: &str, touches_superuser: bool) -> Result<(), SqlError> {
         if touches_superuser && !self.superuser() {
             return Err(
                 SqlError::new("42501", format!("permission denied to {verb} role"))
@@ -792,7 +450,11 @@ impl Acting<'_> {
         Ok(())
     }
 
-    fn create_role(&self, c: &ast::CreateRole, txn: &mut Txn) -> Result<&'static str, SqlError> {
+    pub(crate) fn create_role(
+        &self,
+        c: &ast::CreateRole,
+        txn: &mut Txn,
+    ) -> Result<&'static str, SqlError> {
         // Options that would mean something Aqueduct does not do are
         // refused rather than ignored.
         let unsupported = [
@@ -862,7 +524,7 @@ impl Acting<'_> {
         Ok("CREATE ROLE")
     }
 
-    fn alter_role(
+    pub(crate) fn alter_role(
         &self,
         name: &ast::Ident,
         op: &ast::AlterRoleOperation,
@@ -924,7 +586,7 @@ impl Acting<'_> {
         Ok("ALTER ROLE")
     }
 
-    fn drop_role(
+    pub(crate) fn drop_role(
         &self,
         kind: ast::ObjectType,
         if_exists: bool,
@@ -975,7 +637,7 @@ impl Acting<'_> {
         Ok("DROP ROLE")
     }
 
-    fn grant(
+    pub(crate) fn grant(
         &self,
         privileges: &ast::Privileges,
         objects: Option<&ast::GrantObjects>,
@@ -1032,7 +694,7 @@ impl Acting<'_> {
         Ok(verb)
     }
 
-    fn grantee(&self, g: &ast::Grantee) -> Result<Grantee, SqlError> {
+    pub(crate) fn grantee(&self, g: &ast::Grantee) -> Result<Grantee, SqlError> {
         if g.grantee_type == ast::GranteesType::Public {
             return Ok(Grantee::Public);
         }
@@ -1050,7 +712,7 @@ impl Acting<'_> {
     }
 }
 
-fn privilege_list(p: &ast::Privileges) -> Result<Vec<Privilege>, SqlError> {
+pub(crate) fn privilege_list(p: &ast::Privileges) -> Result<Vec<Privilege>, SqlError> {
     match p {
         ast::Privileges::All { .. } => Ok(Privilege::ALL.to_vec()),
         ast::Privileges::Actions(actions) => {

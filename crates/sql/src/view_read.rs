@@ -10,8 +10,8 @@
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::views::ViewEntry;
-use crate::Column;
+use crate::plan::Column;
+use crate::view_entry::ViewEntry;
 
 /// Where one key column's value comes from.
 #[derive(Clone, Debug)]

@@ -37,49 +37,19 @@ use aqueduct_values::Value;
 use parking_lot::RwLock;
 use sqlparser::ast;
 
+use aqueduct_expr::SqlError;
+use aqueduct_tables::Database;
+
 use crate::compile::Compiler;
-use crate::session::parse;
-use crate::{Column, Engine, SqlError};
-
-/// One maintained view, as readers see it.
-#[derive(Clone)]
-pub struct ViewEntry {
-    pub id: TableId,
-    pub name: String,
-    pub sql: String,
-    pub columns: Vec<Column>,
-    /// For an automatic view with ORDER BY: the order of its rows, which
-    /// then carry hidden sort columns after `columns`.
-    pub order: Vec<SortColumn>,
-    pub(crate) options: InstallOptions,
-    /// The base tables its rows are computed from (through views it
-    /// reads, too): what a read of it inside a transaction depends on.
-    pub tables: Vec<TableId>,
-    /// Tells entries apart, also from a later view of the same name.
-    uid: u64,
-}
-
-impl ViewEntry {
-    /// Tells entries apart, also from a later view of the same name.
-    pub fn uid(&self) -> u64 {
-        self.uid
-    }
-}
+use crate::parse::view_query;
+use crate::plan::Column;
+pub use crate::view_entry::{InstallOptions, ViewEntry};
 
 /// What compiling a view in a scratch graph found out.
 struct Checked {
     columns: Vec<Column>,
     order: Vec<SortColumn>,
     tables: Vec<TableId>,
-}
-
-/// How a view is compiled.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct InstallOptions {
-    /// Keep the ORDER BY (and its hidden sort columns) for reads to sort by.
-    pub keep_order: bool,
-    /// The last this-many columns are automatic-view keys (top-k per key).
-    pub partition_last: usize,
 }
 
 /// What `SHOW VIEWS` reports.
@@ -140,8 +110,8 @@ pub struct ViewRegistry {
     /// Why a keyed reader is kept in full rather than partial, by its name.
     not_partial: RwLock<HashMap<String, String>>,
     partial: AtomicBool,
-    /// The engine, to pause commits and read tables (set once it exists).
-    engine: OnceLock<Weak<Engine>>,
+    /// The tables, to pause commits and read them (set once they exist).
+    engine: OnceLock<Weak<Database>>,
     /// Extra readers of a view keyed on some of its columns, made on first
     /// use by a query that looks rows up by those columns: view name, then
     /// key columns.
@@ -203,25 +173,15 @@ pub(crate) fn keyed_name(view: &str, key: &[usize], ordered: bool) -> String {
     format!("{view}#{key:?}{}", if ordered { "<>" } else { "" })
 }
 
-/// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.
-pub(crate) fn view_query(sql: &str) -> Result<Box<ast::Query>, SqlError> {
-    let mut statements = parse(sql)?;
-    match statements.pop() {
-        Some(ast::Statement::CreateView(cv)) => Ok(cv.query),
-        Some(ast::Statement::Query(q)) => Ok(q),
-        _ => Err(SqlError::syntax("a view is defined by one SELECT")),
-    }
-}
-
 /// The tables, as upqueries read them: one consistent state and its LSN.
-struct Tables(Weak<Engine>);
+struct Tables(Weak<Database>);
 
 impl Upstream for Tables {
     fn rows_at(&self, asks: &[Ask]) -> Option<(Vec<WeightedRows>, Lsn)> {
         let engine = self.0.upgrade()?;
         // From clones of the tables: commits go on while a key with a
         // million rows is read.
-        Some(engine.database().rows_at(asks))
+        Some(engine.rows_at(asks))
     }
 }
 
@@ -263,7 +223,7 @@ impl ViewRegistry {
 
     /// Connects the registry to its engine, once that exists: upqueries
     /// read its tables, and views materialized on demand pause its commits.
-    pub fn attach(&self, engine: &Arc<Engine>) {
+    pub fn attach(&self, engine: &Arc<Database>) {
         let _ = self.engine.set(Arc::downgrade(engine));
         self.worker
             .set_upstream(Arc::new(Tables(Arc::downgrade(engine))));
@@ -274,7 +234,7 @@ impl ViewRegistry {
         self.worker.start_at(lsn);
     }
 
-    fn engine(&self) -> Result<Arc<Engine>, SqlError> {
+    fn engine(&self) -> Result<Arc<Database>, SqlError> {
         self.engine
             .get()
             .and_then(Weak::upgrade)
@@ -436,7 +396,7 @@ impl ViewRegistry {
             return Ok(r.clone());
         }
         let engine = self.engine()?;
-        engine.database().with_commits_paused(|catalog, lsn| {
+        engine.with_commits_paused(|catalog, lsn| {
             if let Some(r) = self.full.read().get(&entry.name) {
                 return Ok(r.clone());
             }
@@ -525,7 +485,7 @@ impl ViewRegistry {
     fn drop_auto_views_reading(&self, name: &str) {
         let reads = |view: &str| {
             self.get(view).is_some_and(|v| {
-                crate::session::parse(&v.sql).map_or(true, |sts| {
+                crate::parse::parse(&v.sql).map_or(true, |sts| {
                     sts.iter()
                         .any(|st| crate::bind::relations(st).iter().any(|r| r == name))
                 })
@@ -855,7 +815,7 @@ impl ViewRegistry {
                 }
             };
         let needs_tables = {
-            let catalog = engine.database().read_recursive();
+            let catalog = engine.read_recursive();
             let mut graph = self.worker.graph();
             if let Some(r) = self.find_keyed(entry, key, false) {
                 return Ok(Some(r));
@@ -882,7 +842,7 @@ impl ViewRegistry {
             }
         };
         debug_assert!(needs_tables);
-        engine.database().with_commits_paused(|catalog, lsn| {
+        engine.with_commits_paused(|catalog, lsn| {
             let mut graph = self.worker.drain();
             if let Some(r) = self.find_keyed(entry, key, false) {
                 return Ok(Some(r));
@@ -1297,3 +1257,11 @@ pub fn human_bytes(n: u64) -> String {
 
 /// Shared handle.
 pub type Views = Arc<ViewRegistry>;
+
+/// Views follow the tables as a consumer of committed batches.
+impl aqueduct_tables::CommitConsumer for ViewRegistry {
+    fn committed(&self, batch: &aqueduct_tables::AppliedBatch, catalog: &aqueduct_tables::Catalog) {
+        let schema: Vec<_> = batch.schema.iter().map(|(_, c)| c.clone()).collect();
+        self.on_commit(batch.last, catalog, &batch.changes, &schema);
+    }
+}

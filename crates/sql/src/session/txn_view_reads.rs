@@ -24,9 +24,11 @@ use aqueduct_dataflow::Row;
 use aqueduct_tables::Write;
 use aqueduct_values::Value;
 
-use crate::session::Session;
-use crate::views::ViewEntry;
-use crate::SqlError;
+use aqueduct_expr::SqlError;
+
+use crate::view_entry::ViewEntry;
+
+use super::state::Session;
 
 impl Session {
     /// The rows of `entry` for a read inside this session's transaction

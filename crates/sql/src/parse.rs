@@ -1,0 +1,155 @@
+//! Parsing SQL text into statements (sqlparser, PostgreSQL dialect),
+//! within the limits on size and nesting.
+
+use aqueduct_expr::SqlError;
+use sqlparser::ast::{self, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
+use crate::limits::MAX_SQL_BYTES;
+
+/// Parses SQL text into statements (PostgreSQL dialect).
+pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(SqlError::new(
+            "54000",
+            format!(
+                "query of {} bytes exceeds the limit of {MAX_SQL_BYTES} bytes",
+                sql.len()
+            ),
+        ));
+    }
+    if sql.trim().trim_matches(';').trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let rewritten = rewrite_user_statements(sql);
+    let sql = rewritten.as_deref().unwrap_or(sql);
+    let dialect = PostgreSqlDialect {};
+    let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(sqlparser::parser::ParserError::from)
+        .and_then(|tokens| {
+            crate::limits::check_tokens(&tokens)
+                .map_err(|_| sqlparser::parser::ParserError::RecursionLimitExceeded)?;
+            Parser::new(&dialect)
+                .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
+                .with_tokens_with_locations(tokens)
+                .parse_statements()
+        })
+        .map_err(|e| {
+            if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {
+                return crate::limits::too_complex();
+            }
+            let msg = e.to_string();
+            let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
+            SqlError::syntax(format!("syntax error: {msg}"))
+        })?;
+    for st in &statements {
+        crate::limits::check_depth(st)?;
+    }
+    Ok(statements)
+}
+
+/// Whether `hay` contains `needle` (ASCII, any case), without allocating.
+pub(crate) fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// PostgreSQL spells a role with LOGIN `USER`: `CREATE USER`, `ALTER USER`
+/// and `DROP USER` are rewritten to the `ROLE` forms (adding `LOGIN` to a
+/// `CREATE USER` that does not say `NOLOGIN`). `None` when `sql` has none.
+pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    // Cheap test first: most statements are not these.
+    if !contains_ignore_case(sql, "user") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let keyword = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    };
+    let significant = |t: &Token| !matches!(t, Token::Whitespace(_));
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len() + 2);
+    let mut changed = false;
+    let mut start = 0;
+    while start < tokens.len() {
+        let end = tokens[start..]
+            .iter()
+            .position(|t| matches!(t, Token::SemiColon))
+            .map_or(tokens.len(), |p| start + p + 1);
+        let stmt = &tokens[start..end];
+        let words: Vec<(usize, &Token)> = stmt
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| significant(t))
+            .collect();
+        let verb = words.first().and_then(|(_, t)| keyword(t));
+        let is_user = words.get(1).and_then(|(_, t)| keyword(t)) == Some(Keyword::USER);
+        if is_user && matches!(verb, Some(Keyword::CREATE | Keyword::ALTER | Keyword::DROP)) {
+            changed = true;
+            let says_login = stmt
+                .iter()
+                .any(|t| matches!(keyword(t), Some(Keyword::LOGIN | Keyword::NOLOGIN)));
+            // The role's name: the first word after USER (and IF [NOT] EXISTS).
+            let name_at = words
+                .iter()
+                .skip(2)
+                .find(|(_, t)| {
+                    !matches!(
+                        keyword(t),
+                        Some(Keyword::IF | Keyword::NOT | Keyword::EXISTS)
+                    )
+                })
+                .map(|(i, _)| *i);
+            // Options may come in any order: LOGIN goes after the last word.
+            let last_word = words
+                .iter()
+                .rev()
+                .find(|(_, t)| !matches!(t, Token::SemiColon))
+                .map(|(i, _)| *i);
+            for (i, t) in stmt.iter().enumerate() {
+                if i == words[1].0 {
+                    out.push(Token::make_keyword("ROLE"));
+                } else {
+                    out.push(t.clone());
+                }
+                if verb == Some(Keyword::CREATE)
+                    && !says_login
+                    && name_at.is_some()
+                    && Some(i) == last_word
+                {
+                    out.push(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space));
+                    out.push(Token::make_keyword("LOGIN"));
+                }
+            }
+        } else {
+            out.extend(stmt.iter().cloned());
+        }
+        start = end;
+    }
+    changed.then(|| out.iter().map(|t| t.to_string()).collect())
+}
+
+/// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.
+pub fn view_query(sql: &str) -> Result<Box<ast::Query>, SqlError> {
+    let mut statements = parse(sql)?;
+    match statements.pop() {
+        Some(ast::Statement::CreateView(cv)) => Ok(cv.query),
+        Some(ast::Statement::Query(q)) => Ok(q),
+        _ => Err(SqlError::syntax("a view is defined by one SELECT")),
+    }
+}
+
+/// Parses a parameter sent in text format for a parameter of type `ty`.
+pub fn param_from_text(
+    text: &str,
+    ty: &aqueduct_values::DataType,
+) -> Result<aqueduct_values::Value, SqlError> {
+    Ok(aqueduct_values::Value::Text(text.to_string()).coerce(ty)?)
+}

@@ -1,0 +1,298 @@
+//! The plans the binder makes and direct evaluation, the view compiler
+//! and the session's router read: a leaf of the crate (it imports nothing
+//! of the crate), so every module can use them.
+
+use aqueduct_expr::agg::AggFunc;
+use aqueduct_expr::Expr;
+use aqueduct_tables::{TableId, TableSchema};
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast;
+
+/// A result column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub ty: DataType,
+    /// The table it comes from (0 if computed) and its position there (1-based, 0 if none).
+    pub table_id: u64,
+    pub column_id: i16,
+}
+
+impl Column {
+    pub fn computed(name: impl Into<String>, ty: DataType) -> Column {
+        Column {
+            name: name.into(),
+            ty,
+            table_id: 0,
+            column_id: 0,
+        }
+    }
+}
+
+/// What a statement produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Rows, with the command tag to send after them (`SELECT 3`, `INSERT 0 1`).
+    Rows {
+        columns: Vec<Column>,
+        rows: Vec<Vec<Value>>,
+        tag: String,
+    },
+    /// A command without rows, with its tag (`CREATE TABLE`, `UPDATE 2`).
+    Command { tag: String },
+    /// An empty query string.
+    Empty,
+}
+
+/// A bound statement.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub plan: Plan,
+    pub params: Vec<DataType>,
+    pub columns: Vec<Column>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Plan {
+    Select(SelectPlan),
+    /// `SELECT` without `FROM`.
+    Values(Vec<Expr>),
+    Catalog(CatalogPlan),
+    Insert(InsertPlan),
+    Update(UpdatePlan),
+    Delete(DeletePlan),
+    Ddl(Ddl),
+    Begin,
+    Commit,
+    Rollback,
+    Set {
+        name: String,
+        value: Option<String>,
+    },
+    Show {
+        name: String,
+    },
+    /// `DEALLOCATE name | ALL`: the front end owns prepared statements; the
+    /// session only acknowledges.
+    Deallocate {
+        name: String,
+    },
+    ShowViews,
+    /// `EXPLAIN`: how a statement is answered, and its dataflow (as
+    /// Graphviz DOT with `EXPLAIN (FORMAT DOT)`).
+    Explain {
+        statement: Box<ast::Statement>,
+        dot: bool,
+    },
+    /// A query direct evaluation does not answer (it reads one base table
+    /// at most): decided from its shape before anything else is bound, so
+    /// it goes to the dataflow (an automatic view or one-shot evaluation).
+    Dataflow(NeedsDataflow),
+}
+
+/// What makes a query need the dataflow rather than direct evaluation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NeedsDataflow {
+    /// `WITH ...`
+    With,
+    /// `UNION`, `EXCEPT`, `INTERSECT`
+    SetOperation(String),
+    /// A query body other than a SELECT (`VALUES ...`, `TABLE t`).
+    OtherBody(String),
+    /// `WHERE`, `ORDER BY`, `LIMIT` or `OFFSET` without `FROM`.
+    ClausesWithoutFrom,
+    /// More than one item in `FROM`.
+    SeveralRelations,
+    /// A `JOIN`.
+    Join,
+    /// A subquery, nested join or table function in `FROM`.
+    FromItem,
+    /// A relation that is not a base table: a view, or no relation at all
+    /// (the dataflow's compiler then says so).
+    NotATable(String),
+}
+
+impl std::fmt::Display for NeedsDataflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NeedsDataflow::With => write!(f, "a WITH clause"),
+            NeedsDataflow::SetOperation(op) => write!(f, "{op} of queries"),
+            NeedsDataflow::OtherBody(body) => {
+                write!(f, "a query body that is not a SELECT ({body})")
+            }
+            NeedsDataflow::ClausesWithoutFrom => write!(f, "WHERE, ORDER BY or LIMIT without FROM"),
+            NeedsDataflow::SeveralRelations => write!(f, "several relations in FROM"),
+            NeedsDataflow::Join => write!(f, "a join"),
+            NeedsDataflow::FromItem => write!(f, "a subquery or nested join in FROM"),
+            NeedsDataflow::NotATable(name) => write!(f, "{name} is not a base table"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Ddl {
+    CreateTable {
+        schema: TableSchema,
+        if_not_exists: bool,
+    },
+    DropTable {
+        names: Vec<String>,
+        if_exists: bool,
+        /// Drop the views that depend on the tables too.
+        cascade: bool,
+    },
+    CreateIndex {
+        table: String,
+        name: String,
+        columns: Vec<usize>,
+        unique: bool,
+        if_not_exists: bool,
+    },
+    DropIndex {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    CreateView {
+        name: String,
+        /// The whole `CREATE VIEW` statement, stored in the log.
+        sql: String,
+        if_not_exists: bool,
+    },
+    DropView {
+        names: Vec<String>,
+        if_exists: bool,
+        cascade: bool,
+    },
+}
+
+/// How rows are found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Access {
+    Scan,
+    /// Constant expressions for every primary-key column, in key order.
+    PrimaryKey(Vec<Expr>),
+    /// Several primary keys (a `col IN (...)` on a key column, the others
+    /// pinned by equality): each as constant expressions in key order.
+    PrimaryKeys(Vec<Vec<Expr>>),
+    /// Constant expressions for the first columns of a composite primary
+    /// key (not all of them): the rows whose keys start so, in key order.
+    KeyPrefix(Vec<Expr>),
+    /// Constant expressions for the columns of index `usize`.
+    Index(usize, Vec<Expr>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Aggregate {
+    pub func: AggFunc,
+    pub arg: Option<Expr>,
+    pub distinct: bool,
+}
+
+/// Grouping: output expressions are evaluated over `group values ++ aggregate values`.
+#[derive(Clone, Debug)]
+pub struct Grouping {
+    pub keys: Vec<Expr>,
+    pub aggregates: Vec<Aggregate>,
+    pub having: Option<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SortKey {
+    /// Evaluated over the output row.
+    pub expr: Expr,
+    pub desc: bool,
+    pub nulls_first: bool,
+}
+
+/// A SELECT's clauses after FROM, bound over the FROM's rows.
+#[derive(Clone, Debug)]
+pub struct SelectBody {
+    pub filter: Option<Expr>,
+    pub grouping: Option<Grouping>,
+    /// Output expressions (over the input row, or over the grouped row).
+    pub outputs: Vec<Expr>,
+    /// Hidden sort columns are appended to `outputs` and removed after sorting.
+    pub visible: usize,
+    pub order_by: Vec<SortKey>,
+    pub distinct: bool,
+    pub limit: Option<Expr>,
+    pub offset: Option<Expr>,
+}
+
+/// A SELECT over one base table, as direct evaluation runs it.
+#[derive(Clone, Debug)]
+pub struct SelectPlan {
+    pub table: TableId,
+    pub access: Access,
+    pub body: SelectBody,
+}
+
+#[derive(Clone, Debug)]
+pub enum InsertSource {
+    Values(Vec<Vec<Expr>>),
+    Query(Box<SelectPlan>),
+}
+
+#[derive(Clone, Debug)]
+pub enum OnConflict {
+    Error,
+    DoNothing,
+    /// Assignments over `existing row ++ excluded row`.
+    DoUpdate {
+        assignments: Vec<(usize, Expr)>,
+        filter: Option<Expr>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct InsertPlan {
+    pub table: TableId,
+    /// Target column of each source value.
+    pub columns: Vec<usize>,
+    pub source: InsertSource,
+    pub on_conflict: OnConflict,
+    pub returning: Vec<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct UpdatePlan {
+    pub table: TableId,
+    pub access: Access,
+    pub filter: Option<Expr>,
+    pub assignments: Vec<(usize, Expr)>,
+    pub returning: Vec<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct DeletePlan {
+    pub table: TableId,
+    pub access: Access,
+    pub filter: Option<Expr>,
+    pub returning: Vec<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub enum CatalogPlan {
+    /// `SHOW TABLES`: one column of names.
+    Tables,
+    /// psql's `\dt` / `\d`: Schema, Name, Type, Owner.
+    PsqlList,
+    /// psql's first `\d name` query: oid, nspname, relname of tables matching.
+    PsqlLookup(String),
+    /// Drivers' type lookups in `pg_type` by name (`$1`): oid, typname.
+    TypeByName,
+    /// Drivers' type lookups in `pg_type` by oid (`$1`): is_array, typtype, typname, oid.
+    TypeByOid,
+}
+
+/// The clock as a statement sees it, read once by the session (from the
+/// engine's clock) and bound into the statement as constants, so
+/// that evaluation never reads a clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatementTime {
+    /// When the transaction began (the statement, outside a transaction
+    /// block): `now()`, `current_timestamp`, `transaction_timestamp()`.
+    pub transaction_micros: i64,
+    /// When the statement began: `statement_timestamp()`.
+    pub statement_micros: i64,
+}

@@ -1,0 +1,199 @@
+//! The session's read consistency (`docs/consistency.md`): waiting until
+//! the views reach the LSN its level asks for, and reads answered as of
+//! the current release.
+
+use aqueduct_expr::SqlError;
+use aqueduct_log::Lsn;
+use aqueduct_releases::Snapshot;
+use aqueduct_tables::{Catalog, Txn};
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast::Statement;
+
+use crate::consistency::{Consistency, Ready, MAX_RELEASE_RESULTS};
+use crate::plan::Outcome;
+
+use super::state::{parse_duration, Session};
+
+impl Session {
+    pub fn consistency(&self) -> Consistency {
+        self.consistency
+    }
+
+    /// The LSN a `session` read must reach: this session's last write or
+    /// the token it was given, whichever is later.
+    pub fn session_lsn(&self) -> Lsn {
+        let token = self.settings["aqueduct.after_lsn"]
+            .trim()
+            .parse::<Lsn>()
+            .unwrap_or(0);
+        self.last_lsn().max(token)
+    }
+
+    /// Waits until the views satisfy this session's consistency level.
+    pub(crate) fn views_ready(&self) -> Result<Ready, SqlError> {
+        let db = self.engine.database();
+        let target = match self.consistency() {
+            Consistency::Eventual => return Ok(Ready::At(self.engine.views.progress().processed)),
+            Consistency::Session => {
+                let target = self.session_lsn();
+                let last = db.applied_lsn();
+                if target > last {
+                    return Err(SqlError::new(
+                        "22023",
+                        format!(
+                            "aqueduct.after_lsn is {target}, but this server's last write is at LSN {last}"
+                        ),
+                    )
+                    .with_hint(
+                        "pass a token from SHOW aqueduct.last_lsn on a connection to this server",
+                    ));
+                }
+                target
+            }
+            // Transaction blocks never reach here in release mode; reads
+            // that do (EXPLAIN, SHOW) see the newest state.
+            Consistency::Linearizable | Consistency::Release => db.applied_lsn(),
+        };
+        let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
+            .unwrap_or(crate::views::VIEW_WAIT_TIMEOUT);
+        match self.engine.views.await_lsn_within(target, timeout) {
+            Ok(()) => Ok(Ready::At(target)),
+            Err(e)
+                if e.code == "57014"
+                    && self.settings["aqueduct.consistency_timeout_action"] == "compute" =>
+            {
+                Ok(Ready::Compute)
+            }
+            Err(e) => Err(e.with_hint(format!(
+                "the read asked for consistency '{}'; SET aqueduct.consistency_timeout_action = 'compute' answers from the base tables instead, or 'eventual' reads what the views hold",
+                self.consistency().as_str()
+            ))),
+        }
+    }
+
+    /// `st` when this session reads it from the current release: a query,
+    /// in `release` mode, outside a transaction block.
+    pub(crate) fn release_read<'a>(&self, st: Option<&'a Statement>) -> Option<&'a Statement> {
+        match st {
+            Some(st @ Statement::Query(_))
+                if self.txn.is_none() && self.consistency() == Consistency::Release =>
+            {
+                Some(st)
+            }
+            _ => None,
+        }
+    }
+
+    /// Answers `st` as of the current release: from its snapshot of the
+    /// tables, once per release and statement (later reads get the same
+    /// result without evaluating again).
+    /// `auto`: the automatic view that serves `st` (a prepared query) and
+    /// the values to read it with, when it has one.
+    pub(crate) fn read_release(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+        auto: Option<(&crate::auto_views::AutoView, Vec<Value>)>,
+    ) -> Result<Outcome, SqlError> {
+        let releases = &self.engine.releases;
+        let Some(snap) = releases.current() else {
+            let why = match releases.schedule() {
+                None => "releases are off: start the server with --release-interval".to_string(),
+                Some(s) => format!(
+                    "no release is out yet; they happen every {} ms, the first after the server started is due within one interval",
+                    s.interval_ms()
+                ),
+            };
+            return Err(SqlError::new("55000", why).with_hint(
+                "SET aqueduct.consistency = 'linearizable' (or 'eventual') reads without releases",
+            ));
+        };
+        self.engine.metrics.count(&self.engine.metrics.select);
+        let id = snap.release.id;
+        self.release_read_id = Some(id);
+        self.settings
+            .insert("aqueduct.release".into(), id.to_string());
+        let key = (st.to_string(), params.to_vec());
+        {
+            let results = self.engine.release_results.lock();
+            if results.release == id {
+                if let Some(out) = results.results.get(&key) {
+                    return Ok(out.clone());
+                }
+            }
+        }
+        let from_view = match auto {
+            Some((a, values)) => self.read_auto_at(a, &values, Some(&snap))?,
+            None => None,
+        };
+        let out = match from_view {
+            Some(out) => out,
+            None => self.evaluate_at(&snap, st, hints, params)?,
+        };
+        let mut results = self.engine.release_results.lock();
+        if results.release != id {
+            // Results of an older release are of no more use; a newer
+            // release's are kept (this read was of one being replaced).
+            if results.release > id {
+                return Ok(out);
+            }
+            results.release = id;
+            results.results.clear();
+        }
+        if results.results.len() < MAX_RELEASE_RESULTS {
+            results.results.insert(key, out.clone());
+        }
+        Ok(out)
+    }
+
+    /// Evaluates the query `st` over the tables of `snap`: maintained
+    /// views by their defining queries over those tables, everything else
+    /// directly or by one-shot dataflow, as for the newest state.
+    pub(crate) fn evaluate_at(
+        &self,
+        snap: &Snapshot,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let catalog: &Catalog = &snap.catalog;
+        let db = self.engine.database();
+        if let Some(views) = self.release_view_catalog(snap, st, params)? {
+            let bound = crate::bind::bind(&views, st, hints, &self.settings, self.time)?;
+            return crate::exec::execute(
+                db,
+                &views,
+                &mut Txn::default(),
+                &bound.plan,
+                bound.columns,
+                params,
+            );
+        }
+        let bound = crate::bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        match (&bound.plan, st) {
+            (crate::bind::Plan::Dataflow(_), Statement::Query(q)) => {
+                let (columns, rows) = crate::oneshot::evaluate(
+                    catalog,
+                    &mut Txn::default(),
+                    q,
+                    params,
+                    Some(self.time),
+                )?;
+                Ok(Outcome::Rows {
+                    tag: format!("SELECT {}", rows.len()),
+                    columns,
+                    rows,
+                })
+            }
+            _ => crate::exec::execute(
+                db,
+                catalog,
+                &mut Txn::default(),
+                &bound.plan,
+                bound.columns,
+                params,
+            ),
+        }
+    }
+}

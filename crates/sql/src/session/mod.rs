@@ -1,0 +1,30 @@
+//! A client session: everything `impl Session` does, one part per file.
+//!
+//! - `state.rs`: the session's state, settings (`SET`, `SHOW`) and the
+//!   frame every statement runs in (stack, interrupt handle, clock);
+//! - `route.rs`: **which path answers a statement** — the [`Route`]
+//!   decided once per statement, and `EXPLAIN`, which prints it;
+//! - `run.rs`: running a query string, and each statement by its route;
+//! - `prepare.rs`: the extended protocol (prepare once, execute often);
+//! - `view_rows.rs`: reads of maintained views as tables, keyed reads;
+//! - `dataflow.rs`: automatic views and one-shot evaluation;
+//! - `consistency.rs`: waiting for the views, reads as of a release;
+//! - `txn_view_reads.rs`: reads of views inside a transaction block;
+//! - `roles.rs`: the principal, privilege checks, role statements;
+//! - `time_maps.rs`: `CREATE TIME MAP` and its kin.
+//!
+//! [`Route`]: route::Route
+
+mod consistency;
+mod dataflow;
+mod prepare;
+mod roles;
+mod route;
+mod run;
+mod state;
+mod time_maps;
+mod txn_view_reads;
+mod view_rows;
+
+pub use prepare::Prepared;
+pub use state::{parse_duration, Session, TxnStatus};

@@ -1,0 +1,350 @@
+//! The extended protocol: preparing a statement once (its route decided,
+//! an automatic view or a keyed view read found) and executing it with
+//! parameters.
+
+use aqueduct_expr::SqlError;
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast::Statement;
+
+use crate::bind;
+use crate::catalog_queries;
+use crate::parse::parse;
+use crate::plan::{Column, Outcome, Plan};
+use crate::view_read::ViewRead;
+
+use super::dataflow::PreparedAuto;
+use super::route::Route;
+use super::run::catalog_relations_unsupported;
+use super::state::Session;
+
+/// A parsed statement with its parameter and result types.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub sql: String,
+    /// Parameter types, in `$1, $2, ...` order.
+    pub params: Vec<DataType>,
+    /// Result columns; empty for statements without rows.
+    pub columns: Vec<Column>,
+    /// A read that finishes in microseconds (a key or index lookup, a view
+    /// lookup): front ends may run it without moving to a blocking thread.
+    pub quick: bool,
+    pub(crate) statement: Option<Statement>,
+    /// The automatic view that answers it, found when it was prepared.
+    pub(crate) auto: Option<PreparedAuto>,
+    /// A keyed read of one maintained view, planned when it was prepared.
+    pub(crate) view_read: Option<ViewRead>,
+    /// A statement the SQL parser does not know (`CREATE TIME MAP`), run
+    /// from its text.
+    pub(crate) custom: bool,
+}
+
+impl Session {
+    /// Parses and describes one statement for the extended protocol.
+    /// `hints` are the parameter types the client declared (`None`: infer).
+    pub fn prepare(&mut self, sql: &str, hints: &[Option<DataType>]) -> Result<Prepared, SqlError> {
+        let prepared = self.statement(|s| s.prepare_inner(sql, hints));
+        if prepared.is_err() {
+            // An error inside a transaction block aborts it, whichever
+            // protocol message caused it.
+            self.note_error();
+        }
+        prepared
+    }
+
+    pub(crate) fn prepare_inner(
+        &mut self,
+        sql: &str,
+        hints: &[Option<DataType>],
+    ) -> Result<Prepared, SqlError> {
+        self.start_statement();
+        if crate::time_maps::is_time_map_statement(sql) {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: Vec::new(),
+                columns: Vec::new(),
+                quick: false,
+                statement: None,
+                auto: None,
+                view_read: None,
+                custom: true,
+            });
+        }
+        let mut statements = parse(sql)?;
+        crate::roles::substitute_current_user(&mut statements, sql, &self.principal.name);
+        if statements.len() > 1 {
+            return Err(SqlError::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ));
+        }
+        let statement = statements.pop();
+        let Some(st) = &statement else {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                params: hints
+                    .iter()
+                    .map(|h| h.clone().unwrap_or(DataType::Text))
+                    .collect(),
+                columns: Vec::new(),
+                quick: true,
+                statement: None,
+                auto: None,
+                view_read: None,
+                custom: false,
+            });
+        };
+        let bound = match self.route_with(st, hints, false)? {
+            Route::Roles => {
+                return Ok(Prepared {
+                    sql: sql.to_string(),
+                    params: Vec::new(),
+                    columns: Vec::new(),
+                    quick: false,
+                    statement,
+                    auto: None,
+                    view_read: None,
+                    custom: false,
+                })
+            }
+            Route::Views(_) => {
+                if let Some(read) = self.plan_view_read(st, hints) {
+                    return Ok(Prepared {
+                        sql: sql.to_string(),
+                        params: read.param_types.clone(),
+                        columns: read.columns.clone(),
+                        quick: true,
+                        statement,
+                        auto: None,
+                        view_read: Some(read),
+                        custom: false,
+                    });
+                }
+                match self.views_as_tables(st, &[], None)? {
+                    Some(views) => bind::bind(&views, st, hints, &self.settings, self.time)?,
+                    // The views went meanwhile: as if they never were.
+                    None => match self.route_bound(st, hints)? {
+                        Route::Direct(bound) => bound,
+                        other => return self.prepare_dataflow(sql, hints, statement, other),
+                    },
+                }
+            }
+            Route::CatalogRelations => {
+                let virtual_catalog =
+                    catalog_queries::virtual_catalog(&self.engine.database().read());
+                let bound = bind::bind(&virtual_catalog, st, hints, &self.settings, self.time)?;
+                if let Plan::Dataflow(why) = &bound.plan {
+                    return Err(catalog_relations_unsupported(why));
+                }
+                bound
+            }
+            Route::Direct(bound) => bound,
+            other => return self.prepare_dataflow(sql, hints, statement, other),
+        };
+        let quick = match &bound.plan {
+            Plan::Select(p) => matches!(
+                p.access,
+                bind::Access::PrimaryKey(_)
+                    | bind::Access::PrimaryKeys(_)
+                    | bind::Access::Index(..)
+            ),
+            Plan::Values(_) => true,
+            _ => false,
+        };
+        Ok(Prepared {
+            sql: sql.to_string(),
+            params: bound.params,
+            columns: bound.columns,
+            quick,
+            statement,
+            auto: None,
+            view_read: None,
+            custom: false,
+        })
+    }
+
+    /// Prepares a query on a dataflow route: bound to its automatic view
+    /// when it has one, else described for one-shot evaluation.
+    pub(crate) fn prepare_dataflow(
+        &mut self,
+        sql: &str,
+        hints: &[Option<DataType>],
+        statement: Option<Statement>,
+        route: Route,
+    ) -> Result<Prepared, SqlError> {
+        let Some(Statement::Query(q)) = &statement else {
+            return Err(SqlError::new(
+                "XX000",
+                format!("the {} route is for queries", route.name()),
+            ));
+        };
+        if let Route::AutoView { lifted, .. } = route {
+            if let Some((view, lifted)) = self.auto_for(*lifted, true)? {
+                let own = view.param_types.len() - lifted.literals.len();
+                // A type the client declared stands (the value is then
+                // converted to the key column's type).
+                let params = view.param_types[..own]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| hints.get(i).cloned().flatten().unwrap_or_else(|| t.clone()))
+                    .collect();
+                return Ok(Prepared {
+                    sql: sql.to_string(),
+                    params,
+                    columns: view.columns.clone(),
+                    quick: true,
+                    statement,
+                    auto: Some(PreparedAuto {
+                        view,
+                        literals: lifted.literals,
+                        generation: self.engine.views.auto_generation(),
+                    }),
+                    view_read: None,
+                    custom: false,
+                });
+            }
+        }
+        let (columns, params) = {
+            let catalog = self.engine.database().read();
+            crate::oneshot::describe(&catalog, q, hints, self.time)?
+        };
+        Ok(Prepared {
+            sql: sql.to_string(),
+            params,
+            columns,
+            quick: false,
+            statement,
+            auto: None,
+            view_read: None,
+            custom: false,
+        })
+    }
+
+    /// Whether `p` can run on the caller's thread without waiting: a quick
+    /// read, every write it may see already durable, and for one a view
+    /// answers, the views already reflect every committed write (else a
+    /// front end should run it where waiting blocks nobody else).
+    pub fn runs_without_waiting(&self, p: &Prepared) -> bool {
+        let db = self.engine.database();
+        let applied = db.applied_lsn();
+        // A read waits for what it sees to be durable: with a commit's
+        // fsync under way it would wait for it, so it goes elsewhere.
+        p.quick
+            && self.consistency() != crate::consistency::Consistency::Release
+            && db.is_visible(applied)
+            && ((p.auto.is_none() && p.view_read.is_none())
+                // Inside a transaction block a view read may evaluate the
+                // view's query over the transaction's writes.
+                || (self.txn.is_none() && self.engine.views.reflects(applied)))
+    }
+
+    /// Executes a prepared statement with its parameter values (already of
+    /// the prepared parameter types).
+    pub fn execute_prepared(
+        &mut self,
+        p: &Prepared,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        self.statement(|s| s.execute_prepared_here(p, params))
+    }
+
+    pub(crate) fn execute_prepared_here(
+        &mut self,
+        p: &Prepared,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        self.start_statement();
+        if params.len() != p.params.len() {
+            return Err(SqlError::new(
+                "08P01",
+                format!(
+                    "bind message supplies {} parameters, but prepared statement requires {}",
+                    params.len(),
+                    p.params.len()
+                ),
+            ));
+        }
+        if let Some(st) = &p.statement {
+            if let Err(e) = self.authorize(st) {
+                self.note_error();
+                return Err(e);
+            }
+        }
+        if p.custom {
+            let out = self.run_time_map(&p.sql);
+            if out.is_err() {
+                self.note_error();
+            }
+            return out;
+        }
+        if let Some(st) = self.release_read(p.statement.as_ref()) {
+            let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
+            let auto = p
+                .auto
+                .as_ref()
+                .filter(|a| a.generation == self.engine.views.auto_generation())
+                .map(|a| {
+                    let values: Vec<Value> = params
+                        .iter()
+                        .cloned()
+                        .chain(a.literals.iter().cloned())
+                        .collect();
+                    (&a.view, values)
+                });
+            let out = self.read_release(st, &hints, params, auto);
+            if out.is_err() {
+                self.note_error();
+            }
+            return out;
+        }
+        if let Some(a) = &p.auto {
+            if a.generation == self.engine.views.auto_generation() && self.auto_views_on() {
+                let values: Vec<Value> = params
+                    .iter()
+                    .cloned()
+                    .chain(a.literals.iter().cloned())
+                    .collect();
+                match self.read_auto(&a.view, &values) {
+                    Ok(Some(out)) => return Ok(out),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.note_error();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        if let Some(read) = &p.view_read {
+            match self.read_view(read, params) {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {}
+                Err(e) => {
+                    self.note_error();
+                    return Err(e);
+                }
+            }
+        }
+        match &p.statement {
+            None => Ok(Outcome::Empty),
+            Some(st) => {
+                let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
+                self.run(Some(st), &p.sql, &hints, params)
+            }
+        }
+    }
+
+    /// Executes `sql` (one statement) with parameters, inferring their types
+    /// from the values given (the HTTP API's path).
+    pub fn execute_with_params(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let hints: Vec<Option<DataType>> = params.iter().map(|_| None).collect();
+        let p = self.prepare(sql, &hints)?;
+        let coerced = params
+            .iter()
+            .zip(&p.params)
+            .map(|(v, ty)| v.clone().coerce(ty))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.execute_prepared(&p, &coerced)
+    }
+}

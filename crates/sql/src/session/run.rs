@@ -1,0 +1,335 @@
+//! Running a statement: the simple protocol's query strings, and each
+//! statement the way its [`Route`] says.
+
+use aqueduct_expr::SqlError;
+use aqueduct_tables::{Catalog, Txn};
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast::Statement;
+
+use crate::bind;
+use crate::catalog_queries;
+use crate::exec;
+use crate::parse::parse;
+use crate::plan::{Column, Outcome, Plan};
+
+use super::route::Route;
+use super::state::{command, Session};
+
+impl Session {
+    /// Runs a simple-protocol query string: every statement in order,
+    /// stopping at the first error (as PostgreSQL does).
+    pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        crate::limits::with_statement_stack(|| self.execute_text(sql))
+    }
+
+    pub(crate) fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        if crate::time_maps::is_time_map_statement(sql) {
+            let r = self.run_time_map(sql);
+            if r.is_err() {
+                self.note_error();
+            }
+            return vec![r];
+        }
+        if let Some(r) = self.refresh(sql) {
+            if r.is_err() {
+                self.note_error();
+            }
+            return vec![r];
+        }
+        let mut statements = match parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.note_error();
+                return vec![Err(e)];
+            }
+        };
+        crate::roles::substitute_current_user(&mut statements, sql, &self.principal.name);
+        if statements.is_empty() {
+            return vec![Ok(Outcome::Empty)];
+        }
+        let mut out = Vec::with_capacity(statements.len());
+        for st in statements {
+            let r = self.statement(|s| s.run(Some(&st), sql, &[], &[]));
+            let failed = r.is_err();
+            out.push(r);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`:
+    /// nothing to do, as every view is always current; an error if there is
+    /// no such view. `None` for any other statement.
+    pub(crate) fn refresh(&self, sql: &str) -> Option<Result<Outcome, SqlError>> {
+        let words: Vec<&str> = sql
+            .trim()
+            .trim_end_matches(';')
+            .split_whitespace()
+            .collect();
+        let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+        if lower.len() < 4 || lower[..3] != ["refresh", "materialized", "view"] {
+            return None;
+        }
+        let mut rest = &words[3..];
+        if rest
+            .first()
+            .is_some_and(|w| w.eq_ignore_ascii_case("concurrently"))
+        {
+            rest = &rest[1..];
+        }
+        let tail: Vec<String> = rest
+            .iter()
+            .skip(1)
+            .map(|w| w.to_ascii_lowercase())
+            .collect();
+        if rest.is_empty()
+            || !(tail.is_empty() || tail == ["with", "data"] || tail == ["with", "no", "data"])
+        {
+            return Some(Err(SqlError::syntax(format!(
+                "syntax error in REFRESH MATERIALIZED VIEW: {sql}"
+            ))));
+        }
+        let name = match rest[0].strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+            Some(quoted) => quoted.to_string(),
+            None => rest[0].to_lowercase(),
+        };
+        let name = name.strip_prefix("public.").unwrap_or(&name).to_string();
+        if self.engine.database().read().view(&name).is_none() {
+            return Some(Err(SqlError::new(
+                "42P01",
+                format!("materialized view \"{name}\" does not exist"),
+            )));
+        }
+        Some(Ok(command("REFRESH MATERIALIZED VIEW")))
+    }
+
+    pub(crate) fn run(
+        &mut self,
+        st: Option<&Statement>,
+        _sql: &str,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let Some(st) = st else {
+            return Ok(Outcome::Empty);
+        };
+        let result = self
+            .authorize(st)
+            .and_then(|()| self.run_statement(st, hints, params));
+        if result.is_err() {
+            self.note_error();
+        }
+        result
+    }
+
+    pub(crate) fn run_statement(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        self.start_statement();
+        let route = self.route(st, hints)?;
+        self.run_route(st, route, hints, params)
+    }
+
+    /// Runs `st` the way `route` says.
+    pub(crate) fn run_route(
+        &mut self,
+        st: &Statement,
+        route: Route,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let bound = match route {
+            Route::Roles => {
+                return self
+                    .run_role_statement(st)
+                    .unwrap_or_else(|| Err(SqlError::new("XX000", "not a role statement")))
+            }
+            Route::CatalogRelations => return self.run_virtual(st, hints, params),
+            Route::ReleaseSnapshot => return self.read_release(st, hints, params, None),
+            Route::Views(_) => match self.view_catalog(st, params)? {
+                Some(views) => {
+                    self.engine.metrics.count(&self.engine.metrics.select);
+                    return self.run_read_only(
+                        &views,
+                        st,
+                        hints,
+                        params,
+                        "a view cannot be written",
+                    );
+                }
+                // The views went meanwhile: as if they never were.
+                None => {
+                    let route = self.route_bound(st, hints)?;
+                    return self.run_route(st, route, hints, params);
+                }
+            },
+            Route::AutoView { lifted, .. } => return self.run_dataflow(st, Some(*lifted), params),
+            Route::OneShot { .. } => return self.run_dataflow(st, None, params),
+            Route::Direct(bound) => bound,
+        };
+        let m = &self.engine.metrics;
+        match &bound.plan {
+            Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_) => m.count(&m.select),
+            Plan::Insert(_) => m.count(&m.insert),
+            Plan::Update(_) => m.count(&m.update),
+            Plan::Delete(_) => m.count(&m.delete),
+            Plan::Ddl(_) => m.count(&m.ddl),
+            _ => m.count(&m.other),
+        }
+        if self.failed && !matches!(bound.plan, Plan::Commit | Plan::Rollback) {
+            return Err(SqlError::in_failed_transaction());
+        }
+        match bound.plan {
+            Plan::Begin => {
+                if self.txn.is_none() {
+                    self.txn = Some(Txn::default());
+                    self.txn_began_micros = Some(self.time.statement_micros);
+                }
+                Ok(command("BEGIN"))
+            }
+            Plan::Commit => {
+                let Some(txn) = self.txn.take() else {
+                    return Ok(command("COMMIT"));
+                };
+                if std::mem::take(&mut self.failed) {
+                    return Ok(command("ROLLBACK"));
+                }
+                if let Some(lsn) = self.engine.database().commit(&txn)? {
+                    self.set_last_lsn(lsn);
+                }
+                Ok(command("COMMIT"))
+            }
+            Plan::Rollback => {
+                self.txn = None;
+                self.failed = false;
+                Ok(command("ROLLBACK"))
+            }
+            Plan::ShowViews => Ok(self.show_views()),
+            Plan::Explain { statement, dot } => self.explain(&statement, dot),
+            Plan::Set { name, value } => self.set(&name, value),
+            Plan::Deallocate { name } => Ok(command(if name == "all" {
+                "DEALLOCATE ALL"
+            } else {
+                "DEALLOCATE"
+            })),
+            Plan::Show { name } => self.show(&name),
+            Plan::Ddl(_) if self.txn.is_some() => Err(SqlError::new(
+                "25001",
+                "schema changes inside a transaction block are not supported",
+            )
+            .with_hint("run CREATE/DROP statements outside BEGIN ... COMMIT")),
+            plan => self.run_data(plan, bound.columns, params),
+        }
+    }
+
+    /// A query on a dataflow route (`auto`: its automatic view's lifted
+    /// query, on that route).
+    pub(crate) fn run_dataflow(
+        &mut self,
+        st: &Statement,
+        auto: Option<crate::auto_views::Lifted>,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        if self.failed {
+            return Err(SqlError::in_failed_transaction());
+        }
+        let Statement::Query(q) = st else {
+            return Err(SqlError::new("XX000", "only a query needs the dataflow"));
+        };
+        self.answer_by_dataflow(q, auto, params)
+    }
+
+    /// Reads and writes: inside a transaction block through its `Txn`,
+    /// otherwise atomically under the commit lock (writes) or directly (reads).
+    pub(crate) fn run_data(
+        &mut self,
+        plan: Plan,
+        columns: Vec<Column>,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let db = self.engine.database();
+        if let Some(txn) = self.txn.as_mut() {
+            let catalog = db.read();
+            return exec::execute(db, &catalog, txn, &plan, columns, params);
+        }
+        if plan.is_read_only() {
+            let seen = db.applied_lsn();
+            let out = {
+                let catalog = db.read();
+                let mut scratch = Txn::default();
+                exec::execute(db, &catalog, &mut scratch, &plan, columns, params)?
+            };
+            db.await_visible(seen)?;
+            return Ok(out);
+        }
+        let owner = &self.principal.name;
+        let (out, lsn) = db.run_exclusive(|catalog, txn| {
+            let out = exec::execute(db, catalog, txn, &plan, columns, params)?;
+            crate::roles::record_owners(txn, owner);
+            Ok::<_, SqlError>(out)
+        })?;
+        if let Some(lsn) = lsn {
+            self.set_last_lsn(lsn);
+        }
+        Ok(out)
+    }
+
+    /// A read of `information_schema` or `pg_tables`, answered from tables
+    /// built from the catalog for this one statement.
+    pub(crate) fn run_virtual(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let virtual_catalog = catalog_queries::virtual_catalog(&self.engine.database().read());
+        self.run_read_only(
+            &virtual_catalog,
+            st,
+            hints,
+            params,
+            "the catalog views are read-only",
+        )
+    }
+
+    /// Binds and runs a read-only statement against a catalog built for it.
+    pub(crate) fn run_read_only(
+        &mut self,
+        catalog: &Catalog,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+        refusal: &str,
+    ) -> Result<Outcome, SqlError> {
+        if !matches!(st, Statement::Query(_)) {
+            return Err(SqlError::new("42809", refusal.to_string()));
+        }
+        let bound = bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        if let Plan::Dataflow(why) = &bound.plan {
+            return Err(catalog_relations_unsupported(why));
+        }
+        if !bound.plan.is_read_only() {
+            return Err(SqlError::new("42809", refusal.to_string()));
+        }
+        let mut scratch = Txn::default();
+        exec::execute(
+            self.engine.database(),
+            catalog,
+            &mut scratch,
+            &bound.plan,
+            bound.columns,
+            params,
+        )
+    }
+}
+
+/// A query over catalog relations (or over maintained views read as
+/// tables) that direct evaluation does not answer.
+pub(crate) fn catalog_relations_unsupported(why: &bind::NeedsDataflow) -> SqlError {
+    SqlError::unsupported(format!("{why} over the catalog views"))
+}

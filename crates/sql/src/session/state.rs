@@ -1,0 +1,429 @@
+//! A session's state: its transaction, settings, clock readings, bounds
+//! and interrupt handle, and the statement frame every statement runs in.
+//!
+//! Transaction states follow PostgreSQL's `ReadyForQuery` status: idle,
+//! in a transaction block, or in a failed block that only `ROLLBACK` (or
+//! `COMMIT`, which then rolls back) ends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aqueduct_expr::SqlError;
+use aqueduct_log::Lsn;
+use aqueduct_tables::Txn;
+use aqueduct_values::{DataType, Value};
+
+use crate::consistency::Consistency;
+use crate::engine::{Clock, Engine};
+use crate::plan::{Column, Outcome, StatementTime};
+use crate::roles::{Principal, ViewRelationsCache};
+
+/// Counts a statement in the running gauge until dropped (also when it
+/// unwinds).
+pub(crate) struct Running<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> Running<'a> {
+    pub(crate) fn start(gauge: &'a std::sync::atomic::AtomicU64) -> Running<'a> {
+        gauge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Running(gauge)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How long, and with how much memory, each statement may run.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StatementBounds {
+    timeout: Option<std::time::Duration>,
+    memory: Option<u64>,
+}
+
+/// `ReadyForQuery` status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnStatus {
+    Idle,
+    InBlock,
+    Failed,
+}
+
+/// Settings a client may read with `SHOW` and change with `SET`.
+pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("client_encoding", "UTF8"),
+    ("datestyle", "ISO, MDY"),
+    ("default_transaction_isolation", "serializable"),
+    ("extra_float_digits", "1"),
+    ("integer_datetimes", "on"),
+    ("intervalstyle", "postgres"),
+    ("is_superuser", "off"),
+    ("search_path", "public"),
+    ("server_encoding", "UTF8"),
+    ("server_version", "15.0 (Aqueduct)"),
+    ("server_version_num", "150000"),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("aqueduct.statement_memory_limit", "1GB"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "serializable"),
+    ("aqueduct.last_lsn", "0"),
+    ("aqueduct.auto_views", "on"),
+    ("aqueduct.upquery_timeout", "5s"),
+    ("aqueduct.upquery_timeout_action", "error"),
+    ("aqueduct.consistency", "linearizable"),
+    ("aqueduct.after_lsn", "0"),
+    ("aqueduct.consistency_timeout", "30s"),
+    ("aqueduct.consistency_timeout_action", "error"),
+    ("aqueduct.release", "0"),
+];
+
+/// Settings clients may not change.
+pub(crate) const READ_ONLY_SETTINGS: &[&str] = &[
+    "server_version",
+    "server_version_num",
+    "server_encoding",
+    "integer_datetimes",
+    "is_superuser",
+    "aqueduct.last_lsn",
+    "aqueduct.release",
+];
+
+pub struct Session {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) txn: Option<Txn>,
+    pub(crate) failed: bool,
+    pub(crate) settings: BTreeMap<String, String>,
+    pub(crate) last_lsn: Lsn,
+    pub(crate) release_read_id: Option<u64>,
+    /// `aqueduct.consistency`, parsed once when set (every read asks).
+    pub(crate) consistency: Consistency,
+    /// The clock's reading for the running statement (`now()`).
+    pub(crate) time: StatementTime,
+    /// The clock's reading when the transaction block began.
+    pub(crate) txn_began_micros: Option<i64>,
+    /// The engine's clock when the session began.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// `statement_timeout` and `aqueduct.statement_memory_limit`, parsed
+    /// once when set (every statement asks).
+    pub(crate) bounds: StatementBounds,
+    /// Stops the running statement (cancel, timeout, memory, shutdown).
+    pub(crate) interrupt: aqueduct_expr::interrupt::Interrupt,
+    /// Who the session runs as (`roles.rs`).
+    pub(crate) principal: Principal,
+    pub(crate) view_relations_cache: ViewRelationsCache,
+}
+
+impl Session {
+    pub(crate) fn new(engine: Arc<Engine>) -> Session {
+        let mut settings: BTreeMap<String, String> = DEFAULT_SETTINGS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let consistency = engine.default_consistency();
+        settings.insert("aqueduct.consistency".into(), consistency.as_str().into());
+        if let Some(timeout) = engine.default_statement_timeout() {
+            settings.insert("statement_timeout".into(), timeout);
+        }
+        let interrupt = engine.new_interrupt();
+        let clock = engine.clock();
+        Session {
+            interrupt,
+            engine,
+            txn: None,
+            failed: false,
+            settings,
+            last_lsn: 0,
+            release_read_id: None,
+            consistency,
+            time: StatementTime {
+                transaction_micros: 0,
+                statement_micros: 0,
+            },
+            txn_began_micros: None,
+            principal: Default::default(),
+            view_relations_cache: Default::default(),
+            bounds: StatementBounds::default(),
+            clock,
+        }
+        .with_default_principal()
+        .with_bounds()
+    }
+
+    /// Parses the statement bounds from the settings (when they change).
+    pub(crate) fn with_bounds(mut self) -> Session {
+        self.refresh_bounds();
+        self
+    }
+
+    pub(crate) fn refresh_bounds(&mut self) {
+        self.bounds = StatementBounds {
+            timeout: self
+                .settings
+                .get("statement_timeout")
+                .and_then(|v| parse_duration(v)),
+            memory: self
+                .settings
+                .get("aqueduct.statement_memory_limit")
+                .and_then(|v| crate::limits::parse_bytes(v))
+                .filter(|&b| b > 0),
+        };
+    }
+
+    pub(crate) fn with_default_principal(mut self) -> Session {
+        self.set_principal(Principal::default());
+        self
+    }
+
+    /// The handle that stops this session's running statement from another
+    /// thread (a protocol cancel request).
+    pub fn interrupt_handle(&self) -> aqueduct_expr::interrupt::Interrupt {
+        self.interrupt.clone()
+    }
+
+    /// Runs `f` as one statement: with the statement stack, and under the
+    /// session's interrupt handle armed with `statement_timeout` and
+    /// `aqueduct.statement_memory_limit` as set now.
+    pub(crate) fn statement<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
+        let StatementBounds { timeout, memory } = self.bounds;
+        let interrupt = self.interrupt.clone();
+        let engine = self.engine.clone();
+        crate::limits::with_statement_stack(|| {
+            interrupt.enter(std::time::Instant::now(), timeout, memory, || {
+                // Counted once the handle is armed, so a cancel that sees
+                // the statement running is not dropped as early.
+                let _running = Running::start(&engine.metrics.running);
+                f(self)
+            })
+        })
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn status(&self) -> TxnStatus {
+        match (&self.txn, self.failed) {
+            (None, _) => TxnStatus::Idle,
+            (Some(_), false) => TxnStatus::InBlock,
+            (Some(_), true) => TxnStatus::Failed,
+        }
+    }
+
+    /// The LSN of this session's last committed write (0 if none).
+    pub fn last_lsn(&self) -> Lsn {
+        self.last_lsn
+    }
+
+    /// `SET name = value`, for front ends that take settings elsewhere
+    /// (HTTP query parameters and headers).
+    pub fn configure(&mut self, name: &str, value: &str) -> Result<(), SqlError> {
+        self.set(name, Some(value.to_string())).map(|_| ())
+    }
+
+    /// The release the last `release` read was answered from.
+    pub fn release_read_id(&self) -> Option<u64> {
+        self.release_read_id
+    }
+
+    /// Settings reported to a client at connection start (`ParameterStatus`).
+    pub fn startup_parameters(&self) -> Vec<(String, String)> {
+        [
+            ("server_version", "server_version"),
+            ("server_encoding", "server_encoding"),
+            ("client_encoding", "client_encoding"),
+            ("DateStyle", "datestyle"),
+            ("TimeZone", "timezone"),
+            ("integer_datetimes", "integer_datetimes"),
+            ("standard_conforming_strings", "standard_conforming_strings"),
+            ("IntervalStyle", "intervalstyle"),
+            ("is_superuser", "is_superuser"),
+            ("application_name", "application_name"),
+            ("aqueduct.last_lsn", "aqueduct.last_lsn"),
+        ]
+        .iter()
+        .map(|(shown, key)| (shown.to_string(), self.settings[*key].clone()))
+        .collect()
+    }
+
+    /// Marks an open transaction failed, as any error inside one does
+    /// (front ends call it for errors the session did not see, such as a
+    /// parameter that would not decode).
+    pub fn fail_transaction(&mut self) {
+        if self.txn.is_some() {
+            self.failed = true;
+        }
+    }
+
+    /// Reads the clock for a statement that starts now.
+    pub(crate) fn start_statement(&mut self) {
+        let now = self.clock.now_micros();
+        let transaction_micros = match (&self.txn, self.txn_began_micros) {
+            (Some(_), Some(began)) => began,
+            _ => now,
+        };
+        self.time = StatementTime {
+            transaction_micros,
+            statement_micros: now,
+        };
+    }
+
+    /// Ends any open transaction without committing (client went away).
+    pub fn abandon(&mut self) {
+        self.txn = None;
+        self.failed = false;
+    }
+
+    pub(crate) fn note_error(&mut self) {
+        self.engine.metrics.count(&self.engine.metrics.errors);
+        if self.txn.is_some() {
+            self.failed = true;
+        }
+    }
+
+    pub(crate) fn set_last_lsn(&mut self, lsn: Lsn) {
+        self.last_lsn = lsn;
+        self.settings
+            .insert("aqueduct.last_lsn".into(), lsn.to_string());
+    }
+
+    pub(crate) fn set(&mut self, name: &str, value: Option<String>) -> Result<Outcome, SqlError> {
+        let key = name.to_ascii_lowercase();
+        if READ_ONLY_SETTINGS.contains(&key.as_str()) {
+            return Err(SqlError::new(
+                "55P02",
+                format!("parameter \"{name}\" cannot be changed"),
+            ));
+        }
+        let default = DEFAULT_SETTINGS.iter().find(|(k, _)| *k == key);
+        if default.is_none() && !key.contains('.') {
+            return Err(SqlError::new(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            ));
+        }
+        if let Some(v) = &value {
+            check_setting(&key, v)?;
+        }
+        if key == "transaction_isolation" || key == "default_transaction_isolation" {
+            // Every transaction is serializable; weaker requests get the stronger level.
+        } else if key == "aqueduct.consistency" {
+            // RESET goes back to the server's default, not the built-in one.
+            self.consistency = match &value {
+                Some(v) => Consistency::parse(v).expect("checked above"),
+                None => self.engine.default_consistency(),
+            };
+            self.settings.insert(key, self.consistency.as_str().into());
+        } else {
+            let v =
+                value.unwrap_or_else(|| default.map(|(_, v)| v.to_string()).unwrap_or_default());
+            self.settings.insert(key, v);
+            self.refresh_bounds();
+        }
+        Ok(command("SET"))
+    }
+
+    pub(crate) fn show(&self, name: &str) -> Result<Outcome, SqlError> {
+        let key = name.to_ascii_lowercase();
+        if key == "all" {
+            let rows = self
+                .settings
+                .iter()
+                .map(|(k, v)| vec![Value::Text(k.clone()), Value::Text(v.clone())])
+                .collect::<Vec<_>>();
+            return Ok(Outcome::Rows {
+                tag: format!("SHOW {}", rows.len()),
+                columns: vec![
+                    Column::computed("name", DataType::Text),
+                    Column::computed("setting", DataType::Text),
+                ],
+                rows,
+            });
+        }
+        let value = self.settings.get(&key).ok_or_else(|| {
+            SqlError::new(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            )
+        })?;
+        Ok(Outcome::Rows {
+            columns: vec![Column::computed(key.clone(), DataType::Text)],
+            rows: vec![vec![Value::Text(value.clone())]],
+            tag: "SHOW".into(),
+        })
+    }
+}
+
+pub(crate) fn command(tag: &str) -> Outcome {
+    Outcome::Command { tag: tag.into() }
+}
+
+/// A duration setting: `5s`, `250ms`, `1min`, `1h`, or a number of
+/// milliseconds (as PostgreSQL's `statement_timeout`).
+pub fn parse_duration(v: &str) -> Option<std::time::Duration> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(ms))
+}
+
+/// Refuses a value a setting cannot take, saying what it takes.
+pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
+    let ok = match key {
+        "aqueduct.upquery_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
+        "aqueduct.upquery_timeout_action" => matches!(value, "error" | "compute"),
+        "aqueduct.auto_views" => matches!(value, "on" | "off"),
+        "aqueduct.consistency" => Consistency::parse(value).is_some(),
+        "aqueduct.after_lsn" => value.trim().parse::<Lsn>().is_ok(),
+        "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
+        "aqueduct.consistency_timeout_action" => matches!(value, "error" | "compute"),
+        "statement_timeout" => parse_duration(value).is_some(),
+        "aqueduct.statement_memory_limit" => crate::limits::parse_bytes(value).is_some(),
+        _ => true,
+    };
+    if ok {
+        return Ok(());
+    }
+    let takes = match key {
+        "aqueduct.upquery_timeout" | "aqueduct.consistency_timeout" => {
+            "a positive duration such as '5s', '250ms' or '1min'"
+        }
+        "aqueduct.upquery_timeout_action" | "aqueduct.consistency_timeout_action" => {
+            "'error' or 'compute'"
+        }
+        "aqueduct.consistency" => "'eventual', 'session', 'release' or 'linearizable'",
+        "aqueduct.after_lsn" => "an LSN, as SHOW aqueduct.last_lsn reports after a write",
+        "statement_timeout" => "a duration such as '5s', '250ms' or '1min' (0: none)",
+        "aqueduct.statement_memory_limit" => "a size such as '512MB' or '2GB' (0: none)",
+        _ => "'on' or 'off'",
+    };
+    Err(SqlError::new(
+        "22023",
+        format!("invalid value for parameter \"{key}\": \"{value}\""),
+    )
+    .with_hint(format!("{key} takes {takes}")))
+}
+
+impl Engine {
+    /// A new session (one per client connection).
+    pub fn session(self: &Arc<Engine>) -> Session {
+        Session::new(self.clone())
+    }
+
+    /// A session running as `principal`.
+    pub fn session_as(self: &Arc<Engine>, principal: Principal) -> Session {
+        let mut s = self.session();
+        s.set_principal(principal);
+        s
+    }
+}
