@@ -256,6 +256,24 @@ async fn durable_consumers_and_errors() {
         let second = c.message().unwrap();
         assert_eq!(second["changes"][0]["key"], serde_json::json!([2]));
         assert_eq!(engine.feed().consumers()[0].next_lsn, resume);
+        // SHOW CONSUMERS lists it with its position.
+        let shown = sql(addr, "SHOW CONSUMERS");
+        assert_eq!(shown["rows"][0][0], "audit", "{shown}");
+        assert_eq!(shown["rows"][0][1], resume, "{shown}");
+        assert_eq!(shown["rows"][0][5], "active", "{shown}");
+        // And /metrics.
+        let mut m = Stream::open(addr, "/metrics", "");
+        let mut text = String::new();
+        while let Some(l) = m.line() {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        assert!(
+            text.contains(&format!(
+                "aqueduct_feed_consumer_next_lsn{{consumer=\"audit\"}} {resume}"
+            )),
+            "{text}"
+        );
 
         // Errors say what is wrong, with PostgreSQL's codes.
         let e = Stream::open(addr, "/v1/changes?table=nope", "");

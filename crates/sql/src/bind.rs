@@ -65,6 +65,7 @@ impl Plan {
                 | Plan::Values(_)
                 | Plan::Catalog(_)
                 | Plan::ShowViews
+                | Plan::ShowConsumers
                 | Plan::Explain { .. }
                 | Plan::Dataflow(_)
         )
@@ -87,6 +88,18 @@ pub(crate) fn show_views_columns() -> Vec<Column> {
         Column::computed("evictions", DataType::Int8),
         Column::computed("upquery_p50_us", DataType::Int8),
         Column::computed("upquery_p99_us", DataType::Int8),
+    ]
+}
+
+/// The columns of `SHOW CONSUMERS`.
+pub(crate) fn show_consumers_columns() -> Vec<Column> {
+    vec![
+        Column::computed("name", DataType::Text),
+        Column::computed("next_lsn", DataType::Int8),
+        Column::computed("lag", DataType::Int8),
+        Column::computed("registered_at", DataType::TimestampTz),
+        Column::computed("acknowledged_at", DataType::TimestampTz),
+        Column::computed("status", DataType::Text),
     ]
 }
 
@@ -502,6 +515,9 @@ impl<'a> Binder<'a> {
                 }
                 if name == "views" {
                     return Ok((Plan::ShowViews, show_views_columns()));
+                }
+                if name == "consumers" {
+                    return Ok((Plan::ShowConsumers, show_consumers_columns()));
                 }
                 let columns = if name == "all" {
                     vec![

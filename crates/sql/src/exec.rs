@@ -58,6 +58,7 @@ pub fn execute(
         | Plan::Show { .. }
         | Plan::Deallocate { .. }
         | Plan::ShowViews
+        | Plan::ShowConsumers
         | Plan::Explain { .. } => {
             unreachable!("session statements are handled by the session")
         }

@@ -78,6 +78,8 @@ pub enum Plan {
         name: String,
     },
     ShowViews,
+    /// `SHOW CONSUMERS`: the change feed's durable consumers.
+    ShowConsumers,
     /// `EXPLAIN`: how a statement is answered, and its dataflow (as
     /// Graphviz DOT with `EXPLAIN (FORMAT DOT)`).
     Explain {

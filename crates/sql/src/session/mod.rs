@@ -7,6 +7,7 @@
 //! - `run.rs`: running a query string, and each statement by its route;
 //! - `prepare.rs`: the extended protocol (prepare once, execute often);
 //! - `view_rows.rs`: reads of maintained views as tables, keyed reads;
+//! - `consumers.rs`: `SHOW CONSUMERS`, the change feed's durable consumers;
 //! - `dataflow.rs`: automatic views and one-shot evaluation;
 //! - `consistency.rs`: waiting for the views, reads as of a release;
 //! - `txn_view_reads.rs`: reads of views inside a transaction block;
@@ -16,6 +17,7 @@
 //! [`Route`]: route::Route
 
 mod consistency;
+mod consumers;
 mod dataflow;
 mod prepare;
 mod roles;

@@ -121,7 +121,8 @@ impl Route {
                 Plan::Set { .. }
                 | Plan::Show { .. }
                 | Plan::Deallocate { .. }
-                | Plan::ShowViews => "session command",
+                | Plan::ShowViews
+                | Plan::ShowConsumers => "session command",
                 Plan::Dataflow(_) => "dataflow",
             },
             Route::AutoView { .. } => "automatic view",

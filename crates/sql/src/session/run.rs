@@ -210,6 +210,7 @@ impl Session {
                 Ok(command("ROLLBACK"))
             }
             Plan::ShowViews => Ok(self.show_views()),
+            Plan::ShowConsumers => Ok(self.show_consumers()),
             Plan::Explain { statement, dot } => self.explain(&statement, dot),
             Plan::Set { name, value } => self.set(&name, value),
             Plan::Deallocate { name } => Ok(command(if name == "all" {
