@@ -8,7 +8,7 @@
 //! This crate is the state of releases, with no clock or thread of its own:
 //! the server's releaser calls [`Releases::cut`] under the commit lock at
 //! each release time and [`Releases::publish`] once the release's LSN is
-//! durable; the commit hook feeds [`Releases::on_commit`]; readers ask for
+//! durable; the commit consumer feeds [`Releases::on_commit`]; readers ask for
 //! [`Releases::current`]. What a release keeps:
 //!
 //! - the tables as of its LSN — a clone of the catalog, cheap because the
@@ -190,7 +190,7 @@ impl Releases {
     }
 
     /// Records a commit's row changes for the next release's change set.
-    /// Called by the commit hook, under the commit lock, in commit order.
+    /// Called by the commit consumer, under the commit lock, in commit order.
     pub fn on_commit(&self, lsn: Lsn, changes: &[RowChange]) {
         if self.schedule.read().is_none() || changes.is_empty() {
             return;
