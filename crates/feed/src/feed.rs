@@ -301,6 +301,10 @@ impl Feed {
 
     /// Everything up to `lsn` is done with for consumer `name`.
     pub fn ack(&self, name: &str, lsn: Lsn) -> Result<(), FeedError> {
+        let head = self.head();
+        if lsn > head {
+            return Err(FeedError::AckAhead { lsn, head });
+        }
         self.consumers.ack(&self.log, name, lsn)
     }
 

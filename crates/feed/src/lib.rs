@@ -76,6 +76,8 @@ pub enum FeedError {
          snapshot and register it anew"
     )]
     ConsumerDropped { name: String, reason: String },
+    #[error("cannot acknowledge LSN {lsn}: the change feed has only reached LSN {head}")]
+    AckAhead { lsn: Lsn, head: Lsn },
     #[error("change-feed consumer \"{0}\" does not exist; register it first")]
     NoSuchConsumer(String),
     #[error(
@@ -111,6 +113,7 @@ impl FeedError {
             | FeedError::ConsumerDropped { .. } => "55000",
             FeedError::NoSuchConsumer(_) => "42704",
             FeedError::BadName(_) => "42602",
+            FeedError::AckAhead { .. } => "22023",
             FeedError::NoSuchTable(_) => "42P01",
             FeedError::BadRecord { .. } | FeedError::BadConsumerFile(_) => "XX001",
             FeedError::Io { .. } | FeedError::Log(_) => "58030",

@@ -7,6 +7,9 @@
 //!   message's LSN, so `Last-Event-ID` resumes). Without `from_lsn`, from
 //!   the next commit. With `consumer`, as that durable consumer: registered
 //!   on first use, and `from_lsn` acknowledges everything before it.
+//! - `POST /v1/changes/ack?consumer=NAME&lsn=L`: durable consumer NAME
+//!   is done with everything up to LSN L (a long-lived stream acknowledges
+//!   this way without reconnecting), so the log may drop it.
 //! - `GET /v1/snapshot[?table=a,b]`: the tables at one LSN, NDJSON: a
 //!   header line `{"lsn", "tables"}` and a line per row; follow the feed
 //!   from `lsn + 1` to miss nothing and see nothing twice.
@@ -46,6 +49,12 @@ pub(crate) struct ChangesQuery {
     table: Option<String>,
     consumer: Option<String>,
     format: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AckQuery {
+    consumer: String,
+    lsn: u64,
 }
 
 #[derive(Deserialize)]
@@ -193,6 +202,44 @@ pub(crate) async fn changes(
         Format::Sse => "text/event-stream",
     };
     streaming(ct, rx)
+}
+
+/// `POST /v1/changes/ack`: moves a durable consumer's position. Needs the
+/// same rights as following every table the server has.
+pub(crate) async fn ack(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<AckQuery>,
+) -> Response {
+    let principal = match s.auth.principal(&s.engine, &headers) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
+    if let Err(e) = s.engine.feed_tables(&principal, None) {
+        return error_response(status_of(&e), &e);
+    }
+    let feed = s.engine.feed().clone();
+    let done = tokio::task::spawn_blocking(move || {
+        feed.ack(&q.consumer, q.lsn)?;
+        Ok::<_, FeedError>(feed.consumers().into_iter().find(|c| c.name == q.consumer))
+    })
+    .await;
+    match done {
+        Ok(Ok(info)) => axum::Json(json!({
+            "consumer": info.as_ref().map(|c| c.name.clone()),
+            "next_lsn": info.as_ref().map(|c| c.next_lsn),
+            "lag": info.as_ref().map(|c| c.lag),
+        }))
+        .into_response(),
+        Ok(Err(e)) => {
+            let e = feed_error(e);
+            error_response(status_of(&e), &e)
+        }
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &SqlError::new("XX000", e.to_string()),
+        ),
+    }
 }
 
 fn subscribe(

@@ -76,6 +76,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/v1/sql", post(sql))
         .route("/v1/graph", get(graph))
         .route("/v1/changes", get(changes::changes))
+        .route("/v1/changes/ack", post(changes::ack))
         .route("/v1/snapshot", get(changes::snapshot))
         .route("/v1/releases/current", get(releases::current))
         .route("/v1/releases/{id}", get(releases::one))

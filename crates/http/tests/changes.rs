@@ -116,6 +116,19 @@ fn sql(addr: SocketAddr, statement: &str) -> Json {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
+fn post_ack(addr: SocketAddr, consumer: &str, lsn: u64) -> Json {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v1/changes/ack?consumer={consumer}&lsn={lsn} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (_, body) = out.split_once("\r\n\r\n").unwrap();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 type Rows = BTreeMap<String, Json>;
 
 fn apply(rows: &mut Rows, msg: &Json) {
@@ -256,6 +269,15 @@ async fn durable_consumers_and_errors() {
         let second = c.message().unwrap();
         assert_eq!(second["changes"][0]["key"], serde_json::json!([2]));
         assert_eq!(engine.feed().consumers()[0].next_lsn, resume);
+        // A long-lived stream acknowledges without reconnecting.
+        let at = sql(addr, "INSERT INTO t VALUES (3, 'z')");
+        let head = engine.feed().head();
+        let acked = post_ack(addr, "audit", head);
+        assert_eq!(acked["next_lsn"], head + 1, "{acked} {at}");
+        assert_eq!(engine.feed().consumers()[0].next_lsn, head + 1);
+        assert_eq!(post_ack(addr, "nobody", 1)["error"]["code"], "42704");
+        assert_eq!(post_ack(addr, "audit", head + 9)["error"]["code"], "22023");
+        let resume = head + 1;
         // SHOW CONSUMERS lists it with its position.
         let shown = sql(addr, "SHOW CONSUMERS");
         assert_eq!(shown["rows"][0][0], "audit", "{shown}");
