@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use aqueduct_log::{Log, LogReader, Lsn, Record};
-use aqueduct_tables::{decode_record, Batch, BatchBuilder, Row, SchemaChange, TableId, Write};
+use aqueduct_tables::{decode_record, Batch, BatchBuilder, Key, Row, SchemaChange, TableId, Write};
 
 use crate::message::{Change, ChangeMessage, Op, TableInfo};
 use crate::FeedError;
@@ -86,49 +86,33 @@ impl LogSource {
                     self.learn(&change);
                     changes.push(Change::Schema { lsn: e.lsn, change });
                 }
+                // A delete of a row that was not there changed nothing.
+                Write::Delete { .. } if e.prev_known && e.prev_lsn.is_none() => {}
                 Write::Put { table, key, row } => {
                     let new = Arc::new(row);
                     self.remember(e.lsn, new.clone());
-                    let Some(info) = self.tables.get(&table).cloned() else {
-                        continue;
+                    let op = match e.prev_lsn {
+                        Some(_) => Op::Update,
+                        None => Op::Insert,
                     };
-                    let old = match e.prev_lsn {
-                        Some(p) => self.row_at(p)?,
-                        None => None,
-                    };
-                    changes.push(Change::Row {
-                        lsn: e.lsn,
-                        table: info,
+                    changes.extend(self.row_change(
+                        e.lsn,
+                        table,
                         key,
-                        op: if e.prev_lsn.is_some() {
-                            Op::Update
-                        } else {
-                            Op::Insert
-                        },
-                        prev_lsn: e.prev_lsn,
-                        old,
-                        new: Some(new),
-                    });
+                        op,
+                        e.prev_lsn,
+                        Some(new),
+                    )?);
                 }
-                // A delete of a row that was not there changed nothing.
-                Write::Delete { .. } if e.prev_known && e.prev_lsn.is_none() => {}
                 Write::Delete { table, key } => {
-                    let Some(info) = self.tables.get(&table).cloned() else {
-                        continue;
-                    };
-                    let old = match e.prev_lsn {
-                        Some(p) => self.row_at(p)?,
-                        None => None,
-                    };
-                    changes.push(Change::Row {
-                        lsn: e.lsn,
-                        table: info,
+                    changes.extend(self.row_change(
+                        e.lsn,
+                        table,
                         key,
-                        op: Op::Delete,
-                        prev_lsn: e.prev_lsn,
-                        old,
-                        new: None,
-                    });
+                        Op::Delete,
+                        e.prev_lsn,
+                        None,
+                    )?);
                 }
             }
         }
@@ -138,6 +122,35 @@ impl LogSource {
             commit_micros: batch.commit_micros,
             changes,
         })
+    }
+
+    /// A row change with its old row looked up; `None` for a table it
+    /// cannot name.
+    fn row_change(
+        &mut self,
+        lsn: Lsn,
+        table: TableId,
+        key: Key,
+        op: Op,
+        prev_lsn: Option<Lsn>,
+        new: Option<Arc<Row>>,
+    ) -> Result<Option<Change>, FeedError> {
+        let Some(info) = self.tables.get(&table).cloned() else {
+            return Ok(None);
+        };
+        let old = match prev_lsn {
+            Some(p) => self.row_at(p)?,
+            None => None,
+        };
+        Ok(Some(Change::Row {
+            lsn,
+            table: info,
+            key,
+            op,
+            prev_lsn,
+            old,
+            new,
+        }))
     }
 
     fn learn(&mut self, change: &SchemaChange) {
