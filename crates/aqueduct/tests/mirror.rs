@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use aqueduct_mirror::http;
 use aqueduct_mirror::{
-    value_from_json, Follower, FollowerConfig, Key, Lsn, Mirror, MirrorChange, Position, Row,
-    TableInfo, Tables,
+    value_from_json, DirFollower, Follower, FollowerConfig, Key, Lsn, Mirror, MirrorChange,
+    Position, Row, TableInfo, Tables,
 };
 use serde_json::Value as Json;
 
@@ -42,16 +42,23 @@ struct Server {
     http_port: u16,
     pg_port: u16,
     log: PathBuf,
+    /// More arguments of `aqueduct serve`.
+    args: Vec<String>,
 }
 
 impl Server {
     fn start(data: &Path) -> Server {
+        Server::start_with(data, &[])
+    }
+
+    fn start_with(data: &Path, args: &[&str]) -> Server {
         let mut s = Server {
             child: None,
             data: data.to_path_buf(),
             http_port: free_port(),
             pg_port: free_port(),
             log: data.with_extension("log"),
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn();
         s
@@ -87,6 +94,7 @@ impl Server {
                 "--fsync",
                 "always",
             ])
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -417,9 +425,9 @@ fn mirror_equals_the_server_after_random_writes_and_ddl() {
     mirror.wait_for(mark(&addr));
     mirror.assert_equals_server(&addr, CHECKED);
 
-    // Dropping a table created while following is a change like any
-    // other; dropping one the snapshot brought (its id unknown to the
-    // mirror) bootstraps again.
+    // Dropping a table is a change like any other, whether it was created
+    // while following or brought by the snapshot (whose header names
+    // each table's id).
     exec(&addr, "DROP TABLE c");
     exec(&addr, "CREATE TABLE c (id bigint PRIMARY KEY, note text)");
     random_writes(&addr, &mut rng, 50, true);
@@ -432,8 +440,8 @@ fn mirror_equals_the_server_after_random_writes_and_ddl() {
     mirror.assert_equals_server(&addr, CHECKED);
     let f = running.stop();
     let s = mirror.0.lock().unwrap();
-    assert_eq!(f.status().bootstraps, 2, "{:?}", f.status());
-    assert_eq!(s.resets, 2);
+    assert_eq!(f.status().bootstraps, 1, "{:?}", f.status());
+    assert_eq!(s.resets, 1);
     assert!(!s.tables.tables.contains_key("d"));
     assert!(
         s.committed.windows(2).all(|w| w[0] < w[1]),
@@ -708,4 +716,218 @@ fn consumer_and_mirror_resume_across_a_kill_9_with_nothing_missing_or_twice() {
     assert_eq!(applied, expected, "transactions the mirror applied");
     drop(s);
     server.stop();
+}
+
+// ------------------------------------------------- compaction and the directory
+
+/// The smallest segments the server takes, and a compaction pass every
+/// second.
+const COMPACTING: &[&str] = &[
+    "--segment-bytes",
+    "65536",
+    "--compaction-interval-secs",
+    "1",
+];
+
+/// A counter or gauge of the server's `/metrics`.
+fn metric(addr: &str, name: &str) -> u64 {
+    let mut r = http::request(addr, "GET", "/metrics", None, None, HTTP_TIMEOUT).unwrap();
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8(r.body.read_to_end(1 << 22).unwrap()).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics")) as u64
+}
+
+/// Waits until two more compaction passes have ended: the second began
+/// after everything written so far.
+fn wait_for_compaction(addr: &str) {
+    let name = "aqueduct_log_compaction_passes_total";
+    let passes = metric(addr, name);
+    let deadline = Instant::now() + DEADLINE;
+    while metric(addr, name) < passes + 2 {
+        assert!(Instant::now() < deadline, "no compaction pass ran");
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+}
+
+/// The lowest LSN from which the log in `data` holds every record, from
+/// its `meta` file.
+fn exact_point(data: &Path) -> Lsn {
+    let meta = match std::fs::read(data.join("meta")) {
+        Ok(b) => aqueduct_log::Meta::decode(&b).unwrap(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 1,
+        Err(e) => panic!("reading the log metadata: {e}"),
+    };
+    meta.compacted_until.max(meta.purged_lsn + 1)
+}
+
+/// Updates of the same few keys, of about 1 KB each: records compaction
+/// drops, and a segment sealed every 60 or so.
+fn churn(addr: &str, n: usize) {
+    let pad = "p".repeat(1000);
+    for i in 0..n {
+        exec(
+            addr,
+            &format!(
+                "INSERT INTO a VALUES ({}, 'churn{i}{pad}', {i}, true) ON CONFLICT (id) DO UPDATE SET name = excluded.name, score = excluded.score",
+                i % 5
+            ),
+        );
+    }
+}
+
+/// A directory follower on its own thread, stopped (and returned) by `stop`.
+struct RunningDir {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<DirFollower<Shared>>,
+}
+
+fn run_dir(mut f: DirFollower<Shared>) -> RunningDir {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || {
+        f.run_until(&s, Duration::from_millis(5));
+        f
+    });
+    RunningDir { stop, thread }
+}
+
+impl RunningDir {
+    fn stop(self) -> DirFollower<Shared> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+#[test]
+fn a_directory_mirror_follows_a_running_compacting_server_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, COMPACTING);
+    let addr = server.addr();
+    setup(&addr);
+    exec(&addr, "CREATE TABLE c (id bigint PRIMARY KEY, note text)");
+    let mut rng = Rng(7);
+    random_writes(&addr, &mut rng, 80, true);
+    churn(&addr, 100);
+    wait_for_compaction(&addr);
+    assert!(exact_point(&data) > 1, "the server did not compact its log");
+
+    // Bootstrapped from the running server's directory, then following it
+    // while it writes and compacts.
+    let mirror = Shared::default();
+    let running = run_dir(DirFollower::new(&data, mirror.clone()));
+    random_writes(&addr, &mut rng, 100, true);
+    churn(&addr, 100);
+    mirror.wait_for(mark(&addr));
+    mirror.assert_equals_server(&addr, CHECKED);
+    wait_for_compaction(&addr);
+    random_writes(&addr, &mut rng, 100, true);
+    mirror.wait_for(mark(&addr));
+    mirror.assert_equals_server(&addr, CHECKED);
+    let f = running.stop();
+    assert!(
+        mirror
+            .0
+            .lock()
+            .unwrap()
+            .committed
+            .windows(2)
+            .all(|w| w[0] < w[1]),
+        "LSNs applied out of order"
+    );
+
+    // A restart from the saved data and position, nothing written
+    // meanwhile: it resumes, without a snapshot.
+    let saved = f.position().unwrap();
+    assert_eq!(saved.lsn, mirror.lsn());
+    let restored = Shared::default();
+    restored.0.lock().unwrap().tables = mirror.0.lock().unwrap().tables.clone();
+    let mut r = DirFollower::resume(&data, restored.clone(), saved.clone());
+    assert_eq!(r.poll_once().unwrap(), 0);
+    assert_eq!(r.position().unwrap().lsn, saved.lsn);
+    let running = run_dir(r);
+    random_writes(&addr, &mut rng, 100, true);
+    churn(&addr, 50);
+    restored.wait_for(mark(&addr));
+    restored.assert_equals_server(&addr, CHECKED);
+    let r = running.stop();
+    assert_eq!(restored.0.lock().unwrap().resets, 0, "bootstrapped again");
+
+    // A restart after compaction went past the saved position: reset and
+    // bootstrapped again.
+    let saved = r.position().unwrap();
+    let saved_tables = restored.0.lock().unwrap().tables.clone();
+    drop(r);
+    random_writes(&addr, &mut rng, 80, true);
+    churn(&addr, 100);
+    let deadline = Instant::now() + DEADLINE;
+    while exact_point(&data) <= saved.lsn + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "compaction did not pass the position"
+        );
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    let again = Shared::default();
+    again.0.lock().unwrap().tables = saved_tables;
+    let mut g = DirFollower::resume(&data, again.clone(), saved);
+    assert_eq!(g.poll_once().unwrap(), 1, "one bootstrap");
+    assert_eq!(again.0.lock().unwrap().resets, 1);
+    let running = run_dir(g);
+    random_writes(&addr, &mut rng, 50, true);
+    again.wait_for(mark(&addr));
+    again.assert_equals_server(&addr, CHECKED);
+    running.stop();
+}
+
+#[test]
+fn a_follower_whose_position_was_compacted_away_gets_55000_and_bootstraps_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A small change-feed buffer: a position it no longer holds is served
+    // from the log, and refused below the log's exact point.
+    let args = [COMPACTING, &["--feed-memory", "16384"]].concat();
+    let server = Server::start_with(&data, &args);
+    let addr = server.addr();
+    setup(&addr);
+    exec(&addr, "CREATE TABLE c (id bigint PRIMARY KEY, note text)");
+    let mut rng = Rng(11);
+    random_writes(&addr, &mut rng, 60, true);
+
+    let first = Shared::default();
+    let running = run(Follower::new(config(&addr), first.clone()));
+    random_writes(&addr, &mut rng, 60, true);
+    first.wait_for(mark(&addr));
+    let f = running.stop();
+    let saved = f.position().unwrap();
+    let saved_tables = first.0.lock().unwrap().tables.clone();
+    drop(f);
+
+    // While no mirror runs: many updates of the same keys, and compaction
+    // passes that began after them.
+    churn(&addr, 300);
+    random_writes(&addr, &mut rng, 40, true);
+    wait_for_compaction(&addr);
+    assert!(
+        exact_point(&data) > saved.lsn + 1,
+        "compaction did not pass the saved position"
+    );
+
+    let restored = Shared::default();
+    restored.0.lock().unwrap().tables = saved_tables;
+    let mut r = Follower::resume(config(&addr), restored.clone(), saved);
+    let e = r
+        .poll_once(Duration::from_secs(1))
+        .expect_err("a stream from a compacted position");
+    assert!(e.is_gone(), "not SQLSTATE 55000: {e}");
+    let running = run(r);
+    random_writes(&addr, &mut rng, 40, true);
+    restored.wait_for(mark(&addr));
+    restored.assert_equals_server(&addr, CHECKED);
+    let r = running.stop();
+    assert_eq!(r.status().bootstraps, 1, "{:?}", r.status());
+    assert_eq!(restored.0.lock().unwrap().resets, 1);
 }

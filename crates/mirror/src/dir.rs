@@ -1,39 +1,95 @@
-//! Mirroring a data directory in process, without a server: replay the log
-//! into tables (the same decoding and [`Catalog::apply_batch`] the server
-//! uses at start-up), load the mirror from them, then hand it each later
-//! batch as changes.
+//! Mirroring a data directory in process, without a server or alongside a
+//! running one: replay the log into tables (the same decoding and
+//! [`Catalog::apply_batch`] the server uses at start-up), load the mirror
+//! from them, then hand it each later batch as changes.
 //!
-//! All log reading goes through [`LogTail::read`]. Today it opens the log
-//! read-only for each read, which takes the directory's lock: it works on
-//! the directory of a stopped server (a running one holds the lock and the
-//! read fails with [`aqueduct_log::Error::Locked`], retried on the next
-//! poll). A reader that follows a directory a server is writing, without
-//! the lock, replaces that one function.
+//! The log is read with [`LiveLogReader`]: no lock, nothing written, so the
+//! directory may belong to a running server that appends to it, seals,
+//! compacts and merges segments meanwhile. The reader hands out whole
+//! batches in LSN order. Two things it does not guarantee are dealt with
+//! here, using the log's exact point (the lowest LSN from which the log
+//! holds every record: `compacted_until` and `purged_lsn + 1` of its `meta`
+//! file, which a compaction pass raises *before* it drops anything):
+//!
+//! - Following from LSN `from`, the records read are exactly the log's only
+//!   if no compaction pass could have dropped one at or above `from`: the
+//!   exact point, read after the records, must not be above `from`.
+//!   Otherwise the batches just read are not handed over, and the mirror is
+//!   reset and bootstrapped again. A resume below the exact point does the
+//!   same at once.
+//! - The replay from LSN 1 (a bootstrap, or a resume's catch-up to its
+//!   position) reads below the exact point by design: compaction never
+//!   changes the state the log replays to, provided each segment is read in
+//!   a version that one moment of the log holds. A pass rewrites segments
+//!   oldest first, each renamed in and then listed in the manifest, after
+//!   raising the exact point. So if neither the exact point nor the listing
+//!   of the segments that were sealed when the replay began has changed by
+//!   its end, no pass rewrote a segment between two of the replay's reads,
+//!   and the state is exact. Otherwise the replay is done again.
+//!
+//! What is not dealt with: the reader shows records as written, not as
+//! acknowledged (see `docs/mirrors.md`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqueduct_log::{Log, Lsn, Options, RecordView};
+use aqueduct_log::live::ListedSegment;
+use aqueduct_log::meta::META_NAME;
+use aqueduct_log::{FsStorage, LiveLogReader, Lsn, Meta, Record, Storage};
 use aqueduct_tables::{AppliedBatch, Batch, BatchBuilder, Catalog, SchemaChange, TableId};
 
 use crate::{Error, Mirror, MirrorChange, Op, Position, RowChange, TableInfo};
 
-/// Where the log in a directory is read from.
-struct LogTail {
-    dir: PathBuf,
+/// Records asked of the reader at a time (whole batches: a larger batch
+/// comes whole).
+const READ_MAX: usize = 4096;
+/// Replays started again within one [`DirFollower::poll_once`] before it
+/// gives up for this poll.
+const MAX_STARTS: usize = 4;
+
+/// The lowest LSN from which the log in `storage` holds every record, read
+/// from its `meta` file without writing anything (a missing file: 1).
+fn exact_point(storage: &dyn Storage) -> Result<Lsn, Error> {
+    let f = match storage.open_read(META_NAME) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(1),
+        Err(e) => return Err(aqueduct_log::Error::io("opening the log metadata", e).into()),
+    };
+    let bytes = f
+        .len()
+        .and_then(|len| f.read_vec(0, len as usize))
+        .map_err(|e| aqueduct_log::Error::io("reading the log metadata", e))?;
+    let meta = Meta::decode(&bytes).map_err(|reason| aqueduct_log::Error::Corrupt {
+        location: storage.describe(META_NAME),
+        offset: 0,
+        lsn: None,
+        reason,
+    })?;
+    Ok(meta.compacted_until.max(meta.purged_lsn + 1))
+}
+
+/// The log's state when a replay from LSN 1 began.
+struct Replay {
+    exact: Lsn,
+    sealed: Vec<ListedSegment>,
 }
 
 /// Why a read stopped early.
 enum ReadError {
     /// The log no longer holds every record from the LSN asked for
-    /// (compaction went past it): start over from the beginning.
+    /// (compaction went past it), or not the mirror's position: start over
+    /// from the beginning.
     Gone {
         from: Lsn,
         exact_from: Lsn,
     },
+    /// A compaction pass rewrote segments while the replay from LSN 1 read
+    /// them: replay again.
+    Overlapped,
     Other(Error),
 }
 
@@ -43,46 +99,25 @@ impl From<Error> for ReadError {
     }
 }
 
-impl LogTail {
-    /// Calls `f` with every committed record from LSN `from` on, in order.
-    /// Fails with [`ReadError::Gone`] when records from `from` on may be
-    /// missing (a read from 1 never is: a compacted log still rebuilds the
-    /// tables exactly).
-    fn read(
-        &mut self,
-        from: Lsn,
-        f: &mut dyn FnMut(&RecordView<'_>) -> Result<(), Error>,
-    ) -> Result<(), ReadError> {
-        let opts = Options {
-            read_only: true,
-            ..Options::default()
-        };
-        let (log, _) = Log::open(&self.dir, opts).map_err(Error::from)?;
-        let exact_from = log.exact_from();
-        if from > 1 && from < exact_from {
-            return Err(ReadError::Gone { from, exact_from });
-        }
-        let mut failed = None;
-        let read = log.replay(from, |r| {
-            f(&r).map_err(|e| {
-                failed = Some(e);
-                aqueduct_log::Error::Invalid("stopped".into())
-            })
-        });
-        match (read, failed) {
-            (_, Some(e)) => Err(e.into()),
-            (Err(e), None) => Err(Error::from(e).into()),
-            (Ok(_), None) => Ok(()),
-        }
+impl From<aqueduct_log::Error> for ReadError {
+    fn from(e: aqueduct_log::Error) -> ReadError {
+        ReadError::Other(e.into())
     }
 }
 
-/// Keeps a [`Mirror`] up to date from a data directory (see the module
-/// documentation for what it can read today). It keeps its own copy of the
-/// tables (persistent trees, as the server's), from which it loads the
-/// mirror and takes each change's old row.
+/// Keeps a [`Mirror`] up to date from a data directory, of a stopped server
+/// or a running one (see the module documentation). It keeps its own copy
+/// of the tables (persistent trees, as the server's), from which it loads
+/// the mirror and takes each change's old row.
 pub struct DirFollower<M: Mirror> {
-    tail: LogTail,
+    dir: PathBuf,
+    storage: Option<Arc<dyn Storage>>,
+    /// `None`: open one at the next read, after what the tables hold.
+    reader: Option<LiveLogReader>,
+    /// Records read and not yet applied.
+    pending: VecDeque<Record>,
+    /// Set while the tables are being rebuilt from LSN 1.
+    replay: Option<Replay>,
     mirror: M,
     tables_wanted: Option<Vec<String>>,
     catalog: Catalog,
@@ -101,9 +136,11 @@ impl<M: Mirror> DirFollower<M> {
     /// poll.
     pub fn new(dir: impl AsRef<Path>, mirror: M) -> DirFollower<M> {
         DirFollower {
-            tail: LogTail {
-                dir: dir.as_ref().to_path_buf(),
-            },
+            dir: dir.as_ref().to_path_buf(),
+            storage: None,
+            reader: None,
+            pending: VecDeque::new(),
+            replay: None,
             mirror,
             tables_wanted: None,
             catalog: Catalog::default(),
@@ -178,83 +215,200 @@ impl<M: Mirror> DirFollower<M> {
     /// Reads what the log holds past what is applied: the first poll
     /// bootstraps the mirror; later ones hand it each new transaction.
     /// Returns the number of transactions handed over (a bootstrap counts
-    /// as one).
+    /// as one). Does not wait for new records.
     pub fn poll_once(&mut self) -> Result<usize, Error> {
-        match self.read() {
-            Ok(n) => Ok(n),
-            Err(ReadError::Gone { from, exact_from }) => {
-                tracing::info!(
-                    from,
-                    exact_from,
-                    "mirror: the log no longer holds every record after the mirror's position; \
-                     bootstrapping again"
-                );
-                self.start_over();
-                self.read().map_err(|e| match e {
-                    ReadError::Other(e) => e,
-                    ReadError::Gone { .. } => unreachable!("a read from LSN 1 is never gone"),
-                })
+        let mut handed = 0;
+        for _ in 0..MAX_STARTS {
+            match self.read(&mut handed) {
+                Ok(()) => return Ok(handed),
+                Err(ReadError::Gone { from, exact_from }) => {
+                    tracing::info!(
+                        from,
+                        exact_from,
+                        "mirror: the log no longer holds every record after the mirror's \
+                         position; bootstrapping again"
+                    );
+                    self.start_over();
+                }
+                Err(ReadError::Overlapped) => {
+                    tracing::info!(
+                        "mirror: a log compaction pass ran during the replay; replaying again"
+                    );
+                    self.replay_again();
+                }
+                Err(ReadError::Other(e)) => {
+                    // The reader's place after a failure is not known: the
+                    // next read reopens it after what is applied.
+                    self.reader = None;
+                    self.pending.clear();
+                    self.batches = BatchBuilder::default();
+                    return Err(e);
+                }
             }
-            Err(ReadError::Other(e)) => Err(e),
         }
+        Err(aqueduct_log::Error::Invalid(format!(
+            "the replay of {} from LSN 1 was started {MAX_STARTS} times without a consistent \
+             result (compaction kept rewriting the log during it); trying again at the next poll",
+            self.dir.display()
+        ))
+        .into())
     }
 
-    /// Forgets the follower's tables: the next read starts from LSN 1 and
-    /// bootstraps the mirror.
+    /// Forgets the follower's tables and the mirror's position: the next
+    /// read starts from LSN 1 and bootstraps the mirror.
     fn start_over(&mut self) {
-        self.catalog = Catalog::default();
-        self.batches = BatchBuilder::default();
-        self.infos.clear();
+        self.replay_again();
         self.lsn = None;
         self.resume_at = None;
     }
 
-    fn read(&mut self) -> Result<usize, ReadError> {
+    /// Forgets the follower's tables: the next read replays from LSN 1
+    /// again (to the position to resume at, if any).
+    fn replay_again(&mut self) {
+        self.reader = None;
+        self.pending.clear();
+        self.replay = None;
+        self.catalog = Catalog::default();
+        self.batches = BatchBuilder::default();
+        self.infos.clear();
+    }
+
+    fn storage(&mut self) -> Result<Arc<dyn Storage>, Error> {
+        if self.storage.is_none() {
+            let s = FsStorage::existing(&self.dir).map_err(|e| {
+                aqueduct_log::Error::io(format!("opening {}", self.dir.display()), e)
+            })?;
+            self.storage = Some(Arc::new(s));
+        }
+        Ok(self.storage.clone().expect("just set"))
+    }
+
+    /// Opens the reader after what the tables hold. From LSN 1 (not a resume
+    /// from an empty log) this starts a replay, noting the log's state first.
+    fn open_reader(&mut self, storage: &Arc<dyn Storage>) -> Result<(), ReadError> {
         let from = self.catalog.lsn() + 1;
-        let mut batches = Vec::new();
-        let mut handed = 0;
-        // Batches are applied as they are read, so memory holds one at a time.
-        let mut tail = LogTail {
-            dir: self.tail.dir.clone(),
+        if from > 1 {
+            // Reopened after a failure: what the tables hold was read
+            // exactly, and a replay under way goes on.
+            self.reader = Some(LiveLogReader::with_storage(storage.clone(), from)?);
+            return Ok(());
+        }
+        let exact = exact_point(storage.as_ref())?;
+        if let Some(p) = self.resume_at {
+            if p + 1 < exact {
+                return Err(ReadError::Gone {
+                    from: p + 1,
+                    exact_from: exact,
+                });
+            }
+        }
+        if self.lsn == Some(0) && exact > 1 {
+            return Err(ReadError::Gone {
+                from: 1,
+                exact_from: exact,
+            });
+        }
+        let reader = LiveLogReader::with_storage(storage.clone(), 1)?;
+        self.replay = match self.lsn {
+            // Resumed from an empty log: followed exactly from LSN 1.
+            Some(_) => None,
+            None => Some(Replay {
+                exact,
+                sealed: reader
+                    .segments()?
+                    .into_iter()
+                    .filter(|s| !s.active)
+                    .collect(),
+            }),
         };
-        let mut err = None;
-        tail.read(from, &mut |r| {
-            match self.batches.push(r) {
-                Ok(Some(b)) => batches.push(b),
-                Ok(None) => {}
-                Err(reason) => {
-                    return Err(Error::BadRecord { lsn: r.lsn, reason });
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    /// Ends the replay from LSN 1: fails with [`ReadError::Overlapped`] if a
+    /// compaction pass may have rewritten segments between its reads.
+    fn finish_replay(&mut self, storage: &Arc<dyn Storage>) -> Result<(), ReadError> {
+        let replay = self.replay.take().expect("a replay under way");
+        let now = self.reader.as_ref().expect("a reader").segments()?;
+        let unchanged = replay.sealed.iter().all(|s| now.contains(s));
+        // Read last: a pass raises it before it rewrites anything.
+        if !unchanged || exact_point(storage.as_ref())? != replay.exact {
+            return Err(ReadError::Overlapped);
+        }
+        Ok(())
+    }
+
+    /// Reads and applies everything the log holds now past what is applied,
+    /// adding the transactions handed over to `handed`.
+    fn read(&mut self, handed: &mut usize) -> Result<(), ReadError> {
+        let storage = self.storage()?;
+        if self.reader.is_none() {
+            self.open_reader(&storage)?;
+        }
+        loop {
+            if self.pending.is_empty() {
+                let reader = self.reader.as_mut().expect("a reader");
+                let from = reader.position();
+                let got = reader.poll(READ_MAX)?;
+                if got.is_empty() {
+                    break;
+                }
+                if self.replay.is_none() {
+                    let exact = exact_point(storage.as_ref())?;
+                    if exact > from {
+                        return Err(ReadError::Gone {
+                            from,
+                            exact_from: exact,
+                        });
+                    }
+                }
+                self.pending.extend(got);
+            }
+            while let Some(r) = self.pending.pop_front() {
+                let b = match self.batches.push(&r.view()) {
+                    Ok(Some(b)) => b,
+                    Ok(None) => continue,
+                    Err(reason) => {
+                        return Err(Error::BadRecord { lsn: r.lsn, reason }.into());
+                    }
+                };
+                if let Some(p) = self.resume_at.filter(|&p| b.first > p) {
+                    // The position ends a batch compaction emptied.
+                    self.resume_at = None;
+                    self.lsn = Some(p);
+                }
+                if self.replay.is_some() && self.lsn.is_some() {
+                    // Resumed: what follows goes to the mirror, so the
+                    // replay must be exact first.
+                    self.finish_replay(&storage)?;
+                }
+                *handed += self.batch(&b)?;
+                if self.replay.is_some() && self.lsn.is_some() {
+                    self.finish_replay(&storage)?;
                 }
             }
-            for b in batches.drain(..) {
-                match self.batch(&b) {
-                    Ok(n) => handed += n,
-                    Err(e) => err = Some(e),
-                }
-            }
-            Ok(())
-        })?;
-        if let Some(e) = err {
-            return Err(e);
         }
         if let Some(p) = self.resume_at {
             // The log ends before the mirror's position: it is not the log
             // the mirror came from (or it lost its tail). Start over.
-            if self.catalog.lsn() < p {
-                tracing::warn!(
-                    position = p,
-                    log_end = self.catalog.lsn(),
-                    "mirror: the log ends before the mirror's position; bootstrapping again"
-                );
-                self.start_over();
-                return self.read();
-            }
+            tracing::warn!(
+                position = p,
+                log_end = self.catalog.lsn(),
+                "mirror: the log ends before the mirror's position; bootstrapping again"
+            );
+            return Err(ReadError::Gone {
+                from: p + 1,
+                exact_from: self.catalog.lsn() + 1,
+            });
         }
-        if self.lsn.is_none() && self.resume_at.is_none() {
+        if self.replay.is_some() {
+            self.finish_replay(&storage)?;
+        }
+        if self.lsn.is_none() {
             self.load();
-            handed += 1;
+            *handed += 1;
         }
-        Ok(handed)
+        Ok(())
     }
 
     /// Applies one batch to the follower's tables, and hands its changes to
