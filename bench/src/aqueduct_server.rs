@@ -197,6 +197,11 @@ impl AqueductServer {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    /// The HTTP port of the current start.
+    pub fn http_port(&self) -> u16 {
+        self.http_port
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -37,6 +37,7 @@ pub fn emergency_stop() {
     crate::mariadb::emergency_stop();
     crate::kv::emergency_stop();
     crate::aqueduct_server::emergency_stop();
+    crate::feed_bench::emergency_stop();
 }
 
 pub fn stopped() -> bool {

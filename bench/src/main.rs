@@ -6,14 +6,16 @@
 //! `bench sql point [options] [--json FILE]`,
 //! `bench view read [options] [--json FILE]`,
 //! `bench view partial [options] [--json FILE]`,
-//! `bench view partial-wire [options] [--json FILE]` and
-//! `bench news [options] [--json FILE]` and
-//! `bench releases [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench view partial-wire [options] [--json FILE]`,
+//! `bench news [options] [--json FILE]`,
+//! `bench releases [options] [--json FILE]` and
+//! `bench feed [options] [--json FILE]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
 mod common;
 mod cpu;
+mod feed_bench;
 mod kv;
 mod load;
 mod log_append;
@@ -70,6 +72,10 @@ enum Top {
     /// Scheduled releases in process: the cost to writes, the staleness of
     /// release reads, and keyed view reads in release mode.
     Releases(releases::ReleasesArgs),
+    /// The change feed: changes/s to a consumer in process (from memory and
+    /// from the log) and over HTTP, and writes with 0, 1 and 8 consumers,
+    /// against PostgreSQL 15's logical decoding.
+    Feed(feed_bench::FeedArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -162,6 +168,9 @@ fn main() -> anyhow::Result<()> {
         }),
         Top::Releases(args) => releases::run(&args)
             .and_then(|results| write_json(&args.json, "releases", started, &args, &results)),
+        Top::Feed(mut args) => feed_bench::run(&mut args).and_then(|results| {
+            write_json(&args.json, "feed throughput", started, &args, &results)
+        }),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.

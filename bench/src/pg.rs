@@ -139,6 +139,17 @@ impl PgServer {
         parent: &Option<PathBuf>,
         max_connections: usize,
     ) -> anyhow::Result<PgServer> {
+        Self::start_with(bin, parent, max_connections, "")
+    }
+
+    /// [`PgServer::start`] with `extra` server options after the ones it
+    /// sets (such as `-c wal_level=logical`; a later `-c` wins).
+    pub fn start_with(
+        bin: &Path,
+        parent: &Option<PathBuf>,
+        max_connections: usize,
+        extra: &str,
+    ) -> anyhow::Result<PgServer> {
         let dir = crate::common::scratch_dir(parent, "bench-pg-")?;
         let as_postgres = is_root();
         if as_postgres {
@@ -177,7 +188,7 @@ impl PgServer {
         let socket_dir = server._dir.path().to_string_lossy().into_owned();
         let opts = format!(
             "-p {} -k {socket_dir} -c listen_addresses=127.0.0.1 -c synchronous_commit=on \
-             -c fsync=on -c max_connections={}",
+             -c fsync=on -c max_connections={} {extra}",
             server.port,
             max_connections + 10
         );
