@@ -48,7 +48,8 @@ struct Memory {
 }
 
 pub(crate) enum FromMemory {
-    Message(Arc<ChangeMessage>),
+    /// At least one message, in order.
+    Messages(Vec<Arc<ChangeMessage>>),
     /// Nothing new before the deadline.
     Nothing,
     /// The position is older than memory holds: read the log.
@@ -79,6 +80,9 @@ pub struct Feed {
     consumers: Consumers,
     pub metrics: FeedMetrics,
     last_cap_check: Mutex<Instant>,
+    /// Messages were published that waiting subscribers were not yet told
+    /// of: they are woken once the commit lock is released.
+    unannounced: std::sync::atomic::AtomicBool,
 }
 
 impl Feed {
@@ -107,6 +111,7 @@ impl Feed {
                 consumers,
                 metrics: FeedMetrics::default(),
                 last_cap_check: Mutex::new(Instant::now()),
+                unannounced: Default::default(),
                 options,
             });
             feed = Some(f.clone());
@@ -165,6 +170,8 @@ impl Feed {
         Subscription {
             feed: self.clone(),
             next: from.max(1),
+            fetch_from: from.max(1),
+            buffered: Default::default(),
             tables,
             source: None,
             consumer,
@@ -198,9 +205,12 @@ impl Feed {
         }
     }
 
+    /// Up to `max` messages from `next` on, waiting until `deadline` for
+    /// the first.
     pub(crate) fn read_memory(
         &self,
         next: Lsn,
+        max: usize,
         deadline: Instant,
     ) -> Result<FromMemory, FeedError> {
         let mut m = self.memory.lock();
@@ -209,8 +219,11 @@ impl Feed {
                 return Ok(FromMemory::Behind);
             }
             let i = m.ring.partition_point(|msg| msg.first_lsn < next);
-            if let Some(msg) = m.ring.get(i) {
-                return Ok(FromMemory::Message(msg.clone()));
+            if i < m.ring.len() {
+                let end = m.ring.len().min(i + max.max(1));
+                return Ok(FromMemory::Messages(
+                    m.ring.range(i..end).cloned().collect(),
+                ));
             }
             if self.arrived.wait_until(&mut m, deadline).timed_out() {
                 return Ok(FromMemory::Nothing);
@@ -231,7 +244,7 @@ impl Feed {
         }
         drop(m);
         self.metrics.published.fetch_add(1, Ordering::Relaxed);
-        self.arrived.notify_all();
+        self.unannounced.store(true, Ordering::Release);
     }
 
     /// A consistent copy of `tables` (all when `None`) at one LSN, taken
@@ -340,6 +353,17 @@ impl Feed {
 }
 
 impl CommitConsumer for Feed {
+    /// Wakes waiting subscribers outside the commit lock, once for every
+    /// commit published since the last wake-up.
+    fn after_release(&self) {
+        if self.unannounced.swap(false, Ordering::AcqRel) {
+            // Taking the lock orders the wake-up after a subscriber's check
+            // of the ring and its wait: none misses it.
+            drop(self.memory.lock());
+            self.arrived.notify_all();
+        }
+    }
+
     fn committed(&self, batch: &AppliedBatch, catalog: &Catalog) {
         if !batch.schema.is_empty() {
             let mut tables = self.tables.write();

@@ -27,7 +27,7 @@ use aqueduct_tables::TableSchema;
 pub use consumers::{ConsumerInfo, MAX_CONSUMER_NAME_BYTES};
 pub use feed::{Feed, FeedMetrics, Snapshot, SnapshotTable};
 pub use message::{rfc3339_micros, value_json, Change, ChangeMessage, Op, TableInfo};
-pub use subscription::Subscription;
+pub use subscription::{Subscription, RECV_BATCH};
 
 /// Bytes of recent messages the feed keeps in memory by default.
 pub const DEFAULT_FEED_MEMORY_BYTES: usize = 64 << 20;

@@ -257,6 +257,11 @@ pub struct RowChange {
 /// that is the backpressure).
 pub trait CommitConsumer: Send + Sync {
     fn committed(&self, batch: &AppliedBatch, catalog: &Catalog);
+
+    /// Called by the committing thread once the commit lock is released,
+    /// after one or more `committed` calls: the place for work that need
+    /// not hold up the next commit, such as waking readers.
+    fn after_release(&self) {}
 }
 
 /// One change a transaction makes.
@@ -538,6 +543,7 @@ impl Database {
         };
         let lsn = self.append_and_apply(&txn)?;
         drop(guard);
+        self.after_release();
         if let Some(lsn) = lsn {
             self.log.await_committed(lsn).map_err(TableError::from)?;
         }
@@ -556,6 +562,7 @@ impl Database {
         }
         let lsn = self.append_and_apply(txn)?;
         drop(guard);
+        self.after_release();
         if let Some(lsn) = lsn {
             self.log.await_committed(lsn)?;
         }
@@ -617,7 +624,7 @@ impl Database {
     /// applying a replicated stream after appending it with
     /// `Log::append_at`): the same step two as a local commit.
     pub fn apply_appended(&self, batch: &Batch) {
-        let _guard = self.commit.lock();
+        let guard = self.commit.lock();
         assert!(
             batch.last < self.log.next_lsn(),
             "batch {}..={} applied before it was appended",
@@ -625,6 +632,15 @@ impl Database {
             batch.last
         );
         self.apply(batch);
+        drop(guard);
+        self.after_release();
+    }
+
+    /// Tells the consumers the commit lock is released.
+    fn after_release(&self) {
+        for c in self.consumers.read().iter() {
+            c.after_release();
+        }
     }
 
     /// Discards an appended suffix that was never applied (a follower's
