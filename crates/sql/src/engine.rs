@@ -12,7 +12,8 @@ use aqueduct_tables::{Database, ReplayReport, ScramVerifier};
 use aqueduct_values::Value;
 
 use crate::consistency::{self, Consistency};
-use crate::{limits, release_views, views};
+use crate::{release_views, views};
+use aqueduct_plan::limits;
 
 /// Where time enters the engine: the session reads it once per statement
 /// (and keeps the reading at `BEGIN` for the transaction), and binds the

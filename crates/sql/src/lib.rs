@@ -15,16 +15,10 @@
 //! DAG (`tests/module_cycles.rs`).
 
 mod auto_views;
-pub mod bind;
-mod catalog_queries;
 mod compile;
 mod consistency;
 mod engine;
-pub mod exec;
-pub mod limits;
 mod oneshot;
-mod parse;
-mod plan;
 mod release_views;
 mod roles;
 mod session;
@@ -34,12 +28,13 @@ mod view_read;
 pub mod views;
 
 pub use aqueduct_expr::{expr, SqlError};
+pub use aqueduct_plan::limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
+pub use aqueduct_plan::param_from_text;
+pub use aqueduct_plan::{bind, exec, limits};
+pub use aqueduct_plan::{Column, Outcome};
 pub use aqueduct_releases as releases;
 pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
 pub use engine::{Clock, Engine, EngineMetrics, SystemClock};
-pub use limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
-pub use parse::param_from_text;
-pub use plan::{Column, Outcome};
 pub use release_views::MAX_RELEASE_VIEWS;
 pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
 pub use session::{parse_duration, Prepared, Session, TxnStatus};

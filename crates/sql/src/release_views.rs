@@ -26,9 +26,9 @@ use parking_lot::Mutex;
 use aqueduct_expr::SqlError;
 
 use crate::compile::Compiler;
-use crate::parse::view_query;
 use crate::view_entry::ViewEntry;
 use crate::views::{keyed_name, table_rows, upqueries_can_look_up, ViewRegistry};
+use aqueduct_plan::parse::view_query;
 
 /// Most views (per view and key) one release builds; beyond it, reads
 /// evaluate the view's query directly.

@@ -10,7 +10,7 @@ use sqlparser::ast;
 use crate::auto_views::{AutoView, Lifted};
 use crate::consistency::Ready;
 use crate::oneshot;
-use crate::plan::Outcome;
+use aqueduct_plan::plan::Outcome;
 
 use super::state::Session;
 

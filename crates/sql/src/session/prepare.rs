@@ -6,11 +6,11 @@ use aqueduct_expr::SqlError;
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
-use crate::bind;
-use crate::catalog_queries;
-use crate::parse::parse;
-use crate::plan::{Column, Outcome, Plan};
 use crate::view_read::ViewRead;
+use aqueduct_plan::bind;
+use aqueduct_plan::catalog_queries;
+use aqueduct_plan::parse::parse;
+use aqueduct_plan::plan::{Column, Outcome, Plan};
 
 use super::dataflow::PreparedAuto;
 use super::route::Route;

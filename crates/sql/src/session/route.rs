@@ -31,10 +31,10 @@ use sqlparser::ast::{self, Statement};
 use aqueduct_expr::SqlError;
 
 use crate::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
-use crate::bind;
-use crate::catalog_queries;
 use crate::compile::Compiler;
-use crate::plan::{Access, Bound, Column, Ddl, NeedsDataflow, Outcome, Plan};
+use aqueduct_plan::bind;
+use aqueduct_plan::catalog_queries;
+use aqueduct_plan::plan::{Access, Bound, Column, Ddl, NeedsDataflow, Outcome, Plan};
 
 use super::state::Session;
 

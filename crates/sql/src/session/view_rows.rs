@@ -10,10 +10,10 @@ use aqueduct_tables::{Catalog, ColumnDef, SchemaChange, TableSchema};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
-use crate::bind;
 use crate::consistency::Ready;
-use crate::plan::Outcome;
 use crate::view_read::ViewRead;
+use aqueduct_plan::bind;
+use aqueduct_plan::plan::Outcome;
 
 use super::state::{parse_duration, Session};
 
