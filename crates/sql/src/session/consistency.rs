@@ -55,7 +55,7 @@ impl Session {
             Consistency::Linearizable | Consistency::Release => db.applied_lsn(),
         };
         let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
-            .unwrap_or(crate::views::VIEW_WAIT_TIMEOUT);
+            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
         match self.engine.views.await_lsn_within(target, timeout) {
             Ok(()) => Ok(Ready::At(target)),
             Err(e)
@@ -94,7 +94,7 @@ impl Session {
         st: &Statement,
         hints: &[Option<DataType>],
         params: &[Value],
-        auto: Option<(&crate::auto_views::AutoView, Vec<Value>)>,
+        auto: Option<(&aqueduct_views::auto_views::AutoView, Vec<Value>)>,
     ) -> Result<Outcome, SqlError> {
         let releases = &self.engine.releases;
         let Some(snap) = releases.current() else {
@@ -173,7 +173,7 @@ impl Session {
         let bound = aqueduct_plan::bind::bind(catalog, st, hints, &self.settings, self.time)?;
         match (&bound.plan, st) {
             (aqueduct_plan::bind::Plan::Dataflow(_), Statement::Query(q)) => {
-                let (columns, rows) = crate::oneshot::evaluate(
+                let (columns, rows) = aqueduct_views::oneshot::evaluate(
                     catalog,
                     &mut Txn::default(),
                     q,

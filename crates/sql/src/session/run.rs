@@ -233,7 +233,7 @@ impl Session {
     pub(crate) fn run_dataflow(
         &mut self,
         st: &Statement,
-        auto: Option<crate::auto_views::Lifted>,
+        auto: Option<aqueduct_views::auto_views::Lifted>,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
         if self.failed {

@@ -1016,7 +1016,7 @@ impl ViewRegistry {
 
     /// [`ViewRegistry::compute_lookup`] over the tables as `txn` sees them
     /// (its own writes included), each table it scans noted in `txn`.
-    pub(crate) fn compute_lookup_in(
+    pub fn compute_lookup_in(
         &self,
         catalog: &Catalog,
         txn: &mut aqueduct_tables::Txn,

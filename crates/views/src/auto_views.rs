@@ -497,7 +497,7 @@ pub(crate) fn split_by<'e>(
 }
 
 /// The conjuncts of a WHERE.
-pub(crate) fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+pub fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
     split_by(e, &ast::BinaryOperator::And, out)
 }
 
