@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use aqueduct_log::Lsn;
 use aqueduct_values::Value;
 
-use crate::plan::Outcome;
+use aqueduct_plan::plan::Outcome;
 
 /// Most statement results kept per release for `release` reads.
 pub const MAX_RELEASE_RESULTS: usize = 65_536;

@@ -12,7 +12,8 @@ use aqueduct_tables::{Database, ReplayReport, ScramVerifier};
 use aqueduct_values::Value;
 
 use crate::consistency::{self, Consistency};
-use crate::{limits, release_views, views};
+use aqueduct_plan::limits;
+use aqueduct_views::{release_views, views};
 
 /// Where time enters the engine: the session reads it once per statement
 /// (and keeps the reading at `BEGIN` for the transaction), and binds the
@@ -332,7 +333,7 @@ impl Engine {
     pub(crate) fn release_lookup(
         &self,
         snap: &aqueduct_releases::Snapshot,
-        entry: &crate::view_entry::ViewEntry,
+        entry: &aqueduct_views::view_entry::ViewEntry,
         key: &[usize],
         values: &[Value],
     ) -> Result<Vec<aqueduct_dataflow::Row>, SqlError> {

@@ -10,36 +10,30 @@
 //! commit; writes buffered, then committed as one log batch), a maintained
 //! or automatic view ([`views`]), or one-shot evaluation.
 //!
+//! Parsing, binding and direct execution live in `aqueduct-plan`, the
+//! maintained views and one-shot evaluation in `aqueduct-views`; this crate
+//! adds the engine shared by all sessions, roles, time maps, consistency
+//! levels and the sessions themselves, and re-exports what its users need
+//! of the two crates below.
+//!
 //! This file only declares modules and re-exports: modules import each
 //! other by their own paths, never through the crate root, so they form a
 //! DAG (`tests/module_cycles.rs`).
 
-mod auto_views;
-pub mod bind;
-mod catalog_queries;
-mod compile;
 mod consistency;
 mod engine;
-pub mod exec;
-pub mod limits;
-mod oneshot;
-mod parse;
-mod plan;
-mod release_views;
 mod roles;
 mod session;
 mod time_maps;
-mod view_entry;
-mod view_read;
-pub mod views;
 
 pub use aqueduct_expr::{expr, SqlError};
+pub use aqueduct_plan::limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
+pub use aqueduct_plan::param_from_text;
+pub use aqueduct_plan::{bind, exec, limits};
+pub use aqueduct_plan::{Column, Outcome};
 pub use aqueduct_releases as releases;
+pub use aqueduct_views::{views, MAX_RELEASE_VIEWS};
 pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
 pub use engine::{Clock, Engine, EngineMetrics, SystemClock};
-pub use limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
-pub use parse::param_from_text;
-pub use plan::{Column, Outcome};
-pub use release_views::MAX_RELEASE_VIEWS;
 pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
 pub use session::{parse_duration, Prepared, Session, TxnStatus};

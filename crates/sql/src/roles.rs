@@ -25,9 +25,9 @@ use aqueduct_tables::{
 };
 use sqlparser::ast::{self, Statement};
 
-use crate::bind::{self, object_name};
-use crate::parse::contains_ignore_case;
 use aqueduct_expr::SqlError;
+use aqueduct_plan::bind::{self, object_name};
+use aqueduct_plan::parse::contains_ignore_case;
 
 /// The name a session runs as when the front end names none.
 pub const DEFAULT_PRINCIPAL: &str = "aqueduct";

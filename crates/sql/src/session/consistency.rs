@@ -10,7 +10,7 @@ use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
 use crate::consistency::{Consistency, Ready, MAX_RELEASE_RESULTS};
-use crate::plan::Outcome;
+use aqueduct_plan::plan::Outcome;
 
 use super::state::{parse_duration, Session};
 
@@ -55,7 +55,7 @@ impl Session {
             Consistency::Linearizable | Consistency::Release => db.applied_lsn(),
         };
         let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
-            .unwrap_or(crate::views::VIEW_WAIT_TIMEOUT);
+            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
         match self.engine.views.await_lsn_within(target, timeout) {
             Ok(()) => Ok(Ready::At(target)),
             Err(e)
@@ -94,7 +94,7 @@ impl Session {
         st: &Statement,
         hints: &[Option<DataType>],
         params: &[Value],
-        auto: Option<(&crate::auto_views::AutoView, Vec<Value>)>,
+        auto: Option<(&aqueduct_views::auto_views::AutoView, Vec<Value>)>,
     ) -> Result<Outcome, SqlError> {
         let releases = &self.engine.releases;
         let Some(snap) = releases.current() else {
@@ -160,8 +160,8 @@ impl Session {
         let catalog: &Catalog = &snap.catalog;
         let db = self.engine.database();
         if let Some(views) = self.release_view_catalog(snap, st, params)? {
-            let bound = crate::bind::bind(&views, st, hints, &self.settings, self.time)?;
-            return crate::exec::execute(
+            let bound = aqueduct_plan::bind::bind(&views, st, hints, &self.settings, self.time)?;
+            return aqueduct_plan::exec::execute(
                 db,
                 &views,
                 &mut Txn::default(),
@@ -170,10 +170,10 @@ impl Session {
                 params,
             );
         }
-        let bound = crate::bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        let bound = aqueduct_plan::bind::bind(catalog, st, hints, &self.settings, self.time)?;
         match (&bound.plan, st) {
-            (crate::bind::Plan::Dataflow(_), Statement::Query(q)) => {
-                let (columns, rows) = crate::oneshot::evaluate(
+            (aqueduct_plan::bind::Plan::Dataflow(_), Statement::Query(q)) => {
+                let (columns, rows) = aqueduct_views::oneshot::evaluate(
                     catalog,
                     &mut Txn::default(),
                     q,
@@ -186,7 +186,7 @@ impl Session {
                     rows,
                 })
             }
-            _ => crate::exec::execute(
+            _ => aqueduct_plan::exec::execute(
                 db,
                 catalog,
                 &mut Txn::default(),

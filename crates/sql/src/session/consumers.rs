@@ -3,9 +3,9 @@
 
 use aqueduct_values::Value;
 
-use crate::bind::show_consumers_columns;
-use crate::plan::Outcome;
 use crate::session::Session;
+use aqueduct_plan::bind::show_consumers_columns;
+use aqueduct_plan::plan::Outcome;
 
 impl Session {
     pub(crate) fn show_consumers(&self) -> Outcome {

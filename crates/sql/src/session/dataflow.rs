@@ -7,10 +7,10 @@ use aqueduct_tables::Txn;
 use aqueduct_values::Value;
 use sqlparser::ast;
 
-use crate::auto_views::{AutoView, Lifted};
 use crate::consistency::Ready;
-use crate::oneshot;
-use crate::plan::Outcome;
+use aqueduct_plan::plan::Outcome;
+use aqueduct_views::auto_views::{AutoView, Lifted};
+use aqueduct_views::oneshot;
 
 use super::state::Session;
 
@@ -70,8 +70,8 @@ impl Session {
         e: SqlError,
     ) -> Result<Option<Outcome>, SqlError> {
         let gone = self.engine.views.get(&auto.view).is_none();
-        let compute = e.code == crate::views::UPQUERY_TIMEOUT_CODE
-            && self.on_upquery_timeout() == crate::views::OnTimeout::Compute;
+        let compute = e.code == aqueduct_views::views::UPQUERY_TIMEOUT_CODE
+            && self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute;
         if gone || compute {
             Ok(None)
         } else {

@@ -6,11 +6,11 @@ use aqueduct_expr::SqlError;
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
-use crate::bind;
-use crate::catalog_queries;
-use crate::parse::parse;
-use crate::plan::{Column, Outcome, Plan};
-use crate::view_read::ViewRead;
+use aqueduct_plan::bind;
+use aqueduct_plan::catalog_queries;
+use aqueduct_plan::parse::parse;
+use aqueduct_plan::plan::{Column, Outcome, Plan};
+use aqueduct_views::view_read::ViewRead;
 
 use super::dataflow::PreparedAuto;
 use super::route::Route;
@@ -204,7 +204,7 @@ impl Session {
         }
         let (columns, params) = {
             let catalog = self.engine.database().read();
-            crate::oneshot::describe(&catalog, q, hints, self.time)?
+            aqueduct_views::oneshot::describe(&catalog, q, hints, self.time)?
         };
         Ok(Prepared {
             sql: sql.to_string(),

@@ -6,13 +6,13 @@ use aqueduct_expr::SqlError;
 use aqueduct_tables::{Catalog, Privilege, TableId};
 use sqlparser::ast::Statement;
 
-use crate::bind;
-use crate::parse::parse;
-use crate::plan::Outcome;
 use crate::roles::{
     is_role_statement, must_be_owner, needs_of, owner_is_superuser, permission_denied,
     query_relations, Acting, Needs, Principal, Relation, MAX_VIEW_DEPTH,
 };
+use aqueduct_plan::bind;
+use aqueduct_plan::parse::parse;
+use aqueduct_plan::plan::Outcome;
 
 use super::state::Session;
 

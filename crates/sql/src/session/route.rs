@@ -30,11 +30,11 @@ use sqlparser::ast::{self, Statement};
 
 use aqueduct_expr::SqlError;
 
-use crate::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
-use crate::bind;
-use crate::catalog_queries;
-use crate::compile::Compiler;
-use crate::plan::{Access, Bound, Column, Ddl, NeedsDataflow, Outcome, Plan};
+use aqueduct_plan::bind;
+use aqueduct_plan::catalog_queries;
+use aqueduct_plan::plan::{Access, Bound, Column, Ddl, NeedsDataflow, Outcome, Plan};
+use aqueduct_views::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
+use aqueduct_views::compile::Compiler;
 
 use super::state::Session;
 
@@ -189,7 +189,7 @@ impl Session {
             if let (Plan::Ddl(Ddl::CreateView { .. }), Statement::CreateView(cv)) =
                 (&bound.plan, st)
             {
-                crate::views::ViewRegistry::check(&catalog, &cv.query)?;
+                aqueduct_views::views::ViewRegistry::check(&catalog, &cv.query)?;
             }
             bound
         };
@@ -213,7 +213,7 @@ impl Session {
         } else {
             let lifted = lift_literals(q);
             if self.engine.views.auto_view(&lifted.sql).is_some()
-                || crate::auto_views::parameterize(&lifted.query).is_some()
+                || aqueduct_views::auto_views::parameterize(&lifted.query).is_some()
             {
                 return Route::AutoView {
                     why,
@@ -337,12 +337,13 @@ impl Session {
                     return Ok((lines, Some(views.dot_of(&auto.view))));
                 }
                 let catalog = self.engine.database().read();
-                let planned = crate::auto_views::parameterize(&lifted.query).and_then(|p| {
-                    let mut scratch = Graph::new();
-                    let mut c = Compiler::new(&catalog, &mut scratch);
-                    let compiled = c.query(&p.query).ok()?;
-                    Some((p, compiled, scratch))
-                });
+                let planned =
+                    aqueduct_views::auto_views::parameterize(&lifted.query).and_then(|p| {
+                        let mut scratch = Graph::new();
+                        let mut c = Compiler::new(&catalog, &mut scratch);
+                        let compiled = c.query(&p.query).ok()?;
+                        Some((p, compiled, scratch))
+                    });
                 match planned {
                     Some((p, compiled, mut scratch)) => {
                         scratch.view("result", compiled.node, vec![]);

@@ -6,11 +6,11 @@ use aqueduct_tables::{Catalog, Txn};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
-use crate::bind;
-use crate::catalog_queries;
-use crate::exec;
-use crate::parse::parse;
-use crate::plan::{Column, Outcome, Plan};
+use aqueduct_plan::bind;
+use aqueduct_plan::catalog_queries;
+use aqueduct_plan::exec;
+use aqueduct_plan::parse::parse;
+use aqueduct_plan::plan::{Column, Outcome, Plan};
 
 use super::route::Route;
 use super::state::{command, Session};
@@ -19,7 +19,7 @@ impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
     pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
-        crate::limits::with_statement_stack(|| self.execute_text(sql))
+        aqueduct_plan::limits::with_statement_stack(|| self.execute_text(sql))
     }
 
     pub(crate) fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
@@ -233,7 +233,7 @@ impl Session {
     pub(crate) fn run_dataflow(
         &mut self,
         st: &Statement,
-        auto: Option<crate::auto_views::Lifted>,
+        auto: Option<aqueduct_views::auto_views::Lifted>,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
         if self.failed {

@@ -15,8 +15,8 @@ use aqueduct_values::{DataType, Value};
 
 use crate::consistency::Consistency;
 use crate::engine::{Clock, Engine};
-use crate::plan::{Column, Outcome, StatementTime};
 use crate::roles::{Principal, ViewRelationsCache};
+use aqueduct_plan::plan::{Column, Outcome, StatementTime};
 
 /// Counts a statement in the running gauge until dropped (also when it
 /// unwinds).
@@ -167,7 +167,7 @@ impl Session {
             memory: self
                 .settings
                 .get("aqueduct.statement_memory_limit")
-                .and_then(|v| crate::limits::parse_bytes(v))
+                .and_then(|v| aqueduct_plan::limits::parse_bytes(v))
                 .filter(|&b| b > 0),
         };
     }
@@ -190,7 +190,7 @@ impl Session {
         let StatementBounds { timeout, memory } = self.bounds;
         let interrupt = self.interrupt.clone();
         let engine = self.engine.clone();
-        crate::limits::with_statement_stack(|| {
+        aqueduct_plan::limits::with_statement_stack(|| {
             interrupt.enter(std::time::Instant::now(), timeout, memory, || {
                 // Counted once the handle is armed, so a cancel that sees
                 // the statement running is not dropped as early.
@@ -388,7 +388,7 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
         "aqueduct.consistency_timeout_action" => matches!(value, "error" | "compute"),
         "statement_timeout" => parse_duration(value).is_some(),
-        "aqueduct.statement_memory_limit" => crate::limits::parse_bytes(value).is_some(),
+        "aqueduct.statement_memory_limit" => aqueduct_plan::limits::parse_bytes(value).is_some(),
         _ => true,
     };
     if ok {

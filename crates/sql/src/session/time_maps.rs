@@ -4,8 +4,8 @@
 use aqueduct_expr::SqlError;
 use aqueduct_tables::{SchemaChange, TimeMapDef};
 
-use crate::plan::Outcome;
 use crate::time_maps::*;
+use aqueduct_plan::plan::Outcome;
 
 use super::state::{parse_duration, Session};
 

@@ -26,7 +26,7 @@ use aqueduct_values::Value;
 
 use aqueduct_expr::SqlError;
 
-use crate::view_entry::ViewEntry;
+use aqueduct_views::view_entry::ViewEntry;
 
 use super::state::Session;
 

@@ -10,24 +10,24 @@ use aqueduct_tables::{Catalog, ColumnDef, SchemaChange, TableSchema};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
-use crate::bind;
 use crate::consistency::Ready;
-use crate::plan::Outcome;
-use crate::view_read::ViewRead;
+use aqueduct_plan::bind;
+use aqueduct_plan::plan::Outcome;
+use aqueduct_views::view_read::ViewRead;
 
 use super::state::{parse_duration, Session};
 
 /// A view a statement reads, with the key columns and the keys its
 /// `WHERE` pins (none: all its rows).
 pub(crate) type ViewReadKeys = (
-    Arc<crate::views::ViewEntry>,
+    Arc<aqueduct_views::views::ViewEntry>,
     Option<(Vec<usize>, Vec<Vec<Value>>)>,
 );
 
 /// Adds view `v` to `catalog` as a table holding `rows`.
 pub(crate) fn add_view_table(
     catalog: &mut Catalog,
-    v: &crate::views::ViewEntry,
+    v: &aqueduct_views::views::ViewEntry,
     rows: Vec<Vec<Value>>,
     watermark: Lsn,
 ) {
@@ -293,14 +293,14 @@ impl Session {
     /// How long a read waits for the upquery that fills a missing key.
     pub(crate) fn upquery_timeout(&self) -> std::time::Duration {
         parse_duration(&self.settings["aqueduct.upquery_timeout"])
-            .unwrap_or(crate::views::DEFAULT_UPQUERY_TIMEOUT)
+            .unwrap_or(aqueduct_views::views::DEFAULT_UPQUERY_TIMEOUT)
     }
 
     /// What a read does when its upquery takes longer than that.
-    pub(crate) fn on_upquery_timeout(&self) -> crate::views::OnTimeout {
+    pub(crate) fn on_upquery_timeout(&self) -> aqueduct_views::views::OnTimeout {
         match self.settings["aqueduct.upquery_timeout_action"].as_str() {
-            "compute" => crate::views::OnTimeout::Compute,
-            _ => crate::views::OnTimeout::Error,
+            "compute" => aqueduct_views::views::OnTimeout::Compute,
+            _ => aqueduct_views::views::OnTimeout::Error,
         }
     }
 
@@ -309,15 +309,15 @@ impl Session {
     /// instead (without filling the key).
     pub(crate) fn lookup_view(
         &self,
-        v: &crate::views::ViewEntry,
+        v: &aqueduct_views::views::ViewEntry,
         cols: &[usize],
         keys: &[Vec<Value>],
     ) -> Result<(Vec<Vec<aqueduct_dataflow::Row>>, Lsn), SqlError> {
         let views = &self.engine.views;
         match views.lookup_many(v, cols, keys, self.upquery_timeout()) {
             Err(e)
-                if e.code == crate::views::UPQUERY_TIMEOUT_CODE
-                    && self.on_upquery_timeout() == crate::views::OnTimeout::Compute =>
+                if e.code == aqueduct_views::views::UPQUERY_TIMEOUT_CODE
+                    && self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute =>
             {
                 let db = self.engine.database();
                 let catalog = db.read();
@@ -379,7 +379,7 @@ impl Session {
 /// instead of a scan.
 fn equality_key(
     st: &Statement,
-    view: &crate::views::ViewEntry,
+    view: &aqueduct_views::views::ViewEntry,
     params: &[Value],
 ) -> Option<(Vec<usize>, Vec<Vec<Value>>)> {
     use sqlparser::ast;
@@ -391,7 +391,7 @@ fn equality_key(
         return None;
     }
     let mut conjuncts = Vec::new();
-    crate::auto_views::split(sel.selection.as_ref()?, &mut conjuncts);
+    aqueduct_views::auto_views::split(sel.selection.as_ref()?, &mut conjuncts);
     let mut key: Vec<(usize, Vec<Value>)> = Vec::new();
     for c in conjuncts {
         // `col = value` or `col IN (values)`.
@@ -467,7 +467,7 @@ fn equality_key(
                 })
             })
             .collect();
-        if combos.len() > crate::auto_views::MAX_KEYS_PER_READ {
+        if combos.len() > aqueduct_views::auto_views::MAX_KEYS_PER_READ {
             return None;
         }
     }

@@ -41,9 +41,9 @@ use aqueduct_expr::SqlError;
 use aqueduct_tables::Database;
 
 use crate::compile::Compiler;
-use crate::parse::view_query;
-use crate::plan::Column;
 pub use crate::view_entry::{InstallOptions, ViewEntry};
+use aqueduct_plan::parse::view_query;
+use aqueduct_plan::plan::Column;
 
 /// What compiling a view in a scratch graph found out.
 struct Checked {
@@ -485,9 +485,9 @@ impl ViewRegistry {
     fn drop_auto_views_reading(&self, name: &str) {
         let reads = |view: &str| {
             self.get(view).is_some_and(|v| {
-                crate::parse::parse(&v.sql).map_or(true, |sts| {
+                aqueduct_plan::parse::parse(&v.sql).map_or(true, |sts| {
                     sts.iter()
-                        .any(|st| crate::bind::relations(st).iter().any(|r| r == name))
+                        .any(|st| aqueduct_plan::bind::relations(st).iter().any(|r| r == name))
                 })
             })
         };
@@ -1016,7 +1016,7 @@ impl ViewRegistry {
 
     /// [`ViewRegistry::compute_lookup`] over the tables as `txn` sees them
     /// (its own writes included), each table it scans noted in `txn`.
-    pub(crate) fn compute_lookup_in(
+    pub fn compute_lookup_in(
         &self,
         catalog: &Catalog,
         txn: &mut aqueduct_tables::Txn,

@@ -19,7 +19,7 @@ use sqlparser::ast;
 use aqueduct_expr::SqlError;
 
 use crate::compile::Compiler;
-use crate::plan::{Column, StatementTime};
+use aqueduct_plan::plan::{Column, StatementTime};
 
 /// The result columns and parameter types of `q`, without running it.
 pub fn describe(
@@ -49,7 +49,7 @@ pub fn evaluate(
     time: Option<StatementTime>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
     evaluate_with(catalog, q, params, time, &mut |t| {
-        crate::exec::scan_rows(catalog, txn, t)
+        aqueduct_plan::exec::scan_rows(catalog, txn, t)
     })
 }
 

@@ -19,8 +19,8 @@ use sqlparser::ast;
 
 use aqueduct_expr::SqlError;
 
-use crate::bind::{ident, object_name, Binder, Scope, ScopeColumn};
-use crate::plan::{Column, SelectBody, StatementTime};
+use aqueduct_plan::bind::{ident, object_name, Binder, Scope, ScopeColumn};
+use aqueduct_plan::plan::{Column, SelectBody, StatementTime};
 
 /// What a compiled query produces.
 pub struct Compiled {
@@ -149,7 +149,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     pub fn query(&mut self, q: &ast::Query) -> Result<Compiled, SqlError> {
         self.depth += 1;
-        let out = crate::limits::grow(|| self.query_inner(q));
+        let out = aqueduct_plan::limits::grow(|| self.query_inner(q));
         self.depth -= 1;
         let mut out = out?;
         if self.depth == 0 {
@@ -303,7 +303,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 set_quantifier,
                 left,
                 right,
-            } => crate::limits::grow(|| {
+            } => aqueduct_plan::limits::grow(|| {
                 self.union(set_quantifier, left, right, None, None, None, false)
             }),
             ast::SetExpr::SetOperation { .. } => Err(unsupported_in_view(&format!("{e}"))),
@@ -345,7 +345,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
                                 format!("views nested more than {MAX_VIEW_NESTING} deep"),
                             ));
                         }
-                        let inner = crate::parse::view_query(&sql)?;
+                        let inner = aqueduct_plan::parse::view_query(&sql)?;
                         let compiled = self.query(&inner)?;
                         return Ok((compiled.node, scope_of(&compiled.columns, &qualifier)));
                     }

@@ -14,8 +14,8 @@ use sqlparser::ast;
 
 use aqueduct_expr::SqlError;
 
-use crate::plan::Column;
 use crate::view_entry::ViewEntry;
+use aqueduct_plan::plan::Column;
 
 /// Prefix of the key columns an automatic view adds to its outputs.
 const KEY_ALIAS: &str = "__aqueduct_key";
@@ -497,7 +497,7 @@ pub(crate) fn split_by<'e>(
 }
 
 /// The conjuncts of a WHERE.
-pub(crate) fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
+pub fn split<'e>(e: &'e ast::Expr, out: &mut Vec<&'e ast::Expr>) {
     split_by(e, &ast::BinaryOperator::And, out)
 }
 
@@ -774,7 +774,7 @@ mod tests {
     use super::*;
 
     fn query(sql: &str) -> ast::Query {
-        match crate::parse::parse(sql).unwrap().pop() {
+        match aqueduct_plan::parse::parse(sql).unwrap().pop() {
             Some(ast::Statement::Query(q)) => *q,
             other => panic!("{other:?}"),
         }

@@ -4,7 +4,7 @@
 use aqueduct_dataflow::ops::SortColumn;
 use aqueduct_tables::TableId;
 
-use crate::plan::Column;
+use aqueduct_plan::plan::Column;
 
 /// One maintained view, as readers see it.
 #[derive(Clone)]

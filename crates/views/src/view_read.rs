@@ -10,8 +10,8 @@
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use crate::plan::Column;
 use crate::view_entry::ViewEntry;
+use aqueduct_plan::plan::Column;
 
 /// Where one key column's value comes from.
 #[derive(Clone, Debug)]
@@ -76,12 +76,12 @@ impl ViewRead {
                 args: None,
                 ..
             } => {
-                let last = crate::bind::ident(name.0.last()?.as_ident()?);
+                let last = aqueduct_plan::bind::ident(name.0.last()?.as_ident()?);
                 if last != view.name {
                     return None;
                 }
                 match alias {
-                    Some(a) if a.columns.is_empty() => crate::bind::ident(&a.name),
+                    Some(a) if a.columns.is_empty() => aqueduct_plan::bind::ident(&a.name),
                     Some(_) => return None,
                     None => last,
                 }
@@ -90,12 +90,12 @@ impl ViewRead {
         };
         let column = |e: &ast::Expr| -> Option<usize> {
             let name = match e {
-                ast::Expr::Identifier(i) => crate::bind::ident(i),
+                ast::Expr::Identifier(i) => aqueduct_plan::bind::ident(i),
                 ast::Expr::CompoundIdentifier(p) if p.len() == 2 => {
-                    if crate::bind::ident(&p[0]) != qualifier {
+                    if aqueduct_plan::bind::ident(&p[0]) != qualifier {
                         return None;
                     }
-                    crate::bind::ident(&p[1])
+                    aqueduct_plan::bind::ident(&p[1])
                 }
                 _ => return None,
             };
@@ -119,7 +119,7 @@ impl ViewRead {
                     let c = column(expr)?;
                     project.push(c);
                     columns.push(Column {
-                        name: crate::bind::ident(alias),
+                        name: aqueduct_plan::bind::ident(alias),
                         ..view.columns[c].clone()
                     });
                 }

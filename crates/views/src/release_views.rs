@@ -26,9 +26,9 @@ use parking_lot::Mutex;
 use aqueduct_expr::SqlError;
 
 use crate::compile::Compiler;
-use crate::parse::view_query;
 use crate::view_entry::ViewEntry;
 use crate::views::{keyed_name, table_rows, upqueries_can_look_up, ViewRegistry};
+use aqueduct_plan::parse::view_query;
 
 /// Most views (per view and key) one release builds; beyond it, reads
 /// evaluate the view's query directly.
@@ -58,7 +58,7 @@ enum Scratch {
 
 /// The views built for the current release.
 #[derive(Default)]
-pub(crate) struct ReleaseViews {
+pub struct ReleaseViews {
     release: u64,
     views: HashMap<(u64, Vec<usize>), Arc<Mutex<Scratch>>>,
 }
@@ -66,7 +66,7 @@ pub(crate) struct ReleaseViews {
 /// The rows of view `entry` whose `key` columns equal `values`, as of
 /// the release `snap`: from `cache`, the views built for the current
 /// release (built now if it has none), else computed by `views`.
-pub(crate) fn lookup(
+pub fn lookup(
     cache: &Mutex<ReleaseViews>,
     views: &ViewRegistry,
     snap: &Snapshot,

@@ -73,7 +73,7 @@ impl Plan {
 }
 
 /// The columns of `SHOW VIEWS`.
-pub(crate) fn show_views_columns() -> Vec<Column> {
+pub fn show_views_columns() -> Vec<Column> {
     vec![
         Column::computed("name", DataType::Text),
         Column::computed("watermark", DataType::Int8),
@@ -92,7 +92,7 @@ pub(crate) fn show_views_columns() -> Vec<Column> {
 }
 
 /// The columns of `SHOW CONSUMERS`.
-pub(crate) fn show_consumers_columns() -> Vec<Column> {
+pub fn show_consumers_columns() -> Vec<Column> {
     vec![
         Column::computed("name", DataType::Text),
         Column::computed("next_lsn", DataType::Int8),
@@ -131,7 +131,9 @@ pub fn bind(
     })
 }
 
-pub(crate) struct Binder<'a> {
+/// Binds statements, expressions and query bodies against one catalog,
+/// collecting the parameters' types as it goes.
+pub struct Binder<'a> {
     catalog: &'a Catalog,
     params: Vec<Option<DataType>>,
     /// Values to bind parameters to as constants (one-shot evaluation).
@@ -160,7 +162,8 @@ impl ClockFunc {
 }
 
 impl<'a> Binder<'a> {
-    pub(crate) fn new(catalog: &'a Catalog) -> Binder<'a> {
+    /// A binder over `catalog`, with no parameters seen yet.
+    pub fn new(catalog: &'a Catalog) -> Binder<'a> {
         Binder {
             catalog,
             params: Vec::new(),
@@ -170,31 +173,32 @@ impl<'a> Binder<'a> {
     }
 
     /// Binds `now()` and its kin to `time`.
-    pub(crate) fn set_time(&mut self, time: StatementTime) {
+    pub fn set_time(&mut self, time: StatementTime) {
         self.time = Some(time);
     }
 
-    pub(crate) fn catalog(&self) -> &'a Catalog {
+    /// The catalog names are resolved against.
+    pub fn catalog(&self) -> &'a Catalog {
         self.catalog
     }
 
     /// Parameter types the client declared.
-    pub(crate) fn seed_param_types(&mut self, hints: &[Option<DataType>]) {
+    pub fn seed_param_types(&mut self, hints: &[Option<DataType>]) {
         self.params = hints.to_vec();
     }
 
     /// Binds `$n` to `values[n - 1]` as a constant instead of a parameter.
-    pub(crate) fn set_values(&mut self, values: Vec<Value>) {
+    pub fn set_values(&mut self, values: Vec<Value>) {
         self.values = Some(values);
     }
 
     /// Whether the statement has parameters left unbound.
-    pub(crate) fn has_params(&self) -> bool {
+    pub fn has_params(&self) -> bool {
         !self.params.is_empty() && self.values.is_none()
     }
 
     /// The parameters' types as far as the statement shows them.
-    pub(crate) fn param_types(&self) -> Vec<DataType> {
+    pub fn param_types(&self) -> Vec<DataType> {
         self.params
             .iter()
             .map(|p| p.clone().unwrap_or(DataType::Text))
@@ -204,7 +208,7 @@ impl<'a> Binder<'a> {
 
 /// A column an expression may name.
 #[derive(Clone, Debug)]
-pub(crate) struct ScopeColumn {
+pub struct ScopeColumn {
     /// The table name or alias it may be qualified with.
     pub qualifier: Option<String>,
     pub name: String,
@@ -216,7 +220,7 @@ pub(crate) struct ScopeColumn {
 /// The columns an expression may name, in row order: a bound
 /// `Expr::Column(i)` reads position `i` of the row these columns describe.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Scope {
+pub struct Scope {
     pub columns: Vec<ScopeColumn>,
 }
 
@@ -245,7 +249,8 @@ impl Scope {
     }
 }
 
-pub(crate) fn ident(i: &ast::Ident) -> String {
+/// An identifier's name: as written when quoted, lowercased otherwise.
+pub fn ident(i: &ast::Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
@@ -255,7 +260,7 @@ pub(crate) fn ident(i: &ast::Ident) -> String {
 
 /// The names of the relations a statement reads or writes (tables, views,
 /// CTEs), as the binder resolves them.
-pub(crate) fn relations(st: &ast::Statement) -> Vec<String> {
+pub fn relations(st: &ast::Statement) -> Vec<String> {
     let mut out = Vec::new();
     let _ = ast::visit_relations(st, |name| {
         if let Ok(n) = object_name(name) {
@@ -270,7 +275,7 @@ pub(crate) fn relations(st: &ast::Statement) -> Vec<String> {
 
 /// Whether `st` is a plain `SELECT` that names one relation once: no
 /// join, no set operation, no subquery, no CTE.
-pub(crate) fn reads_one_relation(st: &ast::Statement) -> bool {
+pub fn reads_one_relation(st: &ast::Statement) -> bool {
     let ast::Statement::Query(q) = st else {
         return false;
     };
@@ -301,7 +306,7 @@ fn session_dependent_in_view(name: &str) -> SqlError {
 }
 
 /// The last part of an object name (schema qualifiers such as `public.` are ignored).
-pub(crate) fn object_name(n: &ast::ObjectName) -> Result<String, SqlError> {
+pub fn object_name(n: &ast::ObjectName) -> Result<String, SqlError> {
     let parts: Vec<String> =
         n.0.iter()
             .map(|p| p.as_ident().map(ident))
@@ -588,7 +593,8 @@ impl<'a> Binder<'a> {
         }
     }
 
-    pub(crate) fn table(&self, name: &str) -> Result<&'a Table, SqlError> {
+    /// The table named `name`, or `undefined_table`.
+    pub fn table(&self, name: &str) -> Result<&'a Table, SqlError> {
         self.catalog
             .table(name)
             .ok_or_else(|| SqlError::undefined_table(name))
@@ -738,7 +744,9 @@ impl<'a> Binder<'a> {
         })
     }
 
-    pub(crate) fn expr(
+    /// Binds a scalar expression over the columns of `scope`; `expected`
+    /// is the type the context wants (it types parameters and literals).
+    pub fn expr(
         &mut self,
         e: &ast::Expr,
         scope: &Scope,
@@ -1440,10 +1448,8 @@ impl<'a> Binder<'a> {
         Ok((Plan::Select(plan.0), columns))
     }
 
-    pub(crate) fn limit(
-        &mut self,
-        q: &ast::Query,
-    ) -> Result<(Option<Expr>, Option<Expr>), SqlError> {
+    /// Binds a query's LIMIT and OFFSET (constants or parameters).
+    pub fn limit(&mut self, q: &ast::Query) -> Result<(Option<Expr>, Option<Expr>), SqlError> {
         let empty = Scope::empty();
         let (limit, offset) = match &q.limit_clause {
             None => (None, None),
@@ -1549,7 +1555,7 @@ impl<'a> Binder<'a> {
     /// Binds everything of a SELECT after FROM, over the rows `scope`
     /// describes; `origin(i)` describes input column `i` for result metadata.
     /// Direct evaluation and view compilation share it.
-    pub(crate) fn select_body(
+    pub fn select_body(
         &mut self,
         scope: &Scope,
         origin: &dyn Fn(usize) -> Column,

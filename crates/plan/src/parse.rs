@@ -52,7 +52,7 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
 }
 
 /// Whether `hay` contains `needle` (ASCII, any case), without allocating.
-pub(crate) fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     hay.as_bytes()
         .windows(needle.len())
         .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))

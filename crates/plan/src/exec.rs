@@ -106,17 +106,17 @@ fn key_values(
         .collect()
 }
 
-/// The rows a statement reads from `t` via `access`, as this transaction
-/// sees them (its own writes included). Records the reads for validation.
 /// Every row of `t` as `txn` sees it (its own writes included), noting the
 /// scan in the transaction's read set.
-pub(crate) fn scan_rows(catalog: &Catalog, txn: &mut Txn, t: &Table) -> Result<Vec<Row>, SqlError> {
+pub fn scan_rows(catalog: &Catalog, txn: &mut Txn, t: &Table) -> Result<Vec<Row>, SqlError> {
     Ok(read_rows(catalog, txn, t, &Access::Scan, &[])?
         .into_iter()
         .map(|(_, r)| (*r).clone())
         .collect())
 }
 
+/// The rows a statement reads from `t` via `access`, as this transaction
+/// sees them (its own writes included). Records the reads for validation.
 fn read_rows(
     catalog: &Catalog,
     txn: &mut Txn,

@@ -1,0 +1,28 @@
+//! SQL statements to plans, and plans executed directly: parse (sqlparser,
+//! PostgreSQL dialect) within the limits on size and nesting ([`parse`],
+//! [`limits`]), bind against the catalog ([`bind`]: names resolved,
+//! parameter types inferred, an access path chosen, or the query marked as
+//! needing the dataflow) into the plan types ([`plan`]), the catalog as
+//! clients ask for it ([`catalog_queries`]), and [`exec`]: rows read
+//! through the transaction so reads are validated at commit, writes
+//! buffered and committed as one log batch.
+//!
+//! The layer under the maintained views (`aqueduct-views`, whose compiler
+//! uses the binder) and the sessions (`aqueduct-sql`). It knows nothing of
+//! either.
+//!
+//! This file only declares modules and re-exports: modules import each
+//! other by their own paths, never through the crate root, so they form a
+//! DAG (`crates/sql/tests/module_cycles.rs`). From the bottom: `plan.rs`
+//! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`,
+//! `exec.rs`.
+
+pub mod bind;
+pub mod catalog_queries;
+pub mod exec;
+pub mod limits;
+pub mod parse;
+pub mod plan;
+
+pub use parse::param_from_text;
+pub use plan::{Column, Outcome};
