@@ -31,6 +31,7 @@ LABELS = {
     ("aqueduct", "log"): "Aqueduct\nin process\nfrom the log",
     ("aqueduct", "http-memory"): "Aqueduct\nHTTP NDJSON\nfrom memory",
     ("aqueduct", "http-log"): "Aqueduct\nHTTP NDJSON\nfrom the log",
+    ("aqueduct", "mirror-http"): "Aqueduct mirror\n(HTTP, from the log)\n1,000,000 behind",
     ("postgres", "decode"): "PostgreSQL 15\ntest_decoding\npg_recvlogical",
 }
 

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use aqueduct_feed::{Change, FeedOptions};
 use aqueduct_log::{Log, Options, SyncPolicy};
+use aqueduct_mirror::{Follower, FollowerConfig, Tables as MirrorTables};
 use aqueduct_sql::Engine;
 use aqueduct_values::Value;
 use clap::Args;
@@ -508,6 +509,26 @@ fn http_runs(args: &FeedArgs, out: &mut Vec<Delivery>) -> anyhow::Result<()> {
         let mut c = server.connect()?;
         c.batch_execute(CREATE_ITEM)?;
     }
+    // A mirror bootstraps now, while the table is empty, and saves where
+    // it is; it catches up from there after the load.
+    // It follows as a durable consumer, so the server's compaction keeps
+    // the log from its position while it is away.
+    let mirror_config = |http_port: u16| {
+        let mut cfg = FollowerConfig::new(format!("127.0.0.1:{http_port}"));
+        cfg.consumer = Some("bench-mirror".into());
+        cfg
+    };
+    let saved = {
+        let mut mirror = Follower::new(mirror_config(server.http_port()), MirrorTables::default());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while mirror.position().is_none() || mirror.status().streams_opened == 0 {
+            let _ = mirror.poll_once(Duration::from_millis(200));
+            if Instant::now() > deadline {
+                bail!("the mirror did not bootstrap: {:?}", mirror.status());
+            }
+        }
+        mirror.position().expect("bootstrapped")
+    };
     eprintln!(
         "server: loading {} one-row transactions over the PostgreSQL protocol",
         thousands(args.http_changes)
@@ -558,6 +579,52 @@ fn http_runs(args: &FeedArgs, out: &mut Vec<Delivery>) -> anyhow::Result<()> {
             bytes: Some(bytes),
         });
     }
+    // The server now serves from the log (small feed memory after the
+    // restart): the mirror resumes `n` changes behind and applies them all.
+    eprintln!(
+        "mirror: catching up {} changes over HTTP from its saved position",
+        thousands(n)
+    );
+    let mut mirror = Follower::resume(
+        mirror_config(server.http_port()),
+        MirrorTables::default(),
+        saved,
+    );
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(600);
+    let mut applied = 0u64;
+    while mirror
+        .mirror()
+        .tables
+        .get("item")
+        .map_or(0, |t| t.len() as u64)
+        < n
+    {
+        applied += mirror.poll_once(Duration::from_millis(200)).unwrap_or(0) as u64;
+        common::check_stop()?;
+        if Instant::now() > deadline {
+            bail!("the mirror did not catch up: {:?}", mirror.status());
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if !mirror.mirror().anomalies.is_empty() || mirror.status().bootstraps > 0 {
+        bail!(
+            "the mirror's catch-up was not clean: {:?}, {:?}",
+            mirror.mirror().anomalies.first(),
+            mirror.status()
+        );
+    }
+    out.push(Delivery {
+        system: "aqueduct".into(),
+        path: "mirror-http".into(),
+        messages: applied,
+        changes: n,
+        seconds,
+        changes_per_s: n as f64 / seconds,
+        read_log: None,
+        max_lag: None,
+        bytes: None,
+    });
     Ok(())
 }
 
