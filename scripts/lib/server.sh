@@ -31,14 +31,18 @@ aq_free_port() {
 # Starts the server in the background on fresh free ports and waits until
 # /health answers. Sets AQ_PID, AQ_PG_PORT, AQ_HTTP_PORT. Retries with other
 # ports if the server exits during start-up (a port taken in between).
+# With AQ_REUSE_PORTS=1 the first attempt keeps AQ_PG_PORT and AQ_HTTP_PORT
+# (a restart that clients reconnect to at the same address).
 aq_start() {
   local dir="$1" log="$2"
   shift 2
   local attempt
   for attempt in 1 2 3; do
-    AQ_PG_PORT=$(aq_free_port)
-    AQ_HTTP_PORT=$(aq_free_port)
-    while [ "$AQ_HTTP_PORT" = "$AQ_PG_PORT" ]; do AQ_HTTP_PORT=$(aq_free_port); done
+    if [ "${AQ_REUSE_PORTS:-}" != 1 ] || [ "$attempt" != 1 ] || [ -z "${AQ_HTTP_PORT:-}" ]; then
+      AQ_PG_PORT=$(aq_free_port)
+      AQ_HTTP_PORT=$(aq_free_port)
+      while [ "$AQ_HTTP_PORT" = "$AQ_PG_PORT" ]; do AQ_HTTP_PORT=$(aq_free_port); done
+    fi
     echo "== start (attempt $attempt): pg 127.0.0.1:$AQ_PG_PORT http 127.0.0.1:$AQ_HTTP_PORT" >>"$log"
     # The settings come from the flags alone, not from AQUEDUCT_* variables
     # that happen to be set.

@@ -6,6 +6,7 @@
 //!
 //!     cargo run -p aqueduct-mirror --example reference_data -- --http 127.0.0.1:8433
 //!     ... --check 10   # follow for 10 s, then check the indexes against the server
+//!     ... --until FILE # follow until FILE exists, then check
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -266,6 +267,7 @@ fn check(addr: &str, guide: &Guide) -> Result<(), String> {
 fn main() {
     let mut addr = "127.0.0.1:8433".to_string();
     let mut check_after = None;
+    let mut until: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -277,9 +279,10 @@ fn main() {
                         .expect("--check SECONDS"),
                 ))
             }
+            "--until" => until = Some(args.next().expect("--until FILE").into()),
             other => {
                 eprintln!(
-                    "usage: reference_data [--http HOST:PORT] [--check SECONDS] (not {other})"
+                    "usage: reference_data [--http HOST:PORT] [--check SECONDS] [--until FILE] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -310,6 +313,9 @@ fn main() {
             if started.elapsed() >= after {
                 break;
             }
+        }
+        if until.as_ref().is_some_and(|f| f.exists()) {
+            break;
         }
         if report.elapsed() >= Duration::from_secs(2) {
             report = Instant::now();
