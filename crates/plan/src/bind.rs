@@ -504,7 +504,12 @@ impl<'a> Binder<'a> {
             S::Rollback {
                 savepoint: None, ..
             } => (Plan::Rollback, vec![]),
-            S::Rollback { .. } => return Err(SqlError::unsupported("ROLLBACK TO SAVEPOINT")),
+            S::Rollback {
+                savepoint: Some(name),
+                ..
+            } => (Plan::RollbackTo { name: ident(name) }, vec![]),
+            S::Savepoint { name } => (Plan::Savepoint { name: ident(name) }, vec![]),
+            S::ReleaseSavepoint { name } => (Plan::ReleaseSavepoint { name: ident(name) }, vec![]),
             S::Set(set) => (self.set(set)?, vec![]),
             S::ShowVariable { variable } => {
                 let words = variable.iter().map(ident).collect::<Vec<_>>();

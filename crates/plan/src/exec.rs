@@ -54,6 +54,9 @@ pub fn execute(
         Plan::Begin
         | Plan::Commit
         | Plan::Rollback
+        | Plan::Savepoint { .. }
+        | Plan::ReleaseSavepoint { .. }
+        | Plan::RollbackTo { .. }
         | Plan::Set { .. }
         | Plan::Show { .. }
         | Plan::Deallocate { .. }

@@ -65,6 +65,18 @@ pub enum Plan {
     Begin,
     Commit,
     Rollback,
+    /// `SAVEPOINT name`.
+    Savepoint {
+        name: String,
+    },
+    /// `RELEASE [SAVEPOINT] name`.
+    ReleaseSavepoint {
+        name: String,
+    },
+    /// `ROLLBACK TO [SAVEPOINT] name`.
+    RollbackTo {
+        name: String,
+    },
     Set {
         name: String,
         value: Option<String>,

@@ -285,6 +285,13 @@ enum Read {
     Table { table: TableId, version: Lsn },
 }
 
+/// A transaction's writes as of a `SAVEPOINT`.
+#[derive(Clone, Debug)]
+pub struct TxnSavepoint {
+    writes: usize,
+    overlay: HashMap<(TableId, Key), Option<Row>>,
+}
+
 /// A transaction's reads and buffered writes.
 #[derive(Clone, Debug, Default)]
 pub struct Txn {
@@ -353,6 +360,27 @@ impl Txn {
 
     pub fn schema(&mut self, change: SchemaChange) {
         self.writes.push(Write::Schema(change));
+    }
+
+    /// Marks the present state of the transaction's writes (`SAVEPOINT`).
+    pub fn savepoint(&self) -> TxnSavepoint {
+        TxnSavepoint {
+            writes: self.writes.len(),
+            overlay: self.overlay.clone(),
+        }
+    }
+
+    /// Undoes the writes made since `at` (`ROLLBACK TO SAVEPOINT`). The
+    /// reads made since stay in the read set: the transaction saw them,
+    /// and keeping them can only make `COMMIT` fail more often, never let
+    /// a conflict through.
+    pub fn rollback_to(&mut self, at: &TxnSavepoint) {
+        assert!(
+            at.writes <= self.writes.len(),
+            "a savepoint from the future"
+        );
+        self.writes.truncate(at.writes);
+        self.overlay = at.overlay.clone();
     }
 
     fn validate(&self, catalog: &Catalog) -> Result<(), TableError> {

@@ -116,7 +116,12 @@ impl Route {
                 Plan::Catalog(_) => "catalog query",
                 Plan::Insert(_) | Plan::Update(_) | Plan::Delete(_) => "write",
                 Plan::Ddl(_) => "DDL",
-                Plan::Begin | Plan::Commit | Plan::Rollback => "transaction control",
+                Plan::Begin
+                | Plan::Commit
+                | Plan::Rollback
+                | Plan::Savepoint { .. }
+                | Plan::ReleaseSavepoint { .. }
+                | Plan::RollbackTo { .. } => "transaction control",
                 Plan::Explain { .. } => "explain",
                 Plan::Set { .. }
                 | Plan::Show { .. }

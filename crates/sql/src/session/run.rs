@@ -181,7 +181,12 @@ impl Session {
             Plan::Ddl(_) => m.count(&m.ddl),
             _ => m.count(&m.other),
         }
-        if self.failed && !matches!(bound.plan, Plan::Commit | Plan::Rollback) {
+        if self.failed
+            && !matches!(
+                bound.plan,
+                Plan::Commit | Plan::Rollback | Plan::RollbackTo { .. }
+            )
+        {
             return Err(SqlError::in_failed_transaction());
         }
         match bound.plan {
@@ -193,6 +198,7 @@ impl Session {
                 Ok(command("BEGIN"))
             }
             Plan::Commit => {
+                self.savepoints.clear();
                 let Some(txn) = self.txn.take() else {
                     return Ok(command("COMMIT"));
                 };
@@ -206,6 +212,34 @@ impl Session {
             }
             Plan::Rollback => {
                 self.txn = None;
+                self.failed = false;
+                self.savepoints.clear();
+                Ok(command("ROLLBACK"))
+            }
+            Plan::Savepoint { name } => {
+                let Some(txn) = &self.txn else {
+                    return Err(outside_block("SAVEPOINT"));
+                };
+                self.savepoints.push((name, txn.savepoint()));
+                Ok(command("SAVEPOINT"))
+            }
+            Plan::ReleaseSavepoint { name } => {
+                if self.txn.is_none() {
+                    return Err(outside_block("RELEASE SAVEPOINT"));
+                }
+                let at = self.savepoint_index(&name)?;
+                self.savepoints.truncate(at);
+                Ok(command("RELEASE"))
+            }
+            Plan::RollbackTo { name } => {
+                if self.txn.is_none() {
+                    return Err(outside_block("ROLLBACK TO SAVEPOINT"));
+                }
+                let at = self.savepoint_index(&name)?;
+                // The savepoint itself stays, as in PostgreSQL.
+                self.savepoints.truncate(at + 1);
+                let mark = &self.savepoints[at].1;
+                self.txn.as_mut().expect("checked above").rollback_to(mark);
                 self.failed = false;
                 Ok(command("ROLLBACK"))
             }
@@ -333,4 +367,22 @@ impl Session {
 /// tables) that direct evaluation does not answer.
 pub(crate) fn catalog_relations_unsupported(why: &bind::NeedsDataflow) -> SqlError {
     SqlError::unsupported(format!("{why} over the catalog views"))
+}
+
+/// SQLSTATE 25P01: a savepoint command outside `BEGIN ... COMMIT`.
+fn outside_block(what: &str) -> SqlError {
+    SqlError::new(
+        "25P01",
+        format!("{what} can only be used in transaction blocks"),
+    )
+}
+
+impl Session {
+    /// The newest savepoint called `name` (3B001 when there is none).
+    fn savepoint_index(&self, name: &str) -> Result<usize, SqlError> {
+        self.savepoints
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .ok_or_else(|| SqlError::new("3B001", format!("savepoint \"{name}\" does not exist")))
+    }
 }

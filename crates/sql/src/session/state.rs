@@ -95,6 +95,8 @@ pub struct Session {
     pub(crate) engine: Arc<Engine>,
     pub(crate) txn: Option<Txn>,
     pub(crate) failed: bool,
+    /// `SAVEPOINT`s of the open transaction, oldest first.
+    pub(crate) savepoints: Vec<(String, aqueduct_tables::TxnSavepoint)>,
     pub(crate) settings: BTreeMap<String, String>,
     pub(crate) last_lsn: Lsn,
     pub(crate) release_read_id: Option<u64>,
@@ -134,6 +136,7 @@ impl Session {
             engine,
             txn: None,
             failed: false,
+            savepoints: Vec::new(),
             settings,
             last_lsn: 0,
             release_read_id: None,
@@ -274,6 +277,7 @@ impl Session {
     pub fn abandon(&mut self) {
         self.txn = None;
         self.failed = false;
+        self.savepoints.clear();
     }
 
     pub(crate) fn note_error(&mut self) {
