@@ -105,6 +105,56 @@ impl Func {
     }
 }
 
+/// A function whose answer changes from call to call, or that changes
+/// something: evaluated through [`Env::effects`], so only where a
+/// statement runs (never in a maintained view).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Volatile {
+    /// `nextval(sequence)`.
+    NextVal,
+    /// `currval(sequence)`.
+    CurrVal,
+    /// `setval(sequence, value [, is_called])`.
+    SetVal,
+    /// `lastval()`.
+    LastVal,
+    /// `gen_random_uuid()`: evaluated here, needs no effects.
+    GenRandomUuid,
+}
+
+impl Volatile {
+    pub fn by_name(name: &str) -> Option<Volatile> {
+        Some(match name {
+            "nextval" => Volatile::NextVal,
+            "currval" => Volatile::CurrVal,
+            "setval" => Volatile::SetVal,
+            "lastval" => Volatile::LastVal,
+            "gen_random_uuid" | "uuid_generate_v4" => Volatile::GenRandomUuid,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Volatile::NextVal => "nextval",
+            Volatile::CurrVal => "currval",
+            Volatile::SetVal => "setval",
+            Volatile::LastVal => "lastval",
+            Volatile::GenRandomUuid => "gen_random_uuid",
+        }
+    }
+
+    /// Whether a call changes state (a statement calling it writes).
+    pub fn writes(self) -> bool {
+        matches!(self, Volatile::NextVal | Volatile::SetVal)
+    }
+}
+
+/// What volatile functions act on: the statement's sequences.
+pub trait Effects {
+    fn call(&self, f: Volatile, args: &[Value]) -> Result<Value, SqlError>;
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
     Literal(Value),
@@ -130,12 +180,44 @@ pub enum Expr {
         whens: Vec<(Expr, Expr)>,
         otherwise: Option<Box<Expr>>,
     },
+    Volatile(Volatile, Vec<Expr>),
 }
 
 /// What an expression is evaluated against.
 pub struct Env<'a> {
     pub row: &'a [Value],
     pub params: &'a [Value],
+    /// Where volatile functions act; `None` where they are not allowed.
+    pub effects: Option<&'a dyn Effects>,
+}
+
+impl<'a> Env<'a> {
+    pub fn new(row: &'a [Value], params: &'a [Value]) -> Env<'a> {
+        Env {
+            row,
+            params,
+            effects: None,
+        }
+    }
+
+    pub fn with_effects(
+        row: &'a [Value],
+        params: &'a [Value],
+        effects: &'a dyn Effects,
+    ) -> Env<'a> {
+        Env {
+            row,
+            params,
+            effects: Some(effects),
+        }
+    }
+}
+
+/// A version-4 UUID from the thread's random generator.
+pub fn random_uuid() -> u128 {
+    let r: u128 = rand::random();
+    let versioned = (r & !(0xF << 76)) | (0x4 << 76);
+    (versioned & !(0x3 << 62)) | (0x2 << 62)
 }
 
 fn truth(v: &Value) -> Option<bool> {
@@ -244,6 +326,20 @@ impl Expr {
             },
             Expr::Cast(e, ty) => e.eval(env)?.coerce(ty)?,
             Expr::Call(f, args) => call(*f, args, env)?,
+            Expr::Volatile(Volatile::GenRandomUuid, _) => Value::Uuid(random_uuid()),
+            Expr::Volatile(f, args) => {
+                let Some(effects) = env.effects else {
+                    return Err(SqlError::new(
+                        "0A000",
+                        format!("{}() is not allowed here", f.name()),
+                    ));
+                };
+                let args = args
+                    .iter()
+                    .map(|a| a.eval(env))
+                    .collect::<Result<Vec<_>, _>>()?;
+                effects.call(*f, &args)?
+            }
             Expr::Case {
                 operand,
                 whens,
@@ -269,6 +365,17 @@ impl Expr {
                 }
             }
         })
+    }
+
+    /// Whether evaluating the expression changes state (`nextval`).
+    pub fn writes(&self) -> bool {
+        let mut writes = false;
+        self.walk(&mut |e| {
+            if let Expr::Volatile(f, _) = e {
+                writes |= f.writes();
+            }
+        });
+        writes
     }
 
     /// True when the expression reads no column (a constant or parameter).
@@ -305,7 +412,7 @@ impl Expr {
                 expr.walk(f);
                 pattern.walk(f);
             }
-            Expr::Call(_, args) => args.iter().for_each(|x| x.walk(f)),
+            Expr::Call(_, args) | Expr::Volatile(_, args) => args.iter().for_each(|x| x.walk(f)),
             Expr::Case {
                 operand,
                 whens,
@@ -678,11 +785,7 @@ mod tests {
     use super::*;
 
     fn eval(e: Expr) -> Value {
-        e.eval(&Env {
-            row: &[],
-            params: &[],
-        })
-        .unwrap()
+        e.eval(&Env::new(&[], &[])).unwrap()
     }
 
     fn lit(v: Value) -> Box<Expr> {
@@ -713,11 +816,7 @@ mod tests {
     }
 
     fn eval_err(e: Expr) -> SqlError {
-        e.eval(&Env {
-            row: &[],
-            params: &[],
-        })
-        .unwrap_err()
+        e.eval(&Env::new(&[], &[])).unwrap_err()
     }
 
     fn text(s: &str) -> Box<Expr> {
@@ -900,22 +999,9 @@ mod tests {
     #[test]
     fn arithmetic_errors_are_sql_errors() {
         let e = Expr::Binary(BinOp::Div, lit(Value::Int(1)), lit(Value::Int(0)));
-        let err = e
-            .eval(&Env {
-                row: &[],
-                params: &[],
-            })
-            .unwrap_err();
+        let err = e.eval(&Env::new(&[], &[])).unwrap_err();
         assert_eq!(err.code, "22012");
         let e = Expr::Binary(BinOp::Add, lit(Value::Int(i64::MAX)), lit(Value::Int(1)));
-        assert_eq!(
-            e.eval(&Env {
-                row: &[],
-                params: &[]
-            })
-            .unwrap_err()
-            .code,
-            "22003"
-        );
+        assert_eq!(e.eval(&Env::new(&[], &[])).unwrap_err().code, "22003");
     }
 }

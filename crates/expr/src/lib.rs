@@ -10,4 +10,4 @@ pub mod limits;
 pub mod numeric;
 
 pub use error::SqlError;
-pub use expr::{BinOp, Env, Expr, Func, UnOp};
+pub use expr::{random_uuid, BinOp, Effects, Env, Expr, Func, UnOp, Volatile};

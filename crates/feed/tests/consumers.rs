@@ -25,6 +25,8 @@ fn create_table(db: &Database) {
         ty,
         not_null: false,
         default: None,
+        default_expr: None,
+        identity: None,
     };
     let mut txn = Txn::default();
     txn.schema(SchemaChange::CreateTable(TableSchema {
@@ -33,6 +35,8 @@ fn create_table(db: &Database) {
         columns: vec![col("k", DataType::Int8), col("v", DataType::Text)],
         primary_key: vec![0],
         indexes: Vec::new(),
+        checks: vec![],
+        foreign_keys: vec![],
     }));
     db.commit(&txn).unwrap();
 }

@@ -35,6 +35,8 @@ fn schema(id: TableId) -> TableSchema {
         ty: DataType::Int8,
         not_null: false,
         default: None,
+        default_expr: None,
+        identity: None,
     };
     TableSchema {
         id,
@@ -42,6 +44,7 @@ fn schema(id: TableId) -> TableSchema {
         columns: vec![col("k"), col("v")],
         primary_key: vec![0],
         indexes: Vec::new(),
+        ..TableSchema::default()
     }
 }
 

@@ -55,6 +55,8 @@ fn create(db: &Database, name: &str) -> u64 {
         ty,
         not_null: false,
         default: None,
+        default_expr: None,
+        identity: None,
     };
     let mut txn = Txn::default();
     txn.schema(SchemaChange::CreateTable(TableSchema {
@@ -63,6 +65,8 @@ fn create(db: &Database, name: &str) -> u64 {
         columns: vec![col("id", DataType::Int8), col("v", DataType::Text)],
         primary_key: vec![0],
         indexes: vec![],
+        checks: vec![],
+        foreign_keys: vec![],
     }));
     db.commit(&txn).unwrap();
     id

@@ -5,18 +5,21 @@
 use std::collections::BTreeMap;
 
 use aqueduct_expr::agg::AggFunc;
-use aqueduct_tables::{parse_type, Catalog, ColumnDef, Table, TableId, TableSchema};
+use aqueduct_tables::{
+    parse_type, Catalog, CheckDef, ColumnDef, FkAction, ForeignKeyDef, Identity, SequenceDef,
+    Table, TableId, TableSchema,
+};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp};
+use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp, Volatile};
 
 use crate::catalog_queries;
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping, InsertPlan,
     InsertSource, NeedsDataflow, OnConflict, Plan, SelectBody, SelectPlan, SortKey, StatementTime,
-    UpdatePlan,
+    TruncatePlan, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -59,10 +62,12 @@ pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow
 
 impl Plan {
     pub fn is_read_only(&self) -> bool {
+        if let Plan::Values(outputs) = self {
+            return !outputs.iter().any(Expr::writes);
+        }
         matches!(
             self,
             Plan::Select(_)
-                | Plan::Values(_)
                 | Plan::Catalog(_)
                 | Plan::ShowViews
                 | Plan::ShowConsumers
@@ -149,6 +154,8 @@ pub struct Binder<'a> {
 enum ClockFunc {
     Transaction,
     Statement,
+    /// `current_date`: the transaction's day.
+    Date,
 }
 
 impl ClockFunc {
@@ -156,6 +163,7 @@ impl ClockFunc {
         match name {
             "now" | "current_timestamp" | "transaction_timestamp" => Some(ClockFunc::Transaction),
             "statement_timestamp" => Some(ClockFunc::Statement),
+            "current_date" => Some(ClockFunc::Date),
             _ => None,
         }
     }
@@ -236,8 +244,19 @@ impl Scope {
         s
     }
 
+    /// The columns of a table that may not exist yet (`CREATE TABLE`).
+    pub fn table_schema(t: &TableSchema, qualifier: &str) -> Scope {
+        let mut s = Scope::empty();
+        s.push_schema(t, qualifier, false);
+        s
+    }
+
     pub fn push_table(&mut self, t: &Table, qualifier: &str, qualified_only: bool) {
-        for c in &t.schema.columns {
+        self.push_schema(&t.schema, qualifier, qualified_only)
+    }
+
+    fn push_schema(&mut self, t: &TableSchema, qualifier: &str, qualified_only: bool) {
+        for c in &t.columns {
             self.columns.push(ScopeColumn {
                 qualifier: Some(qualifier.to_string()),
                 name: c.name.clone(),
@@ -487,6 +506,7 @@ impl<'a> Binder<'a> {
                             cascade,
                         },
                         ast::ObjectType::Index => Ddl::DropIndex { names, if_exists },
+                        ast::ObjectType::Sequence => Ddl::DropSequence { names, if_exists },
                         ast::ObjectType::View | ast::ObjectType::MaterializedView => {
                             Ddl::DropView {
                                 names,
@@ -499,6 +519,34 @@ impl<'a> Binder<'a> {
                     vec![],
                 )
             }
+            S::CreateSequence {
+                temporary: false,
+                if_not_exists,
+                name,
+                data_type,
+                sequence_options,
+                owned_by: None,
+            } => {
+                let ty = match data_type {
+                    Some(dt) => sql_type(dt)?,
+                    None => DataType::Int8,
+                };
+                if !matches!(ty, DataType::Int2 | DataType::Int4 | DataType::Int8) {
+                    return Err(SqlError::new(
+                        "22023",
+                        "sequence type must be smallint, integer, or bigint",
+                    ));
+                }
+                let def = sequence_def(&object_name(name)?, &ty, sequence_options)?;
+                (
+                    Plan::Ddl(Ddl::CreateSequence {
+                        def,
+                        if_not_exists: *if_not_exists,
+                    }),
+                    vec![],
+                )
+            }
+            S::Truncate(t) => (self.truncate(t)?, vec![]),
             S::StartTransaction { .. } => (Plan::Begin, vec![]),
             S::Commit { .. } => (Plan::Commit, vec![]),
             S::Rollback {
@@ -716,6 +764,8 @@ impl<'a> Binder<'a> {
                 _ => DataType::Bool,
             },
             Expr::Cast(_, ty) => ty.unconstrained(),
+            Expr::Volatile(Volatile::GenRandomUuid, _) => DataType::Uuid,
+            Expr::Volatile(..) => DataType::Int8,
             Expr::Call(f, args) => match f {
                 Func::Length => DataType::Int4,
                 Func::RealNumeric => DataType::Numeric,
@@ -867,6 +917,12 @@ impl<'a> Binder<'a> {
                 escape_char: None,
                 any: false,
             } => self.like(expr, pattern, *negated, true, scope)?,
+            // A relation named by text (`'t_id_seq'::regclass`): its name.
+            E::Cast {
+                expr, data_type, ..
+            } if data_type.to_string().eq_ignore_ascii_case("regclass") => {
+                self.expr(expr, scope, Some(&DataType::Text))?
+            }
             E::Cast {
                 expr, data_type, ..
             } => {
@@ -1237,10 +1293,13 @@ impl<'a> Binder<'a> {
         let Some(time) = self.time else {
             return Err(session_dependent_in_view(name));
         };
-        Ok(Expr::Literal(Value::TimestampTz(match clock {
-            ClockFunc::Transaction => time.transaction_micros,
-            ClockFunc::Statement => time.statement_micros,
-        })))
+        Ok(Expr::Literal(match clock {
+            ClockFunc::Transaction => Value::TimestampTz(time.transaction_micros),
+            ClockFunc::Statement => Value::TimestampTz(time.statement_micros),
+            ClockFunc::Date => {
+                Value::TimestampTz(time.transaction_micros).coerce(&DataType::Date)?
+            }
+        }))
     }
 
     fn function(
@@ -1262,6 +1321,12 @@ impl<'a> Binder<'a> {
         }
         if let Some(clock) = ClockFunc::by_name(&name) {
             return self.clock_reading(clock, &name, f);
+        }
+        if let Some(v) = Volatile::by_name(&name) {
+            return self.volatile_call(v, f, scope);
+        }
+        if name == "pg_get_serial_sequence" {
+            return self.serial_sequence(f, scope);
         }
         let func = Func::by_name(&name)
             .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
@@ -2085,19 +2150,17 @@ impl<'a> Binder<'a> {
                         }
                         let mut bound = Vec::with_capacity(row.len());
                         for (e, c) in row.iter().zip(&columns) {
-                            let ty = table.schema.columns[*c].ty.clone();
+                            let column = &table.schema.columns[*c];
                             bound.push(match e {
                                 ast::Expr::Identifier(id)
                                     if ident(id) == "default" && id.quote_style.is_none() =>
                                 {
-                                    Expr::Literal(
-                                        table.schema.columns[*c]
-                                            .default
-                                            .clone()
-                                            .unwrap_or(Value::Null),
-                                    )
+                                    self.default_of(column)?
                                 }
-                                e => self.expr(e, &empty, Some(&ty))?,
+                                e => {
+                                    refuse_identity_value(column)?;
+                                    self.expr(e, &empty, Some(&column.ty))?
+                                }
                             });
                         }
                         rows.push(bound);
@@ -2124,39 +2187,72 @@ impl<'a> Binder<'a> {
             s.push_table(table, "excluded", true);
             s
         };
+        let unique_sets: Vec<(String, Vec<usize>)> = table
+            .schema
+            .has_primary_key()
+            .then(|| (format!("{name}_pkey"), table.schema.primary_key.clone()))
+            .into_iter()
+            .chain(
+                table
+                    .schema
+                    .indexes
+                    .iter()
+                    .filter(|i| i.unique)
+                    .map(|i| (i.name.clone(), i.columns.clone())),
+            )
+            .collect();
+        let mut arbiters: Vec<Vec<usize>> = if table.schema.has_primary_key() {
+            vec![table.schema.primary_key.clone()]
+        } else {
+            Vec::new()
+        };
         let on_conflict = match &i.on {
             None => OnConflict::Error,
             Some(ast::OnInsert::OnConflict(oc)) => {
-                if let Some(target) = &oc.conflict_target {
-                    let ast::ConflictTarget::Columns(cols) = target else {
-                        return Err(SqlError::unsupported("ON CONFLICT ON CONSTRAINT"));
-                    };
-                    let mut idx: Vec<usize> = cols
-                        .iter()
-                        .map(|c| {
-                            table
-                                .schema
-                                .column_index(&ident(c))
-                                .ok_or_else(|| SqlError::undefined_column(&ident(c)))
-                        })
-                        .collect::<Result<_, _>>()?;
-                    idx.sort_unstable();
-                    let mut pk = table.schema.primary_key.clone();
-                    pk.sort_unstable();
-                    if idx != pk {
-                        return Err(SqlError::new(
-                            "42P10",
-                            "there is no unique or exclusion constraint matching the ON CONFLICT specification",
-                        )
-                        .with_hint("ON CONFLICT works on the primary key"));
-                    }
-                }
-                if !table.schema.has_primary_key() {
-                    return Err(SqlError::new(
+                let no_match = || {
+                    SqlError::new(
                         "42P10",
-                        "ON CONFLICT needs a table with a primary key",
-                    ));
-                }
+                        "there is no unique or exclusion constraint matching the ON CONFLICT specification",
+                    )
+                };
+                arbiters = match &oc.conflict_target {
+                    Some(ast::ConflictTarget::Columns(cols)) => {
+                        let mut idx: Vec<usize> = cols
+                            .iter()
+                            .map(|c| {
+                                table
+                                    .schema
+                                    .column_index(&ident(c))
+                                    .ok_or_else(|| SqlError::undefined_column(&ident(c)))
+                            })
+                            .collect::<Result<_, _>>()?;
+                        idx.sort_unstable();
+                        let found = unique_sets.iter().find(|(_, set)| {
+                            let mut set = set.clone();
+                            set.sort_unstable();
+                            set == idx
+                        });
+                        vec![found.ok_or_else(no_match)?.1.clone()]
+                    }
+                    Some(ast::ConflictTarget::OnConstraint(c)) => {
+                        let c = object_name(c)?;
+                        let found = unique_sets.iter().find(|(n, _)| *n == c).ok_or_else(|| {
+                            SqlError::new(
+                                "42704",
+                                format!("constraint \"{c}\" for table \"{name}\" does not exist"),
+                            )
+                        })?;
+                        vec![found.1.clone()]
+                    }
+                    None if matches!(oc.action, ast::OnConflictAction::DoNothing) => {
+                        unique_sets.iter().map(|(_, set)| set.clone()).collect()
+                    }
+                    None => return Err(SqlError::new(
+                        "42601",
+                        "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+                    )
+                    .with_hint("For example, ON CONFLICT (column_name).")),
+                };
                 match &oc.action {
                     ast::OnConflictAction::DoNothing => OnConflict::DoNothing,
                     ast::OnConflictAction::DoUpdate(du) => {
@@ -2176,12 +2272,22 @@ impl<'a> Binder<'a> {
         };
         let row_scope = Scope::table(table, &name);
         let (returning, out_cols) = self.returning(&i.returning, table, &row_scope)?;
+        let defaults = table
+            .schema
+            .columns
+            .iter()
+            .map(|c| self.default_of(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let checks = self.checks_of(table, &name)?;
         Ok((
             Plan::Insert(InsertPlan {
                 table: table.schema.id,
                 columns,
                 source,
+                defaults,
                 on_conflict,
+                arbiters,
+                checks,
                 returning,
             }),
             out_cols,
@@ -2205,16 +2311,24 @@ impl<'a> Binder<'a> {
                 .column_index(&name)
                 .ok_or_else(|| SqlError::undefined_column(&name))?;
             let ty = table.schema.columns[c].ty.clone();
+            let column = &table.schema.columns[c];
             let value = match &a.value {
                 ast::Expr::Identifier(id) if ident(id) == "default" && id.quote_style.is_none() => {
-                    Expr::Literal(
-                        table.schema.columns[c]
-                            .default
-                            .clone()
-                            .unwrap_or(Value::Null),
-                    )
+                    self.default_of(column)?
                 }
-                e => self.expr(e, scope, Some(&ty))?,
+                e => {
+                    if column.identity.is_some_and(|i| i.always) {
+                        return Err(SqlError::new(
+                            "428C9",
+                            format!("column \"{}\" can only be updated to DEFAULT", column.name),
+                        )
+                        .with_detail(format!(
+                            "Column \"{}\" is an identity column defined as GENERATED ALWAYS.",
+                            column.name
+                        )));
+                    }
+                    self.expr(e, scope, Some(&ty))?
+                }
             };
             out.push((c, value));
         }
@@ -2233,12 +2347,14 @@ impl<'a> Binder<'a> {
             None => None,
         };
         let (returning, cols) = self.returning(&u.returning, table, &scope)?;
+        let checks = self.checks_of(table, &qualifier)?;
         Ok((
             Plan::Update(UpdatePlan {
                 table: table.schema.id,
                 access: choose_access(table, filter.as_ref()),
                 filter,
                 assignments,
+                checks,
                 returning,
             }),
             cols,
@@ -2279,8 +2395,11 @@ impl<'a> Binder<'a> {
         let name = object_name(&c.name)?;
         let mut columns = Vec::new();
         let mut primary_key: Vec<usize> = Vec::new();
-        let mut uniques: Vec<Vec<usize>> = Vec::new();
-        let empty = Scope::empty();
+        let mut uniques: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+        let mut checks: Vec<(Option<String>, Option<usize>, ast::Expr)> = Vec::new();
+        let mut foreign_keys: Vec<(Option<String>, Vec<usize>, &ast::ForeignKeyConstraint)> =
+            Vec::new();
+        let mut sequences: Vec<SequenceDef> = Vec::new();
         for (i, col) in c.columns.iter().enumerate() {
             let cname = ident(&col.name);
             if columns.iter().any(|c: &ColumnDef| c.name == cname) {
@@ -2289,27 +2408,66 @@ impl<'a> Binder<'a> {
                     format!("column \"{cname}\" specified more than once"),
                 ));
             }
-            let ty = sql_type(&col.data_type)?;
-            let mut def = ColumnDef {
-                name: cname,
-                ty: ty.clone(),
-                not_null: false,
-                default: None,
+            let serial = serial_type(&col.data_type);
+            let ty = match &serial {
+                Some(ty) => ty.clone(),
+                None => sql_type(&col.data_type)?,
             };
+            let mut def = ColumnDef::new(cname.clone(), ty.clone());
+            let owned_sequence =
+                |sequences: &mut Vec<SequenceDef>, options: &[ast::SequenceOptions]| {
+                    let seq_name = format!("{name}_{cname}_seq");
+                    let def = sequence_def(&seq_name, &ty, options)?;
+                    sequences.push(SequenceDef {
+                        owned_by: Some((0, i)),
+                        ..def
+                    });
+                    Ok::<String, SqlError>(seq_name)
+                };
+            if serial.is_some() {
+                let seq_name = owned_sequence(&mut sequences, &[])?;
+                def.not_null = true;
+                def.default_expr = Some(format!("nextval('{seq_name}'::regclass)"));
+            }
             for opt in &col.options {
                 match &opt.option {
                     ast::ColumnOption::Null => {}
                     ast::ColumnOption::NotNull => def.not_null = true,
                     ast::ColumnOption::Default(e) => {
-                        let x = self.expr(e, &empty, Some(&ty))?;
-                        let Expr::Literal(v) = x else {
-                            return Err(SqlError::unsupported(
-                                "DEFAULT with a non-constant expression",
-                            ));
-                        };
-                        def.default = Some(v.coerce(&ty)?);
+                        if serial.is_some() || def.identity.is_some() {
+                            return Err(SqlError::syntax(format!(
+                                "multiple default values specified for column \"{cname}\" of table \"{name}\""
+                            )));
+                        }
+                        self.column_default(&mut def, e)?;
                     }
-                    ast::ColumnOption::PrimaryKey(_) => {
+                    ast::ColumnOption::Generated {
+                        generated_as:
+                            generated_as @ (ast::GeneratedAs::Always | ast::GeneratedAs::ByDefault),
+                        sequence_options,
+                        generation_expr: None,
+                        ..
+                    } => {
+                        if !matches!(ty, DataType::Int2 | DataType::Int4 | DataType::Int8) {
+                            return Err(SqlError::new(
+                                "22023",
+                                format!("identity column type must be smallint, integer, or bigint (column \"{cname}\")"),
+                            ));
+                        }
+                        if def.has_default() || def.identity.is_some() {
+                            return Err(SqlError::syntax(format!(
+                                "multiple default values specified for column \"{cname}\" of table \"{name}\""
+                            )));
+                        }
+                        owned_sequence(&mut sequences, sequence_options.as_deref().unwrap_or(&[]))?;
+                        def.not_null = true;
+                        def.identity = Some(Identity {
+                            always: matches!(generated_as, ast::GeneratedAs::Always),
+                            // Given its id when the table is created.
+                            sequence: 0,
+                        });
+                    }
+                    ast::ColumnOption::PrimaryKey(pk) => {
                         if !primary_key.is_empty() {
                             return Err(SqlError::new(
                                 "42P16",
@@ -2318,25 +2476,40 @@ impl<'a> Binder<'a> {
                                 ),
                             ));
                         }
+                        let _ = pk;
                         primary_key = vec![i];
                     }
-                    ast::ColumnOption::Unique(_) => uniques.push(vec![i]),
+                    ast::ColumnOption::Unique(u) => {
+                        uniques.push((u.name.as_ref().map(ident), vec![i]))
+                    }
+                    ast::ColumnOption::Check(ck) => checks.push((
+                        ck.name.as_ref().map(ident).or(opt.name.as_ref().map(ident)),
+                        Some(i),
+                        (*ck.expr).clone(),
+                    )),
+                    ast::ColumnOption::ForeignKey(fk) => foreign_keys.push((
+                        fk.name.as_ref().map(ident).or(opt.name.as_ref().map(ident)),
+                        vec![i],
+                        fk,
+                    )),
                     other => return Err(SqlError::unsupported(format!("column option {other}"))),
                 }
             }
             columns.push(def);
         }
-        let col_index = |ic: &ast::IndexColumn| -> Result<usize, SqlError> {
-            let ast::Expr::Identifier(id) = &ic.column.expr else {
-                return Err(SqlError::unsupported("an expression in a key"));
-            };
-            let n = ident(id);
+        let col_by_name = |n: &str| -> Result<usize, SqlError> {
             columns.iter().position(|c| c.name == n).ok_or_else(|| {
                 SqlError::new(
                     "42703",
                     format!("column \"{n}\" named in key does not exist"),
                 )
             })
+        };
+        let col_index = |ic: &ast::IndexColumn| -> Result<usize, SqlError> {
+            let ast::Expr::Identifier(id) = &ic.column.expr else {
+                return Err(SqlError::unsupported("an expression in a key"));
+            };
+            col_by_name(&ident(id))
         };
         for tc in &c.constraints {
             match tc {
@@ -2349,41 +2522,386 @@ impl<'a> Binder<'a> {
                     }
                     primary_key = pk.columns.iter().map(col_index).collect::<Result<_, _>>()?;
                 }
-                ast::TableConstraint::Unique(u) => {
-                    uniques.push(u.columns.iter().map(col_index).collect::<Result<_, _>>()?)
+                ast::TableConstraint::Unique(u) => uniques.push((
+                    u.name.as_ref().map(ident),
+                    u.columns.iter().map(col_index).collect::<Result<_, _>>()?,
+                )),
+                ast::TableConstraint::Check(ck) => {
+                    checks.push((ck.name.as_ref().map(ident), None, (*ck.expr).clone()))
                 }
+                ast::TableConstraint::ForeignKey(fk) => foreign_keys.push((
+                    fk.name.as_ref().map(ident),
+                    fk.columns
+                        .iter()
+                        .map(|c| col_by_name(&ident(c)))
+                        .collect::<Result<_, _>>()?,
+                    fk,
+                )),
                 other => return Err(SqlError::unsupported(format!("constraint {other}"))),
             }
         }
         for &k in &primary_key {
             columns[k].not_null = true;
         }
-        let indexes = uniques
+        let mut names = ConstraintNames::default();
+        let indexes: Vec<aqueduct_tables::IndexDef> = uniques
             .into_iter()
-            .enumerate()
-            .map(|(n, cols)| aqueduct_tables::IndexDef {
-                name: format!(
-                    "{name}_{}_key{}",
-                    cols.iter()
-                        .map(|&c| columns[c].name.as_str())
-                        .collect::<Vec<_>>()
-                        .join("_"),
-                    if n == 0 { String::new() } else { n.to_string() }
-                ),
+            .map(|(given, cols)| aqueduct_tables::IndexDef {
+                name: given.unwrap_or_else(|| {
+                    names.pick(&name, cols.iter().map(|&c| columns[c].name.as_str()), "key")
+                }),
                 columns: cols,
                 unique: true,
             })
             .collect();
+        let mut schema = TableSchema {
+            id: 0,
+            name: name.clone(),
+            columns,
+            primary_key,
+            indexes,
+            ..TableSchema::default()
+        };
+        // CHECK conditions are bound over the table's row, to refuse bad
+        // ones now; the text is kept and bound again by each write.
+        for (given, column, e) in checks {
+            let scope = Scope::table_schema(&schema, &name);
+            self.condition(&e, &scope, "CHECK")?;
+            let check_name = given.unwrap_or_else(|| match column {
+                Some(c) => names.pick(&name, [schema.columns[c].name.as_str()], "check"),
+                None => names.pick(&name, check_columns(&e, &schema), "check"),
+            });
+            schema.checks.push(CheckDef {
+                name: check_name,
+                sql: e.to_string(),
+            });
+        }
+        for (given, cols, fk) in foreign_keys {
+            let def = self.foreign_key(&schema, given, cols, fk, &mut names)?;
+            schema.foreign_keys.push(def);
+        }
         Ok(Plan::Ddl(Ddl::CreateTable {
-            schema: TableSchema {
-                id: 0,
-                name,
-                columns,
-                primary_key,
-                indexes,
-            },
+            schema,
+            sequences,
             if_not_exists: c.if_not_exists,
         }))
+    }
+
+    /// Binds a `DEFAULT`: a literal is kept as a value, anything else
+    /// (`now()`, `nextval(...)`, arithmetic) as SQL text evaluated by each
+    /// insert, after checking here that it binds.
+    fn column_default(&mut self, def: &mut ColumnDef, e: &ast::Expr) -> Result<(), SqlError> {
+        let x = self.expr(e, &Scope::empty(), Some(&def.ty))?;
+        let literal = match &x {
+            Expr::Literal(v) => Some(v),
+            Expr::Cast(inner, _) => match inner.as_ref() {
+                Expr::Literal(v) => Some(v),
+                _ => None,
+            },
+            _ => None,
+        };
+        match literal {
+            Some(v) if is_literal(e) => {
+                def.default = Some(v.clone().coerce(&def.ty)?);
+                def.default_expr = None;
+            }
+            _ => {
+                def.default = None;
+                def.default_expr = Some(e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// `TRUNCATE [TABLE] t, ... [RESTART IDENTITY] [CASCADE]`: with
+    /// CASCADE the tables whose foreign keys reference these go too, as
+    /// far as the references reach; without, they are refused (0A000).
+    fn truncate(&mut self, t: &ast::Truncate) -> Result<Plan, SqlError> {
+        let mut tables: Vec<TableId> = Vec::new();
+        for target in &t.table_names {
+            let name = object_name(&target.name)?;
+            match self.catalog.table(&name) {
+                Some(table) => tables.push(table.schema.id),
+                None if t.if_exists => {}
+                None => return Err(SqlError::undefined_table(&name)),
+            }
+        }
+        let cascade = matches!(t.cascade, Some(ast::CascadeOption::Cascade));
+        let mut i = 0;
+        while i < tables.len() {
+            let id = tables[i];
+            i += 1;
+            for other in self.catalog.tables.values() {
+                if tables.contains(&other.schema.id)
+                    || !other
+                        .schema
+                        .foreign_keys
+                        .iter()
+                        .any(|fk| fk.ref_table == id)
+                {
+                    continue;
+                }
+                if !cascade {
+                    let name = &self.catalog.tables[&id].schema.name;
+                    return Err(SqlError::new(
+                        "0A000",
+                        "cannot truncate a table referenced in a foreign key constraint",
+                    )
+                    .with_detail(format!(
+                        "Table \"{}\" references \"{name}\".",
+                        other.schema.name
+                    ))
+                    .with_hint(format!(
+                        "Truncate table \"{}\" at the same time, or use TRUNCATE ... CASCADE.",
+                        other.schema.name
+                    )));
+                }
+                tables.push(other.schema.id);
+            }
+        }
+        Ok(Plan::Truncate(TruncatePlan {
+            tables,
+            restart_identity: matches!(t.identity, Some(ast::TruncateIdentityOption::Restart)),
+        }))
+    }
+
+    /// A column's default, bound for one statement: its value, the next
+    /// value of its identity sequence, its expression, or NULL.
+    fn default_of(&mut self, c: &ColumnDef) -> Result<Expr, SqlError> {
+        if let Some(v) = &c.default {
+            return Ok(Expr::Literal(v.clone()));
+        }
+        if let Some(identity) = c.identity {
+            let seq = self
+                .catalog
+                .sequences
+                .get(&identity.sequence)
+                .ok_or_else(|| {
+                    SqlError::new(
+                        "XX000",
+                        format!("the sequence of identity column \"{}\" is missing", c.name),
+                    )
+                })?;
+            return Ok(Expr::Volatile(
+                Volatile::NextVal,
+                vec![Expr::Literal(Value::Text(seq.def.name.clone()))],
+            ));
+        }
+        match &c.default_expr {
+            Some(sql) => {
+                let e = crate::parse::parse_expr(sql)?;
+                self.expr(&e, &Scope::empty(), Some(&c.ty))
+            }
+            None => Ok(Expr::Literal(Value::Null)),
+        }
+    }
+
+    /// A table's CHECK constraints, bound over its row.
+    fn checks_of(&mut self, table: &Table, name: &str) -> Result<Vec<(String, Expr)>, SqlError> {
+        let scope = Scope::table(table, name);
+        table
+            .schema
+            .checks
+            .iter()
+            .map(|ck| {
+                let e = crate::parse::parse_expr(&ck.sql)?;
+                Ok((ck.name.clone(), self.condition(&e, &scope, "CHECK")?))
+            })
+            .collect()
+    }
+
+    /// `pg_get_serial_sequence('table', 'column')`: the sequence a
+    /// `serial` or identity column owns, or NULL.
+    fn serial_sequence(&mut self, f: &ast::Function, scope: &Scope) -> Result<Expr, SqlError> {
+        let (args, _, _) = self.function_args(f)?;
+        let texts = args
+            .iter()
+            .map(|a| match self.expr(a, scope, Some(&DataType::Text))? {
+                Expr::Literal(Value::Text(t)) => Ok(t),
+                Expr::Cast(inner, _) if matches!(inner.as_ref(), Expr::Literal(Value::Text(_))) => {
+                    let Expr::Literal(Value::Text(t)) = *inner else {
+                        unreachable!()
+                    };
+                    Ok(t)
+                }
+                _ => Err(SqlError::unsupported(
+                    "pg_get_serial_sequence with arguments that are not constants",
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let [table, column] = texts.as_slice() else {
+            return Err(SqlError::new(
+                "42883",
+                "function pg_get_serial_sequence() takes two arguments",
+            ));
+        };
+        let table = table
+            .strip_prefix("public.")
+            .unwrap_or(table)
+            .trim_matches('"');
+        let t = self.table(table)?;
+        let c = t
+            .schema
+            .column_index(column)
+            .ok_or_else(|| SqlError::undefined_column(column))?;
+        let owned = self
+            .catalog
+            .sequences
+            .values()
+            .find(|s| s.def.owned_by == Some((t.schema.id, c)));
+        Ok(Expr::Literal(match owned {
+            Some(s) => Value::Text(format!("public.{}", s.def.name)),
+            None => Value::Null,
+        }))
+    }
+
+    /// `nextval`, `currval`, `setval`, `lastval`, `gen_random_uuid`: only
+    /// where a statement runs, never in a maintained view.
+    fn volatile_call(
+        &mut self,
+        v: Volatile,
+        f: &ast::Function,
+        scope: &Scope,
+    ) -> Result<Expr, SqlError> {
+        if self.time.is_none() {
+            return Err(SqlError::new(
+                "0A000",
+                format!(
+                    "{}() is not allowed in a maintained view: its value changes from call to call",
+                    v.name()
+                ),
+            ));
+        }
+        let (args, _, _) = self.function_args(f)?;
+        let types: &[DataType] = match v {
+            Volatile::NextVal | Volatile::CurrVal => &[DataType::Text],
+            Volatile::SetVal if args.len() == 3 => {
+                &[DataType::Text, DataType::Int8, DataType::Bool]
+            }
+            Volatile::SetVal => &[DataType::Text, DataType::Int8],
+            Volatile::LastVal | Volatile::GenRandomUuid => &[],
+        };
+        if args.len() != types.len() {
+            return Err(SqlError::new(
+                "42883",
+                format!(
+                    "function {}() with {} arguments does not exist",
+                    v.name(),
+                    args.len()
+                ),
+            ));
+        }
+        let args = args
+            .iter()
+            .zip(types)
+            .map(|(a, ty)| self.expr(a, scope, Some(ty)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Expr::Volatile(v, args))
+    }
+
+    /// A `FOREIGN KEY ... REFERENCES` of `schema` (a table being created,
+    /// which may reference itself).
+    fn foreign_key(
+        &mut self,
+        schema: &TableSchema,
+        given: Option<String>,
+        cols: Vec<usize>,
+        fk: &ast::ForeignKeyConstraint,
+        names: &mut ConstraintNames,
+    ) -> Result<ForeignKeyDef, SqlError> {
+        let ref_name = object_name(&fk.foreign_table)?;
+        let referenced: &TableSchema = if ref_name == schema.name {
+            schema
+        } else {
+            &self.table(&ref_name)?.schema
+        };
+        let ref_columns: Vec<usize> = if fk.referred_columns.is_empty() {
+            if referenced.primary_key.is_empty() {
+                return Err(SqlError::new(
+                    "42830",
+                    format!("there is no primary key for referenced table \"{ref_name}\""),
+                ));
+            }
+            referenced.primary_key.clone()
+        } else {
+            fk.referred_columns
+                .iter()
+                .map(|c| {
+                    referenced.column_index(&ident(c)).ok_or_else(|| {
+                        SqlError::new(
+                            "42703",
+                            format!(
+                                "column \"{}\" referenced in foreign key constraint does not exist",
+                                ident(c)
+                            ),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        if cols.len() != ref_columns.len() {
+            return Err(SqlError::new(
+                "42830",
+                "number of referencing and referenced columns for foreign key disagree",
+            ));
+        }
+        let mut sorted = ref_columns.clone();
+        sorted.sort_unstable();
+        let unique_sets = std::iter::once(referenced.primary_key.clone()).chain(
+            referenced
+                .indexes
+                .iter()
+                .filter(|i| i.unique)
+                .map(|i| i.columns.clone()),
+        );
+        if !unique_sets.into_iter().any(|mut set| {
+            set.sort_unstable();
+            !set.is_empty() && set == sorted
+        }) {
+            return Err(SqlError::new(
+                "42830",
+                format!("there is no unique constraint matching given keys for referenced table \"{ref_name}\""),
+            ));
+        }
+        for (&c, &r) in cols.iter().zip(&ref_columns) {
+            let (a, b) = (&schema.columns[c].ty, &referenced.columns[r].ty);
+            if !key_types_match(a, b) {
+                return Err(SqlError::new(
+                    "42804",
+                    format!(
+                        "foreign key constraint cannot be implemented: key columns \"{}\" and \"{}\" are of incompatible types: {a} and {b}",
+                        schema.columns[c].name, referenced.columns[r].name
+                    ),
+                ));
+            }
+        }
+        let action = |a: &Option<ast::ReferentialAction>| match a {
+            None | Some(ast::ReferentialAction::NoAction) => FkAction::NoAction,
+            Some(ast::ReferentialAction::Restrict) => FkAction::Restrict,
+            Some(ast::ReferentialAction::Cascade) => FkAction::Cascade,
+            Some(ast::ReferentialAction::SetNull) => FkAction::SetNull,
+            Some(ast::ReferentialAction::SetDefault) => FkAction::SetDefault,
+        };
+        let name = given.unwrap_or_else(|| {
+            names.pick(
+                &schema.name,
+                cols.iter().map(|&c| schema.columns[c].name.as_str()),
+                "fkey",
+            )
+        });
+        Ok(ForeignKeyDef {
+            name,
+            columns: cols,
+            // The table itself until it has its id (see `with_id`).
+            ref_table: if ref_name == schema.name {
+                0
+            } else {
+                referenced.id
+            },
+            ref_columns,
+            on_delete: action(&fk.on_delete),
+            on_update: action(&fk.on_update),
+        })
     }
 
     fn create_index(&mut self, c: &ast::CreateIndex) -> Result<Plan, SqlError> {
@@ -2723,5 +3241,205 @@ fn collect_equalities(e: &Expr, out: &mut Vec<(usize, Expr)>) {
 /// The schema of a table to be created, with its id filled in.
 pub fn with_id(mut schema: TableSchema, id: TableId) -> TableSchema {
     schema.id = id;
+    for fk in &mut schema.foreign_keys {
+        if fk.ref_table == 0 {
+            fk.ref_table = id;
+        }
+    }
     schema
+}
+
+/// Whether an expression is a literal as written (`42`, `'x'`, `-1.5`,
+/// `'2024-01-01'::date`): such a default is kept as a value.
+fn is_literal(e: &ast::Expr) -> bool {
+    match e {
+        ast::Expr::Value(_) | ast::Expr::TypedString(_) => true,
+        ast::Expr::Nested(inner) | ast::Expr::Cast { expr: inner, .. } => is_literal(inner),
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+            expr,
+        } => matches!(expr.as_ref(), ast::Expr::Value(_)),
+        _ => false,
+    }
+}
+
+/// An explicit value for a `GENERATED ALWAYS` identity column: 428C9.
+fn refuse_identity_value(c: &ColumnDef) -> Result<(), SqlError> {
+    if c.identity.is_some_and(|i| i.always) {
+        return Err(SqlError::new(
+            "428C9",
+            format!(
+                "cannot insert a non-DEFAULT value into column \"{}\"",
+                c.name
+            ),
+        )
+        .with_detail(format!(
+            "Column \"{}\" is an identity column defined as GENERATED ALWAYS.",
+            c.name
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a foreign key's column can reference a column of type `b`.
+fn key_types_match(a: &DataType, b: &DataType) -> bool {
+    let (a, b) = (a.unconstrained(), b.unconstrained());
+    a == b || (a.is_numeric() && b.is_numeric()) || (a.is_textual() && b.is_textual())
+}
+
+/// The integer type of `serial`, `bigserial` and `smallserial`.
+fn serial_type(dt: &ast::DataType) -> Option<DataType> {
+    match dt.to_string().to_lowercase().as_str() {
+        "serial" | "serial4" => Some(DataType::Int4),
+        "bigserial" | "serial8" => Some(DataType::Int8),
+        "smallserial" | "serial2" => Some(DataType::Int2),
+        _ => None,
+    }
+}
+
+/// The largest value of an integer type.
+fn integer_max(ty: &DataType) -> i64 {
+    match ty {
+        DataType::Int2 => i16::MAX as i64,
+        DataType::Int4 => i32::MAX as i64,
+        _ => i64::MAX,
+    }
+}
+
+fn integer_min(ty: &DataType) -> i64 {
+    match ty {
+        DataType::Int2 => i16::MIN as i64,
+        DataType::Int4 => i32::MIN as i64,
+        _ => i64::MIN,
+    }
+}
+
+/// A sequence's definition from `CREATE SEQUENCE` options (or an
+/// identity column's), with PostgreSQL's defaults; id 0 until created.
+pub fn sequence_def(
+    name: &str,
+    ty: &DataType,
+    options: &[ast::SequenceOptions],
+) -> Result<SequenceDef, SqlError> {
+    let number = |e: &ast::Expr| -> Result<i64, SqlError> {
+        let text = e.to_string().replace(' ', "");
+        text.parse::<i64>().map_err(|_| {
+            SqlError::new(
+                "22023",
+                format!("sequence option value {text} is not a bigint"),
+            )
+        })
+    };
+    let mut increment = 1i64;
+    let (mut min, mut max, mut start) = (None, None, None);
+    for o in options {
+        match o {
+            ast::SequenceOptions::IncrementBy(e, _) => increment = number(e)?,
+            ast::SequenceOptions::MinValue(e) => min = e.as_ref().map(number).transpose()?,
+            ast::SequenceOptions::MaxValue(e) => max = e.as_ref().map(number).transpose()?,
+            ast::SequenceOptions::StartWith(e, _) => start = Some(number(e)?),
+            // Every value is logged ahead in ranges anyway (see
+            // `docs/sequences.md`): a cache size changes nothing visible.
+            ast::SequenceOptions::Cache(e) => {
+                if number(e)? < 1 {
+                    return Err(SqlError::new(
+                        "22023",
+                        format!("CACHE ({}) must be greater than zero", number(e)?),
+                    ));
+                }
+            }
+            // The parser gives `NO CYCLE` as `Cycle(true)` and `CYCLE` as
+            // `Cycle(false)`.
+            ast::SequenceOptions::Cycle(true) => {}
+            ast::SequenceOptions::Cycle(false) => {
+                return Err(SqlError::unsupported("CYCLE sequences")
+                    .with_hint("sequences here stop at their limit (NO CYCLE)"))
+            }
+        }
+    }
+    if increment == 0 {
+        return Err(SqlError::new("22023", "INCREMENT must not be zero"));
+    }
+    let min = min.unwrap_or(if increment > 0 { 1 } else { integer_min(ty) });
+    let max = max.unwrap_or(if increment > 0 { integer_max(ty) } else { -1 });
+    if min > max || max > integer_max(ty) || min < integer_min(ty) {
+        return Err(SqlError::new(
+            "22023",
+            format!(
+                "MINVALUE ({min}) must be less than MAXVALUE ({max}) and both fit in {}",
+                ty
+            ),
+        ));
+    }
+    let start = start.unwrap_or(if increment > 0 { min } else { max });
+    if start < min || start > max {
+        return Err(SqlError::new(
+            "22023",
+            format!(
+                "START value ({start}) cannot be outside MINVALUE ({min}) and MAXVALUE ({max})"
+            ),
+        ));
+    }
+    Ok(SequenceDef {
+        id: 0,
+        name: name.to_string(),
+        ty: ty.to_string(),
+        increment,
+        min,
+        max,
+        start,
+        owned_by: None,
+    })
+}
+
+/// Picks constraint names as PostgreSQL does (`t_a_b_key`, `t_a_check`,
+/// `t_a_fkey`), numbering repeats (`t_a_check1`).
+#[derive(Default)]
+struct ConstraintNames {
+    taken: std::collections::HashSet<String>,
+}
+
+impl ConstraintNames {
+    fn pick<'c>(
+        &mut self,
+        table: &str,
+        columns: impl IntoIterator<Item = &'c str>,
+        suffix: &str,
+    ) -> String {
+        let cols: Vec<&str> = columns.into_iter().collect();
+        let base = if cols.is_empty() {
+            table.to_string()
+        } else {
+            format!("{table}_{}", cols.join("_"))
+        };
+        let mut n = 0;
+        loop {
+            let name = if n == 0 {
+                format!("{base}_{suffix}")
+            } else {
+                format!("{base}_{suffix}{n}")
+            };
+            if self.taken.insert(name.clone()) {
+                return name;
+            }
+            n += 1;
+        }
+    }
+}
+
+/// The first column a table CHECK names (PostgreSQL names the
+/// constraint after it).
+fn check_columns<'s>(e: &ast::Expr, schema: &'s TableSchema) -> Vec<&'s str> {
+    let mut first = None;
+    let _ = ast::visit_expressions(e, |x| {
+        if let ast::Expr::Identifier(id) = x {
+            if first.is_none() {
+                first = schema.column_index(&ident(id));
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    first
+        .map(|c| vec![schema.columns[c].name.as_str()])
+        .unwrap_or_default()
 }

@@ -329,12 +329,7 @@ pub fn run(catalog: &Catalog, plan: &CatalogPlan, params: &[Value]) -> Vec<Vec<V
 }
 
 fn col(name: &str, ty: DataType) -> ColumnDef {
-    ColumnDef {
-        name: name.into(),
-        ty,
-        not_null: false,
-        default: None,
-    }
+    ColumnDef::new(name, ty)
 }
 
 /// A catalog holding only the virtual tables, filled from `catalog`.
@@ -378,8 +373,7 @@ pub fn virtual_catalog(catalog: &Catalog) -> Catalog {
             id: i as u64 + 1,
             name: name.into(),
             columns,
-            primary_key: vec![],
-            indexes: vec![],
+            ..TableSchema::default()
         }));
     }
     let mut rowid = 0;
@@ -417,6 +411,7 @@ pub fn virtual_catalog(catalog: &Catalog) -> Catalog {
                     c.default
                         .as_ref()
                         .and_then(|d| d.to_text())
+                        .or_else(|| c.default_expr.clone())
                         .map(Value::Text)
                         .unwrap_or(Value::Null),
                     text(if c.not_null { "NO" } else { "YES" }),

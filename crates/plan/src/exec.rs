@@ -8,35 +8,48 @@ use std::sync::Arc;
 
 use aqueduct_expr::agg::Accumulator;
 use aqueduct_tables::{
-    Catalog, Database, IndexDef, Key, Row, SchemaChange, Table, TableId, TableSchema, Txn,
+    Catalog, Database, IndexDef, Key, Row, SchemaChange, SequenceDef, SequenceState,
+    SessionSequences, Table, TableId, TableSchema, Txn,
 };
-use aqueduct_values::{DataType, Value, MAX_ROW_BYTES};
+use aqueduct_values::{DataType, Value};
 
-use aqueduct_expr::{Env, Expr, SqlError};
+use aqueduct_expr::{Effects, Env, Expr, SqlError, Volatile};
+use std::cell::RefCell;
 
 use crate::bind;
 use crate::catalog_queries;
+use crate::constraints::{self, Changes};
 use crate::plan::{
     Access, Aggregate, Column, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Outcome,
-    Plan, SelectPlan, UpdatePlan,
+    Plan, SelectPlan, TruncatePlan, UpdatePlan,
 };
+pub use crate::rows::scan_rows;
+use crate::rows::{conform, current, every_chunk, read_rows};
 
 /// Runs a data or schema statement.
 pub fn execute(
     db: &Database,
     catalog: &Catalog,
     txn: &mut Txn,
+    seqs: &mut SessionSequences,
     plan: &Plan,
     columns: Vec<Column>,
     params: &[Value],
 ) -> Result<Outcome, SqlError> {
+    let mut fx = Fx {
+        db,
+        catalog,
+        txn: RefCell::new(txn),
+        seqs: RefCell::new(seqs),
+    };
+    let fx = &mut fx;
     match plan {
         Plan::Select(p) => {
-            let rows = select(catalog, txn, p, params)?;
+            let rows = select(catalog, fx.txn.get_mut(), p, params)?;
             Ok(rows_outcome(columns, rows, "SELECT"))
         }
         Plan::Values(outputs) => {
-            let env = Env { row: &[], params };
+            let env = Env::with_effects(&[], params, fx);
             let row = outputs
                 .iter()
                 .map(|e| e.eval(&env))
@@ -47,10 +60,11 @@ pub fn execute(
             let rows = catalog_queries::run(catalog, c, params);
             Ok(rows_outcome(columns, rows, "SELECT"))
         }
-        Plan::Insert(p) => insert(db, catalog, txn, p, columns, params),
-        Plan::Update(p) => update(catalog, txn, p, columns, params),
-        Plan::Delete(p) => delete(catalog, txn, p, columns, params),
-        Plan::Ddl(d) => ddl(catalog, txn, d),
+        Plan::Insert(p) => insert(fx, p, columns, params),
+        Plan::Update(p) => update(fx, p, columns, params),
+        Plan::Delete(p) => delete(fx, p, columns, params),
+        Plan::Truncate(p) => truncate(fx, p),
+        Plan::Ddl(d) => ddl(catalog, fx.txn.get_mut(), d),
         Plan::Begin
         | Plan::Commit
         | Plan::Rollback
@@ -90,132 +104,10 @@ fn eval_all(exprs: &[Expr], env: &Env<'_>) -> Result<Vec<Value>, SqlError> {
     exprs.iter().map(|e| e.eval(env)).collect()
 }
 
-/// Evaluates constant key expressions as values of the key columns' types
-/// (without a numeric's precision and scale: `WHERE k = 1.234` on a
-/// `numeric(10,2)` key looks for 1.234, which is not there, not for 1.23).
-fn key_values(
-    t: &Table,
-    cols: &[usize],
-    exprs: &[Expr],
-    params: &[Value],
-) -> Result<Vec<Value>, SqlError> {
-    let env = Env { row: &[], params };
-    cols.iter()
-        .zip(exprs)
-        .map(|(&c, e)| {
-            Ok(e.eval(&env)?
-                .coerce(&t.schema.columns[c].ty.unconstrained())?)
-        })
-        .collect()
-}
-
-/// Every row of `t` as `txn` sees it (its own writes included), noting the
-/// scan in the transaction's read set.
-pub fn scan_rows(catalog: &Catalog, txn: &mut Txn, t: &Table) -> Result<Vec<Row>, SqlError> {
-    Ok(read_rows(catalog, txn, t, &Access::Scan, &[])?
-        .into_iter()
-        .map(|(_, r)| (*r).clone())
-        .collect())
-}
-
-/// The rows a statement reads from `t` via `access`, as this transaction
-/// sees them (its own writes included). Records the reads for validation.
-fn read_rows(
-    catalog: &Catalog,
-    txn: &mut Txn,
-    t: &Table,
-    access: &Access,
-    params: &[Value],
-) -> Result<Vec<(Key, Arc<Row>)>, SqlError> {
-    let id = t.schema.id;
-    // The row at one primary key as the transaction sees it, the read noted.
-    let at_key = |txn: &mut Txn, exprs: &[Expr]| -> Result<Option<(Key, Arc<Row>)>, SqlError> {
-        let key = key_values(t, &t.schema.primary_key, exprs, params)?;
-        if key.iter().any(Value::is_null) {
-            return Ok(None);
-        }
-        txn.note_row_read(catalog, id, &key);
-        let row = match txn.own(id, &key) {
-            Some(own) => own.map(|r| Arc::new(r.clone())),
-            None => t.get(&key).map(|rv| rv.row.clone()),
-        };
-        Ok(row.map(|r| (key, r)))
-    };
-    match access {
-        Access::PrimaryKey(exprs) => Ok(at_key(txn, exprs)?.into_iter().collect()),
-        Access::PrimaryKeys(keys) => {
-            // `IN (1, 1)` reads the row once.
-            let mut found: BTreeMap<Key, Arc<Row>> = BTreeMap::new();
-            for exprs in keys {
-                if let Some((key, row)) = at_key(txn, exprs)? {
-                    found.insert(key, row);
-                }
-            }
-            Ok(found.into_iter().collect())
-        }
-        Access::KeyPrefix(exprs) if txn.own_rows(id).next().is_none() => {
-            let n = exprs.len();
-            let prefix = key_values(t, &t.schema.primary_key[..n], exprs, params)?;
-            txn.note_table_read(catalog, id);
-            if prefix.iter().any(Value::is_null) {
-                return Ok(Vec::new());
-            }
-            Ok(t.range(
-                std::ops::Bound::Included(&prefix),
-                std::ops::Bound::Unbounded,
-            )
-            .take_while(|(k, _)| k[..n] == prefix[..])
-            .map(|(k, rv)| (k.clone(), rv.row.clone()))
-            .collect())
-        }
-        Access::Index(i, exprs) if txn.own_rows(id).next().is_none() => {
-            let values = key_values(t, &t.schema.indexes[*i].columns, exprs, params)?;
-            txn.note_table_read(catalog, id);
-            Ok(t.index_rows(*i, &values)
-                .map(|(k, row)| (k.clone(), row.clone()))
-                .collect())
-        }
-        Access::Index(..) | Access::KeyPrefix(_) | Access::Scan => {
-            txn.note_table_read(catalog, id);
-            let mut own: BTreeMap<Key, Option<Row>> = txn
-                .own_rows(id)
-                .map(|(k, r)| (k.clone(), r.cloned()))
-                .collect();
-            let mut out = Vec::with_capacity(t.len());
-            for (i, (k, rv)) in t.scan().enumerate() {
-                every_chunk(i, &rv.row)?;
-                match own.remove(k) {
-                    Some(Some(r)) => out.push((k.clone(), Arc::new(r))),
-                    Some(None) => {}
-                    None => out.push((k.clone(), rv.row.clone())),
-                }
-            }
-            for (k, r) in own {
-                if let Some(r) = r {
-                    out.push((k, Arc::new(r)));
-                }
-            }
-            Ok(out)
-        }
-    }
-}
-
-/// Every [`CHECK_EVERY`](aqueduct_expr::interrupt::CHECK_EVERY) rows of a
-/// loop (`i` counts them, `row` is one of them): charges that many rows of
-/// its size to the running statement's memory budget and checks whether it
-/// must stop (cancel, timeout, shutdown).
-fn every_chunk(i: usize, row: &[Value]) -> Result<(), SqlError> {
-    use aqueduct_expr::interrupt::{charge, CHECK_EVERY};
-    if !i.is_multiple_of(CHECK_EVERY) || i == 0 {
-        return Ok(());
-    }
-    charge((CHECK_EVERY * aqueduct_dataflow::row_bytes(row)) as u64)
-}
-
 fn passes(filter: Option<&Expr>, row: &[Value], params: &[Value]) -> Result<bool, SqlError> {
     match filter {
         None => Ok(true),
-        Some(f) => Ok(matches!(f.eval(&Env { row, params })?, Value::Bool(true))),
+        Some(f) => Ok(matches!(f.eval(&Env::new(row, params))?, Value::Bool(true))),
     }
 }
 
@@ -239,7 +131,7 @@ fn select(
             .iter()
             .enumerate()
             .map(|(i, row)| {
-                let out = eval_all(&p.body.outputs, &Env { row, params })?;
+                let out = eval_all(&p.body.outputs, &Env::new(row, params))?;
                 every_chunk(i, &out)?;
                 Ok(out)
             })
@@ -265,7 +157,7 @@ fn select(
             .map(|(i, r)| {
                 let k = keys
                     .iter()
-                    .map(|s| s.expr.eval(&Env { row: &r, params }))
+                    .map(|s| s.expr.eval(&Env::new(&r, params)))
                     .collect::<Result<Vec<_>, _>>()?;
                 every_chunk(i, &k)?;
                 Ok((k, r))
@@ -306,7 +198,7 @@ fn select(
         })?;
         out = keyed.into_iter().map(|(_, r)| r).collect();
     }
-    let env = Env { row: &[], params };
+    let env = Env::new(&[], params);
     let offset = count_arg(p.body.offset.as_ref(), &env, "OFFSET")?.unwrap_or(0);
     let limit = count_arg(p.body.limit.as_ref(), &env, "LIMIT")?;
     let mut out: Vec<Vec<Value>> = out
@@ -355,7 +247,7 @@ fn group(
         if i % aqueduct_expr::interrupt::CHECK_EVERY == 0 {
             aqueduct_expr::interrupt::check()?;
         }
-        let env = Env { row, params };
+        let env = Env::new(row, params);
         let key = eval_all(&g.keys, &env)?;
         let accs = groups.entry(key).or_insert_with(|| fresh(&g.aggregates));
         for (acc, a) in accs.iter_mut().zip(&g.aggregates) {
@@ -373,47 +265,13 @@ fn group(
         for acc in &accs {
             grouped.push(acc.finish()?);
         }
-        let env = Env {
-            row: &grouped,
-            params,
-        };
+        let env = Env::new(&grouped, params);
         if let Some(h) = &g.having {
             if !matches!(h.eval(&env)?, Value::Bool(true)) {
                 continue;
             }
         }
         out.push(eval_all(outputs, &env)?);
-    }
-    Ok(out)
-}
-
-/// Checks a row against the table's column rules and coerces its values.
-fn conform(t: &Table, row: Vec<Value>) -> Result<Row, SqlError> {
-    let mut out = Vec::with_capacity(row.len());
-    let mut bytes = 0;
-    for (v, c) in row.into_iter().zip(&t.schema.columns) {
-        let v = v.coerce(&c.ty).map_err(|e| {
-            let mut err = SqlError::from(e);
-            err.message = format!("{} (column \"{}\")", err.message, c.name);
-            err
-        })?;
-        if v.is_null() && c.not_null {
-            return Err(SqlError::new(
-                "23502",
-                format!(
-                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                    c.name, t.schema.name
-                ),
-            ));
-        }
-        bytes += v.payload_len() + 16;
-        out.push(v);
-    }
-    if bytes > MAX_ROW_BYTES {
-        return Err(SqlError::new(
-            "54000",
-            format!("row of {bytes} bytes exceeds the limit of {MAX_ROW_BYTES} bytes"),
-        ));
     }
     Ok(out)
 }
@@ -440,15 +298,6 @@ fn duplicate_key(t: &Table, key: &Key) -> SqlError {
     ))
 }
 
-/// The current row at `key` as this transaction sees it; records the read.
-fn current(catalog: &Catalog, txn: &mut Txn, t: &Table, key: &Key) -> Option<Row> {
-    txn.note_row_read(catalog, t.schema.id, key);
-    match txn.own(t.schema.id, key) {
-        Some(own) => own.cloned(),
-        None => t.get(key).map(|rv| (*rv.row).clone()),
-    }
-}
-
 fn returning(
     p: &[Expr],
     rows: &[Row],
@@ -461,7 +310,7 @@ fn returning(
     }
     let out = rows
         .iter()
-        .map(|r| eval_all(p, &Env { row: r, params }))
+        .map(|r| eval_all(p, &Env::new(r, params)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Outcome::Rows {
         columns,
@@ -470,50 +319,151 @@ fn returning(
     })
 }
 
+/// What volatile functions act on while a statement runs: the sequences,
+/// through the statement's transaction and its session.
+pub(crate) struct Fx<'a> {
+    pub db: &'a Database,
+    pub catalog: &'a Catalog,
+    pub txn: RefCell<&'a mut Txn>,
+    pub seqs: RefCell<&'a mut SessionSequences>,
+}
+
+impl Fx<'_> {
+    fn sequence(&self, name: &Value) -> Result<&SequenceState, SqlError> {
+        let Value::Text(name) = name else {
+            return Err(SqlError::new("22004", "a sequence name must not be null"));
+        };
+        let name = name.strip_prefix("public.").unwrap_or(name);
+        self.catalog
+            .sequence(name)
+            .ok_or_else(|| SqlError::new("42P01", format!("relation \"{name}\" does not exist")))
+    }
+}
+
+impl Effects for Fx<'_> {
+    fn call(&self, f: Volatile, args: &[Value]) -> Result<Value, SqlError> {
+        match (f, args) {
+            (Volatile::NextVal, [name]) => {
+                let seq = self.sequence(name)?;
+                let v = self
+                    .db
+                    .sequences
+                    .next(seq, &mut self.txn.borrow_mut())
+                    .map_err(|e| SqlError::new("2200H", e.to_string()))?;
+                self.seqs.borrow_mut().returned(seq.def.id, v);
+                Ok(Value::Int(v))
+            }
+            (Volatile::CurrVal, [name]) => {
+                let seq = self.sequence(name)?;
+                self.seqs
+                    .borrow()
+                    .current(seq.def.id)
+                    .map(Value::Int)
+                    .ok_or_else(|| {
+                        SqlError::new(
+                            "55000",
+                            format!(
+                                "currval of sequence \"{}\" is not yet defined in this session",
+                                seq.def.name
+                            ),
+                        )
+                    })
+            }
+            (Volatile::LastVal, []) => self.seqs.borrow().last().map(Value::Int).ok_or_else(|| {
+                SqlError::new("55000", "lastval is not yet defined in this session")
+            }),
+            (Volatile::SetVal, [name, value, rest @ ..]) => {
+                let seq = self.sequence(name)?;
+                let Value::Int(v) = value else {
+                    return Ok(Value::Null);
+                };
+                let is_called = !matches!(rest, [Value::Bool(false)]);
+                if *v < seq.def.min || *v > seq.def.max {
+                    return Err(SqlError::new(
+                        "22003",
+                        format!(
+                            "setval: value {v} is out of bounds for sequence \"{}\" ({}..{})",
+                            seq.def.name, seq.def.min, seq.def.max
+                        ),
+                    ));
+                }
+                self.txn.borrow_mut().schema(SchemaChange::SetSequence {
+                    id: seq.def.id,
+                    value: *v,
+                    is_called,
+                });
+                Ok(Value::Int(*v))
+            }
+            (f, _) => Err(SqlError::new(
+                "42883",
+                format!(
+                    "function {}() with these arguments does not exist",
+                    f.name()
+                ),
+            )),
+        }
+    }
+}
+
 fn insert(
-    db: &Database,
-    catalog: &Catalog,
-    txn: &mut Txn,
+    fx: &mut Fx<'_>,
     p: &InsertPlan,
     columns: Vec<Column>,
     params: &[Value],
 ) -> Result<Outcome, SqlError> {
+    let (db, catalog) = (fx.db, fx.catalog);
     let t = table(catalog, p.table)?;
     let sources: Vec<Vec<Value>> = match &p.source {
         InsertSource::Values(rows) => rows
             .iter()
-            .map(|r| eval_all(r, &Env { row: &[], params }))
+            .map(|r| eval_all(r, &Env::with_effects(&[], params, fx)))
             .collect::<Result<_, _>>()?,
-        InsertSource::Query(q) => select(catalog, txn, q, params)?,
+        InsertSource::Query(q) => select(catalog, fx.txn.get_mut(), q, params)?,
     };
     let mut written = Vec::new();
+    let mut changes = Changes::default();
     for values in sources {
-        let mut row: Vec<Value> = t
-            .schema
-            .columns
-            .iter()
-            .map(|c| c.default.clone().unwrap_or(Value::Null))
-            .collect();
+        // Defaults are evaluated for each row, and only for the columns
+        // the row does not give.
+        let mut given: Vec<Option<Value>> = vec![None; t.schema.columns.len()];
         for (v, &c) in values.into_iter().zip(&p.columns) {
-            row[c] = v;
+            given[c] = Some(v);
         }
+        let env = Env::with_effects(&[], params, fx);
+        let row = given
+            .into_iter()
+            .zip(&p.defaults)
+            .map(|(v, d)| match v {
+                Some(v) => Ok(v),
+                None => d.eval(&env),
+            })
+            .collect::<Result<Vec<_>, SqlError>>()?;
         let row = conform(t, row)?;
-        if !t.schema.has_primary_key() {
+        constraints::check_row(t, &p.checks, &row, params)?;
+        let txn = fx.txn.get_mut();
+        if !t.schema.has_primary_key() && p.arbiters.is_empty() {
             let key = vec![Value::Int(db.allocate_rowid())];
             txn.put(t.schema.id, key, row.clone());
+            changes.push(t.schema.id, None, Some(row.clone()));
             written.push(row);
             continue;
         }
-        let key = t.schema.key_of(&row);
-        match (current(catalog, txn, t, &key), &p.on_conflict) {
+        let conflict = constraints::conflicting_row(catalog, txn, t, &p.arbiters, &row)?;
+        match (conflict, &p.on_conflict) {
             (None, _) => {
+                let key = if t.schema.has_primary_key() {
+                    t.schema.key_of(&row)
+                } else {
+                    vec![Value::Int(db.allocate_rowid())]
+                };
                 txn.put(t.schema.id, key, row.clone());
+                changes.push(t.schema.id, None, Some(row.clone()));
                 written.push(row);
             }
-            (Some(_), OnConflict::Error) => return Err(duplicate_key(t, &key)),
+            (Some((key, _)), OnConflict::Error) => return Err(duplicate_key(t, &key)),
             (Some(_), OnConflict::DoNothing) => {}
             (
-                Some(existing),
+                Some((key, existing)),
                 OnConflict::DoUpdate {
                     assignments,
                     filter,
@@ -526,45 +476,54 @@ fn insert(
                 }
                 let mut new = existing.clone();
                 for (c, e) in assignments {
-                    new[*c] = e.eval(&Env { row: &both, params })?;
+                    new[*c] = e.eval(&Env::new(&both, params))?;
                 }
                 let new = conform(t, new)?;
-                if t.schema.key_of(&new) != key {
+                constraints::check_row(t, &p.checks, &new, params)?;
+                if t.schema.has_primary_key() && t.schema.key_of(&new) != key {
                     return Err(SqlError::unsupported(
                         "changing the primary key in ON CONFLICT DO UPDATE",
                     ));
                 }
+                let txn = fx.txn.get_mut();
                 txn.put(t.schema.id, key, new.clone());
+                changes.push(t.schema.id, Some(existing), Some(new.clone()));
                 written.push(new);
             }
         }
     }
+    constraints::enforce_foreign_keys(catalog, fx.txn.get_mut(), changes)?;
     let tag = format!("INSERT 0 {}", written.len());
     returning(&p.returning, &written, columns, params, tag)
 }
 
 fn update(
-    catalog: &Catalog,
-    txn: &mut Txn,
+    fx: &mut Fx<'_>,
     p: &UpdatePlan,
     columns: Vec<Column>,
     params: &[Value],
 ) -> Result<Outcome, SqlError> {
+    let catalog = fx.catalog;
     let t = table(catalog, p.table)?;
-    let rows = read_rows(catalog, txn, t, &p.access, params)?;
-    let mut changes = Vec::new();
+    let rows = read_rows(catalog, fx.txn.get_mut(), t, &p.access, params)?;
+    let mut updates = Vec::new();
     for (key, row) in rows {
         if !passes(p.filter.as_ref(), &row, params)? {
             continue;
         }
         let mut new = (*row).clone();
+        let env = Env::with_effects(&row, params, fx);
         for (c, e) in &p.assignments {
-            new[*c] = e.eval(&Env { row: &row, params })?;
+            new[*c] = e.eval(&env)?;
         }
-        changes.push((key, conform(t, new)?));
+        let new = conform(t, new)?;
+        constraints::check_row(t, &p.checks, &new, params)?;
+        updates.push((key, row, new));
     }
-    let mut written = Vec::with_capacity(changes.len());
-    for (key, new) in changes {
+    let txn = fx.txn.get_mut();
+    let mut written = Vec::with_capacity(updates.len());
+    let mut changes = Changes::default();
+    for (key, old, new) in updates {
         let new_key = if t.schema.has_primary_key() {
             t.schema.key_of(&new)
         } else {
@@ -577,30 +536,63 @@ fn update(
             txn.delete(t.schema.id, key);
         }
         txn.put(t.schema.id, new_key, new.clone());
+        changes.push(t.schema.id, Some((*old).clone()), Some(new.clone()));
         written.push(new);
     }
+    constraints::enforce_foreign_keys(catalog, txn, changes)?;
     let tag = format!("UPDATE {}", written.len());
     returning(&p.returning, &written, columns, params, tag)
 }
 
 fn delete(
-    catalog: &Catalog,
-    txn: &mut Txn,
+    fx: &mut Fx<'_>,
     p: &DeletePlan,
     columns: Vec<Column>,
     params: &[Value],
 ) -> Result<Outcome, SqlError> {
+    let catalog = fx.catalog;
+    let txn = fx.txn.get_mut();
     let t = table(catalog, p.table)?;
     let rows = read_rows(catalog, txn, t, &p.access, params)?;
     let mut removed = Vec::new();
+    let mut changes = Changes::default();
     for (key, row) in rows {
         if passes(p.filter.as_ref(), &row, params)? {
             txn.delete(t.schema.id, key);
+            changes.push(t.schema.id, Some((*row).clone()), None);
             removed.push((*row).clone());
         }
     }
+    constraints::enforce_foreign_keys(catalog, txn, changes)?;
     let tag = format!("DELETE {}", removed.len());
     returning(&p.returning, &removed, columns, params, tag)
+}
+
+/// `TRUNCATE`: every row of the tables goes, in this transaction; the
+/// sequences their columns own restart with `RESTART IDENTITY`.
+fn truncate(fx: &mut Fx<'_>, p: &TruncatePlan) -> Result<Outcome, SqlError> {
+    let catalog = fx.catalog;
+    let txn = fx.txn.get_mut();
+    for &id in &p.tables {
+        let t = table(catalog, id)?;
+        for (key, _) in read_rows(catalog, txn, t, &Access::Scan, &[])? {
+            txn.delete(id, key);
+        }
+        if p.restart_identity {
+            for seq in catalog.sequences.values() {
+                if seq.def.owned_by.is_some_and(|(owner, _)| owner == id) {
+                    txn.schema(SchemaChange::SetSequence {
+                        id: seq.def.id,
+                        value: seq.def.start,
+                        is_called: false,
+                    });
+                }
+            }
+        }
+    }
+    Ok(Outcome::Command {
+        tag: "TRUNCATE TABLE".into(),
+    })
 }
 
 fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
@@ -608,6 +600,7 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
     match d {
         Ddl::CreateTable {
             schema,
+            sequences,
             if_not_exists,
         } => {
             if catalog.table(&schema.name).is_some() {
@@ -619,9 +612,65 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
                     format!("relation \"{}\" already exists", schema.name),
                 ));
             }
-            let schema: TableSchema = bind::with_id(schema.clone(), catalog.next_table_id());
+            // The owned sequences take the next ids, the table the one after.
+            let first = catalog.next_table_id();
+            let table_id = first + sequences.len() as TableId;
+            let mut schema: TableSchema = bind::with_id(schema.clone(), table_id);
+            for (n, seq) in sequences.iter().enumerate() {
+                refuse_taken_name(catalog, &seq.name)?;
+                let id = first + n as TableId;
+                let column = seq.owned_by.map(|(_, c)| c).expect("an owned sequence");
+                if let Some(identity) = &mut schema.columns[column].identity {
+                    identity.sequence = id;
+                }
+                txn.schema(SchemaChange::CreateSequence(SequenceDef {
+                    id,
+                    owned_by: Some((table_id, column)),
+                    ..seq.clone()
+                }));
+            }
             txn.schema(SchemaChange::CreateTable(schema));
             tag("CREATE TABLE")
+        }
+        Ddl::CreateSequence { def, if_not_exists } => {
+            if catalog.sequence(&def.name).is_some() && *if_not_exists {
+                return tag("CREATE SEQUENCE");
+            }
+            refuse_taken_name(catalog, &def.name)?;
+            txn.schema(SchemaChange::CreateSequence(SequenceDef {
+                id: catalog.next_table_id(),
+                ..def.clone()
+            }));
+            tag("CREATE SEQUENCE")
+        }
+        Ddl::DropSequence { names, if_exists } => {
+            for n in names {
+                match catalog.sequence(n) {
+                    Some(seq) => {
+                        if let Some((t, c)) = seq.def.owned_by {
+                            if let Some(t) = catalog.table_by_id(t) {
+                                return Err(SqlError::new(
+                                    "2BP01",
+                                    format!(
+                                        "cannot drop sequence {n} because column {} of table {} requires it",
+                                        t.schema.columns[c].name, t.schema.name
+                                    ),
+                                )
+                                .with_hint("drop the table, or the column's default, first"));
+                            }
+                        }
+                        txn.schema(SchemaChange::DropSequence { id: seq.def.id });
+                    }
+                    None if *if_exists => {}
+                    None => {
+                        return Err(SqlError::new(
+                            "42P01",
+                            format!("sequence \"{n}\" does not exist"),
+                        ))
+                    }
+                }
+            }
+            tag("DROP SEQUENCE")
         }
         Ddl::CreateView {
             name,
@@ -685,8 +734,15 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             }
             let names: Vec<String> = dropping.iter().map(|(n, _)| n.clone()).collect();
             drop_dependents(catalog, txn, &names, *cascade, "table")?;
+            let ids: Vec<TableId> = dropping.iter().map(|(_, id)| *id).collect();
+            drop_referencing_keys(catalog, txn, &ids, *cascade)?;
             for (_, id) in dropping {
                 txn.schema(SchemaChange::DropTable { id });
+                for seq in catalog.sequences.values() {
+                    if seq.def.owned_by.is_some_and(|(t, _)| t == id) {
+                        txn.schema(SchemaChange::DropSequence { id: seq.def.id });
+                    }
+                }
             }
             tag("DROP TABLE")
         }
@@ -762,6 +818,64 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             tag("DROP INDEX")
         }
     }
+}
+
+/// A new table, view or sequence may not take a name in use: 42P07.
+fn refuse_taken_name(catalog: &Catalog, name: &str) -> Result<(), SqlError> {
+    if catalog.table(name).is_some()
+        || catalog.view(name).is_some()
+        || catalog.sequence(name).is_some()
+        || catalog.index_owner(name).is_some()
+    {
+        return Err(SqlError::new(
+            "42P07",
+            format!("relation \"{name}\" already exists"),
+        ));
+    }
+    Ok(())
+}
+
+/// Before dropping tables `ids`: the foreign keys of other tables that
+/// reference them go too with `cascade` (the tables stay, as in
+/// PostgreSQL); without, the drop is refused with 2BP01.
+fn drop_referencing_keys(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    ids: &[TableId],
+    cascade: bool,
+) -> Result<(), SqlError> {
+    for t in catalog.tables.values() {
+        if ids.contains(&t.schema.id) {
+            continue;
+        }
+        let (gone, kept): (Vec<_>, Vec<_>) = t
+            .schema
+            .foreign_keys
+            .iter()
+            .cloned()
+            .partition(|fk| ids.contains(&fk.ref_table));
+        let Some(fk) = gone.first() else { continue };
+        if !cascade {
+            let parent = catalog
+                .table_by_id(fk.ref_table)
+                .map(|p| p.schema.name.clone())
+                .unwrap_or_default();
+            return Err(SqlError::new(
+                "2BP01",
+                format!(
+                    "cannot drop table {parent} because constraint {} on table {} depends on it",
+                    fk.name, t.schema.name
+                ),
+            )
+            .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+        }
+        txn.schema(SchemaChange::SetConstraints {
+            table: t.schema.id,
+            checks: t.schema.checks.clone(),
+            foreign_keys: kept,
+        });
+    }
+    Ok(())
 }
 
 /// A view whose definition names table `table` (as a whole word).

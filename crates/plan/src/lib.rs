@@ -19,10 +19,12 @@
 
 pub mod bind;
 pub mod catalog_queries;
+mod constraints;
 pub mod exec;
 pub mod limits;
 pub mod parse;
 pub mod plan;
+mod rows;
 
 pub use parse::param_from_text;
 pub use plan::{Column, Outcome};

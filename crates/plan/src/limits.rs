@@ -329,3 +329,7 @@ pub const MAX_SQL_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_PARAMS: usize = 65_535;
 /// Largest number of rows one `INSERT ... VALUES` may carry.
 pub const MAX_INSERT_ROWS: usize = 100_000;
+/// Rows one statement may change, its own and those its foreign keys'
+/// `CASCADE`, `SET NULL` and `SET DEFAULT` actions change in turn: the
+/// cascade is a loop over a work list, bounded by this.
+pub const MAX_CASCADED_ROWS: usize = 1_000_000;

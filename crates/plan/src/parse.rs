@@ -24,6 +24,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     }
     let rewritten = rewrite_user_statements(sql);
     let sql = rewritten.as_deref().unwrap_or(sql);
+    let reordered = reorder_sequence_options(sql);
+    let sql = reordered.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -49,6 +51,15 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
         crate::limits::check_depth(st)?;
     }
     Ok(statements)
+}
+
+/// One expression, as a column's default or a CHECK keeps it.
+pub fn parse_expr(sql: &str) -> Result<ast::Expr, SqlError> {
+    Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| SqlError::syntax(format!("syntax error in a stored expression: {e}")))
 }
 
 /// Whether `hay` contains `needle` (ASCII, any case), without allocating.
@@ -134,6 +145,116 @@ pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
         start = end;
     }
     changed.then(|| out.iter().map(|t| t.to_string()).collect())
+}
+
+/// PostgreSQL takes a sequence's options (`CREATE SEQUENCE`, an identity
+/// column's `( ... )`) in any order; the parser only in one (INCREMENT,
+/// MINVALUE, MAXVALUE, START, CACHE, CYCLE, OWNED BY). pg_dump writes
+/// START first. The options are put in the parser's order; `None` when
+/// `sql` has none to move.
+pub(crate) fn reorder_sequence_options(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !contains_ignore_case(sql, "sequence") && !contains_ignore_case(sql, "identity") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let keyword = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    };
+    // The rank of an option starting at `k` (after `NO` for `NO x`).
+    let rank = |k: Keyword| match k {
+        Keyword::INCREMENT => Some(0),
+        Keyword::MINVALUE => Some(1),
+        Keyword::MAXVALUE => Some(2),
+        Keyword::START => Some(3),
+        Keyword::CACHE => Some(4),
+        Keyword::CYCLE => Some(5),
+        Keyword::OWNED => Some(6),
+        _ => None,
+    };
+    // The option regions: (start, end) token ranges.
+    let mut regions: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        match keyword(&tokens[i]) {
+            Some(Keyword::SEQUENCE) => {
+                let end = tokens[i..]
+                    .iter()
+                    .position(|t| matches!(t, Token::SemiColon))
+                    .map_or(tokens.len(), |p| i + p);
+                let start = (i + 1..end).find(|&j| {
+                    keyword(&tokens[j]).and_then(rank).is_some()
+                        || (keyword(&tokens[j]) == Some(Keyword::NO)
+                            && tokens[j + 1..end]
+                                .iter()
+                                .find(|t| !matches!(t, Token::Whitespace(_)))
+                                .and_then(keyword)
+                                .and_then(rank)
+                                .is_some())
+                });
+                if let Some(start) = start {
+                    regions.push((start, end));
+                }
+                i = end;
+            }
+            Some(Keyword::IDENTITY) => {
+                let open =
+                    (i + 1..tokens.len()).find(|&j| !matches!(tokens[j], Token::Whitespace(_)));
+                if let Some(open) = open.filter(|&j| matches!(tokens[j], Token::LParen)) {
+                    let close = (open..tokens.len()).find(|&j| matches!(tokens[j], Token::RParen));
+                    if let Some(close) = close {
+                        regions.push((open + 1, close));
+                        i = close;
+                    }
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    let mut changed = false;
+    let mut out: Vec<String> = Vec::new();
+    let mut at = 0;
+    for (start, end) in regions {
+        out.extend(tokens[at..start].iter().map(|t| t.to_string()));
+        // Split the region into options, each starting at its keyword.
+        let mut groups: Vec<(usize, Vec<&Token>)> = Vec::new();
+        let mut after_no = false;
+        for t in &tokens[start..end] {
+            let k = keyword(t);
+            let starts = match k {
+                Some(Keyword::NO) => true,
+                Some(k) => rank(k).is_some() && !after_no,
+                None => false,
+            };
+            if !matches!(t, Token::Whitespace(_)) {
+                after_no = k == Some(Keyword::NO);
+            }
+            if starts {
+                groups.push((7, Vec::new()));
+            }
+            if let Some(g) = groups.last_mut() {
+                if let Some(r) = k.and_then(rank) {
+                    g.0 = g.0.min(r);
+                }
+                g.1.push(t);
+            } else {
+                out.push(t.to_string());
+            }
+        }
+        let before: Vec<usize> = groups.iter().map(|g| g.0).collect();
+        groups.sort_by_key(|g| g.0);
+        changed |= groups.iter().map(|g| g.0).ne(before);
+        for (_, g) in groups {
+            out.push(" ".into());
+            out.extend(g.iter().map(|t| t.to_string()));
+        }
+        at = end;
+    }
+    out.extend(tokens[at..].iter().map(|t| t.to_string()));
+    changed.then(|| out.concat())
 }
 
 /// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.

@@ -4,7 +4,7 @@
 
 use aqueduct_expr::agg::AggFunc;
 use aqueduct_expr::Expr;
-use aqueduct_tables::{TableId, TableSchema};
+use aqueduct_tables::{SequenceDef, TableId, TableSchema};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
@@ -61,6 +61,8 @@ pub enum Plan {
     Insert(InsertPlan),
     Update(UpdatePlan),
     Delete(DeletePlan),
+    /// `TRUNCATE`: a write like `DELETE`, so it runs inside transactions.
+    Truncate(TruncatePlan),
     Ddl(Ddl),
     Begin,
     Commit,
@@ -147,6 +149,9 @@ impl std::fmt::Display for NeedsDataflow {
 pub enum Ddl {
     CreateTable {
         schema: TableSchema,
+        /// Sequences its `serial` and identity columns own (ids 0, and
+        /// `owned_by` naming the table as 0: both given at creation).
+        sequences: Vec<SequenceDef>,
         if_not_exists: bool,
     },
     DropTable {
@@ -176,6 +181,14 @@ pub enum Ddl {
         names: Vec<String>,
         if_exists: bool,
         cascade: bool,
+    },
+    CreateSequence {
+        def: SequenceDef,
+        if_not_exists: bool,
+    },
+    DropSequence {
+        names: Vec<String>,
+        if_exists: bool,
     },
 }
 
@@ -264,7 +277,16 @@ pub struct InsertPlan {
     /// Target column of each source value.
     pub columns: Vec<usize>,
     pub source: InsertSource,
+    /// For every column of the table, its value when a row does not give
+    /// one: evaluated once per row (`nextval`, `now()`, a constant, NULL).
+    pub defaults: Vec<Expr>,
     pub on_conflict: OnConflict,
+    /// The column sets (primary key, unique constraints) a new row is
+    /// looked up by for a conflict: those `ON CONFLICT` names, or all of
+    /// them for a bare `ON CONFLICT DO NOTHING`, or the primary key.
+    pub arbiters: Vec<Vec<usize>>,
+    /// The table's CHECK constraints: name and condition over the row.
+    pub checks: Vec<(String, Expr)>,
     pub returning: Vec<Expr>,
 }
 
@@ -274,7 +296,15 @@ pub struct UpdatePlan {
     pub access: Access,
     pub filter: Option<Expr>,
     pub assignments: Vec<(usize, Expr)>,
+    pub checks: Vec<(String, Expr)>,
     pub returning: Vec<Expr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TruncatePlan {
+    pub tables: Vec<TableId>,
+    /// `RESTART IDENTITY`: the sequences the tables' columns own restart.
+    pub restart_identity: bool,
 }
 
 #[derive(Clone, Debug)]

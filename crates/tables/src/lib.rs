@@ -15,6 +15,7 @@ mod batch;
 mod index;
 mod roles;
 mod schema;
+mod sequences;
 mod table;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,8 +36,11 @@ pub use roles::{
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
 };
 pub use schema::{
-    parse_type, ColumnDef, IndexDef, SchemaChange, TableId, TableSchema, TimeMapDef,
-    SCHEMA_RECORD_VERSION,
+    parse_type, CheckDef, ColumnDef, FkAction, ForeignKeyDef, Identity, IndexDef, SchemaChange,
+    SequenceDef, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
+};
+pub use sequences::{
+    SequenceCache, SequenceError, SequenceState, SessionSequences, SEQUENCE_RESERVE_VALUES,
 };
 pub use table::{matches, Key, Row, RowVersion, Table};
 
@@ -102,6 +106,8 @@ pub struct Catalog {
     pub time_maps: BTreeMap<TableId, TimeMapDef>,
     /// Roles, owners and privileges (`roles.rs`).
     pub security: Security,
+    /// Sequences by id, as the log left them.
+    pub sequences: BTreeMap<TableId, SequenceState>,
     /// LSN of the last write applied: the tables are exactly as of it.
     lsn: Lsn,
 }
@@ -124,6 +130,11 @@ impl Catalog {
             .iter()
             .find(|(_, (n, _))| n == name)
             .map(|(id, _)| *id)
+    }
+
+    /// The sequence called `name`.
+    pub fn sequence(&self, name: &str) -> Option<&SequenceState> {
+        self.sequences.values().find(|s| s.def.name == name)
     }
 
     /// The time map called `name`.
@@ -190,6 +201,47 @@ impl Catalog {
             }
             SchemaChange::DropTimeMap { id } => {
                 self.time_maps.remove(&id);
+            }
+            SchemaChange::SetConstraints {
+                table,
+                checks,
+                foreign_keys,
+            } => {
+                if let Some(t) = self.tables.get_mut(&table) {
+                    t.set_constraints(checks, foreign_keys);
+                }
+            }
+            SchemaChange::CreateSequence(def) => {
+                self.next_table_id = self.next_table_id.max(def.id + 1);
+                self.sequences.insert(def.id, SequenceState::new(def));
+            }
+            SchemaChange::AlterSequence(def) => {
+                if let Some(s) = self.sequences.get_mut(&def.id) {
+                    s.def = def;
+                    let (value, is_called) = (s.value, s.is_called);
+                    s.set(value, is_called);
+                }
+            }
+            SchemaChange::DropSequence { id } => {
+                self.sequences.remove(&id);
+            }
+            SchemaChange::SetSequence {
+                id,
+                value,
+                is_called,
+            } => {
+                if let Some(s) = self.sequences.get_mut(&id) {
+                    s.set(value, is_called);
+                }
+            }
+            SchemaChange::ReserveSequence {
+                id,
+                upto,
+                generation,
+            } => {
+                if let Some(s) = self.sequences.get_mut(&id) {
+                    s.reserve(upto, generation);
+                }
             }
             // Applied by `apply_security` above.
             SchemaChange::CreateRole(_)
@@ -299,6 +351,8 @@ pub struct Txn {
     writes: Vec<Write>,
     /// The transaction's own view of keys it wrote (read-your-writes).
     overlay: HashMap<(TableId, Key), Option<Row>>,
+    /// The furthest sequence reservation among `writes`, by sequence.
+    reserved: HashMap<TableId, (i64, u64)>,
 }
 
 impl Txn {
@@ -362,6 +416,21 @@ impl Txn {
         self.writes.push(Write::Schema(change));
     }
 
+    /// Reserves values of sequence `id` up to `upto` with this
+    /// transaction's commit, unless it already does.
+    pub fn reserve_sequence(&mut self, id: TableId, upto: i64, generation: u64) {
+        if self.reserved.get(&id) == Some(&(upto, generation)) {
+            return;
+        }
+        self.reserved.insert(id, (upto, generation));
+        self.writes
+            .push(Write::Schema(SchemaChange::ReserveSequence {
+                id,
+                upto,
+                generation,
+            }));
+    }
+
     /// Marks the present state of the transaction's writes (`SAVEPOINT`).
     pub fn savepoint(&self) -> TxnSavepoint {
         TxnSavepoint {
@@ -379,7 +448,15 @@ impl Txn {
             at.writes <= self.writes.len(),
             "a savepoint from the future"
         );
+        // Sequence values handed out since stay handed out: their
+        // reservations are kept.
+        let kept: Vec<Write> = self.writes[at.writes..]
+            .iter()
+            .filter(|w| matches!(w, Write::Schema(SchemaChange::ReserveSequence { .. })))
+            .cloned()
+            .collect();
         self.writes.truncate(at.writes);
+        self.writes.extend(kept);
         self.overlay = at.overlay.clone();
     }
 
@@ -438,6 +515,8 @@ pub struct Database {
     /// Hidden row ids, unique across all tables and transactions.
     next_rowid: std::sync::atomic::AtomicI64,
     consumers: RwLock<Vec<Arc<dyn CommitConsumer>>>,
+    /// Sequence values in hand.
+    pub sequences: SequenceCache,
     pub metrics: TableMetrics,
 }
 
@@ -488,6 +567,7 @@ impl Database {
             applied: AtomicU64::new(report.last_lsn),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
             consumers: RwLock::new(Vec::new()),
+            sequences: SequenceCache::default(),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),

@@ -21,7 +21,79 @@ pub struct ColumnDef {
     pub name: String,
     pub ty: DataType,
     pub not_null: bool,
+    /// A constant default.
     pub default: Option<Value>,
+    /// A default that is an expression (`now()`, `nextval('t_id_seq')`),
+    /// as SQL text: bound and evaluated once per inserted row, and the
+    /// value stored. At most one of `default` and `default_expr` is set.
+    pub default_expr: Option<String>,
+    /// `GENERATED {ALWAYS | BY DEFAULT} AS IDENTITY`.
+    pub identity: Option<Identity>,
+}
+
+impl ColumnDef {
+    /// A nullable column without a default.
+    pub fn new(name: impl Into<String>, ty: DataType) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ty,
+            not_null: false,
+            default: None,
+            default_expr: None,
+            identity: None,
+        }
+    }
+
+    /// Whether the column has a default of either kind.
+    pub fn has_default(&self) -> bool {
+        self.default.is_some() || self.default_expr.is_some()
+    }
+}
+
+/// An identity column's kind and the sequence that feeds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// `ALWAYS`: an explicit value is refused unless the INSERT says
+    /// `OVERRIDING SYSTEM VALUE`; `BY DEFAULT`: one is taken.
+    pub always: bool,
+    pub sequence: TableId,
+}
+
+/// A `CHECK` constraint: its name and its condition as SQL text over the
+/// table's columns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckDef {
+    pub name: String,
+    pub sql: String,
+}
+
+/// What a foreign key does to referencing rows when the referenced row is
+/// deleted or its key changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FkAction {
+    #[default]
+    NoAction,
+    Restrict,
+    Cascade,
+    SetNull,
+    SetDefault,
+}
+
+/// A `FOREIGN KEY (columns) REFERENCES table (columns)` constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForeignKeyDef {
+    pub name: String,
+    /// Referencing columns, positions in this table.
+    pub columns: Vec<usize>,
+    pub ref_table: TableId,
+    /// Referenced columns, positions in `ref_table`: its primary key or a
+    /// unique index, in the same order as `columns`.
+    pub ref_columns: Vec<usize>,
+    #[serde(default)]
+    pub on_delete: FkAction,
+    #[serde(default)]
+    pub on_update: FkAction,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,7 +103,7 @@ pub struct IndexDef {
     pub unique: bool,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TableSchema {
     pub id: TableId,
     pub name: String,
@@ -39,6 +111,8 @@ pub struct TableSchema {
     /// Column positions of the primary key; empty means a hidden row id.
     pub primary_key: Vec<usize>,
     pub indexes: Vec<IndexDef>,
+    pub checks: Vec<CheckDef>,
+    pub foreign_keys: Vec<ForeignKeyDef>,
 }
 
 impl TableSchema {
@@ -110,6 +184,56 @@ pub enum SchemaChange {
         grantee: Grantee,
         privileges: Vec<Privilege>,
     },
+    /// A table's CHECK constraints and foreign keys, replaced (`ALTER
+    /// TABLE ... ADD/DROP CONSTRAINT`, `DROP TABLE ... CASCADE` dropping
+    /// the foreign keys that reference the table).
+    SetConstraints {
+        table: TableId,
+        checks: Vec<CheckDef>,
+        foreign_keys: Vec<ForeignKeyDef>,
+    },
+    /// `CREATE SEQUENCE`, or the sequence a `serial` or identity column
+    /// creates. Its id comes from the table-id counter.
+    CreateSequence(SequenceDef),
+    /// `ALTER SEQUENCE` options: the new definition, same id.
+    AlterSequence(SequenceDef),
+    DropSequence {
+        id: TableId,
+    },
+    /// `setval`, `ALTER SEQUENCE ... RESTART`: the sequence's position,
+    /// as PostgreSQL's `last_value` and `is_called`. Starts a new
+    /// generation, so reservations made before it are void.
+    SetSequence {
+        id: TableId,
+        value: i64,
+        is_called: bool,
+    },
+    /// Values up to `upto` were handed out (or may be, from a cached
+    /// range): written with the transaction that first used one of them,
+    /// so a value in a committed row is never handed out again, also
+    /// after a crash. Ignored unless `generation` is the sequence's
+    /// present one.
+    ReserveSequence {
+        id: TableId,
+        upto: i64,
+        generation: u64,
+    },
+}
+
+/// A sequence's definition (`docs/sequences.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SequenceDef {
+    pub id: TableId,
+    pub name: String,
+    /// `smallint`, `integer` or `bigint`: bounds the default limits.
+    pub ty: String,
+    pub increment: i64,
+    pub min: i64,
+    pub max: i64,
+    pub start: i64,
+    /// The column that owns it (`serial`, identity): dropped with it.
+    #[serde(default)]
+    pub owned_by: Option<(TableId, usize)>,
 }
 
 /// A time map's declaration: `CREATE TIME MAP name ON table (column)
@@ -132,6 +256,11 @@ struct ColumnJson {
     not_null: bool,
     /// The default's text form.
     default: Option<String>,
+    /// A default expression's SQL text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_expr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identity: Option<Identity>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -151,6 +280,10 @@ enum ChangeJson {
         columns: Vec<ColumnJson>,
         primary_key: Vec<usize>,
         indexes: Vec<IndexJson>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        checks: Vec<CheckDef>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        foreign_keys: Vec<ForeignKeyDef>,
     },
     DropTable {
         v: u32,
@@ -217,6 +350,38 @@ enum ChangeJson {
         grantee: Option<String>,
         privileges: Vec<Privilege>,
     },
+    SetConstraints {
+        v: u32,
+        table: TableId,
+        checks: Vec<CheckDef>,
+        foreign_keys: Vec<ForeignKeyDef>,
+    },
+    CreateSequence {
+        v: u32,
+        #[serde(flatten)]
+        def: SequenceDef,
+    },
+    AlterSequence {
+        v: u32,
+        #[serde(flatten)]
+        def: SequenceDef,
+    },
+    DropSequence {
+        v: u32,
+        id: TableId,
+    },
+    SetSequence {
+        v: u32,
+        id: TableId,
+        value: i64,
+        is_called: bool,
+    },
+    ReserveSequence {
+        v: u32,
+        id: TableId,
+        upto: i64,
+        generation: u64,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -251,6 +416,11 @@ impl SchemaChange {
             SchemaChange::SetOwner { object, .. }
             | SchemaChange::Grant { object, .. }
             | SchemaChange::Revoke { object, .. } => *object,
+            SchemaChange::SetConstraints { table, .. } => *table,
+            SchemaChange::CreateSequence(d) | SchemaChange::AlterSequence(d) => d.id,
+            SchemaChange::DropSequence { id }
+            | SchemaChange::SetSequence { id, .. }
+            | SchemaChange::ReserveSequence { id, .. } => *id,
         }
     }
 
@@ -269,10 +439,14 @@ impl SchemaChange {
                         ty: c.ty.to_string(),
                         not_null: c.not_null,
                         default: c.default.as_ref().and_then(|d| d.to_text()),
+                        default_expr: c.default_expr.clone(),
+                        identity: c.identity,
                     })
                     .collect(),
                 primary_key: t.primary_key.clone(),
                 indexes: t.indexes.iter().map(index_json).collect(),
+                checks: t.checks.clone(),
+                foreign_keys: t.foreign_keys.clone(),
             },
             SchemaChange::DropTable { id } => ChangeJson::DropTable { v, id: *id },
             SchemaChange::CreateIndex { table, index } => ChangeJson::CreateIndex {
@@ -331,6 +505,45 @@ impl SchemaChange {
                 grantee: grantee_json(grantee),
                 privileges: privileges.clone(),
             },
+            SchemaChange::SetConstraints {
+                table,
+                checks,
+                foreign_keys,
+            } => ChangeJson::SetConstraints {
+                v,
+                table: *table,
+                checks: checks.clone(),
+                foreign_keys: foreign_keys.clone(),
+            },
+            SchemaChange::CreateSequence(def) => ChangeJson::CreateSequence {
+                v,
+                def: def.clone(),
+            },
+            SchemaChange::AlterSequence(def) => ChangeJson::AlterSequence {
+                v,
+                def: def.clone(),
+            },
+            SchemaChange::DropSequence { id } => ChangeJson::DropSequence { v, id: *id },
+            SchemaChange::SetSequence {
+                id,
+                value,
+                is_called,
+            } => ChangeJson::SetSequence {
+                v,
+                id: *id,
+                value: *value,
+                is_called: *is_called,
+            },
+            SchemaChange::ReserveSequence {
+                id,
+                upto,
+                generation,
+            } => ChangeJson::ReserveSequence {
+                v,
+                id: *id,
+                upto: *upto,
+                generation: *generation,
+            },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -353,6 +566,8 @@ impl SchemaChange {
                 columns,
                 primary_key,
                 indexes,
+                checks,
+                foreign_keys,
             } => {
                 check(v)?;
                 let columns = columns
@@ -372,6 +587,8 @@ impl SchemaChange {
                             ty,
                             not_null: c.not_null,
                             default,
+                            default_expr: c.default_expr,
+                            identity: c.identity,
                         })
                     })
                     .collect::<Result<Vec<_>, String>>()?;
@@ -381,6 +598,8 @@ impl SchemaChange {
                     columns,
                     primary_key,
                     indexes: indexes.into_iter().map(index_def).collect(),
+                    checks,
+                    foreign_keys,
                 })
             }
             ChangeJson::DropTable { v, id } => {
@@ -456,6 +675,57 @@ impl SchemaChange {
                     privileges,
                 }
             }
+            ChangeJson::SetConstraints {
+                v,
+                table,
+                checks,
+                foreign_keys,
+            } => {
+                check(v)?;
+                SchemaChange::SetConstraints {
+                    table,
+                    checks,
+                    foreign_keys,
+                }
+            }
+            ChangeJson::CreateSequence { v, def } => {
+                check(v)?;
+                SchemaChange::CreateSequence(def)
+            }
+            ChangeJson::AlterSequence { v, def } => {
+                check(v)?;
+                SchemaChange::AlterSequence(def)
+            }
+            ChangeJson::DropSequence { v, id } => {
+                check(v)?;
+                SchemaChange::DropSequence { id }
+            }
+            ChangeJson::SetSequence {
+                v,
+                id,
+                value,
+                is_called,
+            } => {
+                check(v)?;
+                SchemaChange::SetSequence {
+                    id,
+                    value,
+                    is_called,
+                }
+            }
+            ChangeJson::ReserveSequence {
+                v,
+                id,
+                upto,
+                generation,
+            } => {
+                check(v)?;
+                SchemaChange::ReserveSequence {
+                    id,
+                    upto,
+                    generation,
+                }
+            }
         })
     }
 }
@@ -490,12 +760,16 @@ mod tests {
                     ty: DataType::Int8,
                     not_null: true,
                     default: None,
+                    default_expr: None,
+                    identity: None,
                 },
                 ColumnDef {
                     name: "name".into(),
                     ty: DataType::Varchar(Some(20)),
                     not_null: false,
                     default: Some(Value::Text("anon".into())),
+                    default_expr: None,
+                    identity: None,
                 },
             ],
             primary_key: vec![0],
@@ -504,8 +778,58 @@ mod tests {
                 columns: vec![1],
                 unique: false,
             }],
+            checks: vec![CheckDef {
+                name: "users_id_check".into(),
+                sql: "id > 0".into(),
+            }],
+            foreign_keys: vec![ForeignKeyDef {
+                name: "users_boss_fkey".into(),
+                columns: vec![0],
+                ref_table: 7,
+                ref_columns: vec![0],
+                on_delete: FkAction::Cascade,
+                on_update: FkAction::SetNull,
+            }],
+        };
+        let serial = ColumnDef {
+            default_expr: Some("nextval('users_id_seq'::regclass)".into()),
+            identity: Some(Identity {
+                always: true,
+                sequence: 6,
+            }),
+            ..ColumnDef::new("n", DataType::Int4)
         };
         for c in [
+            SchemaChange::CreateTable(TableSchema {
+                columns: vec![serial],
+                ..t.clone()
+            }),
+            SchemaChange::CreateSequence(SequenceDef {
+                id: 6,
+                name: "users_id_seq".into(),
+                ty: "integer".into(),
+                increment: -2,
+                min: -100,
+                max: -1,
+                start: -1,
+                owned_by: Some((7, 0)),
+            }),
+            SchemaChange::SetSequence {
+                id: 6,
+                value: 10,
+                is_called: false,
+            },
+            SchemaChange::ReserveSequence {
+                id: 6,
+                upto: 42,
+                generation: 3,
+            },
+            SchemaChange::DropSequence { id: 6 },
+            SchemaChange::SetConstraints {
+                table: 7,
+                checks: vec![],
+                foreign_keys: t.foreign_keys.clone(),
+            },
             SchemaChange::CreateTable(t.clone()),
             SchemaChange::CreateTable(TableSchema {
                 columns: vec![ColumnDef {
@@ -520,6 +844,8 @@ mod tests {
                             .coerce(&DataType::Numeric)
                             .unwrap(),
                     ),
+                    default_expr: None,
+                    identity: None,
                 }],
                 ..t
             }),

@@ -345,6 +345,19 @@ impl Table {
         self.recount_bytes();
     }
 
+    /// Replaces the table's CHECK constraints and foreign keys (its rows
+    /// and indexes stay as they are).
+    pub fn set_constraints(
+        &mut self,
+        checks: Vec<crate::CheckDef>,
+        foreign_keys: Vec<crate::ForeignKeyDef>,
+    ) {
+        let mut schema = (*self.schema).clone();
+        schema.checks = checks;
+        schema.foreign_keys = foreign_keys;
+        self.schema = Arc::new(schema);
+    }
+
     pub fn drop_index(&mut self, name: &str) -> bool {
         let Some(pos) = self.schema.indexes.iter().position(|i| i.name == name) else {
             return false;
@@ -390,6 +403,8 @@ mod tests {
             ty,
             not_null: false,
             default: None,
+            default_expr: None,
+            identity: None,
         };
         Table::new(TableSchema {
             id: 1,
@@ -397,6 +412,8 @@ mod tests {
             columns: vec![column("a", DataType::Int8), column("b", DataType::Text)],
             primary_key: Vec::new(),
             indexes: Vec::new(),
+            checks: vec![],
+            foreign_keys: vec![],
         })
     }
 
@@ -413,6 +430,8 @@ mod tests {
                     ty: DataType::Int8,
                     not_null: false,
                     default: None,
+                    default_expr: None,
+                    identity: None,
                 })
                 .collect(),
             primary_key,
@@ -421,6 +440,7 @@ mod tests {
                 columns: index,
                 unique: false,
             }],
+            ..TableSchema::default()
         })
     }
 

@@ -27,6 +27,8 @@ fn table() -> SchemaChange {
         ty: DataType::Int8,
         not_null: false,
         default: None,
+        default_expr: None,
+        identity: None,
     };
     SchemaChange::CreateTable(TableSchema {
         id: 1,
@@ -34,6 +36,8 @@ fn table() -> SchemaChange {
         columns: vec![col("k"), col("v")],
         primary_key: vec![0],
         indexes: Vec::new(),
+        checks: vec![],
+        foreign_keys: vec![],
     })
 }
 

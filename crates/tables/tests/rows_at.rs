@@ -25,6 +25,8 @@ fn column(name: &str) -> ColumnDef {
         ty: DataType::Int8,
         not_null: false,
         default: None,
+        default_expr: None,
+        identity: None,
     }
 }
 
@@ -43,6 +45,7 @@ fn schema(id: TableId, name: &str, primary_key: Vec<usize>, index: bool) -> Tabl
         } else {
             Vec::new()
         },
+        ..TableSchema::default()
     }
 }
 

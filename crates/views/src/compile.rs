@@ -77,10 +77,7 @@ fn constant(e: &Option<Expr>, what: &str) -> Result<Option<usize>, SqlError> {
     if !e.is_constant() {
         return Err(unsupported_in_view(&format!("a non-constant {what}")));
     }
-    match e.eval(&Env {
-        row: &[],
-        params: &[],
-    })? {
+    match e.eval(&Env::new(&[], &[]))? {
         Value::Null => Ok(None),
         Value::Int(n) if n >= 0 => Ok(Some(n as usize)),
         Value::Int(_) => Err(SqlError::new(

@@ -32,10 +32,7 @@ impl Operator for Filter {
         let mut out = Vec::with_capacity(delta.len());
         for (row, w) in delta {
             let keep = matches!(
-                self.predicate.eval(&Env {
-                    row: &row,
-                    params: &[]
-                })?,
+                self.predicate.eval(&Env::new(&row, &[]))?,
                 Value::Bool(true)
             );
             if keep {

@@ -75,7 +75,7 @@ impl Operator for Project {
             for (e, moved) in self.outputs.iter().zip(&self.moves) {
                 values.push(match moved {
                     Some(c) => std::mem::replace(&mut row[*c], Value::Null),
-                    None => e.eval(&Env { row, params: &[] })?,
+                    None => e.eval(&Env::new(row, &[]))?,
                 });
             }
             row.clear();

@@ -114,7 +114,7 @@ impl Route {
                 },
                 Plan::Values(_) => "constant row",
                 Plan::Catalog(_) => "catalog query",
-                Plan::Insert(_) | Plan::Update(_) | Plan::Delete(_) => "write",
+                Plan::Insert(_) | Plan::Update(_) | Plan::Delete(_) | Plan::Truncate(_) => "write",
                 Plan::Ddl(_) => "DDL",
                 Plan::Begin
                 | Plan::Commit

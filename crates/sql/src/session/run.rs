@@ -290,21 +290,38 @@ impl Session {
         let db = self.engine.database();
         if let Some(txn) = self.txn.as_mut() {
             let catalog = db.read();
-            return exec::execute(db, &catalog, txn, &plan, columns, params);
+            return exec::execute(
+                db,
+                &catalog,
+                txn,
+                &mut self.sequences,
+                &plan,
+                columns,
+                params,
+            );
         }
         if plan.is_read_only() {
             let seen = db.applied_lsn();
             let out = {
                 let catalog = db.read();
                 let mut scratch = Txn::default();
-                exec::execute(db, &catalog, &mut scratch, &plan, columns, params)?
+                exec::execute(
+                    db,
+                    &catalog,
+                    &mut scratch,
+                    &mut self.sequences,
+                    &plan,
+                    columns,
+                    params,
+                )?
             };
             db.await_visible(seen)?;
             return Ok(out);
         }
         let owner = &self.principal.name;
+        let sequences = &mut self.sequences;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
-            let out = exec::execute(db, catalog, txn, &plan, columns, params)?;
+            let out = exec::execute(db, catalog, txn, sequences, &plan, columns, params)?;
             crate::roles::record_owners(txn, owner);
             Ok::<_, SqlError>(out)
         })?;
@@ -356,6 +373,7 @@ impl Session {
             self.engine.database(),
             catalog,
             &mut scratch,
+            &mut aqueduct_tables::SessionSequences::default(),
             &bound.plan,
             bound.columns,
             params,

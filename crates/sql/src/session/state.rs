@@ -97,6 +97,8 @@ pub struct Session {
     pub(crate) failed: bool,
     /// `SAVEPOINT`s of the open transaction, oldest first.
     pub(crate) savepoints: Vec<(String, aqueduct_tables::TxnSavepoint)>,
+    /// What this session's `nextval` calls returned (`currval`, `lastval`).
+    pub(crate) sequences: aqueduct_tables::SessionSequences,
     pub(crate) settings: BTreeMap<String, String>,
     pub(crate) last_lsn: Lsn,
     pub(crate) release_read_id: Option<u64>,
@@ -137,6 +139,7 @@ impl Session {
             txn: None,
             failed: false,
             savepoints: Vec::new(),
+            sequences: aqueduct_tables::SessionSequences::default(),
             settings,
             last_lsn: 0,
             release_read_id: None,

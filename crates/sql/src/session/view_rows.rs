@@ -37,15 +37,9 @@ pub(crate) fn add_view_table(
         columns: v
             .columns
             .iter()
-            .map(|c| ColumnDef {
-                name: c.name.clone(),
-                ty: c.ty.clone(),
-                not_null: false,
-                default: None,
-            })
+            .map(|c| ColumnDef::new(c.name.clone(), c.ty.clone()))
             .collect(),
-        primary_key: vec![],
-        indexes: vec![],
+        ..TableSchema::default()
     }));
     for (i, row) in rows.into_iter().enumerate() {
         catalog.apply_row(v.id, vec![Value::Int(i as i64)], Some(row), watermark);

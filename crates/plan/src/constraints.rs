@@ -1,0 +1,345 @@
+//! What a statement's writes must keep true: each CHECK on every row
+//! written, conflicts on the primary key and unique constraints for
+//! `ON CONFLICT`, and foreign keys at the end of the statement, with
+//! their `ON DELETE` / `ON UPDATE` actions.
+//!
+//! Every lookup goes through the transaction, so it is in its read set:
+//! a child inserted while its parent is deleted by a concurrent
+//! transaction makes one of the two fail validation at commit (the
+//! child's writer read the parent's key; the parent's deleter read the
+//! child table).
+
+use aqueduct_expr::{Env, Expr, SqlError};
+use aqueduct_tables::{Catalog, FkAction, ForeignKeyDef, Key, Row, Table, TableId, Txn};
+use aqueduct_values::Value;
+
+use crate::limits::MAX_CASCADED_ROWS;
+use crate::plan::Access;
+use crate::rows::{conform, current, read_rows};
+
+/// A CHECK that is false for `row` fails the write with 23514 (NULL
+/// passes, as in PostgreSQL).
+pub(crate) fn check_row(
+    t: &Table,
+    checks: &[(String, Expr)],
+    row: &Row,
+    params: &[Value],
+) -> Result<(), SqlError> {
+    for (name, cond) in checks {
+        if matches!(cond.eval(&Env::new(row, params))?, Value::Bool(false)) {
+            return Err(SqlError::new(
+                "23514",
+                format!(
+                    "new row for relation \"{}\" violates check constraint \"{name}\"",
+                    t.schema.name
+                ),
+            )
+            .with_detail(format!("Failing row contains ({}).", row_text(row))));
+        }
+    }
+    Ok(())
+}
+
+fn row_text(row: &[Value]) -> String {
+    row.iter()
+        .map(|v| match v {
+            Value::Null => "null".to_string(),
+            v => v.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The rows of `t` whose `columns` equal `values`, as `txn` sees them
+/// (by key or index when there is one, else by scan), the read noted.
+fn rows_with(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    t: &Table,
+    columns: &[usize],
+    values: &[Value],
+) -> Result<Vec<(Key, Row)>, SqlError> {
+    if values.iter().any(Value::is_null) {
+        return Ok(Vec::new());
+    }
+    let literals = |order: &[usize]| -> Vec<Expr> {
+        order
+            .iter()
+            .map(|c| {
+                let at = columns.iter().position(|x| x == c).expect("same columns");
+                Expr::Literal(values[at].clone())
+            })
+            .collect()
+    };
+    let same = |a: &[usize], b: &[usize]| {
+        let (mut a, mut b) = (a.to_vec(), b.to_vec());
+        a.sort_unstable();
+        b.sort_unstable();
+        a == b
+    };
+    let access = if t.schema.has_primary_key() && same(&t.schema.primary_key, columns) {
+        Access::PrimaryKey(literals(&t.schema.primary_key))
+    } else if let Some(i) = t
+        .schema
+        .indexes
+        .iter()
+        .position(|i| same(&i.columns, columns))
+    {
+        Access::Index(i, literals(&t.schema.indexes[i].columns))
+    } else {
+        Access::Scan
+    };
+    Ok(read_rows(catalog, txn, t, &access, &[])?
+        .into_iter()
+        .filter(|(_, r)| {
+            columns
+                .iter()
+                .zip(values)
+                .all(|(&c, v)| r[c].sql_cmp(v) == Some(std::cmp::Ordering::Equal))
+        })
+        .map(|(k, r)| (k, (*r).clone()))
+        .collect())
+}
+
+/// The row a new `row` conflicts with on one of `arbiters` (column sets
+/// of the primary key or of unique constraints), as `txn` sees the table.
+pub(crate) fn conflicting_row(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    t: &Table,
+    arbiters: &[Vec<usize>],
+    row: &Row,
+) -> Result<Option<(Key, Row)>, SqlError> {
+    for cols in arbiters {
+        if t.schema.has_primary_key() && cols == &t.schema.primary_key {
+            let key = t.schema.key_of(row);
+            if let Some(existing) = current(catalog, txn, t, &key) {
+                return Ok(Some((key, existing)));
+            }
+            continue;
+        }
+        let values: Vec<Value> = cols.iter().map(|&c| row[c].clone()).collect();
+        if let Some(found) = rows_with(catalog, txn, t, cols, &values)?
+            .into_iter()
+            .next()
+        {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// The rows a statement changed: old and new versions by table.
+#[derive(Default)]
+pub(crate) struct Changes {
+    rows: Vec<(TableId, Option<Row>, Option<Row>)>,
+}
+
+impl Changes {
+    pub(crate) fn push(&mut self, table: TableId, old: Option<Row>, new: Option<Row>) {
+        self.rows.push((table, old, new));
+    }
+}
+
+fn key_text(schema_columns: &[String], values: &[Value]) -> String {
+    format!(
+        "Key ({})=({})",
+        schema_columns.join(", "),
+        values
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn names(t: &Table, cols: &[usize]) -> Vec<String> {
+    cols.iter()
+        .map(|&c| t.schema.columns[c].name.clone())
+        .collect()
+}
+
+fn table(catalog: &Catalog, id: TableId) -> Result<&Table, SqlError> {
+    catalog
+        .table_by_id(id)
+        .ok_or_else(|| SqlError::new("42P01", "a table was dropped while the statement ran"))
+}
+
+/// At the end of a statement: the actions of foreign keys whose
+/// referenced rows went or changed key (cascading as far as they go, up
+/// to `MAX_CASCADED_ROWS` rows), then every foreign key of every row
+/// written holds, or the statement fails with 23503.
+pub(crate) fn enforce_foreign_keys(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    changes: Changes,
+) -> Result<(), SqlError> {
+    if catalog
+        .tables
+        .values()
+        .all(|t| t.schema.foreign_keys.is_empty())
+    {
+        return Ok(());
+    }
+    let mut work = changes.rows;
+    let mut done = 0;
+    let mut i = 0;
+    while i < work.len() {
+        let (table_id, old, new) = work[i].clone();
+        i += 1;
+        done += 1;
+        if done > MAX_CASCADED_ROWS {
+            return Err(SqlError::new(
+                "54000",
+                format!(
+                    "a statement changing more than {MAX_CASCADED_ROWS} rows through foreign keys"
+                ),
+            )
+            .with_hint("delete or update the referencing rows in smaller statements"));
+        }
+        let t = table(catalog, table_id)?;
+        // This row references others: they must exist.
+        if let Some(new) = &new {
+            for fk in &t.schema.foreign_keys {
+                let values: Vec<Value> = fk.columns.iter().map(|&c| new[c].clone()).collect();
+                let unchanged = old
+                    .as_ref()
+                    .is_some_and(|o| fk.columns.iter().all(|&c| o[c] == new[c]));
+                if unchanged || values.iter().any(Value::is_null) {
+                    continue;
+                }
+                let parent = table(catalog, fk.ref_table)?;
+                if rows_with(catalog, txn, parent, &fk.ref_columns, &values)?.is_empty() {
+                    return Err(SqlError::new(
+                        "23503",
+                        format!(
+                            "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+                            t.schema.name, fk.name
+                        ),
+                    )
+                    .with_detail(format!(
+                        "{} is not present in table \"{}\".",
+                        key_text(&names(t, &fk.columns), &values),
+                        parent.schema.name
+                    )));
+                }
+            }
+        }
+        // Rows that reference this one: their key went or changed.
+        let Some(old) = old else { continue };
+        for child in catalog.tables.values() {
+            for fk in child
+                .schema
+                .foreign_keys
+                .iter()
+                .filter(|fk| fk.ref_table == table_id)
+            {
+                let key: Vec<Value> = fk.ref_columns.iter().map(|&c| old[c].clone()).collect();
+                if key.iter().any(Value::is_null) {
+                    continue;
+                }
+                if let Some(new) = &new {
+                    if fk.ref_columns.iter().all(|&c| old[c] == new[c]) {
+                        continue;
+                    }
+                }
+                // Another row may hold the key now (deleted and inserted
+                // again in one statement): then nothing is orphaned.
+                if !rows_with(catalog, txn, t, &fk.ref_columns, &key)?.is_empty() {
+                    continue;
+                }
+                let children = rows_with(catalog, txn, child, &fk.columns, &key)?;
+                if children.is_empty() {
+                    continue;
+                }
+                let action = if new.is_some() {
+                    fk.on_update
+                } else {
+                    fk.on_delete
+                };
+                let replaced: Option<Vec<Value>> = new
+                    .as_ref()
+                    .map(|n| fk.ref_columns.iter().map(|&c| n[c].clone()).collect());
+                for (ckey, crow) in children {
+                    let next = act(child, fk, action, &crow, replaced.as_deref(), t, &key)?
+                        .map(|row| conform(child, row))
+                        .transpose()?;
+                    match &next {
+                        None => txn.delete(child.schema.id, ckey),
+                        Some(row) => {
+                            let nkey = if child.schema.has_primary_key() {
+                                child.schema.key_of(row)
+                            } else {
+                                ckey.clone()
+                            };
+                            if nkey != ckey {
+                                txn.delete(child.schema.id, ckey);
+                            }
+                            txn.put(child.schema.id, nkey, row.clone());
+                        }
+                    }
+                    work.push((child.schema.id, Some(crow), next));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What foreign key `fk` of `child` does to a referencing row `row` when
+/// the referenced `key` of `parent` went (`replaced` `None`) or became
+/// `replaced`: the row's new version (`None` to delete it), or 23503.
+fn act(
+    child: &Table,
+    fk: &ForeignKeyDef,
+    action: FkAction,
+    row: &Row,
+    replaced: Option<&[Value]>,
+    parent: &Table,
+    key: &[Value],
+) -> Result<Option<Row>, SqlError> {
+    let set = |values: &dyn Fn(usize, usize) -> Value| {
+        let mut out = row.clone();
+        for (i, &c) in fk.columns.iter().enumerate() {
+            out[c] = values(i, c);
+        }
+        out
+    };
+    Ok(match action {
+        FkAction::NoAction | FkAction::Restrict => {
+            return Err(SqlError::new(
+                "23503",
+                format!(
+                    "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
+                    parent.schema.name, fk.name, child.schema.name
+                ),
+            )
+            .with_detail(format!(
+                "{} is still referenced from table \"{}\".",
+                key_text(&names(parent, &fk.ref_columns), key),
+                child.schema.name
+            )))
+        }
+        FkAction::Cascade => replaced.map(|values| set(&|i, _| values[i].clone())),
+        FkAction::SetNull => Some(set(&|_, _| Value::Null)),
+        FkAction::SetDefault => {
+            if let Some(c) = fk
+                .columns
+                .iter()
+                .find(|&&c| child.schema.columns[c].default_expr.is_some())
+            {
+                return Err(SqlError::unsupported(format!(
+                    "ON DELETE/UPDATE SET DEFAULT with a default that is an expression (column \"{}\")",
+                    child.schema.columns[*c].name
+                ))
+                .with_hint("use a constant default for the column, or SET NULL"));
+            }
+            Some(set(&|_, c| {
+                child.schema.columns[c]
+                    .default
+                    .clone()
+                    .unwrap_or(Value::Null)
+            }))
+        }
+    })
+}
