@@ -5,82 +5,29 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// No step of this test may take longer than this.
-const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+mod common;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process, killed (by its pid) when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn aqueduct() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_aqueduct"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("AQUEDUCT_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
+use common::{aqueduct, Running, STEP_TIMEOUT};
 
 /// Starts `aqueduct serve` with small segments and compaction every second;
 /// returns it and its HTTP port once it listens.
 fn serve(data: &std::path::Path) -> (Running, u16) {
-    let (pg, http) = (free_port(), free_port());
-    let mut child = aqueduct()
-        .env("RUST_LOG", "info")
-        .args(["serve", "--fsync", "interval", "--data-dir"])
-        .arg(data)
-        .args(["--pg-addr", &format!("127.0.0.1:{pg}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args([
+    let server = common::serve(
+        data,
+        &[
+            "--fsync",
+            "interval",
             "--segment-bytes",
             "65536",
             "--compaction-interval-secs",
             "1",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (up_tx, up) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if line.contains("PostgreSQL listener serving") {
-                let _ = up_tx.send(());
-            }
-        }
-    });
-    let running = Running(child);
-    up.recv_timeout(STEP_TIMEOUT)
-        .expect("the server starts listening");
-    // The HTTP listener may come up a moment after the PostgreSQL one.
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(Instant::now() < deadline, "the HTTP listener never came up");
-        std::thread::yield_now();
-    }
-    (running, http)
+        ],
+    );
+    (server.process, server.http)
 }
 
 /// One HTTP request; returns the status line and the body.

@@ -67,7 +67,9 @@ fn workload(e: &Arc<Engine>, seed: u64) -> (usize, usize) {
                 for _ in 0..ROUNDS {
                     let p = rng.gen_range(0..PARENTS);
                     let statements = match rng.gen_range(0..4) {
-                        0 => vec![format!("INSERT INTO parent VALUES ({p}) ON CONFLICT DO NOTHING")],
+                        0 => vec![format!(
+                            "INSERT INTO parent VALUES ({p}) ON CONFLICT DO NOTHING"
+                        )],
                         1 => vec![format!("DELETE FROM parent WHERE id = {p}")],
                         // Children go too, so parents can be deleted again.
                         2 => vec![format!("DELETE FROM child WHERE parent = {p}")],
@@ -103,7 +105,10 @@ fn no_child_outlives_its_parent_under_concurrent_transactions() {
             "CREATE TABLE child (id serial PRIMARY KEY, parent int REFERENCES parent)",
         );
         let (committed, failed) = workload(&e, seed);
-        assert!(committed > ROUNDS, "seed {seed}: too few commits: {committed}");
+        assert!(
+            committed > ROUNDS,
+            "seed {seed}: too few commits: {committed}"
+        );
         assert!(failed > 0, "seed {seed}: no transaction ever conflicted");
         assert_eq!(orphans(&mut s), Vec::<Vec<String>>::new(), "seed {seed}");
         // Every child got its own id.
@@ -182,6 +187,8 @@ fn sessions_never_get_the_same_value_and_rolled_back_values_stay_used() {
     assert_eq!(count, SESSIONS * 200);
     // The next value comes after every one handed out, rolled back or not.
     let max = all.iter().map(|v| v.parse::<i64>().unwrap()).max().unwrap();
-    let next: i64 = rows(&mut s, "SELECT nextval('shared')")[0][0].parse().unwrap();
+    let next: i64 = rows(&mut s, "SELECT nextval('shared')")[0][0]
+        .parse()
+        .unwrap();
     assert!(next > max, "{next} after {max}");
 }
