@@ -129,6 +129,43 @@ pub(crate) fn conflicting_row(
     Ok(None)
 }
 
+/// A row `row` at `key` would break a unique constraint of `t` (other than
+/// the primary key) as the transaction sees the table: 23505 now, as
+/// PostgreSQL reports it at the statement. Not in the read set: the
+/// commit checks unique constraints again under the commit lock, against
+/// what committed meanwhile, so a transaction is not failed for a
+/// concurrent write that breaks nothing.
+pub(crate) fn check_unique(txn: &Txn, t: &Table, key: &Key, row: &Row) -> Result<(), SqlError> {
+    for def in t.schema.indexes.iter().filter(|i| i.unique) {
+        let values: Vec<Value> = def.columns.iter().map(|&c| row[c].clone()).collect();
+        if values.iter().any(Value::is_null) {
+            continue;
+        }
+        let same = |r: &Row| def.columns.iter().zip(&values).all(|(&c, v)| &r[c] == v);
+        let committed = t
+            .unique_conflicts(key, row)
+            .into_iter()
+            .any(|(name, other)| name == def.name && txn.own(t.schema.id, &other).is_none());
+        let own = txn
+            .own_rows(t.schema.id)
+            .any(|(k, r)| k != key && r.is_some_and(same));
+        if committed || own {
+            return Err(SqlError::new(
+                "23505",
+                format!(
+                    "duplicate key value violates unique constraint \"{}\"",
+                    def.name
+                ),
+            )
+            .with_detail(format!(
+                "{} already exists.",
+                key_text(&names(t, &def.columns), &values)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The rows a statement changed: old and new versions by table.
 #[derive(Default)]
 pub(crate) struct Changes {

@@ -443,6 +443,7 @@ fn insert(
         let txn = fx.txn.get_mut();
         if !t.schema.has_primary_key() && p.arbiters.is_empty() {
             let key = vec![Value::Int(db.allocate_rowid())];
+            constraints::check_unique(txn, t, &key, &row)?;
             txn.put(t.schema.id, key, row.clone());
             changes.push(t.schema.id, None, Some(row.clone()));
             written.push(row);
@@ -456,6 +457,7 @@ fn insert(
                 } else {
                     vec![Value::Int(db.allocate_rowid())]
                 };
+                constraints::check_unique(txn, t, &key, &row)?;
                 txn.put(t.schema.id, key, row.clone());
                 changes.push(t.schema.id, None, Some(row.clone()));
                 written.push(row);
@@ -486,6 +488,7 @@ fn insert(
                     ));
                 }
                 let txn = fx.txn.get_mut();
+                constraints::check_unique(txn, t, &key, &new)?;
                 txn.put(t.schema.id, key, new.clone());
                 changes.push(t.schema.id, Some(existing), Some(new.clone()));
                 written.push(new);
@@ -522,6 +525,7 @@ fn update(
     }
     let txn = fx.txn.get_mut();
     let mut written = Vec::with_capacity(updates.len());
+    let mut moved = Vec::with_capacity(updates.len());
     let mut changes = Changes::default();
     for (key, old, new) in updates {
         let new_key = if t.schema.has_primary_key() {
@@ -535,9 +539,15 @@ fn update(
             }
             txn.delete(t.schema.id, key);
         }
-        txn.put(t.schema.id, new_key, new.clone());
+        txn.put(t.schema.id, new_key.clone(), new.clone());
         changes.push(t.schema.id, Some((*old).clone()), Some(new.clone()));
+        moved.push(new_key);
         written.push(new);
+    }
+    // After every row of the statement moved: a swap of unique values
+    // within one statement is fine.
+    for (key, new) in moved.iter().zip(&written) {
+        constraints::check_unique(txn, t, key, new)?;
     }
     constraints::enforce_foreign_keys(catalog, txn, changes)?;
     let tag = format!("UPDATE {}", written.len());
@@ -596,6 +606,7 @@ fn truncate(fx: &mut Fx<'_>, p: &TruncatePlan) -> Result<Outcome, SqlError> {
 }
 
 fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
+    txn.note_schema_read(catalog);
     let tag = |t: &str| Ok(Outcome::Command { tag: t.into() });
     match d {
         Ddl::CreateTable {

@@ -18,7 +18,7 @@ mod schema;
 mod sequences;
 mod table;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,6 +110,10 @@ pub struct Catalog {
     pub sequences: BTreeMap<TableId, SequenceState>,
     /// LSN of the last write applied: the tables are exactly as of it.
     lsn: Lsn,
+    /// Counts the schema changes applied (sequence positions aside): a
+    /// transaction that changes the schema commits only if no other one
+    /// did since it began to.
+    schema_version: u64,
 }
 
 impl Catalog {
@@ -164,6 +168,12 @@ impl Catalog {
 
     /// Applies a schema change (replay, commit, and catalogs built in memory).
     pub fn apply_schema(&mut self, change: SchemaChange) {
+        if !matches!(
+            change,
+            SchemaChange::ReserveSequence { .. } | SchemaChange::SetSequence { .. }
+        ) {
+            self.schema_version += 1;
+        }
         if self.apply_security(&change) {
             return;
         }
@@ -335,6 +345,8 @@ enum Read {
     },
     /// A scan or any read by predicate: the whole table's version.
     Table { table: TableId, version: Lsn },
+    /// The schema as a transaction that changes it found it.
+    Schema { version: u64 },
 }
 
 /// A transaction's writes as of a `SAVEPOINT`.
@@ -376,6 +388,43 @@ impl Txn {
                 version: t.get(key).map(|r| r.lsn),
             });
         }
+    }
+
+    /// Records that this transaction's schema changes were made against
+    /// the schema as it is in `catalog` (once per transaction).
+    pub fn note_schema_read(&mut self, catalog: &Catalog) {
+        if !self.reads.iter().any(|r| matches!(r, Read::Schema { .. })) {
+            self.reads.push(Read::Schema {
+                version: catalog.schema_version,
+            });
+        }
+    }
+
+    /// Whether the transaction changes the schema (`CREATE`, `DROP`, ...;
+    /// sequence positions aside).
+    pub fn changes_schema(&self) -> bool {
+        self.writes.iter().any(|w| {
+            matches!(w, Write::Schema(c) if !matches!(
+                c,
+                SchemaChange::ReserveSequence { .. } | SchemaChange::SetSequence { .. }
+            ))
+        })
+    }
+
+    /// The catalog as this transaction sees it: `committed` with the
+    /// transaction's own schema changes applied (its rows are in its
+    /// overlay). `None` when it changes no schema.
+    pub fn pending_catalog(&self, committed: &Catalog) -> Option<Catalog> {
+        if !self.changes_schema() {
+            return None;
+        }
+        let mut catalog = committed.clone();
+        for w in &self.writes {
+            if let Write::Schema(c) = w {
+                catalog.apply_schema(c.clone());
+            }
+        }
+        Some(catalog)
     }
 
     /// Records a scan (a read by predicate) of `table`.
@@ -461,8 +510,21 @@ impl Txn {
     }
 
     fn validate(&self, catalog: &Catalog) -> Result<(), TableError> {
+        // Tables this transaction made: nobody else can have written them.
+        let created: HashSet<TableId> = self
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Schema(SchemaChange::CreateTable(t)) => Some(t.id),
+                _ => None,
+            })
+            .collect();
         for r in &self.reads {
             let ok = match r {
+                Read::Row { table, .. } | Read::Table { table, .. } if created.contains(table) => {
+                    true
+                }
+                Read::Schema { version } => catalog.schema_version == *version,
                 // A key absent when read and absent now reads the same at
                 // the commit, where the transaction is serialized: inserts
                 // and deletes of other keys do not conflict with it.
@@ -483,6 +545,23 @@ impl Txn {
             }
         }
         Ok(())
+    }
+}
+
+/// The catalog a transaction reads and binds against ([`Database::read_in`]).
+pub enum TxnCatalog<'a> {
+    Committed(RwLockReadGuard<'a, Catalog>),
+    Pending(Box<Catalog>),
+}
+
+impl std::ops::Deref for TxnCatalog<'_> {
+    type Target = Catalog;
+
+    fn deref(&self) -> &Catalog {
+        match self {
+            TxnCatalog::Committed(c) => c,
+            TxnCatalog::Pending(c) => c,
+        }
     }
 }
 
@@ -583,6 +662,16 @@ impl Database {
     /// A consistent view of all tables for the duration of the guard.
     pub fn read(&self) -> RwLockReadGuard<'_, Catalog> {
         self.catalog.read()
+    }
+
+    /// The catalog as transaction `txn` sees it: the committed one, or a
+    /// copy with the transaction's own schema changes applied.
+    pub fn read_in(&self, txn: Option<&Txn>) -> TxnCatalog<'_> {
+        let committed = self.catalog.read();
+        match txn.and_then(|t| t.pending_catalog(&committed)) {
+            Some(pending) => TxnCatalog::Pending(Box::new(pending)),
+            None => TxnCatalog::Committed(committed),
+        }
     }
 
     /// [`Database::read`] that does not wait behind a writer queued for the
@@ -767,7 +856,9 @@ impl Database {
 
     /// Unique indexes hold after the transaction's final writes.
     fn check_unique(&self, txn: &Txn) -> Result<(), TableError> {
-        let catalog = self.catalog.read();
+        let committed = self.catalog.read();
+        let pending = txn.pending_catalog(&committed);
+        let catalog = pending.as_ref().unwrap_or(&committed);
         let mut claimed: HashMap<(TableId, String, Vec<Value>), Key> = HashMap::new();
         for ((table, key), row) in &txn.overlay {
             let (Some(t), Some(row)) = (catalog.table_by_id(*table), row) else {

@@ -234,7 +234,10 @@ impl Session {
         self.engine.metrics.count(&self.engine.metrics.select);
         let db = self.engine.database();
         let (columns, rows) = match self.txn.as_mut() {
-            Some(txn) => oneshot::evaluate(&db.read(), txn, q, params, Some(self.time))?,
+            Some(txn) => {
+                let catalog = db.read_in(Some(txn));
+                oneshot::evaluate(&catalog, txn, q, params, Some(self.time))?
+            }
             None => {
                 let seen = db.applied_lsn();
                 let out =

@@ -203,7 +203,7 @@ impl Session {
             }
         }
         let (columns, params) = {
-            let catalog = self.engine.database().read();
+            let catalog = self.engine.database().read_in(self.txn.as_ref());
             aqueduct_views::oneshot::describe(&catalog, q, hints, self.time)?
         };
         Ok(Prepared {

@@ -187,7 +187,7 @@ impl Session {
         hints: &[Option<DataType>],
     ) -> Result<Route, SqlError> {
         let bound = {
-            let catalog = self.engine.database().read();
+            let catalog = self.engine.database().read_in(self.txn.as_ref());
             let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
             // A view is compiled against the catalog now, so a bad one
             // fails before anything is written.

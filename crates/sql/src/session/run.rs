@@ -253,11 +253,6 @@ impl Session {
                 "DEALLOCATE"
             })),
             Plan::Show { name } => self.show(&name),
-            Plan::Ddl(_) if self.txn.is_some() => Err(SqlError::new(
-                "25001",
-                "schema changes inside a transaction block are not supported",
-            )
-            .with_hint("run CREATE/DROP statements outside BEGIN ... COMMIT")),
             plan => self.run_data(plan, bound.columns, params),
         }
     }
@@ -289,7 +284,7 @@ impl Session {
     ) -> Result<Outcome, SqlError> {
         let db = self.engine.database();
         if let Some(txn) = self.txn.as_mut() {
-            let catalog = db.read();
+            let catalog = db.read_in(Some(txn));
             return exec::execute(
                 db,
                 &catalog,
