@@ -17,9 +17,9 @@ use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp, Volatile};
 use crate::catalog_queries;
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
-    Access, Aggregate, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping, InsertPlan,
-    InsertSource, NeedsDataflow, OnConflict, Plan, SelectBody, SelectPlan, SortKey, StatementTime,
-    TruncatePlan, UpdatePlan,
+    Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping,
+    InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, SelectBody, SelectPlan, SortKey,
+    StatementTime, TruncatePlan, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -275,6 +275,38 @@ pub fn ident(i: &ast::Ident) -> String {
     } else {
         i.value.to_lowercase()
     }
+}
+
+/// Whether a view's definition (SQL text) reads `relation`.
+pub fn mentions(sql: &str, relation: &str) -> bool {
+    match crate::parse::parse(sql) {
+        Ok(statements) => statements
+            .iter()
+            .any(|st| relations(st).iter().any(|r| r == relation)),
+        // Unreadable (never expected): assume it does, to be safe.
+        Err(_) => true,
+    }
+}
+
+/// The views that read `relations`, directly or through other views, in
+/// creation order: (id, name, SQL).
+pub fn dependent_views(catalog: &Catalog, relations: &[String]) -> Vec<(TableId, String, String)> {
+    let mut names: Vec<String> = relations.to_vec();
+    let mut out: Vec<(TableId, String, String)> = Vec::new();
+    loop {
+        let before = out.len();
+        for (id, (name, sql)) in &catalog.views {
+            if !names.contains(name) && names.iter().any(|r| mentions(sql, r)) {
+                names.push(name.clone());
+                out.push((*id, name.clone(), sql.clone()));
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out.sort_by_key(|(id, _, _)| *id);
+    out
 }
 
 /// The names of the relations a statement reads or writes (tables, views,
@@ -547,6 +579,20 @@ impl<'a> Binder<'a> {
                 )
             }
             S::Truncate(t) => (self.truncate(t)?, vec![]),
+            S::AlterTable(a) => {
+                let Some(time) = self.time else {
+                    return Err(SqlError::new("XX000", "ALTER TABLE bound without a clock"));
+                };
+                (
+                    Plan::Ddl(Ddl::AlterTable(AlterTablePlan {
+                        name: object_name(&a.name)?,
+                        if_exists: a.if_exists,
+                        ops: a.operations.clone(),
+                        time,
+                    })),
+                    vec![],
+                )
+            }
             S::StartTransaction { .. } => (Plan::Begin, vec![]),
             S::Commit { .. } => (Plan::Commit, vec![]),
             S::Rollback {
@@ -1131,7 +1177,12 @@ impl<'a> Binder<'a> {
 
     /// Binds a condition (WHERE, HAVING, NOT, CASE WHEN, FILTER ...), which
     /// must be boolean (42804), as in PostgreSQL.
-    fn condition(&mut self, e: &ast::Expr, scope: &Scope, context: &str) -> Result<Expr, SqlError> {
+    pub(crate) fn condition(
+        &mut self,
+        e: &ast::Expr,
+        scope: &Scope,
+        context: &str,
+    ) -> Result<Expr, SqlError> {
         let x = self.expr(e, scope, Some(&DataType::Bool))?;
         if is_untyped_literal(e) {
             if let Expr::Literal(v @ Value::Text(_)) = &x {
@@ -2590,7 +2641,11 @@ impl<'a> Binder<'a> {
     /// Binds a `DEFAULT`: a literal is kept as a value, anything else
     /// (`now()`, `nextval(...)`, arithmetic) as SQL text evaluated by each
     /// insert, after checking here that it binds.
-    fn column_default(&mut self, def: &mut ColumnDef, e: &ast::Expr) -> Result<(), SqlError> {
+    pub(crate) fn column_default(
+        &mut self,
+        def: &mut ColumnDef,
+        e: &ast::Expr,
+    ) -> Result<(), SqlError> {
         let x = self.expr(e, &Scope::empty(), Some(&def.ty))?;
         let literal = match &x {
             Expr::Literal(v) => Some(v),
@@ -2667,7 +2722,7 @@ impl<'a> Binder<'a> {
 
     /// A column's default, bound for one statement: its value, the next
     /// value of its identity sequence, its expression, or NULL.
-    fn default_of(&mut self, c: &ColumnDef) -> Result<Expr, SqlError> {
+    pub(crate) fn default_of(&mut self, c: &ColumnDef) -> Result<Expr, SqlError> {
         if let Some(v) = &c.default {
             return Ok(Expr::Literal(v.clone()));
         }
@@ -2801,7 +2856,7 @@ impl<'a> Binder<'a> {
 
     /// A `FOREIGN KEY ... REFERENCES` of `schema` (a table being created,
     /// which may reference itself).
-    fn foreign_key(
+    pub(crate) fn foreign_key(
         &mut self,
         schema: &TableSchema,
         given: Option<String>,
@@ -3288,7 +3343,7 @@ fn key_types_match(a: &DataType, b: &DataType) -> bool {
 }
 
 /// The integer type of `serial`, `bigserial` and `smallserial`.
-fn serial_type(dt: &ast::DataType) -> Option<DataType> {
+pub(crate) fn serial_type(dt: &ast::DataType) -> Option<DataType> {
     match dt.to_string().to_lowercase().as_str() {
         "serial" | "serial4" => Some(DataType::Int4),
         "bigserial" | "serial8" => Some(DataType::Int8),
@@ -3395,12 +3450,12 @@ pub fn sequence_def(
 /// Picks constraint names as PostgreSQL does (`t_a_b_key`, `t_a_check`,
 /// `t_a_fkey`), numbering repeats (`t_a_check1`).
 #[derive(Default)]
-struct ConstraintNames {
-    taken: std::collections::HashSet<String>,
+pub(crate) struct ConstraintNames {
+    pub(crate) taken: std::collections::HashSet<String>,
 }
 
 impl ConstraintNames {
-    fn pick<'c>(
+    pub(crate) fn pick<'c>(
         &mut self,
         table: &str,
         columns: impl IntoIterator<Item = &'c str>,
@@ -3429,7 +3484,7 @@ impl ConstraintNames {
 
 /// The first column a table CHECK names (PostgreSQL names the
 /// constraint after it).
-fn check_columns<'s>(e: &ast::Expr, schema: &'s TableSchema) -> Vec<&'s str> {
+pub(crate) fn check_columns<'s>(e: &ast::Expr, schema: &'s TableSchema) -> Vec<&'s str> {
     let mut first = None;
     let _ = ast::visit_expressions(e, |x| {
         if let ast::Expr::Identifier(id) = x {

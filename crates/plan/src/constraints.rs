@@ -10,7 +10,9 @@
 //! child table).
 
 use aqueduct_expr::{Env, Expr, SqlError};
-use aqueduct_tables::{Catalog, FkAction, ForeignKeyDef, Key, Row, Table, TableId, Txn};
+use aqueduct_tables::{
+    Catalog, FkAction, ForeignKeyDef, Key, Row, Table, TableId, TableSchema, Txn,
+};
 use aqueduct_values::Value;
 
 use crate::limits::MAX_CASCADED_ROWS;
@@ -237,30 +239,17 @@ pub(crate) fn enforce_foreign_keys(
         let t = table(catalog, table_id)?;
         // This row references others: they must exist.
         if let Some(new) = &new {
-            for fk in &t.schema.foreign_keys {
-                let values: Vec<Value> = fk.columns.iter().map(|&c| new[c].clone()).collect();
-                let unchanged = old
-                    .as_ref()
-                    .is_some_and(|o| fk.columns.iter().all(|&c| o[c] == new[c]));
-                if unchanged || values.iter().any(Value::is_null) {
-                    continue;
-                }
-                let parent = table(catalog, fk.ref_table)?;
-                if rows_with(catalog, txn, parent, &fk.ref_columns, &values)?.is_empty() {
-                    return Err(SqlError::new(
-                        "23503",
-                        format!(
-                            "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                            t.schema.name, fk.name
-                        ),
-                    )
-                    .with_detail(format!(
-                        "{} is not present in table \"{}\".",
-                        key_text(&names(t, &fk.columns), &values),
-                        parent.schema.name
-                    )));
-                }
-            }
+            let changed: Vec<ForeignKeyDef> = t
+                .schema
+                .foreign_keys
+                .iter()
+                .filter(|fk| {
+                    !old.as_ref()
+                        .is_some_and(|o| fk.columns.iter().all(|&c| o[c] == new[c]))
+                })
+                .cloned()
+                .collect();
+            check_references(catalog, txn, &t.schema, &changed, new)?;
         }
         // Rows that reference this one: their key went or changed.
         let Some(old) = old else { continue };
@@ -318,6 +307,44 @@ pub(crate) fn enforce_foreign_keys(
                     work.push((child.schema.id, Some(crow), next));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Each of `fks` (foreign keys of the table `schema` describes) holds for
+/// `row`: the row it references exists, or 23503.
+pub(crate) fn check_references(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    schema: &TableSchema,
+    fks: &[ForeignKeyDef],
+    row: &Row,
+) -> Result<(), SqlError> {
+    for fk in fks {
+        let values: Vec<Value> = fk.columns.iter().map(|&c| row[c].clone()).collect();
+        if values.iter().any(Value::is_null) {
+            continue;
+        }
+        let parent = table(catalog, fk.ref_table)?;
+        if rows_with(catalog, txn, parent, &fk.ref_columns, &values)?.is_empty() {
+            let cols: Vec<String> = fk
+                .columns
+                .iter()
+                .map(|&c| schema.columns[c].name.clone())
+                .collect();
+            return Err(SqlError::new(
+                "23503",
+                format!(
+                    "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+                    schema.name, fk.name
+                ),
+            )
+            .with_detail(format!(
+                "{} is not present in table \"{}\".",
+                key_text(&cols, &values),
+                parent.schema.name
+            )));
         }
     }
     Ok(())

@@ -8,17 +8,18 @@ use std::sync::Arc;
 
 use aqueduct_expr::agg::Accumulator;
 use aqueduct_tables::{
-    Catalog, Database, IndexDef, Key, Row, SchemaChange, SequenceDef, SequenceState,
-    SessionSequences, Table, TableId, TableSchema, Txn,
+    Catalog, Database, IndexDef, Key, Row, SchemaChange, SequenceDef, SessionSequences, Table,
+    TableId, TableSchema, Txn,
 };
 use aqueduct_values::{DataType, Value};
 
-use aqueduct_expr::{Effects, Env, Expr, SqlError, Volatile};
+use aqueduct_expr::{Env, Expr, SqlError};
 use std::cell::RefCell;
 
 use crate::bind;
 use crate::catalog_queries;
 use crate::constraints::{self, Changes};
+pub(crate) use crate::effects::Fx;
 use crate::plan::{
     Access, Aggregate, Column, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Outcome,
     Plan, SelectPlan, TruncatePlan, UpdatePlan,
@@ -64,6 +65,7 @@ pub fn execute(
         Plan::Update(p) => update(fx, p, columns, params),
         Plan::Delete(p) => delete(fx, p, columns, params),
         Plan::Truncate(p) => truncate(fx, p),
+        Plan::Ddl(Ddl::AlterTable(a)) => crate::alter::alter_table(fx, a),
         Plan::Ddl(d) => ddl(catalog, fx.txn.get_mut(), d),
         Plan::Begin
         | Plan::Commit
@@ -319,92 +321,6 @@ fn returning(
     })
 }
 
-/// What volatile functions act on while a statement runs: the sequences,
-/// through the statement's transaction and its session.
-pub(crate) struct Fx<'a> {
-    pub db: &'a Database,
-    pub catalog: &'a Catalog,
-    pub txn: RefCell<&'a mut Txn>,
-    pub seqs: RefCell<&'a mut SessionSequences>,
-}
-
-impl Fx<'_> {
-    fn sequence(&self, name: &Value) -> Result<&SequenceState, SqlError> {
-        let Value::Text(name) = name else {
-            return Err(SqlError::new("22004", "a sequence name must not be null"));
-        };
-        let name = name.strip_prefix("public.").unwrap_or(name);
-        self.catalog
-            .sequence(name)
-            .ok_or_else(|| SqlError::new("42P01", format!("relation \"{name}\" does not exist")))
-    }
-}
-
-impl Effects for Fx<'_> {
-    fn call(&self, f: Volatile, args: &[Value]) -> Result<Value, SqlError> {
-        match (f, args) {
-            (Volatile::NextVal, [name]) => {
-                let seq = self.sequence(name)?;
-                let v = self
-                    .db
-                    .sequences
-                    .next(seq, &mut self.txn.borrow_mut())
-                    .map_err(|e| SqlError::new("2200H", e.to_string()))?;
-                self.seqs.borrow_mut().returned(seq.def.id, v);
-                Ok(Value::Int(v))
-            }
-            (Volatile::CurrVal, [name]) => {
-                let seq = self.sequence(name)?;
-                self.seqs
-                    .borrow()
-                    .current(seq.def.id)
-                    .map(Value::Int)
-                    .ok_or_else(|| {
-                        SqlError::new(
-                            "55000",
-                            format!(
-                                "currval of sequence \"{}\" is not yet defined in this session",
-                                seq.def.name
-                            ),
-                        )
-                    })
-            }
-            (Volatile::LastVal, []) => self.seqs.borrow().last().map(Value::Int).ok_or_else(|| {
-                SqlError::new("55000", "lastval is not yet defined in this session")
-            }),
-            (Volatile::SetVal, [name, value, rest @ ..]) => {
-                let seq = self.sequence(name)?;
-                let Value::Int(v) = value else {
-                    return Ok(Value::Null);
-                };
-                let is_called = !matches!(rest, [Value::Bool(false)]);
-                if *v < seq.def.min || *v > seq.def.max {
-                    return Err(SqlError::new(
-                        "22003",
-                        format!(
-                            "setval: value {v} is out of bounds for sequence \"{}\" ({}..{})",
-                            seq.def.name, seq.def.min, seq.def.max
-                        ),
-                    ));
-                }
-                self.txn.borrow_mut().schema(SchemaChange::SetSequence {
-                    id: seq.def.id,
-                    value: *v,
-                    is_called,
-                });
-                Ok(Value::Int(*v))
-            }
-            (f, _) => Err(SqlError::new(
-                "42883",
-                format!(
-                    "function {}() with these arguments does not exist",
-                    f.name()
-                ),
-            )),
-        }
-    }
-}
-
 fn insert(
     fx: &mut Fx<'_>,
     p: &InsertPlan,
@@ -413,6 +329,7 @@ fn insert(
 ) -> Result<Outcome, SqlError> {
     let (db, catalog) = (fx.db, fx.catalog);
     let t = table(catalog, p.table)?;
+    fx.txn.get_mut().note_shape(catalog, t.schema.id);
     let sources: Vec<Vec<Value>> = match &p.source {
         InsertSource::Values(rows) => rows
             .iter()
@@ -508,6 +425,7 @@ fn update(
 ) -> Result<Outcome, SqlError> {
     let catalog = fx.catalog;
     let t = table(catalog, p.table)?;
+    fx.txn.get_mut().note_shape(catalog, t.schema.id);
     let rows = read_rows(catalog, fx.txn.get_mut(), t, &p.access, params)?;
     let mut updates = Vec::new();
     for (key, row) in rows {
@@ -563,6 +481,7 @@ fn delete(
     let catalog = fx.catalog;
     let txn = fx.txn.get_mut();
     let t = table(catalog, p.table)?;
+    txn.note_shape(catalog, t.schema.id);
     let rows = read_rows(catalog, txn, t, &p.access, params)?;
     let mut removed = Vec::new();
     let mut changes = Changes::default();
@@ -585,6 +504,7 @@ fn truncate(fx: &mut Fx<'_>, p: &TruncatePlan) -> Result<Outcome, SqlError> {
     let txn = fx.txn.get_mut();
     for &id in &p.tables {
         let t = table(catalog, id)?;
+        txn.note_shape(catalog, id);
         for (key, _) in read_rows(catalog, txn, t, &Access::Scan, &[])? {
             txn.delete(id, key);
         }
@@ -643,6 +563,7 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             txn.schema(SchemaChange::CreateTable(schema));
             tag("CREATE TABLE")
         }
+        Ddl::AlterTable(_) => unreachable!("ALTER TABLE runs in alter.rs"),
         Ddl::CreateSequence { def, if_not_exists } => {
             if catalog.sequence(&def.name).is_some() && *if_not_exists {
                 return tag("CREATE SEQUENCE");
@@ -889,17 +810,7 @@ fn drop_referencing_keys(
     Ok(())
 }
 
-/// A view whose definition names table `table` (as a whole word).
-/// Whether a view's definition reads `relation`.
-fn mentions(sql: &str, relation: &str) -> bool {
-    match crate::parse::parse(sql) {
-        Ok(statements) => statements
-            .iter()
-            .any(|st| crate::bind::relations(st).iter().any(|r| r == relation)),
-        // Unreadable (never expected): assume it does, to be safe.
-        Err(_) => true,
-    }
-}
+use crate::bind::mentions;
 
 /// Before dropping `relations` (tables or views): with `cascade`, drops
 /// every view that depends on them, directly or through other views (the

@@ -17,9 +17,11 @@
 //! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`,
 //! `exec.rs`.
 
+mod alter;
 pub mod bind;
 pub mod catalog_queries;
 mod constraints;
+mod effects;
 pub mod exec;
 pub mod limits;
 pub mod parse;

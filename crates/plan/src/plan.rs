@@ -186,6 +186,7 @@ pub enum Ddl {
         def: SequenceDef,
         if_not_exists: bool,
     },
+    AlterTable(AlterTablePlan),
     DropSequence {
         names: Vec<String>,
         if_exists: bool,
@@ -298,6 +299,17 @@ pub struct UpdatePlan {
     pub assignments: Vec<(usize, Expr)>,
     pub checks: Vec<(String, Expr)>,
     pub returning: Vec<Expr>,
+}
+
+/// `ALTER TABLE name op, ...`: the operations are worked out against the
+/// catalog and the rows when it runs (`alter.rs`).
+#[derive(Clone, Debug)]
+pub struct AlterTablePlan {
+    pub name: String,
+    pub if_exists: bool,
+    pub ops: Vec<ast::AlterTableOperation>,
+    /// For defaults that read the clock.
+    pub time: StatementTime,
 }
 
 #[derive(Clone, Debug)]

@@ -36,8 +36,8 @@ pub use roles::{
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
 };
 pub use schema::{
-    parse_type, CheckDef, ColumnDef, FkAction, ForeignKeyDef, Identity, IndexDef, SchemaChange,
-    SequenceDef, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
+    parse_type, CheckDef, ColumnDef, ColumnSource, FkAction, ForeignKeyDef, Identity, IndexDef,
+    SchemaChange, SequenceDef, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
 };
 pub use sequences::{
     SequenceCache, SequenceError, SequenceState, SessionSequences, SEQUENCE_RESERVE_VALUES,
@@ -212,6 +212,15 @@ impl Catalog {
             SchemaChange::DropTimeMap { id } => {
                 self.time_maps.remove(&id);
             }
+            SchemaChange::AlterTable { schema, sources } => {
+                if let Some(t) = self.tables.get_mut(&schema.id) {
+                    if t.schema.name != schema.name {
+                        self.by_name.remove(&t.schema.name);
+                        self.by_name.insert(schema.name.clone(), schema.id);
+                    }
+                    t.alter(schema, &sources);
+                }
+            }
             SchemaChange::SetConstraints {
                 table,
                 checks,
@@ -347,6 +356,8 @@ enum Read {
     Table { table: TableId, version: Lsn },
     /// The schema as a transaction that changes it found it.
     Schema { version: u64 },
+    /// The columns and constraints of a table the transaction writes.
+    Shape { table: TableId, shape: u64 },
 }
 
 /// A transaction's writes as of a `SAVEPOINT`.
@@ -398,6 +409,27 @@ impl Txn {
                 version: catalog.schema_version,
             });
         }
+    }
+
+    /// Records the columns and constraints of `table`, which the
+    /// transaction writes: it commits only if they did not change.
+    pub fn note_shape(&mut self, catalog: &Catalog, table: TableId) {
+        let Some(t) = catalog.table_by_id(table) else {
+            return;
+        };
+        if self
+            .reads
+            .iter()
+            .rev()
+            .take(8)
+            .any(|r| matches!(r, Read::Shape { table: x, .. } if *x == table))
+        {
+            return;
+        }
+        self.reads.push(Read::Shape {
+            table,
+            shape: t.shape,
+        });
     }
 
     /// Whether the transaction changes the schema (`CREATE`, `DROP`, ...;
@@ -519,12 +551,29 @@ impl Txn {
                 _ => None,
             })
             .collect();
+        // Tables it altered: its own shape reads may be of the altered
+        // table; a concurrent change fails its schema read instead.
+        let altered: HashSet<TableId> = self
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Schema(SchemaChange::AlterTable { schema, .. }) => Some(schema.id),
+                Write::Schema(SchemaChange::SetConstraints { table, .. }) => Some(*table),
+                _ => None,
+            })
+            .collect();
         for r in &self.reads {
             let ok = match r {
                 Read::Row { table, .. } | Read::Table { table, .. } if created.contains(table) => {
                     true
                 }
                 Read::Schema { version } => catalog.schema_version == *version,
+                Read::Shape { table, .. } if created.contains(table) || altered.contains(table) => {
+                    true
+                }
+                Read::Shape { table, shape } => catalog
+                    .table_by_id(*table)
+                    .is_some_and(|t| t.shape == *shape),
                 // A key absent when read and absent now reads the same at
                 // the commit, where the transaction is serialized: inserts
                 // and deletes of other keys do not conflict with it.

@@ -184,6 +184,14 @@ pub enum SchemaChange {
         grantee: Grantee,
         privileges: Vec<Privilege>,
     },
+    /// `ALTER TABLE` changing columns: the table's new definition (same
+    /// id), and for each of its columns where the values of existing rows
+    /// come from. Rows whose new values are computed (a volatile default,
+    /// `ALTER COLUMN ... TYPE`) follow as row writes in the same batch.
+    AlterTable {
+        schema: TableSchema,
+        sources: Vec<ColumnSource>,
+    },
     /// A table's CHECK constraints and foreign keys, replaced (`ALTER
     /// TABLE ... ADD/DROP CONSTRAINT`, `DROP TABLE ... CASCADE` dropping
     /// the foreign keys that reference the table).
@@ -218,6 +226,15 @@ pub enum SchemaChange {
         upto: i64,
         generation: u64,
     },
+}
+
+/// Where a column of an altered table takes existing rows' values from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ColumnSource {
+    /// The row's value of the column at this position before the change.
+    Old(usize),
+    /// A constant (a new column's default, or NULL).
+    Value(Value),
 }
 
 /// A sequence's definition (`docs/sequences.md`).
@@ -271,19 +288,98 @@ struct IndexJson {
 }
 
 #[derive(Serialize, Deserialize)]
+struct TableJson {
+    id: TableId,
+    name: String,
+    columns: Vec<ColumnJson>,
+    primary_key: Vec<usize>,
+    indexes: Vec<IndexJson>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    checks: Vec<CheckDef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    foreign_keys: Vec<ForeignKeyDef>,
+}
+
+/// Where a column of an altered table takes its values from.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SourceJson {
+    Old(usize),
+    /// A constant in its text form (`None` for NULL).
+    Value(Option<String>),
+}
+
+fn table_json(t: &TableSchema) -> TableJson {
+    TableJson {
+        id: t.id,
+        name: t.name.clone(),
+        columns: t
+            .columns
+            .iter()
+            .map(|c| ColumnJson {
+                name: c.name.clone(),
+                ty: c.ty.to_string(),
+                not_null: c.not_null,
+                default: c.default.as_ref().and_then(|d| d.to_text()),
+                default_expr: c.default_expr.clone(),
+                identity: c.identity,
+            })
+            .collect(),
+        primary_key: t.primary_key.clone(),
+        indexes: t.indexes.iter().map(index_json).collect(),
+        checks: t.checks.clone(),
+        foreign_keys: t.foreign_keys.clone(),
+    }
+}
+
+fn table_def(j: TableJson) -> Result<TableSchema, String> {
+    let columns = j
+        .columns
+        .into_iter()
+        .map(|c| {
+            let ty = parse_type(&c.ty)?;
+            let default = match c.default {
+                Some(d) => Some(
+                    Value::Text(d)
+                        .coerce(&ty)
+                        .map_err(|e| format!("bad default: {e}"))?,
+                ),
+                None => None,
+            };
+            Ok(ColumnDef {
+                name: c.name,
+                ty,
+                not_null: c.not_null,
+                default,
+                default_expr: c.default_expr,
+                identity: c.identity,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(TableSchema {
+        id: j.id,
+        name: j.name,
+        columns,
+        primary_key: j.primary_key,
+        indexes: j.indexes.into_iter().map(index_def).collect(),
+        checks: j.checks,
+        foreign_keys: j.foreign_keys,
+    })
+}
+
+#[derive(Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum ChangeJson {
     CreateTable {
         v: u32,
-        id: TableId,
-        name: String,
-        columns: Vec<ColumnJson>,
-        primary_key: Vec<usize>,
-        indexes: Vec<IndexJson>,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        checks: Vec<CheckDef>,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        foreign_keys: Vec<ForeignKeyDef>,
+        #[serde(flatten)]
+        table: TableJson,
+    },
+    AlterTable {
+        v: u32,
+        #[serde(flatten)]
+        table: TableJson,
+        sources: Vec<SourceJson>,
     },
     DropTable {
         v: u32,
@@ -417,6 +513,7 @@ impl SchemaChange {
             | SchemaChange::Grant { object, .. }
             | SchemaChange::Revoke { object, .. } => *object,
             SchemaChange::SetConstraints { table, .. } => *table,
+            SchemaChange::AlterTable { schema, .. } => schema.id,
             SchemaChange::CreateSequence(d) | SchemaChange::AlterSequence(d) => d.id,
             SchemaChange::DropSequence { id }
             | SchemaChange::SetSequence { id, .. }
@@ -429,24 +526,18 @@ impl SchemaChange {
         let j = match self {
             SchemaChange::CreateTable(t) => ChangeJson::CreateTable {
                 v,
-                id: t.id,
-                name: t.name.clone(),
-                columns: t
-                    .columns
+                table: table_json(t),
+            },
+            SchemaChange::AlterTable { schema, sources } => ChangeJson::AlterTable {
+                v,
+                table: table_json(schema),
+                sources: sources
                     .iter()
-                    .map(|c| ColumnJson {
-                        name: c.name.clone(),
-                        ty: c.ty.to_string(),
-                        not_null: c.not_null,
-                        default: c.default.as_ref().and_then(|d| d.to_text()),
-                        default_expr: c.default_expr.clone(),
-                        identity: c.identity,
+                    .map(|s| match s {
+                        ColumnSource::Old(i) => SourceJson::Old(*i),
+                        ColumnSource::Value(v) => SourceJson::Value(v.to_text()),
                     })
                     .collect(),
-                primary_key: t.primary_key.clone(),
-                indexes: t.indexes.iter().map(index_json).collect(),
-                checks: t.checks.clone(),
-                foreign_keys: t.foreign_keys.clone(),
             },
             SchemaChange::DropTable { id } => ChangeJson::DropTable { v, id: *id },
             SchemaChange::CreateIndex { table, index } => ChangeJson::CreateIndex {
@@ -559,48 +650,32 @@ impl SchemaChange {
             }
         };
         Ok(match j {
-            ChangeJson::CreateTable {
-                v,
-                id,
-                name,
-                columns,
-                primary_key,
-                indexes,
-                checks,
-                foreign_keys,
-            } => {
+            ChangeJson::CreateTable { v, table } => {
                 check(v)?;
-                let columns = columns
+                SchemaChange::CreateTable(table_def(table)?)
+            }
+            ChangeJson::AlterTable { v, table, sources } => {
+                check(v)?;
+                let schema = table_def(table)?;
+                if sources.len() != schema.columns.len() {
+                    return Err("an altered table needs a source for every column".into());
+                }
+                let sources = sources
                     .into_iter()
-                    .map(|c| {
-                        let ty = parse_type(&c.ty)?;
-                        let default = match c.default {
-                            Some(d) => Some(
-                                Value::Text(d)
-                                    .coerce(&ty)
-                                    .map_err(|e| format!("bad default: {e}"))?,
+                    .zip(&schema.columns)
+                    .map(|(s, c)| {
+                        Ok(match s {
+                            SourceJson::Old(i) => ColumnSource::Old(i),
+                            SourceJson::Value(None) => ColumnSource::Value(Value::Null),
+                            SourceJson::Value(Some(t)) => ColumnSource::Value(
+                                Value::Text(t)
+                                    .coerce(&c.ty)
+                                    .map_err(|e| format!("bad column value: {e}"))?,
                             ),
-                            None => None,
-                        };
-                        Ok(ColumnDef {
-                            name: c.name,
-                            ty,
-                            not_null: c.not_null,
-                            default,
-                            default_expr: c.default_expr,
-                            identity: c.identity,
                         })
                     })
                     .collect::<Result<Vec<_>, String>>()?;
-                SchemaChange::CreateTable(TableSchema {
-                    id,
-                    name,
-                    columns,
-                    primary_key,
-                    indexes: indexes.into_iter().map(index_def).collect(),
-                    checks,
-                    foreign_keys,
-                })
+                SchemaChange::AlterTable { schema, sources }
             }
             ChangeJson::DropTable { v, id } => {
                 check(v)?;

@@ -40,6 +40,9 @@ pub struct Table {
     /// Estimated bytes of memory the rows take with their keys and index
     /// entries ([`Table::stored_bytes`]), for metrics.
     pub bytes: usize,
+    /// Counts changes of the table's columns and constraints: a
+    /// transaction that wrote the table commits only if it is unchanged.
+    pub shape: u64,
 }
 
 /// Whether `row`'s `columns` equal `values` (as an index lookup compares).
@@ -93,7 +96,52 @@ impl Table {
             next_rowid: 1,
             version: 0,
             bytes: 0,
+            shape: 0,
         }
+    }
+
+    /// `ALTER TABLE`: the table takes `schema`, and each row is remade
+    /// from `sources` (one per new column: an old column's value or a
+    /// constant); keys stay (the primary key's values do not change), the
+    /// indexes are built anew for the new positions.
+    pub fn alter(&mut self, schema: TableSchema, sources: &[crate::ColumnSource]) {
+        assert_eq!(
+            schema.columns.len(),
+            sources.len(),
+            "a source for every column of the altered table"
+        );
+        let remade: OrdMap<Key, RowVersion> = self
+            .rows
+            .iter()
+            .map(|(k, rv)| {
+                let row: Row = sources
+                    .iter()
+                    .map(|s| match s {
+                        crate::ColumnSource::Old(i) => rv.row[*i].clone(),
+                        crate::ColumnSource::Value(v) => v.clone(),
+                    })
+                    .collect();
+                (
+                    k.clone(),
+                    RowVersion {
+                        row: Arc::new(row),
+                        lsn: rv.lsn,
+                    },
+                )
+            })
+            .collect();
+        self.rows = remade;
+        let defs = schema.indexes.clone();
+        self.schema = Arc::new(TableSchema {
+            indexes: Vec::new(),
+            ..schema
+        });
+        self.indexes.clear();
+        for def in defs {
+            self.add_index(def);
+        }
+        self.shape += 1;
+        self.recount_bytes();
     }
 
     pub fn len(&self) -> usize {
@@ -356,6 +404,7 @@ impl Table {
         schema.checks = checks;
         schema.foreign_keys = foreign_keys;
         self.schema = Arc::new(schema);
+        self.shape += 1;
     }
 
     pub fn drop_index(&mut self, name: &str) -> bool {

@@ -423,8 +423,30 @@ impl ViewRegistry {
         changes: &[RowChange],
         schema: &[SchemaChange],
     ) {
+        // A table whose columns changed: the views over it are made anew
+        // from the tables as of this commit (their dataflow reads columns
+        // by position), so its row changes here go to no old view.
+        let altered: Vec<&aqueduct_tables::TableSchema> = schema
+            .iter()
+            .filter_map(|s| match s {
+                SchemaChange::AlterTable { schema, .. } => Some(schema),
+                _ => None,
+            })
+            .collect();
+        let mut remake = Vec::new();
+        if !altered.is_empty() {
+            let names: Vec<String> = altered.iter().map(|t| t.name.clone()).collect();
+            remake = aqueduct_plan::bind::dependent_views(catalog, &names);
+            for (_, name, _) in remake.iter().rev() {
+                self.drop_view(name);
+            }
+            self.drop_auto_views();
+        }
         let mut per_table: HashMap<TableId, Delta> = HashMap::new();
         for c in changes {
+            if altered.iter().any(|t| t.id == c.table) {
+                continue;
+            }
             let d = per_table.entry(c.table).or_default();
             if let Some(old) = &c.old {
                 d.push(((**old).clone(), -1));
@@ -438,6 +460,11 @@ impl ViewRegistry {
         // Every commit is queued, even one without row changes, so that the
         // processed LSN follows the log.
         self.worker.submit(lsn, deltas);
+        for (id, name, sql) in &remake {
+            if let Err(e) = self.install(catalog, lsn, *id, name, sql) {
+                tracing::error!(view = %name, "cannot maintain the view after ALTER TABLE: {e}");
+            }
+        }
         for s in schema {
             match s {
                 SchemaChange::CreateView { id, name, sql } => {
