@@ -189,7 +189,10 @@ mod tests {
         let shown = format_array(&v, Value::to_text);
         assert_eq!(shown, r#"{a,"b c",NULL,"NULL","","x\"y","{}"}"#);
         assert_eq!(format_array(&text_array(&shown), Value::to_text), shown);
-        assert_eq!(format_array(&text_array("{ a , b }"), Value::to_text), "{a,b}");
+        assert_eq!(
+            format_array(&text_array("{ a , b }"), Value::to_text),
+            "{a,b}"
+        );
         assert_eq!(format_array(&text_array(" { } "), Value::to_text), "{}");
         let ints = parse_array("{1, 2,NULL}", &DataType::Int4).unwrap();
         assert_eq!(ints, vec![Value::Int(1), Value::Int(2), Value::Null]);
@@ -201,9 +204,15 @@ mod tests {
         for bad in ["a,b", "{a,b", "{a,,b}", "{a}x", "{\"a}", "{,}", "{a\"b}"] {
             let e = parse_array(bad, &DataType::Text).unwrap_err();
             assert_eq!(e.sqlstate(), "22P02", "{bad}");
-            assert!(e.to_string().starts_with("malformed array literal"), "{bad}");
+            assert!(
+                e.to_string().starts_with("malformed array literal"),
+                "{bad}"
+            );
         }
         let e = parse_array("{1,x}", &DataType::Int4).unwrap_err();
-        assert_eq!(e.to_string(), "invalid input syntax for type integer: \"x\"");
+        assert_eq!(
+            e.to_string(),
+            "invalid input syntax for type integer: \"x\""
+        );
     }
 }

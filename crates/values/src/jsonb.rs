@@ -39,7 +39,9 @@ pub enum Jsonb {
 
 /// PostgreSQL's order of object keys: shorter first, then bytewise.
 pub fn key_order(a: &str, b: &str) -> Ordering {
-    a.len().cmp(&b.len()).then_with(|| a.as_bytes().cmp(b.as_bytes()))
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
 }
 
 fn syntax(input: &str) -> ValueError {
@@ -285,10 +287,7 @@ impl Ord for Jsonb {
             (Jsonb::Array(a), Jsonb::Array(b)) => a.len().cmp(&b.len()).then_with(|| a.cmp(b)),
             (Jsonb::Object(a), Jsonb::Object(b)) => a.len().cmp(&b.len()).then_with(|| {
                 for ((ka, va), (kb, vb)) in a.iter().zip(b) {
-                    let o = ka
-                        .as_bytes()
-                        .cmp(kb.as_bytes())
-                        .then_with(|| va.cmp(vb));
+                    let o = ka.as_bytes().cmp(kb.as_bytes()).then_with(|| va.cmp(vb));
                     if o != Ordering::Equal {
                         return o;
                     }
@@ -509,7 +508,10 @@ impl Parser<'_> {
     }
 
     fn hex4(&mut self) -> Result<u32, ValueError> {
-        let h = self.s.get(self.pos..self.pos + 4).ok_or_else(|| self.err())?;
+        let h = self
+            .s
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| self.err())?;
         let h = std::str::from_utf8(h).map_err(|_| self.err())?;
         let v = u32::from_str_radix(h, 16).map_err(|_| self.err())?;
         self.pos += 4;
@@ -558,7 +560,10 @@ mod tests {
             ("{}", "{}"),
             ("[]", "[]"),
             ("null", "null"),
-            (r#"{"x": {"z": true, "y": null}}"#, r#"{"x": {"y": null, "z": true}}"#),
+            (
+                r#"{"x": {"z": true, "y": null}}"#,
+                r#"{"x": {"y": null, "z": true}}"#,
+            ),
             (r#""\u0001\/""#, r#""\u0001/""#),
         ] {
             assert_eq!(canon(input), shown, "{input}");
@@ -567,14 +572,21 @@ mod tests {
 
     #[test]
     fn bad_json_is_a_syntax_error() {
-        for bad in ["{", "[1,]", "01", "1.", "tru", "{\"a\" 1}", "\"\u{1}\"", "1 2", ""] {
+        for bad in [
+            "{",
+            "[1,]",
+            "01",
+            "1.",
+            "tru",
+            "{\"a\" 1}",
+            "\"\u{1}\"",
+            "1 2",
+            "",
+        ] {
             let e = Jsonb::parse(bad).unwrap_err();
             assert_eq!(e.sqlstate(), "22P02", "{bad}");
         }
-        assert_eq!(
-            Jsonb::parse("\"\\u0000\"").unwrap_err().sqlstate(),
-            "22P05"
-        );
+        assert_eq!(Jsonb::parse("\"\\u0000\"").unwrap_err().sqlstate(), "22P05");
         let deep = "[".repeat(MAX_JSON_DEPTH + 2);
         assert!(Jsonb::parse(&deep).is_err());
     }

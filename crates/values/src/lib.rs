@@ -23,11 +23,11 @@ mod types;
 use std::cmp::Ordering;
 use std::fmt;
 
+pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
+pub use jsonb::{key_order, Jsonb, MAX_JSON_DEPTH};
 pub use rust_decimal::Decimal;
 pub use text::format_float4;
 pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
-pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
-pub use jsonb::{key_order, Jsonb, MAX_JSON_DEPTH};
 pub use types::{numeric_typmod, parse_numeric, real_to_numeric, DataType, MAX_NUMERIC_DIGITS};
 
 /// Largest text, bytea or json value, in bytes.
