@@ -40,6 +40,25 @@ pub fn concat(a: Value, b: Value) -> Result<Value, SqlError> {
     Ok(Value::Array(items))
 }
 
+/// `array_append` (`array_prepend` with `front`): a NULL array is an
+/// empty one, a NULL element is an element.
+pub fn append(array: Value, element: Value, front: bool) -> Result<Value, SqlError> {
+    let mut items = match array {
+        Value::Null => Vec::new(),
+        Value::Array(items) => items,
+        other => return Err(crate::expr::operator_error("||", &other, &element)),
+    };
+    if items.len() >= MAX_ARRAY_ELEMENTS {
+        return Err(too_many());
+    }
+    if front {
+        items.insert(0, element);
+    } else {
+        items.push(element);
+    }
+    Ok(Value::Array(items))
+}
+
 fn elements<'v>(v: &'v Value, op: &str, other: &Value) -> Result<&'v [Value], SqlError> {
     match v {
         Value::Array(items) => Ok(items),

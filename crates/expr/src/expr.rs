@@ -129,6 +129,12 @@ pub enum Func {
     MakeArray,
     /// `a[i]`.
     Subscript,
+    /// `array || array`: a NULL array is an empty one; NULL when both are.
+    ArrayCat,
+    /// `array || element`: the element appended (a NULL array is empty).
+    ArrayAppend,
+    /// `element || array`: the element prepended.
+    ArrayPrepend,
     /// `x op ANY (array)`.
     AnyOf(BinOp),
     /// `x op ALL (array)`.
@@ -162,6 +168,9 @@ impl Func {
             "to_jsonb" => Func::ToJsonb,
             "cardinality" => Func::Cardinality,
             "array_length" => Func::ArrayLength,
+            "array_cat" => Func::ArrayCat,
+            "array_append" => Func::ArrayAppend,
+            "array_prepend" => Func::ArrayPrepend,
             _ => return None,
         })
     }
@@ -699,6 +708,12 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         Func::JsonbBuildObject => crate::json::build_object(&vals)?,
         Func::JsonbBuildArray => crate::json::build_array(&vals)?,
         Func::MakeArray => Value::Array(vals),
+        Func::ArrayCat => match (arg(0), arg(1)) {
+            (Value::Null, Value::Null) => Value::Null,
+            (a, b) => crate::array::concat(a, b)?,
+        },
+        Func::ArrayAppend => crate::array::append(arg(0), arg(1), false)?,
+        Func::ArrayPrepend => crate::array::append(arg(1), arg(0), true)?,
         Func::AnyOf(op) => crate::array::any_all(op, &arg(0), &arg(1), false)?,
         Func::AllOf(op) => crate::array::any_all(op, &arg(0), &arg(1), true)?,
         Func::Version => Value::Text("PostgreSQL 15.0 (Aqueduct 0.1)".into()),

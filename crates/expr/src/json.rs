@@ -40,6 +40,9 @@ fn jsonb_value(j: Option<&Jsonb>) -> Value {
 pub fn get(doc: &Value, key: &Value) -> Result<Value, SqlError> {
     let j = need_jsonb(doc, "->", key)?;
     Ok(match key {
+        // PostgreSQL holds a top-level scalar as a one-element array, so
+        // `'"s"'::jsonb -> 0` (and `-> -1`) is the scalar itself.
+        Value::Int(0 | -1) if !matches!(j, Jsonb::Array(_) | Jsonb::Object(_)) => Value::Jsonb(j),
         Value::Int(i) => jsonb_value(j.get_index(*i)),
         Value::Text(k) => jsonb_value(j.get_key(k)),
         other => return Err(crate::expr::operator_error("->", doc, other)),
