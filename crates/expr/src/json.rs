@@ -202,7 +202,7 @@ pub fn to_jsonb(v: &Value) -> Result<Jsonb, SqlError> {
 
 /// `jsonb_build_object(k1, v1, ...)`.
 pub fn build_object(args: &[Value]) -> Result<Value, SqlError> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(SqlError::new(
             "22023",
             "argument list must have even number of elements",

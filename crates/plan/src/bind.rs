@@ -1010,13 +1010,15 @@ impl<'a> Binder<'a> {
                     let array = self.expr(root, scope, None)?;
                     match self.known_type(&array, scope) {
                         None | Some(DataType::Array(_)) => {}
-                        Some(ty) => return Err(SqlError::new(
-                            "42804",
-                            format!(
+                        Some(ty) => {
+                            return Err(SqlError::new(
+                                "42804",
+                                format!(
                                 "cannot subscript type {} because it does not support subscripting",
                                 type_name(&ty)
                             ),
-                        )),
+                            ))
+                        }
                     }
                     let index = self.expr(index, scope, Some(&DataType::Int4))?;
                     if let Some(ty) = self.known_type(&index, scope) {

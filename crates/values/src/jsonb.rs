@@ -595,7 +595,7 @@ mod tests {
     fn order_is_postgres_btree_order() {
         let j = |s: &str| Jsonb::parse(s).unwrap();
         // object > array > boolean > number > string > null
-        let mut v = vec![j("{}"), j("[]"), j("true"), j("1"), j("\"a\""), j("null")];
+        let mut v = [j("{}"), j("[]"), j("true"), j("1"), j("\"a\""), j("null")];
         v.sort();
         let shown: Vec<String> = v.iter().map(|x| x.to_string()).collect();
         assert_eq!(shown, ["null", "\"a\"", "1", "true", "[]", "{}"]);
