@@ -527,7 +527,20 @@ mod tests {
                 (DataType::Uuid, Value::Uuid(u)),
                 (DataType::Bool, Value::Bool(i % 2 == 0)),
                 (DataType::Bytea, Value::Bytes(i.to_le_bytes().to_vec())),
-                (DataType::Jsonb, Value::Json(format!("{{\"a\":{i}}}"))),
+                (
+                    DataType::Jsonb,
+                    Value::Text(format!("{{\"b\":{i},\"a\":[]}}")).coerce(&DataType::Jsonb).unwrap(),
+                ),
+                (
+                    DataType::Array(Box::new(DataType::Int4)),
+                    Value::Array(vec![Value::Int(i as i32 as i64), Value::Null]),
+                ),
+                (
+                    DataType::Array(Box::new(DataType::Text)),
+                    Value::Array(vec![Value::Text(format!("a {i}")), Value::Text(String::new())]),
+                ),
+                (DataType::Array(Box::new(DataType::Uuid)), Value::Array(vec![Value::Uuid(u)])),
+                (DataType::Array(Box::new(DataType::Int8)), Value::Array(vec![])),
             ];
             for (ty, v) in cases {
                 let mut b = BytesMut::new();
@@ -539,6 +552,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn arrays_match_the_reference_codec() {
+        // What we send, a reference client reads ...
+        let ty = DataType::Array(Box::new(DataType::Int4));
+        let v = Value::Array(vec![Value::Int(1), Value::Null, Value::Int(-3)]);
+        let mut b = BytesMut::new();
+        encode_binary(&v, &ty, &mut b).unwrap();
+        let theirs = Vec::<Option<i32>>::from_sql(&Type::INT4_ARRAY, &b).unwrap();
+        assert_eq!(theirs, vec![Some(1), None, Some(-3)]);
+        // ... and what it sends, we read, as the type's OID says.
+        let mut b = BytesMut::new();
+        vec!["x".to_string(), "y z".to_string()]
+            .to_sql(&Type::TEXT_ARRAY, &mut b)
+            .unwrap();
+        let ty = DataType::from_pg_oid(Type::TEXT_ARRAY.oid()).unwrap();
+        assert_eq!(ty.to_string(), "text[]");
+        let back = decode_binary(&b, &ty).unwrap();
+        assert_eq!(back.to_text().unwrap(), "{x,\"y z\"}");
+        let mut b = BytesMut::new();
+        Vec::<i64>::new().to_sql(&Type::INT8_ARRAY, &mut b).unwrap();
+        let back = decode_binary(&b, &DataType::Array(Box::new(DataType::Int8))).unwrap();
+        assert_eq!(back, Value::Array(vec![]));
+        // An element type other than the declared one is refused.
+        let mut b = BytesMut::new();
+        vec![1i64].to_sql(&Type::INT8_ARRAY, &mut b).unwrap();
+        let e = decode_binary(&b, &DataType::Array(Box::new(DataType::Int4))).unwrap_err();
+        assert_eq!(e.code, "42804");
+        // Text output of a real[] keeps the reals' own digits.
+        let mut out = BytesMut::new();
+        let reals = Value::Array(vec![Value::Float(0.1f32 as f64)]);
+        encode_text(
+            &reals,
+            &DataType::Array(Box::new(DataType::Float4)),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(&out[..], b"{0.1}");
     }
 
     #[test]
