@@ -2074,6 +2074,14 @@ impl<'a> Binder<'a> {
                     // and views both see the rewritten argument.
                     let (func, arg) = match &f.filter {
                         None => (func, arg),
+                        Some(_) if matches!(func, AggFunc::ArrayAgg | AggFunc::JsonbAgg) => {
+                            // The rewrite below would collect NULLs for
+                            // the rows the filter leaves out.
+                            return Err(SqlError::unsupported(format!(
+                                "FILTER with {}",
+                                func.name()
+                            )));
+                        }
                         Some(cond) => {
                             if contains_aggregate(cond) {
                                 return Err(SqlError::new(
