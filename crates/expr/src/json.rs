@@ -216,7 +216,7 @@ pub fn build_object(args: &[Value]) -> Result<Value, SqlError> {
         let key = match &pair[0] {
             Value::Null => {
                 return Err(SqlError::new(
-                    "22004",
+                    "22023",
                     format!("argument {}: key must not be null", 2 * i + 1),
                 ))
             }
@@ -437,7 +437,7 @@ mod tests {
             build_object(&[Value::Null, Value::Int(1)])
                 .unwrap_err()
                 .code,
-            "22004"
+            "22023"
         );
         let a = build_array(&[Value::Int(1), t("x"), Value::Timestamp(0), Value::Null]).unwrap();
         assert_eq!(shown(a), r#"[1, "x", "1970-01-01T00:00:00", null]"#);
