@@ -185,7 +185,11 @@ pub fn to_jsonb(v: &Value) -> Result<Jsonb, SqlError> {
         Value::Bool(b) => Jsonb::Bool(*b),
         Value::Int(i) => Jsonb::Number(i.to_string()),
         Value::Numeric(d) => Jsonb::number(*d),
-        Value::Float(f) if f.is_finite() => Jsonb::Number(v.to_text().unwrap_or_default()),
+        // PostgreSQL reads the float's text as a numeric (1e+20 becomes
+        // 100000000000000000000).
+        Value::Float(f) if f.is_finite() => Jsonb::Number(aqueduct_values::canonical_number(
+            &v.to_text().unwrap_or_default(),
+        )?),
         Value::Float(_) => Jsonb::String(v.to_text().unwrap_or_default()),
         Value::Text(s) => Jsonb::String(s.clone()),
         Value::Json(s) => Jsonb::parse(s)?,

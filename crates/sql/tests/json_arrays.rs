@@ -90,6 +90,11 @@ const QUERIES: &[&str] = &[
     r#"SELECT '[]'::jsonb || '{}'::jsonb, '1'::jsonb || '2'::jsonb, '{"a":1}'::jsonb || '{"a":{"b":2}}'::jsonb"#,
     r#"SELECT jsonb_set('[1,2,3]', '{-1}', '9'), jsonb_set('[1,2,3]', '{7}', '9'), jsonb_set('[1,2,3]', '{-7}', '9'), jsonb_set('{"a":1}', '{}', '9')"#,
     "SELECT ARRAY['x'] = ARRAY['x', NULL], ARRAY[NULL]::int[] = ARRAY[NULL]::int[], ARRAY[1, NULL] < ARRAY[1, 2], NULL = ANY(ARRAY[1]), NULL = ANY('{}'::int[])",
+    "SELECT '[1e30, 1.50e1, 100e-2, -0.0, 0.5E1, 123456789012345678901234567890.5, -2.5e-31]'::jsonb, to_jsonb(1e20::float8), to_jsonb(0.1::float8), to_jsonb('NaN'::float8)",
+    "SELECT '1e30'::jsonb > '999999999999999999999999999999.9'::jsonb, '1.50'::jsonb = '1.5'::jsonb, '-0.001'::jsonb < '0'::jsonb",
+    "SELECT '1e200000'::jsonb",
+    "SELECT '1e-20000'::jsonb",
+    "SELECT length(('1e20000'::jsonb)::text)",
     // Errors: each must fail in both with the same SQLSTATE.
     "SELECT '{bad'::jsonb",
     "SELECT '{\"a\": 1,}'::jsonb",

@@ -266,14 +266,20 @@ impl std::fmt::Display for Jsonb {
     }
 }
 
+/// Compares two canonical numbers exactly, at any size.
 fn number_cmp(a: &str, b: &str) -> Ordering {
-    match (a.parse::<Decimal>(), b.parse::<Decimal>()) {
-        (Ok(x), Ok(y)) => x.cmp(&y),
-        // Beyond a Decimal's 28 digits: compare as floats, then as text.
-        _ => match (a.parse::<f64>(), b.parse::<f64>()) {
-            (Ok(x), Ok(y)) => x.total_cmp(&y).then_with(|| a.cmp(b)),
-            _ => a.cmp(b),
-        },
+    let (na, ia, fa) = number_parts(a);
+    let (nb, ib, fb) = number_parts(b);
+    let magnitude = ia
+        .len()
+        .cmp(&ib.len())
+        .then_with(|| ia.cmp(ib))
+        .then_with(|| fa.cmp(fb));
+    match (na, nb) {
+        (false, false) => magnitude,
+        (true, true) => magnitude.reverse(),
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
     }
 }
 
@@ -320,10 +326,7 @@ impl Hash for Jsonb {
             Jsonb::Null => {}
             Jsonb::Bool(b) => b.hash(state),
             // Equal numbers written differently (1.0, 1) hash alike.
-            Jsonb::Number(n) => match n.parse::<Decimal>() {
-                Ok(d) => d.normalize().to_string().hash(state),
-                Err(_) => n.hash(state),
-            },
+            Jsonb::Number(n) => number_parts(n).hash(state),
             Jsonb::String(s) => s.hash(state),
             Jsonb::Array(a) => a.hash(state),
             Jsonb::Object(m) => m.hash(state),
@@ -331,13 +334,81 @@ impl Hash for Jsonb {
     }
 }
 
-/// The canonical text of a JSON number: `numeric`'s form when it fits one,
-/// else the digits as written.
-fn canonical_number(text: &str) -> String {
-    match crate::parse_numeric(text) {
-        Ok(d) => d.to_string(),
-        Err(_) => text.to_string(),
+/// Most digits before the point of a jsonb number (PostgreSQL's numeric
+/// limit); more is 22003.
+pub const MAX_JSON_NUMBER_DIGITS: i64 = 131_072;
+/// Most digits after the point (PostgreSQL's numeric display scale limit).
+pub const MAX_JSON_NUMBER_SCALE: i64 = 16_383;
+
+/// The canonical text of a number in JSON's syntax, as PostgreSQL's
+/// `numeric` prints it: plain digits, no exponent, as many places after
+/// the point as were written less the exponent (`1.50e1` is `15.0`, `1e2`
+/// is `100`, `-0` is `0`). Exact at any size.
+pub fn canonical_number(text: &str) -> Result<String, ValueError> {
+    let overflow = || ValueError::Range("value overflows numeric format".into());
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, text),
+    };
+    let (mantissa, exp) = match rest.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i64>().map_err(|_| overflow())?),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.len() as i64 + exp > MAX_JSON_NUMBER_DIGITS
+        || frac.len() as i64 - exp > MAX_JSON_NUMBER_SCALE
+        || exp.abs() > MAX_JSON_NUMBER_DIGITS + MAX_JSON_NUMBER_SCALE
+    {
+        return Err(overflow());
     }
+    let digits: String = format!("{int}{frac}");
+    let scale = (frac.len() as i64 - exp).max(0) as usize;
+    // Position of the point in `digits`.
+    let point = int.len() as i64 + exp;
+    let (int_part, frac_part) = if point <= 0 {
+        (
+            String::new(),
+            "0".repeat(point.unsigned_abs() as usize) + &digits,
+        )
+    } else if point as usize >= digits.len() {
+        (
+            digits.clone() + &"0".repeat(point as usize - digits.len()),
+            String::new(),
+        )
+    } else {
+        let (i, f) = digits.split_at(point as usize);
+        (i.to_string(), f.to_string())
+    };
+    let int_part = int_part.trim_start_matches('0');
+    let mut frac_part = frac_part;
+    frac_part.truncate(scale);
+    while frac_part.len() < scale {
+        frac_part.push('0');
+    }
+    let zero = int_part.is_empty() && frac_part.bytes().all(|b| b == b'0');
+    let mut out = String::with_capacity(int_part.len() + frac_part.len() + 3);
+    if negative && !zero {
+        out.push('-');
+    }
+    out.push_str(if int_part.is_empty() { "0" } else { int_part });
+    if !frac_part.is_empty() {
+        out.push('.');
+        out.push_str(&frac_part);
+    }
+    Ok(out)
+}
+
+/// A canonical number split into sign, integer digits and fractional
+/// digits without trailing zeros: equal numbers give equal parts.
+fn number_parts(n: &str) -> (bool, &str, &str) {
+    let (negative, rest) = match n.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, n),
+    };
+    let (int, frac) = rest.split_once('.').unwrap_or((rest, ""));
+    let int = int.trim_start_matches('0');
+    let frac = frac.trim_end_matches('0');
+    (negative && !(int.is_empty() && frac.is_empty()), int, frac)
 }
 
 struct Parser<'a> {
@@ -468,7 +539,7 @@ impl Parser<'_> {
             }
         }
         let text = std::str::from_utf8(&self.s[start..self.pos]).map_err(|_| self.err())?;
-        Ok(Jsonb::Number(canonical_number(text)))
+        Ok(Jsonb::Number(canonical_number(text)?))
     }
 
     fn string(&mut self) -> Result<String, ValueError> {
@@ -556,6 +627,11 @@ mod tests {
             (r#"{"a":1,"a":2}"#, r#"{"a": 2}"#),
             (r#"{"bb":1,"a":2,"c":3}"#, r#"{"a": 2, "c": 3, "bb": 1}"#),
             ("[1e2, 1.50, -0, 0.1E-1]", "[100, 1.50, 0, 0.01]"),
+            ("[1.50e1, -0.0, 1E+2, 12e-1, 0.5e1, 100e-2]", "[15.0, 0.0, 100, 1.2, 5, 1.00]"),
+            (
+                "[123456789012345678901234567890.5, 1e30, -2.5e-31]",
+                "[123456789012345678901234567890.5, 1000000000000000000000000000000, -0.00000000000000000000000000000025]",
+            ),
             (r#" "a\u00e9\n" "#, r#""aé\n""#),
             ("{}", "{}"),
             ("[]", "[]"),
@@ -587,6 +663,9 @@ mod tests {
             assert_eq!(e.sqlstate(), "22P02", "{bad}");
         }
         assert_eq!(Jsonb::parse("\"\\u0000\"").unwrap_err().sqlstate(), "22P05");
+        assert_eq!(Jsonb::parse("1e200000").unwrap_err().sqlstate(), "22003");
+        assert_eq!(Jsonb::parse("1e-20000").unwrap_err().sqlstate(), "22003");
+        assert!(Jsonb::parse("1e20000").is_ok());
         let deep = "[".repeat(MAX_JSON_DEPTH + 2);
         assert!(Jsonb::parse(&deep).is_err());
     }
@@ -600,6 +679,15 @@ mod tests {
         let shown: Vec<String> = v.iter().map(|x| x.to_string()).collect();
         assert_eq!(shown, ["null", "\"a\"", "1", "true", "[]", "{}"]);
         assert_eq!(j("1.0"), j("1"));
+        assert_eq!(j("-0.0"), j("0"));
+        assert!(j("-2") < j("-1.5"));
+        assert!(j("1e30") > j("999999999999999999999999999999.9"));
+        assert!(j("0.001") < j("0.01"));
+        {
+            use std::hash::BuildHasher;
+            let h = std::collections::hash_map::RandomState::new();
+            assert_eq!(h.hash_one(j("[1.50]")), h.hash_one(j("[1.5]")));
+        }
         assert!(j("[2]") < j("[1, 1]"));
         assert!(j("[1, 2]") < j("[1, 3]"));
         assert!(j(r#"{"b": 1}"#) > j(r#"{"a": 9}"#));

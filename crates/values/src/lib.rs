@@ -24,7 +24,10 @@ use std::cmp::Ordering;
 use std::fmt;
 
 pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
-pub use jsonb::{key_order, Jsonb, MAX_JSON_DEPTH};
+pub use jsonb::{
+    canonical_number, key_order, Jsonb, MAX_JSON_DEPTH, MAX_JSON_NUMBER_DIGITS,
+    MAX_JSON_NUMBER_SCALE,
+};
 pub use rust_decimal::Decimal;
 pub use text::format_float4;
 pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
