@@ -2892,6 +2892,9 @@ fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
         if let Some(keys) = key_lists(f, &table.schema.primary_key, &eqs) {
             return Access::PrimaryKeys(keys);
         }
+        if let Some((exprs, array_at)) = key_array(f, &table.schema.primary_key, &eqs) {
+            return Access::PrimaryKeysOfArray { exprs, array_at };
+        }
         let pinned = table
             .schema
             .primary_key
@@ -2948,6 +2951,43 @@ fn key_lists(f: &Expr, cols: &[usize], eqs: &[(usize, Expr)]) -> Option<Vec<Vec<
         );
     }
     None
+}
+
+/// The key expressions of `cols` when one of them is in a
+/// `col = ANY(constant array)` conjunct of `f` and every other is pinned by
+/// an equality in `eqs`, with the position of the array among them.
+fn key_array(f: &Expr, cols: &[usize], eqs: &[(usize, Expr)]) -> Option<(Vec<Expr>, usize)> {
+    let mut arrays = Vec::new();
+    collect_any_arrays(f, &mut arrays);
+    arrays.into_iter().find_map(|(col, array)| {
+        let array_at = cols.iter().position(|c| *c == col)?;
+        let exprs = cols
+            .iter()
+            .map(|c| match c == &col {
+                true => Some(array.clone()),
+                false => eqs.iter().find(|(e, _)| e == c).map(|(_, v)| v.clone()),
+            })
+            .collect::<Option<Vec<Expr>>>()?;
+        Some((exprs, array_at))
+    })
+}
+
+/// `col = ANY(constant array)` conjuncts.
+fn collect_any_arrays(e: &Expr, out: &mut Vec<(usize, Expr)>) {
+    match e {
+        Expr::Binary(BinOp::And, l, r) => {
+            collect_any_arrays(l, out);
+            collect_any_arrays(r, out);
+        }
+        Expr::Call(Func::AnyOf(BinOp::Eq), args) => {
+            if let [Expr::Column(c), array] = args.as_slice() {
+                if array.is_constant() {
+                    out.push((*c, array.clone()));
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `col IN (constants)` conjuncts (not negated).

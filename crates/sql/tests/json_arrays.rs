@@ -417,3 +417,58 @@ fn collecting_aggregates_are_maintained_in_views() {
     let e = run(&mut s, "SELECT array_agg(v ORDER BY v) FROM ev").unwrap_err();
     assert_eq!(e.code, "0A000");
 }
+
+#[test]
+fn any_of_an_array_reads_by_primary_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    for sql in [
+        "CREATE TABLE kv (a int, b bigint, v text, PRIMARY KEY (a, b))",
+        "INSERT INTO kv VALUES (1, 1, 'x'), (1, 2, 'y'), (2, 1, 'z')",
+    ] {
+        run(&mut s, sql).unwrap();
+    }
+    let explain = |s: &mut Session, sql: &str| {
+        common::rows(s, &format!("EXPLAIN {sql}"))
+            .concat()
+            .join("\n")
+    };
+    let q = "SELECT v FROM kv WHERE a = 1 AND b = ANY($1) ORDER BY v";
+    let p = s.prepare(q, &[]).unwrap();
+    assert_eq!(p.params, vec![DataType::Array(Box::new(DataType::Int8))]);
+    let keys = Value::Array(vec![
+        Value::Int(2),
+        Value::Null,
+        Value::Int(2),
+        Value::Int(7),
+        Value::Int(1),
+    ]);
+    assert_eq!(
+        prepared_rows(&mut s, &p, &[keys]),
+        vec![vec!["x"], vec!["y"]]
+    );
+    assert!(prepared_rows(&mut s, &p, &[Value::Null]).is_empty());
+    assert!(prepared_rows(&mut s, &p, &[Value::Array(vec![])]).is_empty());
+    let plan = explain(&mut s, "SELECT v FROM kv WHERE a = 1 AND b = ANY('{1,2}')");
+    assert!(plan.contains("one per element of the ANY array"), "{plan}");
+    // Not every key column pinned: a scan, with the same answer.
+    let plan = explain(&mut s, "SELECT v FROM kv WHERE b = ANY('{1,2}')");
+    assert!(plan.contains("scan"), "{plan}");
+    assert_eq!(
+        common::rows(&mut s, "SELECT v FROM kv WHERE b = ANY('{1}') ORDER BY v"),
+        vec![vec!["x"], vec!["z"]]
+    );
+    // Inside a transaction its own writes are seen.
+    run(&mut s, "BEGIN").unwrap();
+    run(&mut s, "INSERT INTO kv VALUES (1, 3, 'w')").unwrap();
+    run(&mut s, "DELETE FROM kv WHERE a = 1 AND b = 1").unwrap();
+    assert_eq!(
+        common::rows(
+            &mut s,
+            "SELECT v FROM kv WHERE a = 1 AND b = ANY(ARRAY[1, 2, 3]) ORDER BY v"
+        ),
+        vec![vec!["w"], vec!["y"]]
+    );
+    run(&mut s, "COMMIT").unwrap();
+}
