@@ -1213,6 +1213,7 @@ impl<'a> Binder<'a> {
         if !logical && op != BinOp::Concat && !structured && bin_op_is_plain(op) {
             self.check_comparable(op, (&l, left), (&r, right), scope)?;
         }
+        self.check_structured_operands(op, (&l, left), (&r, right), scope)?;
         let (l, r) = if op == BinOp::Concat && !structured {
             (self.real_as_text(l, scope), self.real_as_text(r, scope))
         } else {
@@ -1265,6 +1266,53 @@ impl<'a> Binder<'a> {
         } else {
             e
         }
+    }
+
+    /// 42883 for a jsonb or array operator whose operands cannot have it, as
+    /// PostgreSQL finds no such operator: `text -> unknown`,
+    /// `integer[] @> jsonb`, `integer && integer[]`.
+    fn check_structured_operands(
+        &self,
+        op: BinOp,
+        (l, l_ast): (&Expr, &ast::Expr),
+        (r, r_ast): (&Expr, &ast::Expr),
+        scope: &Scope,
+    ) -> Result<(), SqlError> {
+        let json = |t: &Option<DataType>| matches!(t, Some(DataType::Json | DataType::Jsonb));
+        let array = |t: &Option<DataType>| matches!(t, Some(DataType::Array(_)));
+        let (a, b) = (self.known_type(l, scope), self.known_type(r, scope));
+        let fits = match op {
+            BinOp::JsonGet
+            | BinOp::JsonGetText
+            | BinOp::JsonPath
+            | BinOp::JsonPathText
+            | BinOp::HasKey
+            | BinOp::HasAnyKey
+            | BinOp::HasAllKeys => a.is_none() || json(&a),
+            BinOp::Contains | BinOp::ContainedBy => {
+                a.is_none() || b.is_none() || (json(&a) && json(&b)) || (array(&a) && array(&b))
+            }
+            BinOp::Overlap => (a.is_none() || array(&a)) && (b.is_none() || array(&b)),
+            _ => true,
+        };
+        if fits {
+            return Ok(());
+        }
+        let name = |t: &Option<DataType>, e: &ast::Expr| match t {
+            _ if is_untyped_literal(e) => "unknown".to_string(),
+            Some(t) => type_name(t),
+            None => "unknown".to_string(),
+        };
+        Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {} {}",
+                name(&a, l_ast),
+                op.symbol(),
+                name(&b, r_ast)
+            ),
+        )
+        .with_hint("No operator matches the given name and argument types. You might need to add explicit type casts."))
     }
 
     /// Binds a condition (WHERE, HAVING, NOT, CASE WHEN, FILTER ...), which

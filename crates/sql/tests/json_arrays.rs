@@ -114,6 +114,11 @@ const QUERIES: &[&str] = &[
     "SELECT ARRAY[]",
     "SELECT 1 = ANY(1)",
     "SELECT (1)[1]",
+    "SELECT 'x'::text -> 'a'",
+    "SELECT id FROM docs WHERE tags ? 'a'",
+    "SELECT ARRAY[1] @> '{\"a\": 1}'::jsonb",
+    "SELECT 1 && ARRAY[1]",
+    "SELECT '{\"a\": 1}'::jsonb && '{}'::jsonb",
 ];
 
 /// What a statement gave: its rows as text (or the count of rows a write

@@ -586,6 +586,67 @@ mod tests {
     }
 
     #[test]
+    fn old_rows_decode_and_new_tags_are_checked() {
+        // A jsonb written before tag 13: tag 11 and its text, as it was.
+        let mut b = vec![ROW_FORMAT_VERSION, 1, 0, 11];
+        b.extend_from_slice(&9u32.to_le_bytes());
+        b.extend_from_slice(br#"{"b":1}  "#);
+        assert_eq!(
+            decode_row(&b).unwrap(),
+            vec![Value::Json(r#"{"b":1}  "#.into())]
+        );
+        // Tags 12 and 13 round trip; jsonb is stored as its canonical text.
+        let doc = Value::Text(r#"{"b": 1, "a": [1.50, null]}"#.into())
+            .coerce(&DataType::Jsonb)
+            .unwrap();
+        let row = vec![
+            Value::Array(vec![Value::Text("a b".into()), Value::Null, Value::Int(3)]),
+            doc.clone(),
+            Value::Array(vec![]),
+        ];
+        let mut b = Vec::new();
+        encode_row(&row, &mut b);
+        assert!(b
+            .windows(25)
+            .any(|w| w == br#"{"a": [1.50, null], "b": 1"#[..25].as_ref()));
+        let back = decode_row(&b).unwrap();
+        assert_eq!(back, row);
+        assert_eq!(back[1].to_text(), doc.to_text());
+        // An array inside an array, or a tag-13 body that is not JSON, is damage.
+        let mut nested = vec![ROW_FORMAT_VERSION, 1, 0, 12];
+        nested.extend_from_slice(&1u32.to_le_bytes());
+        nested.push(12);
+        nested.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(decode_row(&nested).unwrap_err().sqlstate(), "XX001");
+        let mut bad = vec![ROW_FORMAT_VERSION, 1, 0, 13];
+        bad.extend_from_slice(&1u32.to_le_bytes());
+        bad.push(b'{');
+        assert_eq!(decode_row(&bad).unwrap_err().sqlstate(), "XX001");
+        // A count larger than the bytes that follow is damage, not a huge allocation.
+        let mut huge = vec![ROW_FORMAT_VERSION, 1, 0, 12];
+        huge.extend_from_slice(&1_000_000u32.to_le_bytes());
+        assert!(decode_row(&huge).is_err());
+    }
+
+    #[test]
+    fn array_types_name_and_number_as_postgres() {
+        for (name, oid, shown) in [
+            ("text[]", 1009, "text[]"),
+            ("int[]", 1007, "integer[]"),
+            ("bigint[]", 1016, "bigint[]"),
+            ("uuid[]", 2951, "uuid[]"),
+            ("jsonb[]", 3807, "jsonb[]"),
+            ("boolean[]", 1000, "boolean[]"),
+        ] {
+            let ty = DataType::from_sql(name, &[]).unwrap();
+            assert_eq!(ty.pg_oid(), oid, "{name}");
+            assert_eq!(ty.to_string(), shown);
+            assert_eq!(DataType::from_pg_oid(oid), Some(ty));
+        }
+        assert_eq!(DataType::from_sql("text[][]", &[]), None);
+    }
+
+    #[test]
     fn numbers_compare_across_kinds() {
         assert_eq!(
             Value::Int(2).sql_cmp(&Value::Float(2.5)),
