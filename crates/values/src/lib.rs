@@ -606,9 +606,7 @@ mod tests {
         ];
         let mut b = Vec::new();
         encode_row(&row, &mut b);
-        assert!(b
-            .windows(25)
-            .any(|w| w == br#"{"a": [1.50, null], "b": 1"#[..25].as_ref()));
+        assert!(String::from_utf8_lossy(&b).contains(r#"{"a": [1.50, null], "b": 1}"#));
         let back = decode_row(&b).unwrap();
         assert_eq!(back, row);
         assert_eq!(back[1].to_text(), doc.to_text());
