@@ -215,7 +215,7 @@ impl Catalog {
         let prev_lsn = t.get(&key).map(|v| v.lsn);
         let (old, new) = match row {
             Some(row) => {
-                let row = canonical_jsonb(&t.schema, row);
+                let row = canonical_jsonb(t.schema.columns.iter().map(|c| &c.ty), row);
                 let new = Arc::new(row.clone());
                 (t.put(key.clone(), row, lsn), Some(new))
             }
@@ -238,11 +238,14 @@ impl Catalog {
 /// A row whose `jsonb` columns hold jsonb values: a row written before
 /// jsonb had a canonical form of its own kept the text as given (row tag
 /// 11), which is parsed here so every reader sees one form.
-fn canonical_jsonb(schema: &TableSchema, mut row: Row) -> Row {
-    for (v, c) in row.iter_mut().zip(&schema.columns) {
-        if c.ty == aqueduct_values::DataType::Jsonb && matches!(v, Value::Json(_)) {
+fn canonical_jsonb<'t>(
+    types: impl Iterator<Item = &'t aqueduct_values::DataType>,
+    mut row: Row,
+) -> Row {
+    for (v, ty) in row.iter_mut().zip(types) {
+        if *ty == aqueduct_values::DataType::Jsonb && matches!(v, Value::Json(_)) {
             let old = std::mem::replace(v, Value::Null);
-            *v = match old.clone().coerce(&c.ty) {
+            *v = match old.clone().coerce(ty) {
                 Ok(j) => j,
                 // Validated when written; kept as it was if it no longer parses.
                 Err(_) => old,
@@ -765,25 +768,13 @@ mod tests {
 
     #[test]
     fn jsonb_written_as_text_reads_back_canonical() {
-        let column = |name: &str, ty: DataType| ColumnDef {
-            name: name.into(),
-            ty,
-            not_null: false,
-            default: None,
-        };
-        let schema = TableSchema {
-            id: 1,
-            name: "t".into(),
-            columns: vec![column("j", DataType::Jsonb), column("k", DataType::Json)],
-            primary_key: vec![],
-            indexes: vec![],
-        };
+        let types = [DataType::Jsonb, DataType::Json];
         // Both written before jsonb had a row tag of its own.
         let old = vec![
             Value::Json(r#"{"b":1,"a":2}"#.into()),
             Value::Json(r#"{"b":1,"a":2}"#.into()),
         ];
-        let row = canonical_jsonb(&schema, old);
+        let row = canonical_jsonb(types.iter(), old);
         assert!(matches!(row[0], Value::Jsonb(_)));
         assert_eq!(row[0].to_text().unwrap(), r#"{"a": 2, "b": 1}"#);
         // json keeps its text as given.
