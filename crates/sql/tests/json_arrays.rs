@@ -93,6 +93,7 @@ const QUERIES: &[&str] = &[
     "SELECT '[1e30, 1.50e1, 100e-2, -0.0, 0.5E1, 123456789012345678901234567890.5, -2.5e-31]'::jsonb, to_jsonb(1e20::float8), to_jsonb(0.1::float8), to_jsonb('NaN'::float8)",
     "SELECT '1e30'::jsonb > '999999999999999999999999999999.9'::jsonb, '1.50'::jsonb = '1.5'::jsonb, '-0.001'::jsonb < '0'::jsonb",
     "SELECT '1e200000'::jsonb",
+    "SELECT '[\"\\u0000\", 1e200000, {\"b\":1,\"a\":2}]'::json",
     "SELECT '1e-20000'::jsonb",
     "SELECT length(('1e20000'::jsonb)::text)",
     // Errors: each must fail in both with the same SQLSTATE.

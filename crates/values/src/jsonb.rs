@@ -54,10 +54,21 @@ fn syntax(input: &str) -> ValueError {
 impl Jsonb {
     /// Parses JSON text into canonical form (22P02 on bad syntax).
     pub fn parse(text: &str) -> Result<Jsonb, ValueError> {
+        Jsonb::parse_with(text, false)
+    }
+
+    /// Checks that `text` is JSON, as the `json` type does on input: its
+    /// syntax only, so `\u0000` and numbers beyond `numeric` pass.
+    pub fn validate_json(text: &str) -> Result<(), ValueError> {
+        Jsonb::parse_with(text, true).map(|_| ())
+    }
+
+    fn parse_with(text: &str, syntax_only: bool) -> Result<Jsonb, ValueError> {
         let mut p = Parser {
             s: text.as_bytes(),
             pos: 0,
             input: text,
+            syntax_only,
         };
         p.skip_ws();
         let v = p.value(0)?;
@@ -415,6 +426,8 @@ struct Parser<'a> {
     s: &'a [u8],
     pos: usize,
     input: &'a str,
+    /// Checking `json` input: no canonical numbers, `\u0000` allowed.
+    syntax_only: bool,
 }
 
 impl Parser<'_> {
@@ -539,6 +552,9 @@ impl Parser<'_> {
             }
         }
         let text = std::str::from_utf8(&self.s[start..self.pos]).map_err(|_| self.err())?;
+        if self.syntax_only {
+            return Ok(Jsonb::Number(text.to_string()));
+        }
         Ok(Jsonb::Number(canonical_number(text)?))
     }
 
@@ -591,6 +607,9 @@ impl Parser<'_> {
 
     fn unicode_escape(&mut self) -> Result<char, ValueError> {
         let hi = self.hex4()?;
+        if hi == 0 && self.syntax_only {
+            return Ok('\u{0}');
+        }
         if hi == 0 {
             // PostgreSQL's text cannot hold NUL (22P05).
             return Err(ValueError::UnsupportedEscape);
@@ -664,6 +683,9 @@ mod tests {
         }
         assert_eq!(Jsonb::parse("\"\\u0000\"").unwrap_err().sqlstate(), "22P05");
         assert_eq!(Jsonb::parse("1e200000").unwrap_err().sqlstate(), "22003");
+        // json checks syntax only.
+        assert!(Jsonb::validate_json("[\"\\u0000\", 1e200000]").is_ok());
+        assert!(Jsonb::validate_json("[1,]").is_err());
         assert_eq!(Jsonb::parse("1e-20000").unwrap_err().sqlstate(), "22003");
         assert!(Jsonb::parse("1e20000").is_ok());
         let deep = "[".repeat(MAX_JSON_DEPTH + 2);

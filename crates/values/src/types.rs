@@ -345,7 +345,7 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
             .map(|u| Value::Uuid(u.as_u128()))
             .map_err(|_| syntax(ty, s)),
         DataType::Json => {
-            crate::Jsonb::parse(s)?;
+            crate::Jsonb::validate_json(s)?;
             check_len(Value::Json(s.to_string()))
         }
         DataType::Jsonb => {
