@@ -1,9 +1,9 @@
 //! jsonb operators and functions, with PostgreSQL 15's results and errors.
 //!
-//! A `json` value (its text as given) is read as jsonb by these operators,
-//! so `->` on a json value answers in jsonb's canonical form.
+//! On a `json` value (its text as given) `->`, `->>`, `#>` and `#>>` answer
+//! with the text as written in it; the other operators read it as jsonb.
 
-use aqueduct_values::{format_timestamp, Jsonb, Value};
+use aqueduct_values::{format_timestamp, json_path_text, JsonStep, Jsonb, Value};
 
 use crate::SqlError;
 
@@ -36,8 +36,39 @@ fn jsonb_value(j: Option<&Jsonb>) -> Value {
     j.map_or(Value::Null, |j| Value::Jsonb(j.clone()))
 }
 
+/// `json -> key`, `json #> path`: the member's text exactly as written in
+/// the json value (PostgreSQL's json operators keep it).
+fn json_step<'s>(key: &'s Value) -> Option<JsonStep<'s>> {
+    match key {
+        Value::Int(i) => Some(JsonStep::Index(*i)),
+        Value::Text(k) => Some(JsonStep::Key(k)),
+        _ => None,
+    }
+}
+
+fn json_text_at(text: &str, path: &[JsonStep<'_>]) -> Value {
+    json_path_text(text, path).map_or(Value::Null, |t| Value::Json(t.to_string()))
+}
+
+/// `->>` and `#>>` of a json value: a string unescaped, `null` as NULL,
+/// anything else its text.
+fn json_as_text(v: Value) -> Result<Value, SqlError> {
+    Ok(match v {
+        Value::Json(t) => match Jsonb::parse(&t) {
+            Ok(Jsonb::String(s)) => Value::Text(s),
+            Ok(Jsonb::Null) => Value::Null,
+            _ => Value::Text(t),
+        },
+        other => other,
+    })
+}
+
 /// `->`: an object's member by key, an array's element by index.
 pub fn get(doc: &Value, key: &Value) -> Result<Value, SqlError> {
+    if let Value::Json(text) = doc {
+        let step = json_step(key).ok_or_else(|| crate::expr::operator_error("->", doc, key))?;
+        return Ok(json_text_at(text, &[step]));
+    }
     let j = need_jsonb(doc, "->", key)?;
     Ok(match key {
         // PostgreSQL holds a top-level scalar as a one-element array, so
@@ -51,6 +82,9 @@ pub fn get(doc: &Value, key: &Value) -> Result<Value, SqlError> {
 
 /// `->>`: as `->`, as text.
 pub fn get_text(doc: &Value, key: &Value) -> Result<Value, SqlError> {
+    if let Value::Json(_) = doc {
+        return json_as_text(get(doc, key)?);
+    }
     as_text(get(doc, key)?)
 }
 
@@ -63,16 +97,23 @@ fn as_text(v: Value) -> Result<Value, SqlError> {
 
 /// `#>`: the value at a path.
 pub fn get_path(doc: &Value, path: &Value) -> Result<Value, SqlError> {
-    let j = need_jsonb(doc, "#>", path)?;
     let Some(steps) = text_elements(path) else {
         return Ok(Value::Null);
     };
+    if let Value::Json(text) = doc {
+        let steps: Vec<JsonStep<'_>> = steps.iter().map(|s| JsonStep::Either(s)).collect();
+        return Ok(json_text_at(text, &steps));
+    }
+    let j = need_jsonb(doc, "#>", path)?;
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
     Ok(jsonb_value(j.get_path(&steps)))
 }
 
 /// `#>>`: as `#>`, as text.
 pub fn get_path_text(doc: &Value, path: &Value) -> Result<Value, SqlError> {
+    if let Value::Json(_) = doc {
+        return json_as_text(get_path(doc, path)?);
+    }
     as_text(get_path(doc, path)?)
 }
 

@@ -720,7 +720,10 @@ impl<'a> Binder<'a> {
                         _ => DataType::Text,
                     }
                 }
-                BinOp::JsonGet | BinOp::JsonPath => DataType::Jsonb,
+                BinOp::JsonGet | BinOp::JsonPath => match self.known_type(l, scope) {
+                    Some(DataType::Json) => DataType::Json,
+                    _ => DataType::Jsonb,
+                },
                 BinOp::JsonGetText | BinOp::JsonPathText => DataType::Text,
                 BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
                     match (self.known_type(l, scope), self.known_type(r, scope)) {

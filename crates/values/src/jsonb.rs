@@ -248,6 +248,62 @@ impl Jsonb {
     }
 }
 
+/// One step of a path into `json` text: an object's key or an array's
+/// index (negative from the end).
+pub enum JsonStep<'s> {
+    Key(&'s str),
+    Index(i64),
+    /// A path element that is a key to objects and an index to arrays if it
+    /// reads as an integer (`#>`'s `text[]` path).
+    Either(&'s str),
+}
+
+/// The text of the value at `path` inside `json` text, exactly as written
+/// there (what PostgreSQL's `json` operators `->` and `#>` return). `None`
+/// when the path leads nowhere. Of duplicate keys the last one counts.
+pub fn json_path_text<'t>(text: &'t str, path: &[JsonStep<'_>]) -> Option<&'t str> {
+    let mut p = Parser {
+        s: text.as_bytes(),
+        pos: 0,
+        input: text,
+        syntax_only: true,
+    };
+    p.skip_ws();
+    for step in path {
+        let (start, _) = match (p.s.get(p.pos), step) {
+            (Some(b'{'), JsonStep::Key(k) | JsonStep::Either(k)) => {
+                let mut found = None;
+                p.members(|key, span| {
+                    if key == *k {
+                        found = Some(span);
+                    }
+                })?;
+                found?
+            }
+            (Some(b'['), JsonStep::Index(_) | JsonStep::Either(_)) => {
+                let index = match step {
+                    JsonStep::Index(i) => *i,
+                    JsonStep::Either(k) => k.trim().parse().ok()?,
+                    JsonStep::Key(_) => return None,
+                };
+                let mut spans = Vec::new();
+                p.elements(|span| spans.push(span))?;
+                let at = if index < 0 {
+                    spans.len() as i64 + index
+                } else {
+                    index
+                };
+                *spans.get(usize::try_from(at).ok()?)?
+            }
+            _ => return None,
+        };
+        p.pos = start;
+    }
+    let start = p.pos;
+    p.value(0).ok()?;
+    Some(&text[start..p.pos])
+}
+
 /// A JSON string literal with PostgreSQL's escapes.
 pub fn write_string(s: &str, out: &mut String) {
     out.push('"');
@@ -594,6 +650,51 @@ impl Parser<'_> {
         String::from_utf8(out).map_err(|_| self.err())
     }
 
+    /// Walks an object's members, giving each key and the byte span of its
+    /// value; leaves the position after the object.
+    fn members(&mut self, mut each: impl FnMut(&str, (usize, usize))) -> Option<()> {
+        self.eat(b'{').then_some(())?;
+        self.skip_ws();
+        if self.eat(b'}') {
+            return Some(());
+        }
+        loop {
+            self.skip_ws();
+            let key = self.string().ok()?;
+            self.skip_ws();
+            self.eat(b':').then_some(())?;
+            self.skip_ws();
+            let start = self.pos;
+            self.value(1).ok()?;
+            each(&key, (start, self.pos));
+            self.skip_ws();
+            if self.eat(b'}') {
+                return Some(());
+            }
+            self.eat(b',').then_some(())?;
+        }
+    }
+
+    /// Walks an array's elements, giving the byte span of each.
+    fn elements(&mut self, mut each: impl FnMut((usize, usize))) -> Option<()> {
+        self.eat(b'[').then_some(())?;
+        self.skip_ws();
+        if self.eat(b']') {
+            return Some(());
+        }
+        loop {
+            self.skip_ws();
+            let start = self.pos;
+            self.value(1).ok()?;
+            each((start, self.pos));
+            self.skip_ws();
+            if self.eat(b']') {
+                return Some(());
+            }
+            self.eat(b',').then_some(())?;
+        }
+    }
+
     fn hex4(&mut self) -> Result<u32, ValueError> {
         let h = self
             .s
@@ -713,6 +814,35 @@ mod tests {
         assert!(j("[2]") < j("[1, 1]"));
         assert!(j("[1, 2]") < j("[1, 3]"));
         assert!(j(r#"{"b": 1}"#) > j(r#"{"a": 9}"#));
+    }
+
+    #[test]
+    fn json_paths_keep_the_text_as_written() {
+        let text = r#" {"a" : { "b" :[1, {"c":  2.50 }] }, "d": "x\ty", "a2": 1} "#;
+        let at = |path: &[JsonStep<'_>]| json_path_text(text, path);
+        assert_eq!(
+            at(&[JsonStep::Key("a")]),
+            Some(r#"{ "b" :[1, {"c":  2.50 }] }"#)
+        );
+        assert_eq!(
+            at(&[
+                JsonStep::Either("a"),
+                JsonStep::Either("b"),
+                JsonStep::Either("-1")
+            ]),
+            Some(r#"{"c":  2.50 }"#)
+        );
+        assert_eq!(at(&[JsonStep::Key("d")]), Some(r#""x\ty""#));
+        assert_eq!(at(&[JsonStep::Index(0)]), None);
+        assert_eq!(
+            at(&[JsonStep::Key("a"), JsonStep::Key("b"), JsonStep::Index(5)]),
+            None
+        );
+        assert_eq!(
+            json_path_text(r#"{"k":1,"k":2}"#, &[JsonStep::Key("k")]),
+            Some("2")
+        );
+        assert_eq!(json_path_text(" [1] ", &[]), Some("[1]"));
     }
 
     #[test]

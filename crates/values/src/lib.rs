@@ -25,8 +25,8 @@ use std::fmt;
 
 pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
 pub use jsonb::{
-    canonical_number, key_order, Jsonb, MAX_JSON_DEPTH, MAX_JSON_NUMBER_DIGITS,
-    MAX_JSON_NUMBER_SCALE,
+    canonical_number, json_path_text, key_order, JsonStep, Jsonb, MAX_JSON_DEPTH,
+    MAX_JSON_NUMBER_DIGITS, MAX_JSON_NUMBER_SCALE,
 };
 pub use rust_decimal::Decimal;
 pub use text::format_float4;
