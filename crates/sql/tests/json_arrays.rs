@@ -190,7 +190,7 @@ impl Postgres {
 
     fn start(bin: PathBuf) -> Postgres {
         let dir = tempfile::tempdir().unwrap();
-        // SAFETY: geteuid has no preconditions.
+        // Run as root, initdb refuses to run: PostgreSQL runs as postgres.
         let as_postgres = Command::new("id")
             .arg("-u")
             .output()
