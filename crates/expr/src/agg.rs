@@ -34,6 +34,10 @@ pub enum AggFunc {
     Min,
     Max,
     Avg,
+    /// `array_agg`: the values, NULLs included, in the order they came.
+    ArrayAgg,
+    /// `jsonb_agg`: likewise, as a jsonb array.
+    JsonbAgg,
 }
 
 impl AggFunc {
@@ -45,6 +49,8 @@ impl AggFunc {
             "min" => AggFunc::Min,
             "max" => AggFunc::Max,
             "avg" => AggFunc::Avg,
+            "array_agg" => AggFunc::ArrayAgg,
+            "jsonb_agg" => AggFunc::JsonbAgg,
             _ => return None,
         })
     }
@@ -56,6 +62,8 @@ impl AggFunc {
             AggFunc::Min => "min",
             AggFunc::Max => "max",
             AggFunc::Avg => "avg",
+            AggFunc::ArrayAgg => "array_agg",
+            AggFunc::JsonbAgg => "jsonb_agg",
         }
     }
 
@@ -74,6 +82,8 @@ impl AggFunc {
                 other => other.unconstrained(),
             },
             AggFunc::Min | AggFunc::Max => input.unconstrained(),
+            AggFunc::ArrayAgg => input.array_of(),
+            AggFunc::JsonbAgg => DataType::Jsonb,
         }
     }
 }
@@ -120,6 +130,9 @@ enum State {
     Sum(Box<ExactSum>),
     /// MIN and MAX: value → weighted count.
     Extreme(BTreeMap<Exact, i64>),
+    /// `array_agg` and `jsonb_agg`: values with their weights in the order
+    /// they first came; a retraction takes from the latest copy.
+    Collect(Vec<(Value, i64)>),
 }
 
 /// The running state of one aggregate over one group.
@@ -142,6 +155,7 @@ impl Accumulator {
             AggFunc::CountStar | AggFunc::Count => State::Count(0),
             AggFunc::Sum | AggFunc::Avg => State::Sum(Box::new(ExactSum::new())),
             AggFunc::Min | AggFunc::Max => State::Extreme(BTreeMap::new()),
+            AggFunc::ArrayAgg | AggFunc::JsonbAgg => State::Collect(Vec::new()),
         };
         Accumulator {
             func,
@@ -183,7 +197,7 @@ impl Accumulator {
             self.apply(v, weight);
             return Ok(());
         }
-        if v.is_null() {
+        if v.is_null() && !matches!(self.func, AggFunc::ArrayAgg | AggFunc::JsonbAgg) {
             return Ok(());
         }
         if matches!(self.func, AggFunc::Sum | AggFunc::Avg) && !ExactSum::accepts(v) {
@@ -230,6 +244,30 @@ impl Accumulator {
         match &mut self.state {
             State::Count(n) => *n += weight,
             State::Sum(s) => s.add(v, weight),
+            State::Collect(values) => {
+                // Exactly the value that went in comes out (1.0 stays 1.0).
+                let same = |x: &Value| x == v && x.to_text() == v.to_text();
+                if weight > 0 {
+                    match values.last_mut() {
+                        Some((x, n)) if same(x) => *n += weight,
+                        _ => values.push((v.clone(), weight)),
+                    }
+                    return;
+                }
+                let mut left = -weight;
+                let mut i = values.len();
+                while left > 0 && i > 0 {
+                    i -= 1;
+                    if same(&values[i].0) {
+                        let take = left.min(values[i].1);
+                        values[i].1 -= take;
+                        left -= take;
+                        if values[i].1 == 0 {
+                            values.remove(i);
+                        }
+                    }
+                }
+            }
             State::Extreme(values) => {
                 let key = Exact(v.clone());
                 match values.get_mut(&key) {
@@ -267,6 +305,22 @@ impl Accumulator {
                 };
                 Ok(best.map(|(v, _)| v.0.clone()).unwrap_or(Value::Null))
             }
+            State::Collect(values) if values.is_empty() => Ok(Value::Null),
+            State::Collect(values) => {
+                let all = values
+                    .iter()
+                    .flat_map(|(v, n)| std::iter::repeat_n(v, usize::try_from(*n).unwrap_or(0)));
+                if self.func == AggFunc::JsonbAgg {
+                    Ok(Value::Jsonb(aqueduct_values::Jsonb::Array(
+                        all.map(crate::json::to_jsonb).collect::<Result<_, _>>()?,
+                    )))
+                } else {
+                    if values.iter().any(|(v, _)| matches!(v, Value::Array(_))) {
+                        return Err(SqlError::unsupported("array_agg of arrays"));
+                    }
+                    Ok(Value::Array(all.cloned().collect()))
+                }
+            }
         }
     }
 
@@ -276,6 +330,7 @@ impl Accumulator {
             State::Count(n) => *n == 0,
             State::Sum(s) => s.count() == 0,
             State::Extreme(values) => values.is_empty(),
+            State::Collect(values) => values.is_empty(),
         }
     }
 }
@@ -379,6 +434,22 @@ mod tests {
         let e = a.insert(&Value::Text("x".into())).unwrap_err();
         assert_eq!(e.code, "42883");
         assert_eq!(a.finish().unwrap(), Value::Int(1));
+    }
+
+    #[test]
+    fn array_agg_keeps_nulls_order_and_retractions() {
+        let mut a = Accumulator::new(AggFunc::ArrayAgg, false);
+        for v in [Value::Int(3), Value::Null, Value::Int(1), Value::Int(3)] {
+            a.insert(&v).unwrap();
+        }
+        assert_eq!(a.finish().unwrap().to_text().unwrap(), "{3,NULL,1,3}");
+        a.update(&Value::Int(3), -1).unwrap();
+        assert_eq!(a.finish().unwrap().to_text().unwrap(), "{3,NULL,1}");
+        let mut j = Accumulator::new(AggFunc::JsonbAgg, false);
+        j.insert(&Value::Text("x".into())).unwrap();
+        j.insert(&Value::Null).unwrap();
+        assert_eq!(j.finish().unwrap().to_text().unwrap(), r#"["x", null]"#);
+        assert!(run(AggFunc::ArrayAgg, false, &[]).is_null());
     }
 
     #[test]

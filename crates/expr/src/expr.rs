@@ -23,6 +23,26 @@ pub enum BinOp {
     And,
     Or,
     Concat,
+    /// `->`
+    JsonGet,
+    /// `->>`
+    JsonGetText,
+    /// `#>`
+    JsonPath,
+    /// `#>>`
+    JsonPathText,
+    /// `@>` (jsonb or arrays)
+    Contains,
+    /// `<@` (jsonb or arrays)
+    ContainedBy,
+    /// `?`
+    HasKey,
+    /// `?|`
+    HasAnyKey,
+    /// `?&`
+    HasAllKeys,
+    /// `&&` (arrays)
+    Overlap,
 }
 
 impl BinOp {
@@ -43,7 +63,25 @@ impl BinOp {
             BinOp::And => "AND",
             BinOp::Or => "OR",
             BinOp::Concat => "||",
+            BinOp::JsonGet => "->",
+            BinOp::JsonGetText => "->>",
+            BinOp::JsonPath => "#>",
+            BinOp::JsonPathText => "#>>",
+            BinOp::Contains => "@>",
+            BinOp::ContainedBy => "<@",
+            BinOp::HasKey => "?",
+            BinOp::HasAnyKey => "?|",
+            BinOp::HasAllKeys => "?&",
+            BinOp::Overlap => "&&",
         }
+    }
+
+    /// True for `=`, `<>`, `<`, `<=`, `>`, `>=`.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::NotEq | BinOp::Lt | BinOp::LtEq | BinOp::Gt | BinOp::GtEq
+        )
     }
 }
 
@@ -79,6 +117,28 @@ pub enum Func {
     /// A `real` as a `numeric`, from its 6 significant digits
     /// (`0.1::real::numeric` is 0.1). Not callable by name either.
     RealNumeric,
+    JsonbBuildObject,
+    JsonbBuildArray,
+    JsonbTypeof,
+    JsonbSet,
+    JsonbArrayLength,
+    ToJsonb,
+    Cardinality,
+    ArrayLength,
+    /// `ARRAY[a, b, ...]`; the binder casts the elements to one type.
+    MakeArray,
+    /// `a[i]`.
+    Subscript,
+    /// `array || array`: a NULL array is an empty one; NULL when both are.
+    ArrayCat,
+    /// `array || element`: the element appended (a NULL array is empty).
+    ArrayAppend,
+    /// `element || array`: the element prepended.
+    ArrayPrepend,
+    /// `x op ANY (array)`.
+    AnyOf(BinOp),
+    /// `x op ALL (array)`.
+    AllOf(BinOp),
 }
 
 impl Func {
@@ -100,6 +160,17 @@ impl Func {
             "current_database" => Func::CurrentDatabase,
             "current_schema" => Func::CurrentSchema,
             "current_user" | "session_user" | "user" => Func::CurrentUser,
+            "jsonb_build_object" => Func::JsonbBuildObject,
+            "jsonb_build_array" => Func::JsonbBuildArray,
+            "jsonb_typeof" => Func::JsonbTypeof,
+            "jsonb_set" => Func::JsonbSet,
+            "jsonb_array_length" => Func::JsonbArrayLength,
+            "to_jsonb" => Func::ToJsonb,
+            "cardinality" => Func::Cardinality,
+            "array_length" => Func::ArrayLength,
+            "array_cat" => Func::ArrayCat,
+            "array_append" => Func::ArrayAppend,
+            "array_prepend" => Func::ArrayPrepend,
             _ => return None,
         })
     }
@@ -439,7 +510,7 @@ fn overflow() -> SqlError {
     SqlError::new("22003", "bigint out of range")
 }
 
-fn operator_error(op: &str, a: &Value, b: &Value) -> SqlError {
+pub(crate) fn operator_error(op: &str, a: &Value, b: &Value) -> SqlError {
     SqlError::new(
         "42883",
         format!(
@@ -509,13 +580,53 @@ fn kind_type(v: &Value) -> DataType {
         Value::Date(_) => DataType::Date,
         Value::Uuid(_) => DataType::Uuid,
         Value::Json(_) => DataType::Json,
+        Value::Jsonb(_) => DataType::Jsonb,
+        Value::Array(items) => items
+            .iter()
+            .find(|v| !v.is_null())
+            .map_or(DataType::Text, kind_type)
+            .array_of(),
         Value::Text(_) | Value::Null => DataType::Text,
     }
 }
 
+/// `a op b` over two values (not `AND` / `OR`, which short-circuit).
+pub(crate) fn binary_values(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
+    binary(op, a, b)
+}
+
+fn is_json(v: &Value) -> bool {
+    matches!(v, Value::Json(_) | Value::Jsonb(_))
+}
+
 fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
+    // `array || NULL` is the array.
+    if op == BinOp::Concat
+        && (matches!(a, Value::Array(_)) || matches!(b, Value::Array(_)))
+        && !(is_json(&a) || is_json(&b))
+    {
+        return crate::array::concat(a, b);
+    }
     if a.is_null() || b.is_null() {
         return Ok(Value::Null);
+    }
+    let arrays = matches!((&a, &b), (Value::Array(_), Value::Array(_)));
+    match op {
+        BinOp::JsonGet => return crate::json::get(&a, &b),
+        BinOp::JsonGetText => return crate::json::get_text(&a, &b),
+        BinOp::JsonPath => return crate::json::get_path(&a, &b),
+        BinOp::JsonPathText => return crate::json::get_path_text(&a, &b),
+        BinOp::HasKey | BinOp::HasAnyKey | BinOp::HasAllKeys => {
+            return crate::json::has_keys(&a, &b, op.symbol())
+        }
+        BinOp::Contains if arrays => return crate::array::contains(&a, &b),
+        BinOp::ContainedBy if arrays => return crate::array::contains(&b, &a),
+        BinOp::Contains => return crate::json::contains(&a, &b, false),
+        BinOp::ContainedBy => return crate::json::contains(&a, &b, true),
+        BinOp::Overlap => return crate::array::overlap(&a, &b),
+        BinOp::Concat if is_json(&a) || is_json(&b) => return crate::json::concat(&a, &b),
+        BinOp::Sub if matches!(a, Value::Jsonb(_)) => return crate::json::delete(&a, &b),
+        _ => {}
     }
     if op == BinOp::Concat {
         return Ok(Value::Text(concat_text(&a) + &concat_text(&b)));
@@ -701,6 +812,17 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
             best.unwrap_or(Value::Null)
         }
         Func::Concat => Value::Text(vals.iter().filter_map(|v| v.to_text()).collect()),
+        Func::JsonbBuildObject => crate::json::build_object(&vals)?,
+        Func::JsonbBuildArray => crate::json::build_array(&vals)?,
+        Func::MakeArray => Value::Array(vals),
+        Func::ArrayCat => match (arg(0), arg(1)) {
+            (Value::Null, Value::Null) => Value::Null,
+            (a, b) => crate::array::concat(a, b)?,
+        },
+        Func::ArrayAppend => crate::array::append(arg(0), arg(1), false)?,
+        Func::ArrayPrepend => crate::array::append(arg(1), arg(0), true)?,
+        Func::AnyOf(op) => crate::array::any_all(op, &arg(0), &arg(1), false)?,
+        Func::AllOf(op) => crate::array::any_all(op, &arg(0), &arg(1), true)?,
         Func::Version => Value::Text("PostgreSQL 15.0 (Aqueduct 0.1)".into()),
         Func::CurrentDatabase => Value::Text("aqueduct".into()),
         Func::CurrentSchema => Value::Text("public".into()),
@@ -713,6 +835,16 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
             v => text_of(&v).chars().count() as i64,
         }),
         Func::Trim => Value::Text(text_of(&arg(0)).trim().to_string()),
+        Func::JsonbTypeof => crate::json::type_of(&arg(0))?,
+        Func::JsonbArrayLength => crate::json::array_length(&arg(0))?,
+        Func::JsonbSet => {
+            let create = !matches!(vals.get(3), Some(Value::Bool(false)));
+            crate::json::set(&arg(0), &arg(1), &arg(2), create)?
+        }
+        Func::ToJsonb => Value::Jsonb(crate::json::to_jsonb(&arg(0))?),
+        Func::Cardinality => crate::array::cardinality(&arg(0))?,
+        Func::ArrayLength => crate::array::length(&arg(0), &arg(1))?,
+        Func::Subscript => crate::array::subscript(&arg(0), &arg(1))?,
         Func::RealNumeric => match arg(0) {
             Value::Float(f) => Value::Numeric(aqueduct_values::real_to_numeric(f as f32)?),
             v => v.coerce(&DataType::Numeric)?,

@@ -3,9 +3,11 @@
 //! operators (`aqueduct-dataflow`), so both compute exactly the same values.
 
 pub mod agg;
+pub mod array;
 mod error;
 pub mod expr;
 pub mod interrupt;
+pub mod json;
 pub mod limits;
 pub mod numeric;
 

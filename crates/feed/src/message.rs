@@ -185,6 +185,10 @@ pub fn value_json(v: &Value) -> Json {
         Value::Int(i) => json!(i),
         Value::Float(f) if f.is_finite() => json!(f),
         Value::Json(s) => serde_json::from_str(s).unwrap_or_else(|_| Json::String(s.clone())),
+        Value::Jsonb(j) => {
+            serde_json::from_str(&j.to_string()).unwrap_or_else(|_| Json::String(j.to_string()))
+        }
+        Value::Array(items) => Json::Array(items.iter().map(value_json).collect()),
         other => Json::String(other.to_text().unwrap_or_default()),
     }
 }

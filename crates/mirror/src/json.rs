@@ -16,7 +16,15 @@ fn bad(what: impl Into<String>) -> Error {
 pub(crate) fn value(j: &Json, ty: &DataType) -> Result<Value, Error> {
     let v = match (j, ty) {
         (Json::Null, _) => return Ok(Value::Null),
-        (_, DataType::Json | DataType::Jsonb) => return Ok(Value::Json(j.to_string())),
+        (_, DataType::Json | DataType::Jsonb) => Value::Json(j.to_string()),
+        (Json::Array(items), DataType::Array(element)) => {
+            return Ok(Value::Array(
+                items
+                    .iter()
+                    .map(|i| value(i, element))
+                    .collect::<Result<_, _>>()?,
+            ))
+        }
         (Json::Bool(b), _) => Value::Bool(*b),
         (Json::Number(n), _) => match n.as_i64() {
             Some(i) => Value::Int(i),

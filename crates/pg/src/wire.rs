@@ -81,6 +81,16 @@ pub(crate) fn encode_text(v: &Value, ty: &DataType, out: &mut BytesMut) -> Resul
         out.put_slice(aqueduct_values::format_float4(*f as f32).as_bytes());
         return Ok(());
     }
+    if let (DataType::Array(element), Value::Array(items)) = (ty, v) {
+        if **element == DataType::Float4 {
+            let text = aqueduct_values::format_array(items, |e| match e {
+                Value::Float(f) => Some(aqueduct_values::format_float4(*f as f32)),
+                other => other.to_text(),
+            });
+            out.put_slice(text.as_bytes());
+            return Ok(());
+        }
+    }
     match v.to_text() {
         Some(s) => {
             out.put_slice(s.as_bytes());
@@ -119,6 +129,7 @@ pub(crate) fn encode_binary(v: &Value, ty: &DataType, out: &mut BytesMut) -> Res
         }
         (DataType::Uuid, Value::Uuid(u)) => out.put_u128(*u),
         (DataType::Json, Value::Json(s)) => out.put_slice(s.as_bytes()),
+        (DataType::Array(element), Value::Array(items)) => encode_array(items, element, out)?,
         (DataType::Jsonb, Value::Json(s)) => {
             out.put_u8(JSONB_VERSION);
             out.put_slice(s.as_bytes());
@@ -140,6 +151,87 @@ pub(crate) fn encode_binary(v: &Value, ty: &DataType, out: &mut BytesMut) -> Res
         }
     }
     Ok(())
+}
+
+/// PostgreSQL's binary array (`array_send`): dimensions (0 for an empty
+/// array, else 1), a has-NULLs flag, the element type's OID, then per
+/// dimension its length and lower bound (1), then each element as a
+/// length (-1 for NULL) and its binary form.
+fn encode_array(items: &[Value], element: &DataType, out: &mut BytesMut) -> Result<(), SqlError> {
+    let count = i32::try_from(items.len())
+        .map_err(|_| SqlError::new("54000", "array too large to send"))?;
+    out.put_i32(i32::from(!items.is_empty()));
+    out.put_i32(i32::from(items.iter().any(Value::is_null)));
+    out.put_u32(element.pg_oid());
+    if !items.is_empty() {
+        out.put_i32(count);
+        out.put_i32(1);
+    }
+    for item in items {
+        if item.is_null() {
+            out.put_i32(-1);
+            continue;
+        }
+        let at = out.len();
+        out.put_i32(0);
+        encode_binary(item, element, out)?;
+        let len = i32::try_from(out.len() - at - 4)
+            .map_err(|_| SqlError::new("54000", "array element too large to send"))?;
+        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// Reads PostgreSQL's binary array of `element` values (`array_recv`):
+/// one dimension at most, elements of the declared element type.
+fn decode_array(b: &[u8], ty: &DataType, element: &DataType) -> Result<Value, SqlError> {
+    let mut at = 0usize;
+    let mut next = |n: usize| -> Result<&[u8], SqlError> {
+        let part = b
+            .get(at..at + n)
+            .ok_or_else(|| bad_binary(ty, "cut short"))?;
+        at += n;
+        Ok(part)
+    };
+    let int = |bytes: &[u8]| i32::from_be_bytes(bytes.try_into().expect("four bytes"));
+    let dims = int(next(4)?);
+    let _has_nulls = int(next(4)?);
+    let oid = u32::from_be_bytes(next(4)?.try_into().expect("four bytes"));
+    if oid != element.pg_oid() {
+        return Err(SqlError::new(
+            "42804",
+            format!(
+                "binary data has array element type {oid} instead of expected {}",
+                element.pg_oid()
+            ),
+        ));
+    }
+    let count = match dims {
+        0 => 0,
+        1 => {
+            let n = int(next(4)?);
+            let _lower = int(next(4)?);
+            usize::try_from(n).map_err(|_| bad_binary(ty, "negative length"))?
+        }
+        _ => return Err(SqlError::unsupported("multidimensional arrays")),
+    };
+    if count > aqueduct_values::MAX_ARRAY_ELEMENTS {
+        return Err(bad_binary(ty, "too many elements"));
+    }
+    let mut items = Vec::with_capacity(count.min(b.len()));
+    for _ in 0..count {
+        let len = int(next(4)?);
+        if len < 0 {
+            items.push(Value::Null);
+            continue;
+        }
+        let body = next(len as usize)?;
+        items.push(decode_binary(body, element)?);
+    }
+    if at != b.len() {
+        return Err(bad_binary(ty, "trailing bytes"));
+    }
+    Ok(Value::Array(items))
 }
 
 fn bad_binary(ty: &DataType, why: &str) -> SqlError {
@@ -192,6 +284,7 @@ pub(crate) fn decode_binary(b: &[u8], ty: &DataType) -> Result<Value, SqlError> 
         ),
         DataType::Uuid => Value::Uuid(u128::from_be_bytes(fixed(b, ty)?)),
         DataType::Json => Value::Json(utf8(b)?),
+        DataType::Array(element) => decode_array(b, ty, element)?,
         DataType::Jsonb => match b.split_first() {
             Some((&JSONB_VERSION, rest)) => Value::Json(utf8(rest)?),
             Some((v, _)) => return Err(bad_binary(ty, &format!("unsupported jsonb version {v}"))),
@@ -434,7 +527,20 @@ mod tests {
                 (DataType::Uuid, Value::Uuid(u)),
                 (DataType::Bool, Value::Bool(i % 2 == 0)),
                 (DataType::Bytea, Value::Bytes(i.to_le_bytes().to_vec())),
-                (DataType::Jsonb, Value::Json(format!("{{\"a\":{i}}}"))),
+                (
+                    DataType::Jsonb,
+                    Value::Text(format!("{{\"b\":{i},\"a\":[]}}")).coerce(&DataType::Jsonb).unwrap(),
+                ),
+                (
+                    DataType::Array(Box::new(DataType::Int4)),
+                    Value::Array(vec![Value::Int(i as i32 as i64), Value::Null]),
+                ),
+                (
+                    DataType::Array(Box::new(DataType::Text)),
+                    Value::Array(vec![Value::Text(format!("a {i}")), Value::Text(String::new())]),
+                ),
+                (DataType::Array(Box::new(DataType::Uuid)), Value::Array(vec![Value::Uuid(u)])),
+                (DataType::Array(Box::new(DataType::Int8)), Value::Array(vec![])),
             ];
             for (ty, v) in cases {
                 let mut b = BytesMut::new();
@@ -446,6 +552,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn arrays_match_the_reference_codec() {
+        // What we send, a reference client reads ...
+        let ty = DataType::Array(Box::new(DataType::Int4));
+        let v = Value::Array(vec![Value::Int(1), Value::Null, Value::Int(-3)]);
+        let mut b = BytesMut::new();
+        encode_binary(&v, &ty, &mut b).unwrap();
+        let theirs = Vec::<Option<i32>>::from_sql(&Type::INT4_ARRAY, &b).unwrap();
+        assert_eq!(theirs, vec![Some(1), None, Some(-3)]);
+        // ... and what it sends, we read, as the type's OID says.
+        let mut b = BytesMut::new();
+        vec!["x".to_string(), "y z".to_string()]
+            .to_sql(&Type::TEXT_ARRAY, &mut b)
+            .unwrap();
+        let ty = DataType::from_pg_oid(Type::TEXT_ARRAY.oid()).unwrap();
+        assert_eq!(ty.to_string(), "text[]");
+        let back = decode_binary(&b, &ty).unwrap();
+        assert_eq!(back.to_text().unwrap(), "{x,\"y z\"}");
+        let mut b = BytesMut::new();
+        Vec::<i64>::new().to_sql(&Type::INT8_ARRAY, &mut b).unwrap();
+        let back = decode_binary(&b, &DataType::Array(Box::new(DataType::Int8))).unwrap();
+        assert_eq!(back, Value::Array(vec![]));
+        // An element type other than the declared one is refused.
+        let mut b = BytesMut::new();
+        vec![1i64].to_sql(&Type::INT8_ARRAY, &mut b).unwrap();
+        let e = decode_binary(&b, &DataType::Array(Box::new(DataType::Int4))).unwrap_err();
+        assert_eq!(e.code, "42804");
+        // Text output of a real[] keeps the reals' own digits.
+        let mut out = BytesMut::new();
+        let reals = Value::Array(vec![Value::Float(0.1f32 as f64)]);
+        encode_text(
+            &reals,
+            &DataType::Array(Box::new(DataType::Float4)),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(&out[..], b"{0.1}");
     }
 
     #[test]

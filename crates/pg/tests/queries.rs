@@ -656,3 +656,79 @@ fn int(row: &tokio_postgres::Row, i: usize) -> i64 {
         _ => row.get(i),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrays_and_jsonb_in_binary_through_a_driver() {
+    use tokio_postgres::types::Type;
+    let server = Server::start(PgConfig::default()).await;
+    bounded(async {
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "CREATE TABLE arr (id bigint PRIMARY KEY, tags text[], ids uuid[], doc jsonb)",
+            )
+            .await
+            .unwrap();
+        let insert = client
+            .prepare("INSERT INTO arr VALUES ($1, $2, $3, $4)")
+            .await
+            .unwrap();
+        assert_eq!(
+            insert.params(),
+            &[Type::INT8, Type::TEXT_ARRAY, Type::UUID_ARRAY, Type::JSONB]
+        );
+        let u = uuid::Uuid::from_u128(7);
+        for id in 1i64..=3 {
+            let tags = vec![format!("t{id}"), "a b".to_string()];
+            let doc = serde_json::json!({ "z": id, "a": [true, null] });
+            client
+                .execute(&insert, &[&id, &tags, &vec![u], &doc])
+                .await
+                .unwrap();
+        }
+        // `= ANY($1)`: the parameter is a bigint[], sent in binary.
+        let any = client
+            .prepare("SELECT id, tags, ids, doc, doc->'a' FROM arr WHERE id = ANY($1) ORDER BY id")
+            .await
+            .unwrap();
+        assert_eq!(any.params(), &[Type::INT8_ARRAY]);
+        assert_eq!(any.columns()[1].type_(), &Type::TEXT_ARRAY);
+        assert_eq!(any.columns()[2].type_(), &Type::UUID_ARRAY);
+        assert_eq!(any.columns()[3].type_(), &Type::JSONB);
+        let rows = client.query(&any, &[&vec![3i64, 1]]).await.unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].get::<_, i64>(0), 3);
+        assert_eq!(
+            rows[1].get::<_, Vec<Option<String>>>(1),
+            vec![Some("t3".to_string()), Some("a b".to_string())]
+        );
+        assert_eq!(rows[1].get::<_, Vec<uuid::Uuid>>(2), vec![u]);
+        assert_eq!(
+            rows[1].get::<_, serde_json::Value>(3),
+            serde_json::json!({ "a": [true, null], "z": 3 })
+        );
+        assert_eq!(
+            rows[1].get::<_, serde_json::Value>(4),
+            serde_json::json!([true, null])
+        );
+        // The text forms, as psql shows them.
+        let msgs = client
+            .simple_query("SELECT tags, doc FROM arr WHERE id = 2")
+            .await
+            .unwrap();
+        assert_eq!(
+            rows_of(msgs),
+            vec![vec![
+                Some("{t2,\"a b\"}".into()),
+                Some(r#"{"a": [true, null], "z": 2}"#.into())
+            ]]
+        );
+        // A malformed array literal is PostgreSQL's 22P02.
+        let e = client
+            .simple_query("SELECT '{a'::text[]")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::INVALID_TEXT_REPRESENTATION));
+    })
+    .await;
+}

@@ -388,6 +388,12 @@ fn literal_type(v: &Value) -> DataType {
         Value::Date(_) => DataType::Date,
         Value::Uuid(_) => DataType::Uuid,
         Value::Json(_) => DataType::Json,
+        Value::Jsonb(_) => DataType::Jsonb,
+        Value::Array(items) => items
+            .iter()
+            .find(|v| !v.is_null())
+            .map_or(DataType::Text, literal_type)
+            .array_of(),
         Value::Text(_) | Value::Null => DataType::Text,
     }
 }
@@ -456,7 +462,7 @@ pub(crate) fn sql_type(dt: &ast::DataType) -> Result<DataType, SqlError> {
     }
     parse_type(&text).map_err(|_| {
         SqlError::new("42704", format!("type \"{text}\" does not exist"))
-            .with_hint("supported: smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar(n), bytea, timestamp, timestamptz, date, uuid, json, jsonb")
+            .with_hint("supported: smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar(n), bytea, timestamp, timestamptz, date, uuid, json, jsonb, and one-dimensional arrays of them (text[])")
     })
 }
 
@@ -799,7 +805,20 @@ impl<'a> Binder<'a> {
             | Expr::Like { .. } => DataType::Bool,
             Expr::Unary(UnOp::Neg, e) => return self.known_type(e, scope),
             Expr::Binary(op, l, r) => match op {
-                BinOp::Concat => DataType::Text,
+                BinOp::Concat => {
+                    let (a, b) = (self.known_type(l, scope), self.known_type(r, scope));
+                    match (a, b) {
+                        (Some(DataType::Jsonb | DataType::Json), _)
+                        | (_, Some(DataType::Jsonb | DataType::Json)) => DataType::Jsonb,
+                        (Some(t @ DataType::Array(_)), _) | (_, Some(t @ DataType::Array(_))) => t,
+                        _ => DataType::Text,
+                    }
+                }
+                BinOp::JsonGet | BinOp::JsonPath => match self.known_type(l, scope) {
+                    Some(DataType::Json) => DataType::Json,
+                    _ => DataType::Jsonb,
+                },
+                BinOp::JsonGetText | BinOp::JsonPathText => DataType::Text,
                 BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
                     match (self.known_type(l, scope), self.known_type(r, scope)) {
                         (None, None) => return None,
@@ -830,6 +849,27 @@ impl<'a> Binder<'a> {
                 }
                 Func::Coalesce | Func::Greatest | Func::Least => {
                     return args.iter().find_map(|a| self.known_type(a, scope))
+                }
+                Func::JsonbBuildObject | Func::JsonbBuildArray | Func::JsonbSet | Func::ToJsonb => {
+                    DataType::Jsonb
+                }
+                Func::JsonbArrayLength | Func::Cardinality | Func::ArrayLength => DataType::Int4,
+                Func::AnyOf(_) | Func::AllOf(_) => DataType::Bool,
+                Func::ArrayCat | Func::ArrayAppend => {
+                    return args.first().and_then(|a| self.known_type(a, scope))
+                }
+                Func::ArrayPrepend => return args.get(1).and_then(|a| self.known_type(a, scope)),
+                Func::MakeArray => {
+                    return args
+                        .iter()
+                        .find_map(|a| self.known_type(a, scope))
+                        .map(|t| t.array_of())
+                }
+                Func::Subscript => {
+                    return match args.first().and_then(|a| self.known_type(a, scope)) {
+                        Some(DataType::Array(e)) => Some(*e),
+                        _ => None,
+                    }
                 }
                 _ => DataType::Text,
             },
@@ -1058,8 +1098,129 @@ impl<'a> Binder<'a> {
                 Func::Trim,
                 vec![self.expr(expr, scope, Some(&DataType::Text))?],
             ),
+            E::AnyOp {
+                left,
+                compare_op,
+                right,
+                ..
+            } => self.any_all(left, compare_op, right, false, scope)?,
+            E::AllOp {
+                left,
+                compare_op,
+                right,
+            } => self.any_all(left, compare_op, right, true, scope)?,
+            E::Array(array) => self.array(&array.elem, scope, expected)?,
+            E::CompoundFieldAccess { root, access_chain } => match access_chain.as_slice() {
+                [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] => {
+                    let array = self.expr(root, scope, None)?;
+                    match self.known_type(&array, scope) {
+                        None | Some(DataType::Array(_)) => {}
+                        Some(ty) => {
+                            return Err(SqlError::new(
+                                "42804",
+                                format!(
+                                "cannot subscript type {} because it does not support subscripting",
+                                type_name(&ty)
+                            ),
+                            ))
+                        }
+                    }
+                    let index = self.expr(index, scope, Some(&DataType::Int4))?;
+                    if let Some(ty) = self.known_type(&index, scope) {
+                        if !matches!(ty, DataType::Int2 | DataType::Int4 | DataType::Int8) {
+                            return Err(SqlError::new(
+                                "42804",
+                                "array subscript must have type integer",
+                            ));
+                        }
+                    }
+                    Expr::Call(Func::Subscript, vec![array, index])
+                }
+                _ => {
+                    return Err(SqlError::unsupported(
+                        "array slices, multiple subscripts and field access",
+                    ))
+                }
+            },
             other => return Err(SqlError::unsupported(format!("the expression {other}"))),
         })
+    }
+
+    /// `x op ANY (array)` and `x op ALL (array)`: the array takes the type
+    /// of arrays of `x` (so `id = ANY($1)` asks for an array parameter).
+    fn any_all(
+        &mut self,
+        left: &ast::Expr,
+        compare_op: &ast::BinaryOperator,
+        right: &ast::Expr,
+        all: bool,
+        scope: &Scope,
+    ) -> Result<Expr, SqlError> {
+        let op = bin_op(compare_op)?;
+        if !op.is_comparison() {
+            return Err(SqlError::unsupported(format!(
+                "operator {} with ANY or ALL",
+                op.symbol()
+            )));
+        }
+        if let ast::Expr::Subquery(_) = right {
+            return Err(SqlError::unsupported("ANY and ALL over a subquery"));
+        }
+        let (l, r) = if is_placeholder(left) {
+            let r = self.expr(right, scope, None)?;
+            let element = match self.known_type(&r, scope) {
+                Some(DataType::Array(e)) => Some(*e),
+                _ => None,
+            };
+            (self.expr(left, scope, element.as_ref())?, r)
+        } else {
+            let l = self.expr(left, scope, None)?;
+            let array = self.type_of(&l, scope).array_of();
+            (l, self.expr(right, scope, Some(&array))?)
+        };
+        match self.known_type(&r, scope) {
+            None | Some(DataType::Array(_)) => {}
+            Some(ty) => {
+                return Err(SqlError::new(
+                    "42809",
+                    format!(
+                        "op ANY/ALL (array) requires array on right side, not {}",
+                        type_name(&ty)
+                    ),
+                ))
+            }
+        }
+        let func = if all {
+            Func::AllOf(op)
+        } else {
+            Func::AnyOf(op)
+        };
+        Ok(Expr::Call(func, vec![l, r]))
+    }
+
+    /// `ARRAY[a, b, ...]`: the elements take one type, as CASE's results do.
+    fn array(
+        &mut self,
+        elements: &[ast::Expr],
+        scope: &Scope,
+        expected: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
+        let element = expected.and_then(DataType::element).cloned();
+        if elements.is_empty() && element.is_none() {
+            return Err(
+                SqlError::new("42P18", "cannot determine type of empty array").with_hint(
+                    "Explicitly cast to the desired type, for example ARRAY[]::integer[].",
+                ),
+            );
+        }
+        let refs: Vec<&ast::Expr> = elements.iter().collect();
+        let bound = self.bind_unified(&refs, scope, element.as_ref(), Unify::Function("ARRAY"))?;
+        for e in &bound {
+            if matches!(self.known_type(e, scope), Some(DataType::Array(_))) {
+                return Err(SqlError::unsupported("multidimensional arrays"));
+            }
+        }
+        Ok(Expr::Call(Func::MakeArray, bound))
     }
 
     fn is_bool(
@@ -1124,26 +1285,63 @@ impl<'a> Binder<'a> {
         } else {
             let l = self.expr(left, scope, hint.as_ref())?;
             let ty = hint.unwrap_or_else(|| self.type_of(&l, scope));
-            let expected = if op == BinOp::Concat {
-                DataType::Text
-            } else {
-                ty
+            let text_array = DataType::Array(Box::new(DataType::Text));
+            let expected = match op {
+                BinOp::Concat => match ty {
+                    DataType::Json | DataType::Jsonb => Some(DataType::Jsonb),
+                    DataType::Array(_) => Some(ty),
+                    _ => Some(DataType::Text),
+                },
+                BinOp::JsonGet | BinOp::JsonGetText => None,
+                BinOp::JsonPath | BinOp::JsonPathText | BinOp::HasAnyKey | BinOp::HasAllKeys => {
+                    Some(text_array)
+                }
+                BinOp::HasKey => Some(DataType::Text),
+                BinOp::Sub if matches!(ty, DataType::Json | DataType::Jsonb) => None,
+                _ => Some(ty),
             };
-            (l, self.expr(right, scope, Some(&expected))?)
+            (l, self.expr(right, scope, expected.as_ref())?)
         };
         if logical {
             let name = if op == BinOp::And { "AND" } else { "OR" };
             self.check_boolean(&l, scope, name)?;
             self.check_boolean(&r, scope, name)?;
         }
-        if !logical && op != BinOp::Concat {
+        let json_or_array = |t: Option<DataType>| {
+            matches!(
+                t,
+                Some(DataType::Json | DataType::Jsonb | DataType::Array(_))
+            )
+        };
+        let structured =
+            json_or_array(self.known_type(&l, scope)) || json_or_array(self.known_type(&r, scope));
+        if !logical && op != BinOp::Concat && !structured && bin_op_is_plain(op) {
             self.check_comparable(op, (&l, left), (&r, right), scope)?;
         }
-        let (l, r) = if op == BinOp::Concat {
+        self.check_structured_operands(op, (&l, left), (&r, right), scope)?;
+        let (l, r) = if op == BinOp::Concat && !structured {
             (self.real_as_text(l, scope), self.real_as_text(r, scope))
         } else {
             (l, r)
         };
+        if op == BinOp::Concat {
+            // Array concatenation, as array_cat, array_append or
+            // array_prepend by the operands' types (a NULL array is empty).
+            let is_array = |t: Option<DataType>| matches!(t, Some(DataType::Array(_)));
+            let (a, b) = (
+                is_array(self.known_type(&l, scope)),
+                is_array(self.known_type(&r, scope)),
+            );
+            let func = match (a, b) {
+                (true, true) => Some(Func::ArrayCat),
+                (true, false) => Some(Func::ArrayAppend),
+                (false, true) => Some(Func::ArrayPrepend),
+                _ => None,
+            };
+            if let Some(func) = func {
+                return Ok(Expr::Call(func, vec![l, r]));
+            }
+        }
         let e = Expr::Binary(op, Box::new(l), Box::new(r));
         Ok(match op {
             BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => self.fit(e, scope),
@@ -1173,6 +1371,53 @@ impl<'a> Binder<'a> {
         } else {
             e
         }
+    }
+
+    /// 42883 for a jsonb or array operator whose operands cannot have it, as
+    /// PostgreSQL finds no such operator: `text -> unknown`,
+    /// `integer[] @> jsonb`, `integer && integer[]`.
+    fn check_structured_operands(
+        &self,
+        op: BinOp,
+        (l, l_ast): (&Expr, &ast::Expr),
+        (r, r_ast): (&Expr, &ast::Expr),
+        scope: &Scope,
+    ) -> Result<(), SqlError> {
+        let json = |t: &Option<DataType>| matches!(t, Some(DataType::Json | DataType::Jsonb));
+        let array = |t: &Option<DataType>| matches!(t, Some(DataType::Array(_)));
+        let (a, b) = (self.known_type(l, scope), self.known_type(r, scope));
+        let fits = match op {
+            BinOp::JsonGet
+            | BinOp::JsonGetText
+            | BinOp::JsonPath
+            | BinOp::JsonPathText
+            | BinOp::HasKey
+            | BinOp::HasAnyKey
+            | BinOp::HasAllKeys => a.is_none() || json(&a),
+            BinOp::Contains | BinOp::ContainedBy => {
+                a.is_none() || b.is_none() || (json(&a) && json(&b)) || (array(&a) && array(&b))
+            }
+            BinOp::Overlap => (a.is_none() || array(&a)) && (b.is_none() || array(&b)),
+            _ => true,
+        };
+        if fits {
+            return Ok(());
+        }
+        let name = |t: &Option<DataType>, e: &ast::Expr| match t {
+            _ if is_untyped_literal(e) => "unknown".to_string(),
+            Some(t) => type_name(t),
+            None => "unknown".to_string(),
+        };
+        Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {} {}",
+                name(&a, l_ast),
+                op.symbol(),
+                name(&b, r_ast)
+            ),
+        )
+        .with_hint("No operator matches the given name and argument types. You might need to add explicit type casts."))
     }
 
     /// Binds a condition (WHERE, HAVING, NOT, CASE WHEN, FILTER ...), which
@@ -1309,6 +1554,11 @@ impl<'a> Binder<'a> {
                     list.duplicate_treatment,
                     Some(ast::DuplicateTreatment::Distinct)
                 );
+                if !list.clauses.is_empty() {
+                    return Err(SqlError::unsupported(
+                        "ORDER BY and other clauses inside function arguments",
+                    ));
+                }
                 let mut out = Vec::new();
                 let mut star = false;
                 for a in &list.args {
@@ -1391,12 +1641,21 @@ impl<'a> Binder<'a> {
             ));
         }
         let (args, _, _) = self.function_args(f)?;
+        check_arity(func, &name, args.len())?;
         let arg_hint = match func {
             Func::Lower | Func::Upper | Func::Length | Func::Trim | Func::Concat => {
                 Some(DataType::Text)
             }
             Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => expected.cloned(),
+            Func::JsonbTypeof | Func::JsonbArrayLength | Func::JsonbSet => Some(DataType::Jsonb),
             _ => None,
+        };
+        // jsonb_set(target, path text[], new jsonb [, create boolean]).
+        let arg_hint_at = |i: usize| match (func, i) {
+            (Func::JsonbSet, 1) => Some(DataType::Array(Box::new(DataType::Text))),
+            (Func::JsonbSet, 3) => Some(DataType::Bool),
+            (Func::ArrayLength, 1) => Some(DataType::Int4),
+            _ => arg_hint.clone(),
         };
         let args = match func {
             // Arguments that must agree take one type, quoted literals
@@ -1419,8 +1678,9 @@ impl<'a> Binder<'a> {
             }
             _ => args
                 .iter()
-                .map(|a| {
-                    let x = self.expr(a, scope, arg_hint.as_ref())?;
+                .enumerate()
+                .map(|(i, a)| {
+                    let x = self.expr(a, scope, arg_hint_at(i).as_ref())?;
                     Ok(if func == Func::Concat {
                         self.real_as_text(x, scope)
                     } else {
@@ -1981,6 +2241,14 @@ impl<'a> Binder<'a> {
                     // and views both see the rewritten argument.
                     let (func, arg) = match &f.filter {
                         None => (func, arg),
+                        Some(_) if matches!(func, AggFunc::ArrayAgg | AggFunc::JsonbAgg) => {
+                            // The rewrite below would collect NULLs for
+                            // the rows the filter leaves out.
+                            return Err(SqlError::unsupported(format!(
+                                "FILTER with {}",
+                                func.name()
+                            )));
+                        }
                         Some(cond) => {
                             if contains_aggregate(cond) {
                                 return Err(SqlError::new(
@@ -3084,6 +3352,26 @@ fn common_type(a: &DataType, b: &DataType) -> Option<DataType> {
     }
 }
 
+/// 42883 for a call of a jsonb or array function with the wrong number of
+/// arguments, as PostgreSQL finds no function of that signature.
+fn check_arity(func: Func, name: &str, n: usize) -> Result<(), SqlError> {
+    let ok = match func {
+        Func::JsonbTypeof | Func::JsonbArrayLength | Func::ToJsonb | Func::Cardinality => n == 1,
+        Func::ArrayLength => n == 2,
+        Func::JsonbSet => n == 3 || n == 4,
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(SqlError::new(
+            "42883",
+            format!("function {name} with {n} arguments does not exist"),
+        )
+        .with_hint("No function matches the given name and argument types."))
+    }
+}
+
 /// A type's name as PostgreSQL's messages give it (without modifiers).
 fn type_name(ty: &DataType) -> String {
     match ty {
@@ -3108,8 +3396,27 @@ fn bin_op(op: &ast::BinaryOperator) -> Result<BinOp, SqlError> {
         ast::BinaryOperator::And => BinOp::And,
         ast::BinaryOperator::Or => BinOp::Or,
         ast::BinaryOperator::StringConcat => BinOp::Concat,
+        ast::BinaryOperator::Arrow => BinOp::JsonGet,
+        ast::BinaryOperator::LongArrow => BinOp::JsonGetText,
+        ast::BinaryOperator::HashArrow => BinOp::JsonPath,
+        ast::BinaryOperator::HashLongArrow => BinOp::JsonPathText,
+        ast::BinaryOperator::AtArrow => BinOp::Contains,
+        ast::BinaryOperator::ArrowAt => BinOp::ContainedBy,
+        ast::BinaryOperator::Question => BinOp::HasKey,
+        ast::BinaryOperator::QuestionPipe => BinOp::HasAnyKey,
+        ast::BinaryOperator::QuestionAnd => BinOp::HasAllKeys,
+        ast::BinaryOperator::PGOverlap => BinOp::Overlap,
         other => return Err(SqlError::unsupported(format!("operator {other}"))),
     })
+}
+
+/// Comparison and arithmetic, whose operands `check_comparable` checks.
+fn bin_op_is_plain(op: BinOp) -> bool {
+    op.is_comparison()
+        || matches!(
+            op,
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod
+        )
 }
 
 /// A quoted string with no type of its own (`'2024-01-01'`).
@@ -3140,9 +3447,17 @@ fn is_null_literal(e: &ast::Expr) -> bool {
 
 fn contains_aggregate(e: &ast::Expr) -> bool {
     let text = e.to_string().to_lowercase();
-    ["count(", "sum(", "min(", "max(", "avg("]
-        .iter()
-        .any(|f| text.contains(f))
+    [
+        "count(",
+        "sum(",
+        "min(",
+        "max(",
+        "avg(",
+        "array_agg(",
+        "jsonb_agg(",
+    ]
+    .iter()
+    .any(|f| text.contains(f))
 }
 
 fn table_column(t: &Table, i: usize) -> Column {
@@ -3201,6 +3516,9 @@ fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
         if let Some(keys) = key_lists(f, &table.schema.primary_key, &eqs) {
             return Access::PrimaryKeys(keys);
         }
+        if let Some((exprs, array_at)) = key_array(f, &table.schema.primary_key, &eqs) {
+            return Access::PrimaryKeysOfArray { exprs, array_at };
+        }
         let pinned = table
             .schema
             .primary_key
@@ -3257,6 +3575,43 @@ fn key_lists(f: &Expr, cols: &[usize], eqs: &[(usize, Expr)]) -> Option<Vec<Vec<
         );
     }
     None
+}
+
+/// The key expressions of `cols` when one of them is in a
+/// `col = ANY(constant array)` conjunct of `f` and every other is pinned by
+/// an equality in `eqs`, with the position of the array among them.
+fn key_array(f: &Expr, cols: &[usize], eqs: &[(usize, Expr)]) -> Option<(Vec<Expr>, usize)> {
+    let mut arrays = Vec::new();
+    collect_any_arrays(f, &mut arrays);
+    arrays.into_iter().find_map(|(col, array)| {
+        let array_at = cols.iter().position(|c| *c == col)?;
+        let exprs = cols
+            .iter()
+            .map(|c| match c == &col {
+                true => Some(array.clone()),
+                false => eqs.iter().find(|(e, _)| e == c).map(|(_, v)| v.clone()),
+            })
+            .collect::<Option<Vec<Expr>>>()?;
+        Some((exprs, array_at))
+    })
+}
+
+/// `col = ANY(constant array)` conjuncts.
+fn collect_any_arrays(e: &Expr, out: &mut Vec<(usize, Expr)>) {
+    match e {
+        Expr::Binary(BinOp::And, l, r) => {
+            collect_any_arrays(l, out);
+            collect_any_arrays(r, out);
+        }
+        Expr::Call(Func::AnyOf(BinOp::Eq), args) => {
+            if let [Expr::Column(c), array] = args.as_slice() {
+                if array.is_constant() {
+                    out.push((*c, array.clone()));
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `col IN (constants)` conjuncts (not negated).

@@ -205,6 +205,13 @@ pub enum Access {
     /// Constant expressions for the first columns of a composite primary
     /// key (not all of them): the rows whose keys start so, in key order.
     KeyPrefix(Vec<Expr>),
+    /// Primary keys from an array (`key = ANY(array)`, the other key
+    /// columns pinned by equality): constant expressions in key order, the
+    /// one at `array_at` an array whose elements are one key each.
+    PrimaryKeysOfArray {
+        exprs: Vec<Expr>,
+        array_at: usize,
+    },
     /// Constant expressions for the columns of index `usize`.
     Index(usize, Vec<Expr>),
 }

@@ -74,6 +74,29 @@ pub(crate) fn read_rows(
             }
             Ok(found.into_iter().collect())
         }
+        Access::PrimaryKeysOfArray { exprs, array_at } => {
+            // A NULL array matches nothing, nor does a NULL element; a key
+            // given twice reads the row once.
+            let items = match exprs[*array_at].eval(&Env::new(&[], params))? {
+                Value::Array(items) => items,
+                _ => Vec::new(),
+            };
+            let mut found: BTreeMap<Key, Arc<Row>> = BTreeMap::new();
+            let mut key = exprs.clone();
+            for (i, item) in items.into_iter().enumerate() {
+                if i > 0 && i.is_multiple_of(aqueduct_expr::interrupt::CHECK_EVERY) {
+                    aqueduct_expr::interrupt::check()?;
+                }
+                if item.is_null() {
+                    continue;
+                }
+                key[*array_at] = Expr::Literal(item);
+                if let Some((k, row)) = at_key(txn, &key)? {
+                    found.insert(k, row);
+                }
+            }
+            Ok(found.into_iter().collect())
+        }
         Access::KeyPrefix(exprs) if txn.own_rows(id).next().is_none() => {
             let n = exprs.len();
             let prefix = key_values(t, &t.schema.primary_key[..n], exprs, params)?;

@@ -55,7 +55,8 @@ fn crud_and_types() {
             "2024-01-02 03:04:05+00",
             "2024-01-02",
             "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
-            "{\"a\":1}",
+            // jsonb prints in its canonical form, as PostgreSQL does.
+            "{\"a\": 1}",
             "\\x0102",
             "1.5"
         ]]

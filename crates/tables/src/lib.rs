@@ -286,6 +286,7 @@ impl Catalog {
         let prev_lsn = t.get(&key).map(|v| v.lsn);
         let (old, new) = match row {
             Some(row) => {
+                let row = canonical_jsonb(t.schema.columns.iter().map(|c| &c.ty), row);
                 let new = Arc::new(row.clone());
                 (t.put(key.clone(), row, lsn), Some(new))
             }
@@ -303,6 +304,26 @@ impl Catalog {
             new,
         })
     }
+}
+
+/// A row whose `jsonb` columns hold jsonb values: a row written before
+/// jsonb had a canonical form of its own kept the text as given (row tag
+/// 11), which is parsed here so every reader sees one form.
+fn canonical_jsonb<'t>(
+    types: impl Iterator<Item = &'t aqueduct_values::DataType>,
+    mut row: Row,
+) -> Row {
+    for (v, ty) in row.iter_mut().zip(types) {
+        if *ty == aqueduct_values::DataType::Jsonb && matches!(v, Value::Json(_)) {
+            let old = std::mem::replace(v, Value::Null);
+            *v = match old.clone().coerce(ty) {
+                Ok(j) => j,
+                // Validated when written; kept as it was if it no longer parses.
+                Err(_) => old,
+            };
+        }
+    }
+    row
 }
 
 /// One row changed by a commit: what downstream consumers (views, the
@@ -957,5 +978,35 @@ fn unique_error(schema: &TableSchema, index: &str, row: &Row) -> TableError {
     TableError::UniqueViolation {
         constraint: index.to_string(),
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aqueduct_values::DataType;
+
+    #[test]
+    fn jsonb_written_as_text_reads_back_canonical() {
+        let types = [DataType::Jsonb, DataType::Json];
+        // Both written before jsonb had a row tag of its own.
+        let old = vec![
+            Value::Json(r#"{"b":1,"a":2}"#.into()),
+            Value::Json(r#"{"b":1,"a":2}"#.into()),
+        ];
+        let row = canonical_jsonb(types.iter(), old);
+        assert!(matches!(row[0], Value::Jsonb(_)));
+        assert_eq!(row[0].to_text().unwrap(), r#"{"a": 2, "b": 1}"#);
+        // json keeps its text as given.
+        assert_eq!(row[1].to_text().unwrap(), r#"{"b":1,"a":2}"#);
+        assert_eq!(
+            parse_type("character varying(20)[]").unwrap(),
+            DataType::Array(Box::new(DataType::Varchar(Some(20))))
+        );
+        assert_eq!(
+            parse_type(&DataType::Array(Box::new(DataType::Int8)).to_string()).unwrap(),
+            DataType::Array(Box::new(DataType::Int8))
+        );
+        assert!(parse_type("text[][]").is_err());
     }
 }

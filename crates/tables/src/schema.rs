@@ -807,6 +807,13 @@ impl SchemaChange {
 
 /// Parses a type as [`DataType`]'s `Display` writes it.
 pub fn parse_type(s: &str) -> Result<DataType, String> {
+    // `varchar(10)[]`: the array suffix follows the modifiers.
+    if let Some(element) = s.trim().strip_suffix("[]") {
+        return match parse_type(element)? {
+            DataType::Array(_) => Err(format!("unknown type {s}")),
+            element => Ok(DataType::Array(Box::new(element))),
+        };
+    }
     let (name, mods) = match s.split_once('(') {
         Some((n, rest)) => (
             n.trim(),

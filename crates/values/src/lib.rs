@@ -9,15 +9,25 @@
 //! 5 text u32 len + UTF-8 | 6 bytes u32 len + bytes | 7 timestamp i64 µs
 //! 8 timestamptz i64 µs (UTC) | 9 date i32 days since 1970-01-01
 //! 10 uuid 16 bytes | 11 json u32 len + UTF-8
+//! 12 array u32 count + that many values (tag, payload; never an array)
+//! 13 jsonb u32 len + its canonical text (UTF-8)
 //! ```
-//! All integers little-endian.
+//! All integers little-endian. Tags 12 and 13 were added later; rows
+//! written before them decode unchanged (a jsonb written then is tag 11).
 
+mod array;
+mod jsonb;
 mod text;
 mod types;
 
 use std::cmp::Ordering;
 use std::fmt;
 
+pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
+pub use jsonb::{
+    canonical_number, json_path_text, key_order, JsonStep, Jsonb, MAX_JSON_DEPTH,
+    MAX_JSON_NUMBER_DIGITS, MAX_JSON_NUMBER_SCALE,
+};
 pub use rust_decimal::Decimal;
 pub use text::format_float4;
 pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
@@ -47,7 +57,12 @@ pub enum Value {
     /// Days since 1970-01-01.
     Date(i32),
     Uuid(u128),
+    /// `json`: the text as given.
     Json(String),
+    /// `jsonb`, in canonical form.
+    Jsonb(Jsonb),
+    /// A one-dimensional array (lower bound 1); elements are never arrays.
+    Array(Vec<Value>),
 }
 
 /// A value that does not fit where it was put.
@@ -80,6 +95,18 @@ pub enum ValueError {
     /// SQLSTATE 54000.
     #[error("value of {bytes} bytes exceeds the limit of {limit} bytes")]
     TooLarge { bytes: usize, limit: usize },
+    /// SQLSTATE 22P02: text that is not an array literal.
+    #[error("malformed array literal: \"{input}\"")]
+    MalformedArray { input: String, detail: String },
+    /// SQLSTATE 22P05: `\u0000` in jsonb.
+    #[error("unsupported Unicode escape sequence")]
+    UnsupportedEscape,
+    /// SQLSTATE 54001: json nested deeper than [`MAX_JSON_DEPTH`].
+    #[error("json nests deeper than {limit} levels")]
+    TooDeep { limit: usize },
+    /// SQLSTATE 0A000.
+    #[error("{0} are not supported")]
+    Unsupported(String),
     /// SQLSTATE XX001: an undecodable stored row.
     #[error("stored row is damaged: {0}")]
     Corrupt(String),
@@ -100,6 +127,8 @@ impl ValueError {
                     "A field with precision {precision}, scale {scale} must round to an absolute value less than {bound}."
                 ))
             }
+            ValueError::MalformedArray { detail, .. } => Some(detail.clone()),
+            ValueError::UnsupportedEscape => Some("\\u0000 cannot be converted to text.".into()),
             _ => None,
         }
     }
@@ -108,7 +137,10 @@ impl ValueError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             ValueError::Syntax { ty, .. } if ty.starts_with("timestamp") || ty == "date" => "22007",
-            ValueError::Syntax { .. } => "22P02",
+            ValueError::Syntax { .. } | ValueError::MalformedArray { .. } => "22P02",
+            ValueError::UnsupportedEscape => "22P05",
+            ValueError::Unsupported(_) => "0A000",
+            ValueError::TooDeep { .. } => "54001",
             ValueError::OutOfRange { .. }
             | ValueError::Range(_)
             | ValueError::NumericFieldOverflow { .. } => "22003",
@@ -141,6 +173,8 @@ impl Value {
             Value::Date(_) => "date",
             Value::Uuid(_) => "uuid",
             Value::Json(_) => "json",
+            Value::Jsonb(_) => "jsonb",
+            Value::Array(_) => "array",
         }
     }
 
@@ -155,6 +189,8 @@ impl Value {
         match self {
             Value::Text(s) | Value::Json(s) => s.len(),
             Value::Bytes(b) => b.len(),
+            Value::Jsonb(j) => j.size(),
+            Value::Array(items) => items.iter().map(Value::payload_len).sum(),
             _ => 0,
         }
     }
@@ -194,7 +230,9 @@ fn rank(v: &Value) -> u8 {
         Value::Date(_) => 7,
         Value::Uuid(_) => 8,
         Value::Json(_) => 9,
-        Value::Null => 10,
+        Value::Jsonb(_) => 10,
+        Value::Array(_) => 11,
+        Value::Null => 12,
     }
 }
 
@@ -222,6 +260,10 @@ fn compare(a: &Value, b: &Value) -> Option<Ordering> {
             (*t as i128).cmp(&(*d as i128 * DAY_MICROS as i128))
         }
         (Uuid(x), Uuid(y)) => x.cmp(y),
+        (Jsonb(x), Jsonb(y)) => x.cmp(y),
+        // Element by element (NULL elements equal to each other and after
+        // the rest, as PostgreSQL's array comparison), then by length.
+        (Array(x), Array(y)) => x.cmp(y),
         _ => return None,
     })
 }
@@ -286,6 +328,8 @@ impl std::hash::Hash for Value {
             Value::Date(d) => (6u8, *d as i128 * DAY_MICROS as i128).hash(state),
             Value::Uuid(u) => (7u8, *u).hash(state),
             Value::Json(s) => (8u8, s).hash(state),
+            Value::Jsonb(j) => (9u8, j).hash(state),
+            Value::Array(items) => (10u8, items).hash(state),
         }
     }
 }
@@ -349,6 +393,18 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             out.extend_from_slice(&u.to_le_bytes());
         }
         Value::Json(s) => var(out, 11, s.as_bytes()),
+        Value::Array(items) => {
+            out.push(12);
+            out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+            for item in items {
+                assert!(
+                    !matches!(item, Value::Array(_)),
+                    "arrays of arrays are refused before they are stored"
+                );
+                encode_value(item, out);
+            }
+        }
+        Value::Jsonb(j) => var(out, 13, j.to_string().as_bytes()),
     }
 }
 
@@ -431,6 +487,30 @@ pub fn decode_value(b: &[u8]) -> Result<(Value, usize), ValueError> {
             let (body, used) = var()?;
             (Value::Json(string(body)?), used)
         }
+        12 => {
+            let count = u32::from_le_bytes(fixed(4)?.try_into().unwrap()) as usize;
+            if count > MAX_ARRAY_ELEMENTS {
+                return Err(bad());
+            }
+            let mut pos = 5;
+            let mut items = Vec::with_capacity(count.min(b.len()));
+            for _ in 0..count {
+                let rest = b.get(pos..).ok_or_else(bad)?;
+                if rest.first() == Some(&12) {
+                    return Err(ValueError::Corrupt("array nested in an array".into()));
+                }
+                let (v, used) = decode_value(rest)?;
+                items.push(v);
+                pos += used;
+            }
+            (Value::Array(items), pos)
+        }
+        13 => {
+            let (body, used) = var()?;
+            let j = Jsonb::parse(&string(body)?)
+                .map_err(|_| ValueError::Corrupt("stored jsonb does not parse".into()))?;
+            (Value::Jsonb(j), used)
+        }
         t => return Err(ValueError::Corrupt(format!("unknown value tag {t}"))),
     })
 }
@@ -452,6 +532,15 @@ mod tests {
             any::<i32>().prop_map(Value::Date),
             any::<u128>().prop_map(Value::Uuid),
             (any::<i64>(), 0u32..10).prop_map(|(m, s)| Value::Numeric(Decimal::new(m, s))),
+            "[a-c]{0,3}".prop_map(|k| Value::Jsonb(
+                Jsonb::parse(&format!("{{\"{k}\": [1, \"x\", null], \"b\": 2.50}}")).unwrap()
+            )),
+            prop::collection::vec(
+                prop_oneof![Just(Value::Null), any::<i64>().prop_map(Value::Int)],
+                0..4
+            )
+            .prop_map(Value::Array),
+            prop::collection::vec(".{0,5}".prop_map(Value::Text), 0..4).prop_map(Value::Array),
         ]
     }
 
@@ -494,6 +583,65 @@ mod tests {
                 prop_assert!(a <= c);
             }
         }
+    }
+
+    #[test]
+    fn old_rows_decode_and_new_tags_are_checked() {
+        // A jsonb written before tag 13: tag 11 and its text, as it was.
+        let mut b = vec![ROW_FORMAT_VERSION, 1, 0, 11];
+        b.extend_from_slice(&9u32.to_le_bytes());
+        b.extend_from_slice(br#"{"b":1}  "#);
+        assert_eq!(
+            decode_row(&b).unwrap(),
+            vec![Value::Json(r#"{"b":1}  "#.into())]
+        );
+        // Tags 12 and 13 round trip; jsonb is stored as its canonical text.
+        let doc = Value::Text(r#"{"b": 1, "a": [1.50, null]}"#.into())
+            .coerce(&DataType::Jsonb)
+            .unwrap();
+        let row = vec![
+            Value::Array(vec![Value::Text("a b".into()), Value::Null, Value::Int(3)]),
+            doc.clone(),
+            Value::Array(vec![]),
+        ];
+        let mut b = Vec::new();
+        encode_row(&row, &mut b);
+        assert!(String::from_utf8_lossy(&b).contains(r#"{"a": [1.50, null], "b": 1}"#));
+        let back = decode_row(&b).unwrap();
+        assert_eq!(back, row);
+        assert_eq!(back[1].to_text(), doc.to_text());
+        // An array inside an array, or a tag-13 body that is not JSON, is damage.
+        let mut nested = vec![ROW_FORMAT_VERSION, 1, 0, 12];
+        nested.extend_from_slice(&1u32.to_le_bytes());
+        nested.push(12);
+        nested.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(decode_row(&nested).unwrap_err().sqlstate(), "XX001");
+        let mut bad = vec![ROW_FORMAT_VERSION, 1, 0, 13];
+        bad.extend_from_slice(&1u32.to_le_bytes());
+        bad.push(b'{');
+        assert_eq!(decode_row(&bad).unwrap_err().sqlstate(), "XX001");
+        // A count larger than the bytes that follow is damage, not a huge allocation.
+        let mut huge = vec![ROW_FORMAT_VERSION, 1, 0, 12];
+        huge.extend_from_slice(&1_000_000u32.to_le_bytes());
+        assert!(decode_row(&huge).is_err());
+    }
+
+    #[test]
+    fn array_types_name_and_number_as_postgres() {
+        for (name, oid, shown) in [
+            ("text[]", 1009, "text[]"),
+            ("int[]", 1007, "integer[]"),
+            ("bigint[]", 1016, "bigint[]"),
+            ("uuid[]", 2951, "uuid[]"),
+            ("jsonb[]", 3807, "jsonb[]"),
+            ("boolean[]", 1000, "boolean[]"),
+        ] {
+            let ty = DataType::from_sql(name, &[]).unwrap();
+            assert_eq!(ty.pg_oid(), oid, "{name}");
+            assert_eq!(ty.to_string(), shown);
+            assert_eq!(DataType::from_pg_oid(oid), Some(ty));
+        }
+        assert_eq!(DataType::from_sql("text[][]", &[]), None);
     }
 
     #[test]

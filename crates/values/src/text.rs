@@ -27,6 +27,8 @@ pub(crate) fn to_text(v: &Value) -> Option<String> {
         Value::TimestampTz(t) => format!("{}+00", format_timestamp(*t)),
         Value::Date(d) => format_date(*d),
         Value::Uuid(u) => uuid::Uuid::from_u128(*u).hyphenated().to_string(),
+        Value::Jsonb(j) => j.to_string(),
+        Value::Array(items) => crate::format_array(items, to_text),
     })
 }
 

@@ -36,11 +36,20 @@ pub enum DataType {
     Uuid,
     Json,
     Jsonb,
+    /// A one-dimensional array of the element type (never an array).
+    Array(Box<DataType>),
 }
 
 impl DataType {
-    /// Parses a SQL type name (lower case, without modifiers) and its modifiers.
+    /// Parses a SQL type name (lower case, without modifiers) and its
+    /// modifiers; `name[]` is an array of `name`.
     pub fn from_sql(name: &str, modifiers: &[u64]) -> Option<DataType> {
+        if let Some(element) = name.trim_end().strip_suffix("[]") {
+            return match DataType::from_sql(element, modifiers)? {
+                DataType::Array(_) => None,
+                element => Some(DataType::Array(Box::new(element))),
+            };
+        }
         Some(match name {
             "smallint" | "int2" => DataType::Int2,
             "integer" | "int" | "int4" | "serial" => DataType::Int4,
@@ -94,6 +103,41 @@ impl DataType {
             DataType::Numeric | DataType::NumericTypmod { .. } => 1700,
             DataType::Uuid => 2950,
             DataType::Jsonb => 3802,
+            DataType::Array(element) => match **element {
+                DataType::Bool => 1000,
+                DataType::Bytea => 1001,
+                DataType::Int2 => 1005,
+                DataType::Int4 => 1007,
+                DataType::Text => 1009,
+                DataType::Varchar(_) => 1015,
+                DataType::Int8 => 1016,
+                DataType::Float4 => 1021,
+                DataType::Float8 => 1022,
+                DataType::Timestamp => 1115,
+                DataType::Date => 1182,
+                DataType::TimestampTz => 1185,
+                DataType::Numeric | DataType::NumericTypmod { .. } => 1231,
+                DataType::Uuid => 2951,
+                DataType::Json => 199,
+                DataType::Jsonb => 3807,
+                DataType::Array(_) => unreachable!("arrays of arrays are never built"),
+            },
+        }
+    }
+
+    /// The element type of an array type.
+    pub fn element(&self) -> Option<&DataType> {
+        match self {
+            DataType::Array(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The array type of elements of this type.
+    pub fn array_of(&self) -> DataType {
+        match self {
+            DataType::Array(_) => self.clone(),
+            other => DataType::Array(Box::new(other.unconstrained())),
         }
     }
 
@@ -116,6 +160,17 @@ impl DataType {
             1700 => DataType::Numeric,
             2950 => DataType::Uuid,
             3802 => DataType::Jsonb,
+            1000 | 1001 | 1005 | 1007 | 1009 | 1015 | 1016 | 1021 | 1022 | 1115 | 1182 | 1185
+            | 1231 | 2951 | 199 | 3807 => {
+                let element = [
+                    16u32, 17, 21, 23, 25, 1043, 20, 700, 701, 1114, 1082, 1184, 1700, 2950, 114,
+                    3802,
+                ]
+                .into_iter()
+                .filter_map(DataType::from_pg_oid)
+                .find(|e| e.array_of().pg_oid() == oid)?;
+                DataType::Array(Box::new(element))
+            }
             _ => return None,
         })
     }
@@ -151,6 +206,7 @@ impl DataType {
     pub fn unconstrained(&self) -> DataType {
         match self {
             DataType::NumericTypmod { .. } => DataType::Numeric,
+            DataType::Array(e) => DataType::Array(Box::new(e.unconstrained())),
             other => other.clone(),
         }
     }
@@ -183,6 +239,7 @@ impl fmt::Display for DataType {
             DataType::Uuid => "uuid",
             DataType::Json => "json",
             DataType::Jsonb => "jsonb",
+            DataType::Array(element) => return write!(f, "{element}[]"),
         })
     }
 }
@@ -287,9 +344,21 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
         DataType::Uuid => uuid::Uuid::parse_str(t)
             .map(|u| Value::Uuid(u.as_u128()))
             .map_err(|_| syntax(ty, s)),
-        DataType::Json | DataType::Jsonb => {
-            serde_json::from_str::<serde_json::Value>(s).map_err(|_| syntax(ty, s))?;
+        DataType::Json => {
+            crate::Jsonb::validate_json(s)?;
             check_len(Value::Json(s.to_string()))
+        }
+        DataType::Jsonb => {
+            if s.len() > MAX_VALUE_BYTES {
+                return check_len(Value::Text(s.to_string()));
+            }
+            check_len(Value::Jsonb(crate::Jsonb::parse(s)?))
+        }
+        DataType::Array(element) => {
+            if s.len() > MAX_VALUE_BYTES {
+                return check_len(Value::Text(s.to_string()));
+            }
+            check_len(Value::Array(crate::parse_array(s, element)?))
         }
     }
 }
@@ -549,8 +618,17 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
             Ok(Value::Date(t.div_euclid(DAY_MICROS) as i32))
         }
         (Value::Uuid(u), DataType::Uuid) => Ok(Value::Uuid(u)),
-        (Value::Json(s), DataType::Json | DataType::Jsonb) => Ok(Value::Json(s)),
+        (Value::Json(s), DataType::Json) => Ok(Value::Json(s)),
+        (Value::Json(s), DataType::Jsonb) => parse_text(&s, ty),
+        (Value::Jsonb(j), DataType::Jsonb) => Ok(Value::Jsonb(j)),
+        (Value::Jsonb(j), DataType::Json) => Ok(Value::Json(j.to_string())),
         (Value::Json(s), DataType::Text | DataType::Varchar(_)) => coerce(Value::Text(s), ty),
+        (Value::Array(items), DataType::Array(element)) => Ok(Value::Array(
+            items
+                .into_iter()
+                .map(|v| coerce(v, element))
+                .collect::<Result<_, _>>()?,
+        )),
         (v, DataType::Text | DataType::Varchar(_)) => match v.to_text() {
             Some(t) => coerce(Value::Text(t), ty),
             None => Ok(Value::Null),

@@ -306,6 +306,9 @@ impl Session {
                         Access::PrimaryKeys(_) => {
                             "by primary-key lookups (one per key of the IN list)"
                         }
+                        Access::PrimaryKeysOfArray { .. } => {
+                            "by primary-key lookups (one per element of the ANY array)"
+                        }
                         Access::KeyPrefix(_) => {
                             "by a range of the primary key (its first columns pinned)"
                         }
