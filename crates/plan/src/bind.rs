@@ -223,6 +223,8 @@ pub struct ScopeColumn {
     pub ty: DataType,
     /// Only reachable when qualified (`excluded.x` in ON CONFLICT).
     pub qualified_only: bool,
+    /// The base table and position it is a column of, if it is one.
+    pub table: Option<(TableId, usize)>,
 }
 
 /// The columns an expression may name, in row order: a bound
@@ -256,13 +258,14 @@ impl Scope {
     }
 
     fn push_schema(&mut self, t: &TableSchema, qualifier: &str, qualified_only: bool) {
-        for c in &t.columns {
+        for (i, c) in t.columns.iter().enumerate() {
             self.columns.push(ScopeColumn {
                 qualifier: Some(qualifier.to_string()),
                 name: c.name.clone(),
                 // Expressions over a numeric(p, s) column are plain numeric.
                 ty: c.ty.unconstrained(),
                 qualified_only,
+                table: Some((t.id, i)),
             });
         }
     }
@@ -2009,10 +2012,11 @@ impl<'a> Binder<'a> {
         let mut outputs = Vec::new();
         let mut columns = Vec::new();
         if has_aggregates {
-            let keys = group_exprs
+            let mut keys = group_exprs
                 .iter()
                 .map(|g| self.expr(g, &scope, None))
                 .collect::<Result<Vec<_>, _>>()?;
+            self.functionally_dependent(&scope, &mut keys);
             let mut g = GroupBinder {
                 keys,
                 key_asts: group_exprs.clone(),
@@ -2366,6 +2370,7 @@ impl<'a> Binder<'a> {
                 name: format!("{GROUPED_ALIAS}{i}"),
                 ty,
                 qualified_only: false,
+                table: None,
             });
         }
         self.expr(&rewritten, &grouped, None)
@@ -3033,6 +3038,50 @@ impl<'a> Binder<'a> {
             .collect()
     }
 
+    /// Grouping by a table's primary key groups by all of its columns (they
+    /// depend on the key), so the select list may use them, as PostgreSQL
+    /// allows: they are added to `keys`, which changes no group.
+    fn functionally_dependent(&self, scope: &Scope, keys: &mut Vec<Expr>) {
+        let mut instances: Vec<(Option<String>, TableId)> = Vec::new();
+        for c in &scope.columns {
+            if let Some((t, _)) = c.table {
+                let at = (c.qualifier.clone(), t);
+                if !instances.contains(&at) {
+                    instances.push(at);
+                }
+            }
+        }
+        for (qualifier, t) in instances {
+            let Some(table) = self.catalog.table_by_id(t) else {
+                continue;
+            };
+            if !table.schema.has_primary_key() {
+                continue;
+            }
+            let columns: Vec<(usize, usize)> = scope
+                .columns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| match c.table {
+                    Some((ct, p)) if ct == t && c.qualifier == qualifier => Some((i, p)),
+                    _ => None,
+                })
+                .collect();
+            let grouped_by_key = table.schema.primary_key.iter().all(|pk| {
+                columns
+                    .iter()
+                    .any(|(i, p)| p == pk && keys.contains(&Expr::Column(*i)))
+            });
+            if grouped_by_key {
+                for (i, _) in columns {
+                    if !keys.contains(&Expr::Column(i)) {
+                        keys.push(Expr::Column(i));
+                    }
+                }
+            }
+        }
+    }
+
     /// `pg_get_serial_sequence('table', 'column')`: the sequence a
     /// `serial` or identity column owns, or NULL.
     fn serial_sequence(&mut self, f: &ast::Function, scope: &Scope) -> Result<Expr, SqlError> {
@@ -3290,6 +3339,7 @@ impl GroupBinder {
                 name: String::new(),
                 ty: b.type_of(k, scope),
                 qualified_only: false,
+                table: None,
             });
         }
         for ty in &self.agg_types {
@@ -3298,6 +3348,7 @@ impl GroupBinder {
                 name: String::new(),
                 ty: ty.clone(),
                 qualified_only: false,
+                table: None,
             });
         }
         grouped

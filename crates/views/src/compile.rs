@@ -67,6 +67,7 @@ fn scope_of(columns: &[Column], qualifier: &str) -> Scope {
                 name: c.name.clone(),
                 ty: c.ty.clone(),
                 qualified_only: false,
+                table: None,
             })
             .collect(),
     }
