@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use aqueduct_expr::agg::AggFunc;
 use aqueduct_tables::{
-    parse_type, Catalog, CheckDef, ColumnDef, FkAction, ForeignKeyDef, Identity, SequenceDef,
-    Table, TableId, TableSchema,
+    parse_type, Catalog, CheckDef, ColumnDef, FkAction, ForeignKeyDef, Identity, Isolation,
+    SequenceDef, Table, TableId, TableSchema,
 };
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
@@ -278,6 +278,25 @@ pub fn ident(i: &ast::Ident) -> String {
     } else {
         i.value.to_lowercase()
     }
+}
+
+/// The isolation level `BEGIN` or `SET TRANSACTION` names, if any.
+fn isolation_of(modes: &[ast::TransactionMode]) -> Result<Option<Isolation>, SqlError> {
+    let mut level = None;
+    for m in modes {
+        if let ast::TransactionMode::IsolationLevel(l) = m {
+            level = Some(match l {
+                ast::TransactionIsolationLevel::ReadUncommitted
+                | ast::TransactionIsolationLevel::ReadCommitted => Isolation::ReadCommitted,
+                ast::TransactionIsolationLevel::RepeatableRead => Isolation::RepeatableRead,
+                ast::TransactionIsolationLevel::Serializable => Isolation::Serializable,
+                other => {
+                    return Err(SqlError::unsupported(format!("isolation level {other}")));
+                }
+            });
+        }
+    }
+    Ok(level)
 }
 
 /// Whether a view's definition (SQL text) reads `relation`.
@@ -602,7 +621,12 @@ impl<'a> Binder<'a> {
                     vec![],
                 )
             }
-            S::StartTransaction { .. } => (Plan::Begin, vec![]),
+            S::StartTransaction { modes, .. } => (
+                Plan::Begin {
+                    isolation: isolation_of(modes)?,
+                },
+                vec![],
+            ),
             S::Commit { .. } => (Plan::Commit, vec![]),
             S::Rollback {
                 savepoint: None, ..
@@ -693,9 +717,9 @@ impl<'a> Binder<'a> {
                 name: "client_encoding".into(),
                 value: Some(charset_name.to_string()),
             }),
-            ast::Set::SetTransaction { .. } => Ok(Plan::Set {
+            ast::Set::SetTransaction { modes, .. } => Ok(Plan::Set {
                 name: "transaction_isolation".into(),
-                value: None,
+                value: isolation_of(modes)?.map(|i| i.as_str().to_string()),
             }),
             other => Err(SqlError::unsupported(format!("{other}"))),
         }

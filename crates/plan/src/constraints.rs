@@ -327,7 +327,13 @@ pub(crate) fn check_references(
             continue;
         }
         let parent = table(catalog, fk.ref_table)?;
-        if rows_with(catalog, txn, parent, &fk.ref_columns, &values)?.is_empty() {
+        let found = rows_with(catalog, txn, parent, &fk.ref_columns, &values)?;
+        // A locking transaction holds the row it references until it ends,
+        // so the row cannot go meanwhile.
+        for (key, _) in &found {
+            txn.want_lock(fk.ref_table, key.clone());
+        }
+        if found.is_empty() {
             let cols: Vec<String> = fk
                 .columns
                 .iter()

@@ -67,7 +67,7 @@ pub fn execute(
         Plan::Truncate(p) => truncate(fx, p),
         Plan::Ddl(Ddl::AlterTable(a)) => crate::alter::alter_table(fx, a),
         Plan::Ddl(d) => ddl(catalog, fx.txn.get_mut(), d),
-        Plan::Begin
+        Plan::Begin { .. }
         | Plan::Commit
         | Plan::Rollback
         | Plan::Savepoint { .. }

@@ -64,7 +64,10 @@ pub enum Plan {
     /// `TRUNCATE`: a write like `DELETE`, so it runs inside transactions.
     Truncate(TruncatePlan),
     Ddl(Ddl),
-    Begin,
+    /// `BEGIN [ISOLATION LEVEL ...]`: the level, when it names one.
+    Begin {
+        isolation: Option<aqueduct_tables::Isolation>,
+    },
     Commit,
     Rollback,
     /// `SAVEPOINT name`.

@@ -13,6 +13,7 @@
 
 mod batch;
 mod index;
+mod locks;
 mod roles;
 mod schema;
 mod sequences;
@@ -31,6 +32,7 @@ pub use batch::{
     decode_record, decode_row_key, encode_batch, row_log_key, AppliedBatch, Batch, BatchBuilder,
     BatchEntry,
 };
+pub use locks::{LockError, LockTable, RowId, TxnId};
 pub use roles::{
     Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
@@ -59,6 +61,9 @@ pub enum TableError {
     /// 58030 / 53100: the log could not take the write.
     #[error("{0}")]
     Log(#[from] aqueduct_log::Error),
+    /// A wait for a row lock ended by the statement's interruption.
+    #[error("{0}")]
+    Interrupted(aqueduct_expr::SqlError),
     /// XX001: a record in the log does not decode.
     #[error("log record at LSN {lsn} is not a valid table record: {reason}")]
     BadRecord { lsn: Lsn, reason: String },
@@ -76,6 +81,7 @@ impl From<TableError> for aqueduct_expr::SqlError {
             .with_detail(detail),
             TableError::SerializationFailure => SqlError::new(code, e.to_string())
                 .with_hint("the transaction may succeed if retried"),
+            TableError::Interrupted(e) => e,
             other => SqlError::new(code, other.to_string()),
         }
     }
@@ -90,6 +96,7 @@ impl TableError {
             TableError::Log(aqueduct_log::Error::Invalid(_)) => "54000",
             TableError::Log(_) => "58030",
             TableError::BadRecord { .. } => "XX001",
+            TableError::Interrupted(e) => e.code,
         }
     }
 }
@@ -388,9 +395,53 @@ pub struct TxnSavepoint {
     overlay: HashMap<(TableId, Key), Option<Row>>,
 }
 
+/// A transaction's isolation level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Each statement reads the latest committed state; rows written are
+    /// locked until the end; reads are not validated at commit.
+    ReadCommitted,
+    /// One snapshot for the whole transaction; rows written are locked,
+    /// and one changed by another transaction since the snapshot fails
+    /// the write with 40001 (first updater wins).
+    RepeatableRead,
+    /// Optimistic and serializable: reads are validated at commit.
+    #[default]
+    Serializable,
+}
+
+impl Isolation {
+    pub fn parse(s: &str) -> Option<Isolation> {
+        Some(match s.trim().to_lowercase().replace('_', " ").as_str() {
+            "read committed" | "read uncommitted" => Isolation::ReadCommitted,
+            "repeatable read" => Isolation::RepeatableRead,
+            "serializable" => Isolation::Serializable,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read committed",
+            Isolation::RepeatableRead => "repeatable read",
+            Isolation::Serializable => "serializable",
+        }
+    }
+
+    /// Whether the transaction locks rows rather than validating reads.
+    pub fn locks(self) -> bool {
+        self != Isolation::Serializable
+    }
+}
+
 /// A transaction's reads and buffered writes.
 #[derive(Clone, Debug, Default)]
 pub struct Txn {
+    /// Its number in the lock table (0 for a transaction that locks nothing).
+    pub id: TxnId,
+    pub isolation: Isolation,
+    /// Rows to lock besides those written: those foreign keys reference.
+    lock_wanted: Vec<RowId>,
     reads: Vec<Read>,
     writes: Vec<Write>,
     /// The transaction's own view of keys it wrote (read-your-writes).
@@ -518,6 +569,38 @@ impl Txn {
         self.writes.push(Write::Schema(change));
     }
 
+    /// Asks for `row` to be locked with the statement's writes (READ
+    /// COMMITTED and REPEATABLE READ).
+    pub fn want_lock(&mut self, table: TableId, key: Key) {
+        if self.isolation.locks() {
+            self.lock_wanted.push((table, key));
+        }
+    }
+
+    /// The rows the writes since `from` (an index into the writes, from
+    /// [`Txn::write_count`]) touch, and the rows asked for with
+    /// [`Txn::want_lock`] (which it forgets).
+    pub fn rows_to_lock(&mut self, from: usize) -> Vec<RowId> {
+        let mut rows: Vec<RowId> = std::mem::take(&mut self.lock_wanted);
+        for w in &self.writes[from.min(self.writes.len())..] {
+            if let Write::Put { table, key, .. } | Write::Delete { table, key } = w {
+                rows.push((*table, key.clone()));
+            }
+        }
+        rows.sort();
+        rows.dedup();
+        rows
+    }
+
+    pub fn write_count(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// The rows this transaction writes.
+    fn written_rows(&self) -> Vec<RowId> {
+        self.overlay.keys().cloned().collect()
+    }
+
     /// Reserves values of sequence `id` up to `upto` with this
     /// transaction's commit, unless it already does.
     pub fn reserve_sequence(&mut self, id: TableId, upto: i64, generation: u64) {
@@ -588,6 +671,9 @@ impl Txn {
                 Read::Row { table, .. } | Read::Table { table, .. } if created.contains(table) => {
                     true
                 }
+                // Read committed and repeatable read do not validate reads:
+                // the rows they write are locked instead.
+                Read::Row { .. } | Read::Table { .. } if self.isolation.locks() => true,
                 Read::Schema { version } => catalog.schema_version == *version,
                 Read::Shape { table, .. } if created.contains(table) || altered.contains(table) => {
                     true
@@ -666,6 +752,9 @@ pub struct Database {
     consumers: RwLock<Vec<Arc<dyn CommitConsumer>>>,
     /// Sequence values in hand.
     pub sequences: SequenceCache,
+    /// Row locks of READ COMMITTED and REPEATABLE READ transactions.
+    pub locks: LockTable,
+    next_txn: AtomicU64,
     pub metrics: TableMetrics,
 }
 
@@ -717,6 +806,8 @@ impl Database {
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
             consumers: RwLock::new(Vec::new()),
             sequences: SequenceCache::default(),
+            locks: LockTable::default(),
+            next_txn: AtomicU64::new(1),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -774,6 +865,23 @@ impl Database {
         f(&catalog, self.applied_lsn())
     }
 
+    /// A new transaction at `isolation`.
+    pub fn begin(&self, isolation: Isolation) -> Txn {
+        Txn {
+            id: self.next_txn.fetch_add(1, Ordering::Relaxed),
+            isolation,
+            ..Txn::default()
+        }
+    }
+
+    /// Ends a transaction's hold on its locks (after its commit or
+    /// rollback).
+    pub fn end(&self, txn: &Txn) {
+        if txn.id != 0 {
+            self.locks.release_all(txn.id);
+        }
+    }
+
     /// A hidden row id for a new row of a table without a primary key.
     pub fn allocate_rowid(&self) -> i64 {
         self.next_rowid.fetch_add(1, Ordering::Relaxed)
@@ -800,13 +908,28 @@ impl Database {
     /// statement is atomic and never conflicts.
     pub fn run_exclusive<T, E: From<TableError>>(
         &self,
-        f: impl FnOnce(&Catalog, &mut Txn) -> Result<T, E>,
+        f: impl FnMut(&Catalog, &mut Txn) -> Result<T, E>,
     ) -> Result<(T, Option<Lsn>), E> {
-        let guard = self.commit.lock();
-        let mut txn = Txn::default();
-        let out = {
-            let catalog = self.catalog.read();
-            f(&catalog, &mut txn)?
+        let mut f = f;
+        let (guard, txn, out) = loop {
+            let guard = self.commit.lock();
+            let mut txn = Txn::default();
+            let out = {
+                let catalog = self.catalog.read();
+                f(&catalog, &mut txn)?
+            };
+            // A row locked by an open transaction is written only by it:
+            // wait for it to end (without the commit lock, which its
+            // commit needs), then run the statement again.
+            match self.locks.locked_by_other(None, &txn.written_rows()) {
+                None => break (guard, txn, out),
+                Some(row) => {
+                    drop(guard);
+                    self.locks
+                        .wait_unlocked(&row, &aqueduct_expr::interrupt::check)
+                        .map_err(|e| E::from(TableError::Interrupted(e)))?;
+                }
+            }
         };
         let lsn = self.append_and_apply(&txn)?;
         drop(guard);
@@ -821,6 +944,17 @@ impl Database {
     /// last record (`None` for a read-only transaction).
     pub fn commit(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
         let guard = self.commit.lock();
+        if !txn.isolation.locks()
+            && self
+                .locks
+                .locked_by_other(Some(txn.id), &txn.written_rows())
+                .is_some()
+        {
+            self.metrics
+                .serialization_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(TableError::SerializationFailure);
+        }
         if let Err(e) = txn.validate(&self.catalog.read()) {
             self.metrics
                 .serialization_failures

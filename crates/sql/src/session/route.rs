@@ -116,7 +116,7 @@ impl Route {
                 Plan::Catalog(_) => "catalog query",
                 Plan::Insert(_) | Plan::Update(_) | Plan::Delete(_) | Plan::Truncate(_) => "write",
                 Plan::Ddl(_) => "DDL",
-                Plan::Begin
+                Plan::Begin { .. }
                 | Plan::Commit
                 | Plan::Rollback
                 | Plan::Savepoint { .. }

@@ -190,28 +190,37 @@ impl Session {
             return Err(SqlError::in_failed_transaction());
         }
         match bound.plan {
-            Plan::Begin => {
+            Plan::Begin { isolation } => {
                 if self.txn.is_none() {
-                    self.txn = Some(Txn::default());
+                    let level = isolation.unwrap_or_else(|| self.default_isolation());
+                    self.txn = Some(self.engine.database().begin(level));
                     self.txn_began_micros = Some(self.time.statement_micros);
                 }
                 Ok(command("BEGIN"))
             }
             Plan::Commit => {
                 self.savepoints.clear();
+                self.snapshot = None;
                 let Some(txn) = self.txn.take() else {
                     return Ok(command("COMMIT"));
                 };
+                let db = self.engine.database();
                 if std::mem::take(&mut self.failed) {
+                    db.end(&txn);
                     return Ok(command("ROLLBACK"));
                 }
-                if let Some(lsn) = self.engine.database().commit(&txn)? {
+                let committed = db.commit(&txn);
+                db.end(&txn);
+                if let Some(lsn) = committed? {
                     self.set_last_lsn(lsn);
                 }
                 Ok(command("COMMIT"))
             }
             Plan::Rollback => {
-                self.txn = None;
+                if let Some(txn) = self.txn.take() {
+                    self.engine.database().end(&txn);
+                }
+                self.snapshot = None;
                 self.failed = false;
                 self.savepoints.clear();
                 Ok(command("ROLLBACK"))
@@ -284,16 +293,19 @@ impl Session {
     ) -> Result<Outcome, SqlError> {
         let db = self.engine.database();
         if let Some(txn) = self.txn.as_mut() {
-            let catalog = db.read_in(Some(txn));
-            return exec::execute(
-                db,
-                &catalog,
-                txn,
-                &mut self.sequences,
-                &plan,
-                columns,
-                params,
-            );
+            if !txn.isolation.locks() {
+                let catalog = db.read_in(Some(txn));
+                return exec::execute(
+                    db,
+                    &catalog,
+                    txn,
+                    &mut self.sequences,
+                    &plan,
+                    columns,
+                    params,
+                );
+            }
+            return self.run_locking(plan, columns, params);
         }
         if plan.is_read_only() {
             let seen = db.applied_lsn();
@@ -316,7 +328,7 @@ impl Session {
         let owner = &self.principal.name;
         let sequences = &mut self.sequences;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
-            let out = exec::execute(db, catalog, txn, sequences, &plan, columns, params)?;
+            let out = exec::execute(db, catalog, txn, sequences, &plan, columns.clone(), params)?;
             crate::roles::record_owners(txn, owner);
             Ok::<_, SqlError>(out)
         })?;
@@ -324,6 +336,69 @@ impl Session {
             self.set_last_lsn(lsn);
         }
         Ok(out)
+    }
+
+    /// A statement of a READ COMMITTED or REPEATABLE READ transaction: run
+    /// it, and if it writes rows (or references rows through foreign keys)
+    /// that the transaction has not locked, undo it, lock them — waiting
+    /// for their holders to end — and run it again on what they committed.
+    /// A REPEATABLE READ transaction reads its snapshot, and a row it
+    /// locks that changed since fails with 40001 (first updater wins).
+    fn run_locking(
+        &mut self,
+        plan: Plan,
+        columns: Vec<Column>,
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let db = self.engine.database();
+        let txn = self.txn.as_mut().expect("a transaction block");
+        if txn.isolation == aqueduct_tables::Isolation::RepeatableRead && self.snapshot.is_none() {
+            self.snapshot = Some(std::sync::Arc::new(db.read().clone()));
+        }
+        for _ in 0..MAX_LOCK_ROUNDS {
+            let mark = txn.savepoint();
+            let from = txn.write_count();
+            let out = {
+                let committed;
+                let catalog: &Catalog = match &self.snapshot {
+                    Some(s) if !txn.changes_schema() => s,
+                    _ => {
+                        committed = db.read_in(Some(txn));
+                        &committed
+                    }
+                };
+                exec::execute(
+                    db,
+                    catalog,
+                    txn,
+                    &mut self.sequences,
+                    &plan,
+                    columns.clone(),
+                    params,
+                )?
+            };
+            let rows = txn.rows_to_lock(from);
+            let missing: Vec<aqueduct_tables::RowId> = rows
+                .iter()
+                .filter(|r| db.locks.holder(r) != Some(txn.id))
+                .cloned()
+                .collect();
+            if missing.is_empty() {
+                if let Some(snapshot) = &self.snapshot {
+                    first_updater_wins(&db.read(), snapshot, &rows)?;
+                }
+                return Ok(out);
+            }
+            txn.rollback_to(&mark);
+            db.locks
+                .acquire(txn.id, &missing, false, &aqueduct_expr::interrupt::check)?;
+        }
+        Err(SqlError::new(
+            "40001",
+            format!(
+                "could not lock the rows the statement writes in {MAX_LOCK_ROUNDS} rounds; retry the transaction"
+            ),
+        ))
     }
 
     /// A read of `information_schema` or `pg_tables`, answered from tables
@@ -374,6 +449,33 @@ impl Session {
             params,
         )
     }
+}
+
+/// Rounds of locking one statement of a locking transaction may take (each
+/// round finds rows others changed meanwhile).
+const MAX_LOCK_ROUNDS: usize = 64;
+
+/// A REPEATABLE READ transaction may write a row only as its snapshot has
+/// it: one another transaction changed since fails it with 40001.
+fn first_updater_wins(
+    committed: &Catalog,
+    snapshot: &Catalog,
+    rows: &[aqueduct_tables::RowId],
+) -> Result<(), SqlError> {
+    let version = |c: &Catalog, (t, k): &aqueduct_tables::RowId| {
+        c.table_by_id(*t).and_then(|t| t.get(k)).map(|v| v.lsn)
+    };
+    if rows
+        .iter()
+        .any(|r| version(committed, r) != version(snapshot, r))
+    {
+        return Err(SqlError::new(
+            "40001",
+            "could not serialize access due to concurrent update",
+        )
+        .with_hint("the transaction may succeed if retried"));
+    }
+    Ok(())
 }
 
 /// A query over catalog relations (or over maintained views read as

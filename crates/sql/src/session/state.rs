@@ -94,6 +94,8 @@ pub(crate) const READ_ONLY_SETTINGS: &[&str] = &[
 pub struct Session {
     pub(crate) engine: Arc<Engine>,
     pub(crate) txn: Option<Txn>,
+    /// A REPEATABLE READ transaction's snapshot, from its first statement.
+    pub(crate) snapshot: Option<Arc<aqueduct_tables::Catalog>>,
     pub(crate) failed: bool,
     /// `SAVEPOINT`s of the open transaction, oldest first.
     pub(crate) savepoints: Vec<(String, aqueduct_tables::TxnSavepoint)>,
@@ -137,6 +139,7 @@ impl Session {
             interrupt,
             engine,
             txn: None,
+            snapshot: None,
             failed: false,
             savepoints: Vec::new(),
             sequences: aqueduct_tables::SessionSequences::default(),
@@ -315,7 +318,27 @@ impl Session {
             check_setting(&key, v)?;
         }
         if key == "transaction_isolation" || key == "default_transaction_isolation" {
-            // Every transaction is serializable; weaker requests get the stronger level.
+            let level = match &value {
+                Some(v) => aqueduct_tables::Isolation::parse(v).ok_or_else(|| {
+                    SqlError::new(
+                        "22023",
+                        format!("invalid value for parameter \"{key}\": \"{v}\""),
+                    )
+                    .with_hint("read committed, repeatable read or serializable")
+                })?,
+                None => aqueduct_tables::Isolation::Serializable,
+            };
+            if key == "default_transaction_isolation" {
+                self.settings.insert(key, level.as_str().into());
+            } else if let Some(txn) = self.txn.as_mut() {
+                if txn.write_count() > 0 || self.snapshot.is_some() {
+                    return Err(SqlError::new(
+                        "25001",
+                        "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                    ));
+                }
+                txn.isolation = level;
+            }
         } else if key == "aqueduct.consistency" {
             // RESET goes back to the server's default, not the built-in one.
             self.consistency = match &value {
@@ -349,6 +372,17 @@ impl Session {
                 rows,
             });
         }
+        if key == "transaction_isolation" {
+            let level = match &self.txn {
+                Some(txn) => txn.isolation,
+                None => self.default_isolation(),
+            };
+            return Ok(Outcome::Rows {
+                columns: vec![Column::computed(key.clone(), DataType::Text)],
+                rows: vec![vec![Value::Text(level.as_str().into())]],
+                tag: "SHOW".into(),
+            });
+        }
         let value = self.settings.get(&key).ok_or_else(|| {
             SqlError::new(
                 "42704",
@@ -360,6 +394,26 @@ impl Session {
             rows: vec![vec![Value::Text(value.clone())]],
             tag: "SHOW".into(),
         })
+    }
+}
+
+impl Session {
+    /// `default_transaction_isolation`: the level of a `BEGIN` that names none.
+    pub(crate) fn default_isolation(&self) -> aqueduct_tables::Isolation {
+        self.settings
+            .get("default_transaction_isolation")
+            .and_then(|v| aqueduct_tables::Isolation::parse(v))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Session {
+    /// A session that ends inside a transaction block rolls it back: its
+    /// row locks go.
+    fn drop(&mut self) {
+        if let Some(txn) = self.txn.take() {
+            self.engine.database().end(&txn);
+        }
     }
 }
 
