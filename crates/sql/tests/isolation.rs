@@ -265,3 +265,18 @@ fn the_level_is_chosen_per_transaction_and_by_default() {
     drop(t);
     assert_eq!(e.database().locks.len(), 0);
 }
+
+/// pgbench's TPC-B transaction under READ COMMITTED, rows of a table
+/// without a primary key among its writes: it commits.
+#[test]
+fn a_locking_transaction_inserts_into_a_table_without_a_key() {
+    let (_dir, e) = setup();
+    let mut s = e.session();
+    ok(&mut s, "CREATE TABLE history (id int, delta int)");
+    begin(&mut s, "READ COMMITTED");
+    ok(&mut s, "UPDATE acc SET bal = bal + 5 WHERE id = 1");
+    ok(&mut s, "INSERT INTO history VALUES (1, 5)");
+    ok(&mut s, "COMMIT");
+    assert_eq!(rows(&mut s, "SELECT count(*) FROM history")[0][0], "1");
+    assert_eq!(e.database().locks.len(), 0);
+}
