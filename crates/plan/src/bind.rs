@@ -18,8 +18,8 @@ use crate::catalog_queries;
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping,
-    InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, SelectBody, SelectPlan, SortKey,
-    StatementTime, TruncatePlan, UpdatePlan,
+    InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody, SelectPlan,
+    SortKey, StatementTime, TruncatePlan, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -278,6 +278,19 @@ pub fn ident(i: &ast::Ident) -> String {
     } else {
         i.value.to_lowercase()
     }
+}
+
+/// A query's `FOR UPDATE | FOR NO KEY UPDATE | FOR SHARE | FOR KEY SHARE
+/// [NOWAIT | SKIP LOCKED]`.
+fn row_locking(q: &ast::Query) -> Result<Option<RowLocking>, SqlError> {
+    let Some(lock) = q.locks.first() else {
+        return Ok(None);
+    };
+    Ok(Some(match lock.nonblock {
+        None => RowLocking::Wait,
+        Some(ast::NonBlock::Nowait) => RowLocking::NoWait,
+        Some(ast::NonBlock::SkipLocked) => RowLocking::SkipLocked,
+    }))
 }
 
 /// The isolation level `BEGIN` or `SET TRANSACTION` names, if any.
@@ -1837,6 +1850,12 @@ impl<'a> Binder<'a> {
             }
         }
         if let Some(why) = needs_dataflow(self.catalog, q) {
+            if !q.locks.is_empty() {
+                return Err(SqlError::unsupported(format!(
+                    "FOR UPDATE / FOR SHARE on a query with {why}"
+                ))
+                .with_hint("lock the rows of one table: SELECT ... FROM t WHERE ... FOR UPDATE"));
+            }
             return Ok((Plan::Dataflow(why), Vec::new()));
         }
         let select = match q.body.as_ref() {
@@ -1851,9 +1870,15 @@ impl<'a> Binder<'a> {
         if select.from.is_empty() {
             return self.select_values(select, q, limit, offset);
         }
-        let plan = self.select(select, q.order_by.as_ref(), limit, offset)?;
-        let columns = plan.1;
-        Ok((Plan::Select(plan.0), columns))
+        let (mut plan, columns) = self.select(select, q.order_by.as_ref(), limit, offset)?;
+        plan.locking = row_locking(q)?;
+        if plan.locking.is_some() && (plan.body.grouping.is_some() || plan.body.distinct) {
+            return Err(SqlError::new(
+                "0A000",
+                "FOR UPDATE is not allowed with GROUP BY, aggregate functions or DISTINCT",
+            ));
+        }
+        Ok((Plan::Select(plan), columns))
     }
 
     /// Binds a query's LIMIT and OFFSET (constants or parameters).
@@ -1955,6 +1980,7 @@ impl<'a> Binder<'a> {
                 table: table.schema.id,
                 access,
                 body,
+                locking: None,
             },
             columns,
         ))

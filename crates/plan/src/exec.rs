@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use aqueduct_expr::agg::Accumulator;
 use aqueduct_tables::{
-    Catalog, Database, IndexDef, Key, Row, SchemaChange, SequenceDef, SessionSequences, Table,
-    TableId, TableSchema, Txn,
+    Catalog, Database, IndexDef, Key, LockTable, Row, SchemaChange, SequenceDef, SessionSequences,
+    Table, TableId, TableSchema, Txn,
 };
 use aqueduct_values::{DataType, Value};
 
@@ -22,7 +22,7 @@ use crate::constraints::{self, Changes};
 pub(crate) use crate::effects::Fx;
 use crate::plan::{
     Access, Aggregate, Column, Ddl, DeletePlan, InsertPlan, InsertSource, OnConflict, Outcome,
-    Plan, SelectPlan, TruncatePlan, UpdatePlan,
+    Plan, RowLocking, SelectPlan, TruncatePlan, UpdatePlan,
 };
 pub use crate::rows::scan_rows;
 use crate::rows::{conform, current, every_chunk, read_rows};
@@ -46,7 +46,7 @@ pub fn execute(
     let fx = &mut fx;
     match plan {
         Plan::Select(p) => {
-            let rows = select(catalog, fx.txn.get_mut(), p, params)?;
+            let rows = select(catalog, fx.txn.get_mut(), p, params, Some(&fx.db.locks))?;
             Ok(rows_outcome(columns, rows, "SELECT"))
         }
         Plan::Values(outputs) => {
@@ -118,14 +118,30 @@ fn select(
     txn: &mut Txn,
     p: &SelectPlan,
     params: &[Value],
+    locks: Option<&LockTable>,
 ) -> Result<Vec<Vec<Value>>, SqlError> {
     let t = table(catalog, p.table)?;
     let rows = read_rows(catalog, txn, t, &p.access, params)?;
+    // `FOR UPDATE`: rows locked by another transaction are skipped (SKIP
+    // LOCKED) before ORDER BY and LIMIT; the rows returned are locked.
+    let locking = p.locking.zip(locks);
+    let me = txn.id;
+    let locked_by_other = |key: &Key| {
+        locking.is_some_and(|(_, l)| {
+            l.holder(&(t.schema.id, key.clone()))
+                .is_some_and(|h| h != me)
+        })
+    };
     let mut matching = Vec::with_capacity(rows.len());
-    for (i, (_, row)) in rows.into_iter().enumerate() {
+    let mut keys = Vec::new();
+    for (i, (key, row)) in rows.into_iter().enumerate() {
         every_chunk(i, &row)?;
         if passes(p.body.filter.as_ref(), &row, params)? {
+            if matches!(locking, Some((RowLocking::SkipLocked, _))) && locked_by_other(&key) {
+                continue;
+            }
             matching.push(row);
+            keys.push(key);
         }
     }
     let mut out: Vec<Vec<Value>> = match &p.body.grouping {
@@ -133,7 +149,11 @@ fn select(
             .iter()
             .enumerate()
             .map(|(i, row)| {
-                let out = eval_all(&p.body.outputs, &Env::new(row, params))?;
+                let mut out = eval_all(&p.body.outputs, &Env::new(row, params))?;
+                if locking.is_some() {
+                    // Which row it came from, through ORDER BY and LIMIT.
+                    out.push(Value::Int(i as i64));
+                }
                 every_chunk(i, &out)?;
                 Ok(out)
             })
@@ -208,6 +228,24 @@ fn select(
         .skip(offset)
         .take(limit.unwrap_or(usize::MAX))
         .collect();
+    if locking.is_some() {
+        for r in &out {
+            let Some(Value::Int(i)) = r.last() else {
+                unreachable!("a locking select's rows end with their row's position")
+            };
+            let key = &keys[*i as usize];
+            if matches!(locking, Some((RowLocking::NoWait, _))) && locked_by_other(key) {
+                return Err(SqlError::new(
+                    "55P03",
+                    format!(
+                        "could not obtain lock on row in relation \"{}\"",
+                        t.schema.name
+                    ),
+                ));
+            }
+            txn.want_lock(t.schema.id, key.clone());
+        }
+    }
     for r in &mut out {
         r.truncate(p.body.visible);
     }
@@ -335,7 +373,7 @@ fn insert(
             .iter()
             .map(|r| eval_all(r, &Env::with_effects(&[], params, fx)))
             .collect::<Result<_, _>>()?,
-        InsertSource::Query(q) => select(catalog, fx.txn.get_mut(), q, params)?,
+        InsertSource::Query(q) => select(catalog, fx.txn.get_mut(), q, params, None)?,
     };
     let mut written = Vec::new();
     let mut changes = Changes::default();

@@ -263,6 +263,19 @@ pub struct SelectPlan {
     pub table: TableId,
     pub access: Access,
     pub body: SelectBody,
+    /// `FOR UPDATE` / `FOR SHARE` (both lock rows exclusively).
+    pub locking: Option<RowLocking>,
+}
+
+/// How a `SELECT ... FOR UPDATE` treats rows another transaction locked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowLocking {
+    /// Wait for them.
+    Wait,
+    /// `NOWAIT`: fail with 55P03.
+    NoWait,
+    /// `SKIP LOCKED`: leave them out.
+    SkipLocked,
 }
 
 #[derive(Clone, Debug)]

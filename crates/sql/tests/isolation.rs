@@ -280,3 +280,51 @@ fn a_locking_transaction_inserts_into_a_table_without_a_key() {
     assert_eq!(rows(&mut s, "SELECT count(*) FROM history")[0][0], "1");
     assert_eq!(e.database().locks.len(), 0);
 }
+
+/// A job queue on `FOR UPDATE SKIP LOCKED`: two workers each take a
+/// different job; `NOWAIT` on a taken job fails with 55P03; a plain
+/// `FOR UPDATE` waits for the taker to end (PostgreSQL's behaviour).
+#[test]
+fn workers_take_different_jobs_with_skip_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let (mut a, mut b) = (e.session(), e.session());
+    ok(
+        &mut a,
+        "CREATE TABLE jobs (id int PRIMARY KEY, done boolean NOT NULL)",
+    );
+    ok(
+        &mut a,
+        "INSERT INTO jobs VALUES (1, false), (2, false), (3, false)",
+    );
+    let take = "SELECT id FROM jobs WHERE NOT done ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED";
+    begin(&mut a, "READ COMMITTED");
+    begin(&mut b, "READ COMMITTED");
+    assert_eq!(rows(&mut a, take), vec![vec!["1".to_string()]]);
+    assert_eq!(rows(&mut b, take), vec![vec!["2".to_string()]]);
+    assert_eq!(
+        run(&mut b, "SELECT id FROM jobs WHERE id = 1 FOR UPDATE NOWAIT")
+            .unwrap_err()
+            .code,
+        "55P03"
+    );
+    ok(&mut b, "ROLLBACK");
+    begin(&mut b, "READ COMMITTED");
+    ok(&mut a, "UPDATE jobs SET done = true WHERE id = 1");
+    let waiting = spawn(
+        b,
+        "SELECT id FROM jobs WHERE id = 1 AND NOT done FOR UPDATE",
+    );
+    until_waiting(&e, 1);
+    ok(&mut a, "COMMIT");
+    let (mut b, r) = waiting.join().unwrap();
+    assert_eq!(r, Ok(()));
+    // After the wait it read the committed row: done, so none.
+    assert!(rows(
+        &mut b,
+        "SELECT id FROM jobs WHERE id = 1 AND NOT done FOR UPDATE"
+    )
+    .is_empty());
+    assert_eq!(rows(&mut b, take), vec![vec!["2".to_string()]]);
+    ok(&mut b, "COMMIT");
+}
