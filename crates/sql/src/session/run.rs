@@ -358,7 +358,7 @@ impl Session {
         for _ in 0..MAX_LOCK_ROUNDS {
             let mark = txn.savepoint();
             let from = txn.write_count();
-            let out = {
+            let (out, rows, seen) = {
                 let committed;
                 let catalog: &Catalog = match &self.snapshot {
                     Some(s) if !txn.changes_schema() => s,
@@ -367,7 +367,7 @@ impl Session {
                         &committed
                     }
                 };
-                exec::execute(
+                let out = exec::execute(
                     db,
                     catalog,
                     txn,
@@ -375,27 +375,37 @@ impl Session {
                     &plan,
                     columns.clone(),
                     params,
-                )?
-            };
-            let rows = {
+                )?;
                 // A new row of a table without a primary key has a fresh
                 // hidden id no one else can write: nothing to lock.
-                let catalog = db.read();
-                let fresh = |(t, k): &aqueduct_tables::RowId| {
-                    catalog
+                let mut rows = txn.rows_to_lock(from);
+                rows.retain(|(t, k)| {
+                    !catalog
                         .table_by_id(*t)
                         .is_some_and(|t| !t.schema.has_primary_key() && t.get(k).is_none())
-                };
-                let mut rows = txn.rows_to_lock(from);
-                rows.retain(|r| !fresh(r));
-                rows
+                });
+                let seen: Vec<Option<u64>> = rows.iter().map(|r| row_version(catalog, r)).collect();
+                (out, rows, seen)
             };
             let missing: Vec<aqueduct_tables::RowId> = rows
                 .iter()
                 .filter(|r| db.locks.holder(r) != Some(txn.id))
                 .cloned()
                 .collect();
-            if missing.is_empty() {
+            // Free rows are locked at once; if none changed since the
+            // statement read them, its writes stand as they are.
+            let unchanged = || {
+                let now = db.read();
+                rows.iter()
+                    .zip(&seen)
+                    .all(|(r, v)| row_version(&now, r) == *v)
+            };
+            let taken = missing.is_empty()
+                || db
+                    .locks
+                    .acquire(txn.id, &missing, true, &aqueduct_expr::interrupt::check)
+                    .is_ok();
+            if taken && (missing.is_empty() || unchanged()) {
                 if let Some(snapshot) = &self.snapshot {
                     first_updater_wins(&db.read(), snapshot, &rows)?;
                 }
@@ -467,6 +477,14 @@ impl Session {
 /// round finds rows others changed meanwhile).
 const MAX_LOCK_ROUNDS: usize = 64;
 
+/// The LSN of the write that made `row` as `catalog` has it.
+fn row_version(catalog: &Catalog, (t, k): &aqueduct_tables::RowId) -> Option<u64> {
+    catalog
+        .table_by_id(*t)
+        .and_then(|t| t.get(k))
+        .map(|v| v.lsn)
+}
+
 /// A REPEATABLE READ transaction may write a row only as its snapshot has
 /// it: one another transaction changed since fails it with 40001.
 fn first_updater_wins(
@@ -474,12 +492,9 @@ fn first_updater_wins(
     snapshot: &Catalog,
     rows: &[aqueduct_tables::RowId],
 ) -> Result<(), SqlError> {
-    let version = |c: &Catalog, (t, k): &aqueduct_tables::RowId| {
-        c.table_by_id(*t).and_then(|t| t.get(k)).map(|v| v.lsn)
-    };
     if rows
         .iter()
-        .any(|r| version(committed, r) != version(snapshot, r))
+        .any(|r| row_version(committed, r) != row_version(snapshot, r))
     {
         return Err(SqlError::new(
             "40001",
