@@ -13,11 +13,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use aqueduct_sql::{Outcome, Session};
 use aqueduct_values::{DataType, Value};
+use common::postgres::Postgres;
 use common::{engine, prepared_rows, run};
 
 /// Separates fields in the rows both sides print.
@@ -151,161 +151,44 @@ fn aqueduct_answer(s: &mut Session, sql: &str) -> Answer {
     }
 }
 
-/// A PostgreSQL cluster in a temporary directory, stopped when dropped.
-struct Postgres {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    as_postgres: bool,
-}
-
-impl Postgres {
-    fn bin_dir() -> Option<PathBuf> {
-        if let Some(dir) = std::env::var_os("PG_BIN") {
-            return Some(PathBuf::from(dir));
-        }
-        let from_config = Command::new("pg_config")
-            .arg("--bindir")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-        [
-            from_config,
-            Some(PathBuf::from("/usr/lib/postgresql/15/bin")),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|d| d.join("initdb").exists() && d.join("pg_ctl").exists())
+fn postgres_answer(pg: &Postgres, sql: &str) -> Answer {
+    let out = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-U", "postgres", "-d", "postgres"])
+        .arg("-h")
+        .arg(pg.dir.path())
+        .args(["-F", FIELD_SEPARATOR, "-P", "null=NULL"])
+        .args(["-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=sqlstate"])
+        .args(["-c", sql])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let code = stderr
+            .trim()
+            .strip_prefix("ERROR:")
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|| panic!("psql failed without an error: {stderr}"));
+        return Answer::Error(code);
     }
-
-    fn command(&self, program: &Path) -> Command {
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        }
+    let first = sql.split_whitespace().next().unwrap_or("").to_uppercase();
+    if first != "SELECT" {
+        return Answer::Rows(vec![]);
     }
-
-    fn start(bin: PathBuf) -> Postgres {
-        let dir = tempfile::tempdir().unwrap();
-        // Run as root, initdb refuses to run: PostgreSQL runs as postgres.
-        let as_postgres = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        if as_postgres {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(status.success(), "chown the cluster directory to postgres");
-        }
-        let pg = Postgres {
-            bin,
-            dir,
-            as_postgres,
-        };
-        let data = pg.dir.path().join("data");
-        let out = pg
-            .command(&pg.bin.join("initdb"))
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--locale=C",
-                "-E",
-                "UTF8",
-                "-D",
-            ])
-            .arg(&data)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let options = format!(
-            "-c listen_addresses='' -k {} -c timezone=UTC -c fsync=off",
-            pg.dir.path().display()
-        );
-        let out = pg
-            .command(&pg.bin.join("pg_ctl"))
-            .args(["-w", "-s", "-D"])
-            .arg(&data)
-            .args(["-l"])
-            .arg(pg.dir.path().join("log"))
-            .args(["-o", &options, "start"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        pg
-    }
-
-    fn answer(&self, sql: &str) -> Answer {
-        let out = Command::new("psql")
-            .args(["-X", "-q", "-A", "-t", "-U", "postgres", "-d", "postgres"])
-            .arg("-h")
-            .arg(self.dir.path())
-            .args(["-F", FIELD_SEPARATOR, "-P", "null=NULL"])
-            .args(["-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=sqlstate"])
-            .args(["-c", sql])
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let code = stderr
-                .trim()
-                .strip_prefix("ERROR:")
-                .map(|c| c.trim().to_string())
-                .unwrap_or_else(|| panic!("psql failed without an error: {stderr}"));
-            return Answer::Error(code);
-        }
-        let first = sql.split_whitespace().next().unwrap_or("").to_uppercase();
-        if first != "SELECT" {
-            return Answer::Rows(vec![]);
-        }
-        Answer::Rows(stdout.lines().map(str::to_string).collect())
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = self
-            .command(&self.bin.join("pg_ctl"))
-            .args(["-s", "-m", "immediate", "-D"])
-            .arg(self.dir.path().join("data"))
-            .arg("stop")
-            .status();
-    }
+    Answer::Rows(stdout.lines().map(str::to_string).collect())
 }
 
 #[test]
 fn jsonb_and_arrays_match_postgres() {
-    let Some(bin) = Postgres::bin_dir() else {
-        assert!(
-            std::env::var_os("AQUEDUCT_REQUIRE_POSTGRES").is_none(),
-            "no PostgreSQL server programs (set PG_BIN)"
-        );
-        eprintln!("skipped: no PostgreSQL server programs (set PG_BIN)");
+    let Some(pg) = Postgres::start_or_skip() else {
         return;
     };
-    let pg = Postgres::start(bin);
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
     let mut s = e.session();
     let mut differences = Vec::new();
     for sql in SETUP.iter().chain(QUERIES) {
-        let (ours, theirs) = (aqueduct_answer(&mut s, sql), pg.answer(sql));
+        let (ours, theirs) = (aqueduct_answer(&mut s, sql), postgres_answer(&pg, sql));
         if ours != theirs {
             differences.push(format!(
                 "{sql}\n  aqueduct:   {ours:?}\n  postgresql: {theirs:?}"

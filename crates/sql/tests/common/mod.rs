@@ -1,6 +1,8 @@
 //! Helpers shared by the SQL integration tests.
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use std::sync::Arc;
 
 use aqueduct_log::{Log, Options, SyncPolicy};
