@@ -25,7 +25,7 @@ type Answer = Result<Vec<String>, String>;
 
 /// What a session runs on.
 enum Conn {
-    Aqueduct(Session),
+    Aqueduct(Box<Session>),
     Postgres(postgres::Client),
 }
 
@@ -100,7 +100,7 @@ struct AqueductServer(Arc<Engine>, #[allow(dead_code)] tempfile::TempDir);
 
 impl Server for AqueductServer {
     fn conn(&self) -> Conn {
-        Conn::Aqueduct(self.0.session())
+        Conn::Aqueduct(Box::new(self.0.session()))
     }
     fn waiting(&self) -> usize {
         self.0.database().locks.waiters()
