@@ -26,7 +26,7 @@ type Answer = Result<Vec<String>, String>;
 /// What a session runs on.
 enum Conn {
     Aqueduct(Box<Session>),
-    Postgres(postgres::Client),
+    Postgres(Box<postgres::Client>),
 }
 
 impl Conn {
@@ -111,7 +111,7 @@ struct PostgresServer(Postgres, std::sync::Mutex<postgres::Client>);
 
 impl Server for PostgresServer {
     fn conn(&self) -> Conn {
-        Conn::Postgres(self.0.connect())
+        Conn::Postgres(Box::new(self.0.connect()))
     }
     fn waiting(&self) -> usize {
         let n: i64 = self
