@@ -13,7 +13,7 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 
 use super::query::{Features, Query};
 use super::schema::{insert_sql, Lit, Ty};
-use super::workload::{sqlite_schema, BatchKind, Case, Sizes};
+use super::workload::{sqlite_schema, BatchKind, Case, Defaults, Sizes};
 
 /// How a suite runs.
 #[derive(Clone, Debug)]
@@ -46,6 +46,9 @@ pub struct Config {
     /// views by key (the lookups and parameterised queries checked so far,
     /// again), so upqueries and evictions race with the writes.
     pub churn: usize,
+    /// Run the schema changes while the churn threads read, rather than
+    /// before they start.
+    pub alter_under_churn: bool,
 }
 
 /// A value as both engines must agree on it: numbers by decimal value
@@ -123,6 +126,9 @@ pub enum FailKind {
     SqliteError(String),
     /// A write SQLite accepts failed in Aqueduct, or changed another number of rows.
     Write(String),
+    /// A schema change SQLite accepts (or, for one SQLite cannot run, that
+    /// fits the schema) failed in Aqueduct.
+    SchemaChange(String),
 }
 
 impl FailKind {
@@ -134,6 +140,7 @@ impl FailKind {
             | FailKind::ViewError(m)
             | FailKind::SqliteError(m)
             | FailKind::Write(m)
+            | FailKind::SchemaChange(m)
             | FailKind::ParamError(m) => m.as_str(),
             FailKind::Mismatch | FailKind::LookupMismatch | FailKind::ParamMismatch => "",
         };
@@ -152,6 +159,15 @@ impl FailKind {
             } else if !quoted {
                 out.push(c);
             }
+        }
+        if matches!(self, FailKind::SchemaChange(_)) {
+            // "... because view v2 depends on it": the same view under
+            // another number once others are dropped.
+            out = out
+                .split(' ')
+                .map(|w| w.trim_end_matches(|c: char| c.is_ascii_digit()))
+                .collect::<Vec<_>>()
+                .join(" ");
         }
         format!("{kind}: {out}")
     }
@@ -252,6 +268,8 @@ struct Engines {
     /// The prepared parameterised query of each view, made on first use.
     prepared: BTreeMap<usize, Prepared>,
     sqlite: rusqlite::Connection,
+    /// Column defaults after the schema changes run so far.
+    defaults: Defaults,
     _dir: tempfile::TempDir,
 }
 
@@ -459,6 +477,7 @@ pub fn run_traced(
         aq: Some((engine.session(), engine)),
         prepared: BTreeMap::new(),
         sqlite: rusqlite::Connection::open_in_memory().unwrap(),
+        defaults: Defaults::default(),
         _dir: dir,
     };
     let mut stats = Stats::default();
@@ -503,7 +522,17 @@ pub fn run_traced(
     }
     check(&mut e, case, cfg, "after the initial rows", 0, &mut stats)?;
     for (b, batch) in case.batches.iter().enumerate() {
-        let churn = Churn::start(&e, cfg.churn);
+        let mut churn = None;
+        if cfg.alter_under_churn {
+            churn = Some(Churn::start(&e, cfg.churn));
+        }
+        if schema_changes(&mut e, case, b)? {
+            // The views over a changed table are made anew: compare them
+            // before any write.
+            let at = format!("before batch {}, after its schema changes", b + 1);
+            check(&mut e, case, cfg, &at, b + 1, &mut stats)?;
+        }
+        let churn = churn.unwrap_or_else(|| Churn::start(&e, cfg.churn));
         let at = format!("in batch {}", b + 1);
         if batch.kind != BatchKind::Autocommit {
             e.sqlite.execute_batch("BEGIN").unwrap();
@@ -512,8 +541,10 @@ pub fn run_traced(
         for d in &batch.stmts {
             let sql = d.render(&case.schema);
             // SQLite decides whether a write is valid (minimisation may
-            // drop the delete that made room for an insert).
-            let Ok(n) = e.sqlite.execute(&sql, []) else {
+            // drop the delete that made room for an insert, or the schema
+            // change that added a column).
+            let sqlite_sql = d.render_sqlite(&case.schema, &e.defaults);
+            let Ok(n) = e.sqlite.execute(&sqlite_sql, []) else {
                 continue;
             };
             stats.writes += 1;
@@ -571,6 +602,31 @@ pub fn run_traced(
         stats.evictions += v.reads.evictions;
     }
     Ok(stats)
+}
+
+/// Runs the schema changes before batch `b` on both engines; whether any
+/// ran. SQLite decides whether a change fits the schema (minimisation may
+/// drop the change that added a column a later one drops).
+fn schema_changes(e: &mut Engines, case: &Case, b: usize) -> Result<bool, Box<Failure>> {
+    let mut ran = false;
+    for change in &case.batches[b].changes {
+        let probe = change.sqlite_probe(&case.schema);
+        if e.sqlite.execute_batch(&probe).is_err() {
+            continue;
+        }
+        let sql = change.render(&case.schema);
+        aq_ok(e, &sql).map_err(|err| Failure {
+            kind: FailKind::SchemaChange(err),
+            view: None,
+            at: format!("before batch {}", b + 1),
+            sql: sql.clone(),
+            aqueduct: None,
+            sqlite: None,
+        })?;
+        e.defaults.apply(change);
+        ran = true;
+    }
+    Ok(ran)
 }
 
 pub fn view_ddl(case: &Case, i: usize) -> String {

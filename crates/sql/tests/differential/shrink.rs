@@ -1,6 +1,6 @@
 //! Minimising a failing case: keep the failing query alone, then drop
-//! batches, statements and rows and simplify the query, keeping each step
-//! that still fails the same way.
+//! batches, schema changes, statements and rows and simplify the query,
+//! keeping each step that still fails the same way.
 
 use std::time::{Duration, Instant};
 
@@ -58,13 +58,14 @@ pub fn minimize(case: &Case, cfg: &Config, failure: &Failure) -> (Case, Failure,
         c.views = vec![case.views[v].clone()];
         s.try_case(c);
     }
-    // Nothing after the failure.
-    if let Some(n) = failure
-        .at
-        .strip_prefix("after batch ")
-        .or_else(|| failure.at.strip_prefix("in batch "))
-        .and_then(|n| n.parse::<usize>().ok())
-    {
+    // Nothing after the failure ("after batch 3", "in batch 3, before
+    // its COMMIT", "before batch 3, after its schema changes").
+    let batch = failure.at.split_once("batch ").and_then(|(_, n)| {
+        n.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+    });
+    if let Some(n) = batch {
         let mut c = s.best.clone();
         c.batches.truncate(n);
         s.try_case(c);
@@ -88,8 +89,10 @@ pub fn minimize(case: &Case, cfg: &Config, failure: &Failure) -> (Case, Failure,
         }
         for b in &mut c.batches {
             b.stmts.retain(|d| !unused.contains(&d.table()));
+            b.changes.retain(|a| !unused.contains(&a.table()));
         }
-        c.batches.retain(|b| !b.stmts.is_empty());
+        c.batches
+            .retain(|b| !b.stmts.is_empty() || !b.changes.is_empty());
         s.try_case(c);
     }
     if s.best.restart_after.is_some() {
@@ -143,6 +146,19 @@ fn shrink_batches(s: &mut Shrinker<'_>) -> bool {
             }
         }
         progress |= s.try_case(c);
+    }
+    // Single schema changes, last first.
+    for b in 0..s.best.batches.len() {
+        let mut i = s.best.batches[b].changes.len();
+        while i > 0 {
+            i -= 1;
+            if b >= s.best.batches.len() || i >= s.best.batches[b].changes.len() {
+                continue;
+            }
+            let mut c = s.best.clone();
+            c.batches[b].changes.remove(i);
+            progress |= s.try_case(c);
+        }
     }
     // Single statements; transactions to autocommit.
     for b in 0..s.best.batches.len() {
@@ -324,6 +340,27 @@ pub fn script(case: &Case, cfg: &Config) -> String {
     selects(&mut out, 0, "after the initial rows");
     for (b, batch) in case.batches.iter().enumerate() {
         out += &format!("-- batch {}\n", b + 1);
+        let changes: Vec<String> = batch
+            .changes
+            .iter()
+            .filter(|a| used_table(a.table()))
+            .map(|a| {
+                let sql = a.render(&case.schema);
+                if a.on_sqlite() {
+                    format!("{sql};\n")
+                } else {
+                    format!("{sql}; -- SQLite instead gives the value where an INSERT leaves the column out\n")
+                }
+            })
+            .collect();
+        if !changes.is_empty() {
+            out += &changes.concat();
+            selects(
+                &mut out,
+                b + 1,
+                &format!("before batch {}, after its schema changes", b + 1),
+            );
+        }
         if batch.kind != BatchKind::Autocommit {
             out += "BEGIN;\n";
         }
