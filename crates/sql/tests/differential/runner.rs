@@ -13,7 +13,7 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 
 use super::query::{Features, Query};
 use super::schema::{insert_sql, Lit, Ty};
-use super::workload::{sqlite_schema, BatchKind, Case, Defaults, Sizes};
+use super::workload::{sqlite_schema, Alter, BatchKind, Case, Defaults, Sizes};
 
 /// How a suite runs.
 #[derive(Clone, Debug)]
@@ -270,6 +270,8 @@ struct Engines {
     sqlite: rusqlite::Connection,
     /// Column defaults after the schema changes run so far.
     defaults: Defaults,
+    /// Tables a column was added to: their rows are compared too.
+    altered: Vec<usize>,
     _dir: tempfile::TempDir,
 }
 
@@ -478,6 +480,7 @@ pub fn run_traced(
         prepared: BTreeMap::new(),
         sqlite: rusqlite::Connection::open_in_memory().unwrap(),
         defaults: Defaults::default(),
+        altered: Vec::new(),
         _dir: dir,
     };
     let mut stats = Stats::default();
@@ -624,9 +627,17 @@ fn schema_changes(e: &mut Engines, case: &Case, b: usize) -> Result<bool, Box<Fa
             sqlite: None,
         })?;
         e.defaults.apply(change);
+        if matches!(change, Alter::AddColumn { .. }) && !e.altered.contains(&change.table()) {
+            e.altered.push(change.table());
+        }
         ran = true;
     }
     Ok(ran)
+}
+
+/// The statement that reads all of table `t`'s rows.
+pub fn table_rows_sql(case: &Case, t: usize) -> String {
+    format!("SELECT * FROM {}", case.schema.tables[t].name)
 }
 
 pub fn view_ddl(case: &Case, i: usize) -> String {
@@ -664,6 +675,35 @@ fn check(
     step: usize,
     stats: &mut Stats,
 ) -> Result<(), Box<Failure>> {
+    // The rows of tables with added columns: the values a new column took
+    // from its default or from later writes.
+    for t in e.altered.clone() {
+        let sql = table_rows_sql(case, t);
+        let fail = |kind, aqueduct, sqlite| Failure {
+            kind,
+            view: None,
+            at: at.to_string(),
+            sql: sql.clone(),
+            aqueduct,
+            sqlite,
+        };
+        let expected = sqlite_rows(&e.sqlite, &sql)
+            .map_err(|err| fail(FailKind::SqliteError(err), None, None))?;
+        let got = aq_rows(e, &sql)
+            .map_err(|err| fail(FailKind::QueryError(err), None, Some(expected.clone())))?;
+        stats.comparisons += 1;
+        stats.rows += expected.len();
+        if !expected.is_empty() {
+            stats.nonempty += 1;
+        }
+        if got != expected {
+            return Err(Box::new(fail(
+                FailKind::Mismatch,
+                Some(got),
+                Some(expected),
+            )));
+        }
+    }
     for (i, v) in case.views.iter().enumerate() {
         let query = v.query.render();
         let fail = |kind, sql: &str, aqueduct, sqlite| Failure {
