@@ -13,7 +13,7 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 
 use super::query::{Features, Query};
 use super::schema::{insert_sql, Lit, Ty};
-use super::workload::{sqlite_schema, BatchKind, Case, Sizes};
+use super::workload::{sqlite_schema, Alter, BatchKind, Case, Defaults, Sizes};
 
 /// How a suite runs.
 #[derive(Clone, Debug)]
@@ -46,6 +46,9 @@ pub struct Config {
     /// views by key (the lookups and parameterised queries checked so far,
     /// again), so upqueries and evictions race with the writes.
     pub churn: usize,
+    /// Run the schema changes while the churn threads read, rather than
+    /// before they start.
+    pub alter_under_churn: bool,
 }
 
 /// A value as both engines must agree on it: numbers by decimal value
@@ -123,6 +126,9 @@ pub enum FailKind {
     SqliteError(String),
     /// A write SQLite accepts failed in Aqueduct, or changed another number of rows.
     Write(String),
+    /// A schema change SQLite accepts (or, for one SQLite cannot run, that
+    /// fits the schema) failed in Aqueduct.
+    SchemaChange(String),
 }
 
 impl FailKind {
@@ -134,6 +140,7 @@ impl FailKind {
             | FailKind::ViewError(m)
             | FailKind::SqliteError(m)
             | FailKind::Write(m)
+            | FailKind::SchemaChange(m)
             | FailKind::ParamError(m) => m.as_str(),
             FailKind::Mismatch | FailKind::LookupMismatch | FailKind::ParamMismatch => "",
         };
@@ -152,6 +159,15 @@ impl FailKind {
             } else if !quoted {
                 out.push(c);
             }
+        }
+        if matches!(self, FailKind::SchemaChange(_)) {
+            // "... because view v2 depends on it": the same view under
+            // another number once others are dropped.
+            out = out
+                .split(' ')
+                .map(|w| w.trim_end_matches(|c: char| c.is_ascii_digit()))
+                .collect::<Vec<_>>()
+                .join(" ");
         }
         format!("{kind}: {out}")
     }
@@ -252,6 +268,10 @@ struct Engines {
     /// The prepared parameterised query of each view, made on first use.
     prepared: BTreeMap<usize, Prepared>,
     sqlite: rusqlite::Connection,
+    /// Column defaults after the schema changes run so far.
+    defaults: Defaults,
+    /// Tables a column was added to: their rows are compared too.
+    altered: Vec<usize>,
     _dir: tempfile::TempDir,
 }
 
@@ -459,6 +479,8 @@ pub fn run_traced(
         aq: Some((engine.session(), engine)),
         prepared: BTreeMap::new(),
         sqlite: rusqlite::Connection::open_in_memory().unwrap(),
+        defaults: Defaults::default(),
+        altered: Vec::new(),
         _dir: dir,
     };
     let mut stats = Stats::default();
@@ -503,7 +525,17 @@ pub fn run_traced(
     }
     check(&mut e, case, cfg, "after the initial rows", 0, &mut stats)?;
     for (b, batch) in case.batches.iter().enumerate() {
-        let churn = Churn::start(&e, cfg.churn);
+        let mut churn = None;
+        if cfg.alter_under_churn {
+            churn = Some(Churn::start(&e, cfg.churn));
+        }
+        if schema_changes(&mut e, case, b)? {
+            // The views over a changed table are made anew: compare them
+            // before any write.
+            let at = format!("before batch {}, after its schema changes", b + 1);
+            check(&mut e, case, cfg, &at, b + 1, &mut stats)?;
+        }
+        let churn = churn.unwrap_or_else(|| Churn::start(&e, cfg.churn));
         let at = format!("in batch {}", b + 1);
         if batch.kind != BatchKind::Autocommit {
             e.sqlite.execute_batch("BEGIN").unwrap();
@@ -512,8 +544,10 @@ pub fn run_traced(
         for d in &batch.stmts {
             let sql = d.render(&case.schema);
             // SQLite decides whether a write is valid (minimisation may
-            // drop the delete that made room for an insert).
-            let Ok(n) = e.sqlite.execute(&sql, []) else {
+            // drop the delete that made room for an insert, or the schema
+            // change that added a column).
+            let sqlite_sql = d.render_sqlite(&case.schema, &e.defaults);
+            let Ok(n) = e.sqlite.execute(&sqlite_sql, []) else {
                 continue;
             };
             stats.writes += 1;
@@ -573,6 +607,39 @@ pub fn run_traced(
     Ok(stats)
 }
 
+/// Runs the schema changes before batch `b` on both engines; whether any
+/// ran. SQLite decides whether a change fits the schema (minimisation may
+/// drop the change that added a column a later one drops).
+fn schema_changes(e: &mut Engines, case: &Case, b: usize) -> Result<bool, Box<Failure>> {
+    let mut ran = false;
+    for change in &case.batches[b].changes {
+        let probe = change.sqlite_probe(&case.schema);
+        if e.sqlite.execute_batch(&probe).is_err() {
+            continue;
+        }
+        let sql = change.render(&case.schema);
+        aq_ok(e, &sql).map_err(|err| Failure {
+            kind: FailKind::SchemaChange(err),
+            view: None,
+            at: format!("before batch {}", b + 1),
+            sql: sql.clone(),
+            aqueduct: None,
+            sqlite: None,
+        })?;
+        e.defaults.apply(change);
+        if matches!(change, Alter::AddColumn { .. }) && !e.altered.contains(&change.table()) {
+            e.altered.push(change.table());
+        }
+        ran = true;
+    }
+    Ok(ran)
+}
+
+/// The statement that reads all of table `t`'s rows.
+pub fn table_rows_sql(case: &Case, t: usize) -> String {
+    format!("SELECT * FROM {}", case.schema.tables[t].name)
+}
+
 pub fn view_ddl(case: &Case, i: usize) -> String {
     let v = &case.views[i];
     format!(
@@ -608,6 +675,35 @@ fn check(
     step: usize,
     stats: &mut Stats,
 ) -> Result<(), Box<Failure>> {
+    // The rows of tables with added columns: the values a new column took
+    // from its default or from later writes.
+    for t in e.altered.clone() {
+        let sql = table_rows_sql(case, t);
+        let fail = |kind, aqueduct, sqlite| Failure {
+            kind,
+            view: None,
+            at: at.to_string(),
+            sql: sql.clone(),
+            aqueduct,
+            sqlite,
+        };
+        let expected = sqlite_rows(&e.sqlite, &sql)
+            .map_err(|err| fail(FailKind::SqliteError(err), None, None))?;
+        let got = aq_rows(e, &sql)
+            .map_err(|err| fail(FailKind::QueryError(err), None, Some(expected.clone())))?;
+        stats.comparisons += 1;
+        stats.rows += expected.len();
+        if !expected.is_empty() {
+            stats.nonempty += 1;
+        }
+        if got != expected {
+            return Err(Box::new(fail(
+                FailKind::Mismatch,
+                Some(got),
+                Some(expected),
+            )));
+        }
+    }
     for (i, v) in case.views.iter().enumerate() {
         let query = v.query.render();
         let fail = |kind, sql: &str, aqueduct, sqlite| Failure {

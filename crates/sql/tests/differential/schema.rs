@@ -131,6 +131,39 @@ pub struct Column {
     pub domain: Vec<Lit>,
 }
 
+impl Column {
+    /// A column of a random type (date only if `dates`) with a random
+    /// domain; nullable more often than not.
+    pub fn random(rng: &mut StdRng, name: &str, dates: bool) -> Column {
+        let types = [
+            ColType::Integer,
+            ColType::Integer,
+            ColType::BigInt,
+            ColType::Text,
+            ColType::Text,
+            ColType::Boolean,
+            ColType::Numeric,
+            ColType::Date,
+        ];
+        let types = if dates {
+            &types[..]
+        } else {
+            &types[..types.len() - 1]
+        };
+        let ty = *types.choose(rng).unwrap();
+        let mut universe = ty.universe();
+        universe.shuffle(rng);
+        let size = rng.gen_range(2..=universe.len());
+        universe.truncate(size);
+        Column {
+            name: name.to_string(),
+            ty,
+            nullable: rng.gen_bool(0.7),
+            domain: universe,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Table {
     pub name: String,
@@ -187,21 +220,6 @@ impl Schema {
         let n = rng.gen_range(2..=3);
         let names = ["ta", "tb", "tc"];
         let col_names = ["a", "b", "c", "d"];
-        let types = [
-            ColType::Integer,
-            ColType::Integer,
-            ColType::BigInt,
-            ColType::Text,
-            ColType::Text,
-            ColType::Boolean,
-            ColType::Numeric,
-            ColType::Date,
-        ];
-        let types = if dates {
-            &types[..]
-        } else {
-            &types[..types.len() - 1]
-        };
         let mut tables = Vec::new();
         for name in names.iter().take(n) {
             let id_ty = if rng.gen_bool(0.7) {
@@ -217,17 +235,7 @@ impl Schema {
             }];
             let ncols = rng.gen_range(2..=4);
             for cname in col_names.iter().take(ncols) {
-                let ty = *types.choose(rng).unwrap();
-                let mut universe = ty.universe();
-                universe.shuffle(rng);
-                let size = rng.gen_range(2..=universe.len());
-                universe.truncate(size);
-                columns.push(Column {
-                    name: cname.to_string(),
-                    ty,
-                    nullable: rng.gen_bool(0.7),
-                    domain: universe,
-                });
+                columns.push(Column::random(rng, cname, dates));
             }
             tables.push(Table {
                 name: name.to_string(),
@@ -236,6 +244,34 @@ impl Schema {
         }
         Schema { tables }
     }
+}
+
+impl Lit {
+    /// The literal as a column's `DEFAULT`: SQLite's `ADD COLUMN` takes a
+    /// signed number but no expression in parentheses.
+    pub fn default_sql(&self) -> String {
+        match self {
+            Lit::Int(i) => i.to_string(),
+            Lit::Num(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Renders rows as one `INSERT` statement naming its columns.
+pub fn insert_named_sql(table: &str, columns: &[String], rows: &[Vec<Lit>]) -> String {
+    let values: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let vals: Vec<String> = r.iter().map(|v| v.to_string()).collect();
+            format!("({})", vals.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO {table} ({}) VALUES {}",
+        columns.join(", "),
+        values.join(", ")
+    )
 }
 
 /// Renders rows as one `INSERT` statement.

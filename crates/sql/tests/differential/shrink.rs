@@ -1,14 +1,14 @@
 //! Minimising a failing case: keep the failing query alone, then drop
-//! batches, statements and rows and simplify the query, keeping each step
-//! that still fails the same way.
+//! batches, schema changes, statements and rows and simplify the query,
+//! keeping each step that still fails the same way.
 
 use std::time::{Duration, Instant};
 
 use super::query::{simplify, Body, From, Query};
-use super::runner::{param_query, param_values, run, view_ddl, Config, Failure};
+use super::runner::{param_query, param_values, run, table_rows_sql, view_ddl, Config, Failure};
 use super::schema::insert_sql;
 use super::schema::Ty;
-use super::workload::{BatchKind, Case, Dml};
+use super::workload::{Alter, BatchKind, Case, Dml};
 
 /// At most this long and this many runs.
 const BUDGET: Duration = Duration::from_secs(90);
@@ -33,8 +33,10 @@ impl Shrinker<'_> {
             return false;
         }
         self.runs += 1;
-        match run(&c, self.cfg) {
-            Err(f) if f.kind.signature() == self.failure.kind.signature() => {
+        // A variant that panics in the engine fails another way.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&c, self.cfg)));
+        match outcome {
+            Ok(Err(f)) if f.kind.signature() == self.failure.kind.signature() => {
                 self.best = c;
                 self.failure = *f;
                 true
@@ -58,13 +60,14 @@ pub fn minimize(case: &Case, cfg: &Config, failure: &Failure) -> (Case, Failure,
         c.views = vec![case.views[v].clone()];
         s.try_case(c);
     }
-    // Nothing after the failure.
-    if let Some(n) = failure
-        .at
-        .strip_prefix("after batch ")
-        .or_else(|| failure.at.strip_prefix("in batch "))
-        .and_then(|n| n.parse::<usize>().ok())
-    {
+    // Nothing after the failure ("after batch 3", "in batch 3, before
+    // its COMMIT", "before batch 3, after its schema changes").
+    let batch = failure.at.split_once("batch ").and_then(|(_, n)| {
+        n.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+    });
+    if let Some(n) = batch {
         let mut c = s.best.clone();
         c.batches.truncate(n);
         s.try_case(c);
@@ -88,8 +91,10 @@ pub fn minimize(case: &Case, cfg: &Config, failure: &Failure) -> (Case, Failure,
         }
         for b in &mut c.batches {
             b.stmts.retain(|d| !unused.contains(&d.table()));
+            b.changes.retain(|a| !unused.contains(&a.table()));
         }
-        c.batches.retain(|b| !b.stmts.is_empty());
+        c.batches
+            .retain(|b| !b.stmts.is_empty() || !b.changes.is_empty());
         s.try_case(c);
     }
     if s.best.restart_after.is_some() {
@@ -143,6 +148,19 @@ fn shrink_batches(s: &mut Shrinker<'_>) -> bool {
             }
         }
         progress |= s.try_case(c);
+    }
+    // Single schema changes, last first.
+    for b in 0..s.best.batches.len() {
+        let mut i = s.best.batches[b].changes.len();
+        while i > 0 {
+            i -= 1;
+            if b >= s.best.batches.len() || i >= s.best.batches[b].changes.len() {
+                continue;
+            }
+            let mut c = s.best.clone();
+            c.batches[b].changes.remove(i);
+            progress |= s.try_case(c);
+        }
     }
     // Single statements; transactions to autocommit.
     for b in 0..s.best.batches.len() {
@@ -261,14 +279,23 @@ fn query_tables(q: &Query, out: &mut Vec<String>) {
 }
 
 /// The case as one SQL script (Aqueduct's dialect), tables the queries do
-/// not read left out.
+/// not read (and no column is added to) left out.
 pub fn script(case: &Case, cfg: &Config) -> String {
     let mut used = Vec::new();
     for v in &case.views {
         query_tables(&v.query, &mut used);
     }
     let mut out = String::new();
-    let used_table = |i: usize| used.contains(&case.schema.tables[i].name);
+    // Tables the queries read, and those a column is added to (their rows
+    // are compared).
+    let added_to = |i: usize| {
+        case.batches.iter().any(|b| {
+            b.changes
+                .iter()
+                .any(|a| matches!(a, Alter::AddColumn { .. }) && a.table() == i)
+        })
+    };
+    let used_table = |i: usize| used.contains(&case.schema.tables[i].name) || added_to(i);
     for (i, t) in case.schema.tables.iter().enumerate() {
         if used_table(i) {
             out += &format!("{};\n", t.create_sql());
@@ -307,7 +334,12 @@ pub fn script(case: &Case, cfg: &Config) -> String {
             out += &format!("PREPARE p{i} AS {sql};\n");
         }
     }
-    let selects = |out: &mut String, step: usize, when: &str| {
+    // Tables a column was added to (their rows are compared too).
+    let mut altered: Vec<usize> = Vec::new();
+    let selects = |out: &mut String, altered: &[usize], step: usize, when: &str| {
+        for &t in altered {
+            *out += &format!("{}; -- {when}\n", table_rows_sql(case, t));
+        }
         for (i, v) in case.views.iter().enumerate() {
             if cfg.use_views {
                 *out += &format!("SELECT * FROM v{i}; -- {when}\n");
@@ -321,9 +353,36 @@ pub fn script(case: &Case, cfg: &Config) -> String {
             }
         }
     };
-    selects(&mut out, 0, "after the initial rows");
+    selects(&mut out, &altered, 0, "after the initial rows");
     for (b, batch) in case.batches.iter().enumerate() {
         out += &format!("-- batch {}\n", b + 1);
+        let changes: Vec<String> = batch
+            .changes
+            .iter()
+            .filter(|a| used_table(a.table()))
+            .map(|a| {
+                let sql = a.render(&case.schema);
+                if a.on_sqlite() {
+                    format!("{sql};\n")
+                } else {
+                    format!("{sql}; -- SQLite instead gives the value where an INSERT leaves the column out\n")
+                }
+            })
+            .collect();
+        for a in &batch.changes {
+            if matches!(a, Alter::AddColumn { .. }) && !altered.contains(&a.table()) {
+                altered.push(a.table());
+            }
+        }
+        if !changes.is_empty() {
+            out += &changes.concat();
+            selects(
+                &mut out,
+                &altered,
+                b + 1,
+                &format!("before batch {}, after its schema changes", b + 1),
+            );
+        }
         if batch.kind != BatchKind::Autocommit {
             out += "BEGIN;\n";
         }
@@ -340,7 +399,7 @@ pub fn script(case: &Case, cfg: &Config) -> String {
         if case.restart_after == Some(b + 1) {
             out += "-- restart the server\n";
         }
-        selects(&mut out, b + 1, &format!("after batch {}", b + 1));
+        selects(&mut out, &altered, b + 1, &format!("after batch {}", b + 1));
     }
     out
 }

@@ -1,7 +1,12 @@
 //! A test case: schema, initial rows, the queries under test and a stream
-//! of write batches. Writes are generated against a scratch SQLite so each
-//! one can aim at rows that exist (the current MIN/MAX holder, a row in a
-//! top-k window, a duplicate of a join key).
+//! of write batches, some preceded by schema changes. Writes are generated
+//! against a scratch SQLite so each one can aim at rows that exist (the
+//! current MIN/MAX holder, a row in a top-k window, a duplicate of a join
+//! key). Statements name columns rather than number them, so a case stays
+//! meaningful while it is minimised: a write or schema change that no
+//! longer fits the schema is refused by SQLite and skipped on both engines.
+
+use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -9,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rusqlite::types::Value as SqlValue;
 
 use super::query::{Features, Gen, Query};
-use super::schema::{insert_sql, ColType, Lit, Schema};
+use super::schema::{insert_named_sql, insert_sql, ColType, Column, Lit, Schema};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Set {
@@ -24,19 +29,25 @@ pub enum Set {
 pub enum Filter {
     All,
     Id(i64),
-    Eq(usize, Lit),
-    IsNull(usize),
+    Eq(String, Lit),
+    IsNull(String),
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Dml {
     Insert {
         table: usize,
+        /// The columns `rows` give values for.
+        columns: Vec<String>,
         rows: Vec<Vec<Lit>>,
+        /// Columns left to their default. Aqueduct's statement leaves them
+        /// out; SQLite's gives the default's value, since SQLite cannot
+        /// change a column's default (see [`Alter::SetDefault`]).
+        defaulted: Vec<String>,
     },
     Update {
         table: usize,
-        sets: Vec<(usize, Set)>,
+        sets: Vec<(String, Set)>,
         filter: Filter,
     },
     Delete {
@@ -54,28 +65,56 @@ impl Dml {
         }
     }
 
+    /// The statement as Aqueduct runs it.
     pub fn render(&self, schema: &Schema) -> String {
+        self.render_with(schema, None)
+    }
+
+    /// The statement as SQLite runs it: columns left to their default are
+    /// given the value of the default `defaults` holds.
+    pub fn render_sqlite(&self, schema: &Schema, defaults: &Defaults) -> String {
+        self.render_with(schema, Some(defaults))
+    }
+
+    fn render_with(&self, schema: &Schema, defaults: Option<&Defaults>) -> String {
         let t = &schema.tables[self.table()];
         let filter = |f: &Filter| match f {
             Filter::All => String::new(),
             Filter::Id(id) => format!(" WHERE id = {id}"),
-            Filter::Eq(c, v) => format!(" WHERE {} = {v}", t.columns[*c].name),
-            Filter::IsNull(c) => format!(" WHERE {} IS NULL", t.columns[*c].name),
+            Filter::Eq(c, v) => format!(" WHERE {c} = {v}"),
+            Filter::IsNull(c) => format!(" WHERE {c} IS NULL"),
         };
         match self {
-            Dml::Insert { rows, .. } => insert_sql(&t.name, rows),
+            Dml::Insert {
+                columns,
+                rows,
+                defaulted,
+                ..
+            } => match defaults {
+                Some(d) if !defaulted.is_empty() => {
+                    let mut columns = columns.clone();
+                    columns.extend(defaulted.iter().cloned());
+                    let rows: Vec<Vec<Lit>> = rows
+                        .iter()
+                        .map(|r| {
+                            let mut r = r.clone();
+                            r.extend(defaulted.iter().map(|c| d.get(self.table(), c)));
+                            r
+                        })
+                        .collect();
+                    insert_named_sql(&t.name, &columns, &rows)
+                }
+                _ => insert_named_sql(&t.name, columns, rows),
+            },
             Dml::Update {
                 sets, filter: f, ..
             } => {
                 let sets: Vec<String> = sets
                     .iter()
-                    .map(|(c, s)| {
-                        let n = &t.columns[*c].name;
-                        match s {
-                            Set::Lit(v) => format!("{n} = {v}"),
-                            Set::Add(k) => format!("{n} = {n} + {k}"),
-                            Set::Not => format!("{n} = NOT {n}"),
-                        }
+                    .map(|(n, s)| match s {
+                        Set::Lit(v) => format!("{n} = {v}"),
+                        Set::Add(k) => format!("{n} = {n} + {k}"),
+                        Set::Not => format!("{n} = NOT {n}"),
                     })
                     .collect();
                 format!("UPDATE {} SET {}{}", t.name, sets.join(", "), filter(f))
@@ -95,9 +134,151 @@ pub enum BatchKind {
     Rollback,
 }
 
+/// A schema change, run on both engines outside any transaction before a
+/// batch's writes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Alter {
+    /// `ALTER TABLE t ADD COLUMN name ty [NOT NULL] [DEFAULT v]` (SQLite
+    /// wants a default for NOT NULL).
+    AddColumn {
+        table: usize,
+        name: String,
+        ty: ColType,
+        not_null: bool,
+        default: Option<Lit>,
+    },
+    /// `ALTER TABLE t DROP COLUMN name`, of a column no query names and
+    /// no index covers (SQLite refuses to drop an indexed column).
+    DropColumn { table: usize, name: String },
+    /// `ALTER TABLE t ALTER COLUMN name SET DEFAULT v` (`DROP DEFAULT`
+    /// for `None`). SQLite has no such statement: Aqueduct alone runs it,
+    /// and SQLite's inserts give the value where Aqueduct's leave the
+    /// column to its default.
+    SetDefault {
+        table: usize,
+        name: String,
+        default: Option<Lit>,
+    },
+    /// `CREATE INDEX name ON t (column)`.
+    CreateIndex {
+        table: usize,
+        name: String,
+        column: String,
+    },
+}
+
+impl Alter {
+    pub fn table(&self) -> usize {
+        match self {
+            Alter::AddColumn { table, .. }
+            | Alter::DropColumn { table, .. }
+            | Alter::SetDefault { table, .. }
+            | Alter::CreateIndex { table, .. } => *table,
+        }
+    }
+
+    /// Whether SQLite runs it too.
+    pub fn on_sqlite(&self) -> bool {
+        !matches!(self, Alter::SetDefault { .. })
+    }
+
+    pub fn render(&self, schema: &Schema) -> String {
+        let t = &schema.tables[self.table()].name;
+        match self {
+            Alter::AddColumn {
+                name,
+                ty,
+                not_null,
+                default,
+                ..
+            } => {
+                let mut sql = format!("ALTER TABLE {t} ADD COLUMN {name} {}", ty.sql());
+                if *not_null {
+                    sql += " NOT NULL";
+                }
+                if let Some(d) = default {
+                    sql += &format!(" DEFAULT {}", d.default_sql());
+                }
+                sql
+            }
+            Alter::DropColumn { name, .. } => format!("ALTER TABLE {t} DROP COLUMN {name}"),
+            Alter::SetDefault {
+                name,
+                default: Some(d),
+                ..
+            } => format!(
+                "ALTER TABLE {t} ALTER COLUMN {name} SET DEFAULT {}",
+                d.default_sql()
+            ),
+            Alter::SetDefault { name, .. } => {
+                format!("ALTER TABLE {t} ALTER COLUMN {name} DROP DEFAULT")
+            }
+            Alter::CreateIndex { name, column, .. } => {
+                format!("CREATE INDEX {name} ON {t} ({column})")
+            }
+        }
+    }
+
+    /// SQL that SQLite refuses if the change does not fit the schema as it
+    /// is: the change itself, or for a change SQLite does not run, a read
+    /// of the column.
+    pub fn sqlite_probe(&self, schema: &Schema) -> String {
+        match self {
+            Alter::SetDefault { table, name, .. } => {
+                format!("SELECT {name} FROM {} LIMIT 0", schema.tables[*table].name)
+            }
+            other => other.render(schema),
+        }
+    }
+}
+
+/// The columns' defaults as the schema changes run so far left them (no
+/// entry: NULL).
+#[derive(Clone, Debug, Default)]
+pub struct Defaults(BTreeMap<(usize, String), Lit>);
+
+impl Defaults {
+    pub fn get(&self, table: usize, column: &str) -> Lit {
+        self.0
+            .get(&(table, column.to_string()))
+            .cloned()
+            .unwrap_or(Lit::Null)
+    }
+
+    /// Follows a schema change that ran.
+    pub fn apply(&mut self, a: &Alter) {
+        match a {
+            Alter::AddColumn {
+                table,
+                name,
+                default,
+                ..
+            }
+            | Alter::SetDefault {
+                table,
+                name,
+                default,
+            } => match default {
+                Some(d) => {
+                    self.0.insert((*table, name.clone()), d.clone());
+                }
+                None => {
+                    self.0.remove(&(*table, name.clone()));
+                }
+            },
+            Alter::DropColumn { table, name } => {
+                self.0.remove(&(*table, name.clone()));
+            }
+            Alter::CreateIndex { .. } => {}
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     pub kind: BatchKind,
+    /// Schema changes run (each on its own) before the batch's writes.
+    pub changes: Vec<Alter>,
     pub stmts: Vec<Dml>,
 }
 
@@ -130,6 +311,16 @@ pub struct Case {
 pub struct Sizes {
     pub views: usize,
     pub batches: usize,
+    pub schema_changes: SchemaChanges,
+}
+
+/// Which schema changes a generated case makes, and how often.
+#[derive(Clone, Debug)]
+pub struct SchemaChanges {
+    /// The chance that schema changes come before a batch.
+    pub chance: f64,
+    /// Whether columns added earlier are dropped again.
+    pub drop_columns: bool,
 }
 
 /// Reads a SQLite value back as a literal of a column's type.
@@ -213,11 +404,25 @@ impl Case {
         let views_first = rng.gen_bool(0.3);
         let mut w = Writer {
             rng: &mut rng,
-            schema: &schema,
+            schema: schema.clone(),
             conn: &conn,
             next_id: initial.iter().map(|r| r.len() as i64 + 1).collect(),
+            defaults: Defaults::default(),
+            indexed: Vec::new(),
+            next_name: 1,
         };
-        let batches = (0..sizes.batches).map(|_| w.batch()).collect();
+        let batches = (0..sizes.batches)
+            .map(|_| {
+                let mut changes = Vec::new();
+                let sc = &sizes.schema_changes;
+                if sc.chance > 0.0 && w.rng.gen_bool(sc.chance) {
+                    for _ in 0..w.rng.gen_range(1..=2) {
+                        changes.extend(w.schema_change(sc.drop_columns));
+                    }
+                }
+                w.batch(changes)
+            })
+            .collect();
         let restart_after = if sizes.batches > 0 && rng.gen_bool(0.25) {
             Some(rng.gen_range(1..=sizes.batches))
         } else {
@@ -237,9 +442,15 @@ impl Case {
 
 struct Writer<'a> {
     rng: &'a mut StdRng,
-    schema: &'a Schema,
+    /// The schema as the changes so far left it.
+    schema: Schema,
     conn: &'a rusqlite::Connection,
     next_id: Vec<i64>,
+    defaults: Defaults,
+    /// Indexed columns (table, column).
+    indexed: Vec<(usize, String)>,
+    /// Number for the next added column's or index's name.
+    next_name: usize,
 }
 
 impl Writer<'_> {
@@ -305,7 +516,87 @@ impl Writer<'_> {
         self.next_id[t] - 1
     }
 
-    fn batch(&mut self) -> Batch {
+    /// A schema change of a random table, applied to the scratch SQLite and
+    /// to the writer's schema.
+    fn schema_change(&mut self, drop_columns: bool) -> Option<Alter> {
+        let t = self.rng.gen_range(0..self.schema.tables.len());
+        let table = &self.schema.tables[t];
+        // Columns added earlier: queries generated up front never name
+        // them, so they may be dropped.
+        let added: Vec<&Column> = table.columns[1..]
+            .iter()
+            .filter(|c| c.name.starts_with("extra"))
+            .filter(|c| !self.indexed.contains(&(t, c.name.clone())))
+            .collect();
+        let mut new_column = None;
+        let change = match self.rng.gen_range(0..100) {
+            0..=54 => {
+                let mut c = Column::random(self.rng, &format!("extra{}", self.next_name), false);
+                self.next_name += 1;
+                let default = if self.rng.gen_bool(0.6) {
+                    c.domain.choose(self.rng).cloned()
+                } else {
+                    None
+                };
+                // SQLite adds a NOT NULL column only with a default.
+                c.nullable = c.nullable || default.is_none();
+                let change = Alter::AddColumn {
+                    table: t,
+                    name: c.name.clone(),
+                    ty: c.ty,
+                    not_null: !c.nullable,
+                    default,
+                };
+                new_column = Some(c);
+                change
+            }
+            55..=69 if drop_columns && !added.is_empty() => Alter::DropColumn {
+                table: t,
+                name: added.choose(self.rng).unwrap().name.clone(),
+            },
+            70..=84 => {
+                let c = self.rng.gen_range(1..table.columns.len());
+                let default = if self.rng.gen_bool(0.75) {
+                    table.columns[c].domain.choose(self.rng).cloned()
+                } else {
+                    None
+                };
+                Alter::SetDefault {
+                    table: t,
+                    name: table.columns[c].name.clone(),
+                    default,
+                }
+            }
+            85..=99 => {
+                let c = self.rng.gen_range(1..table.columns.len());
+                let name = format!("ix{}", self.next_name);
+                self.next_name += 1;
+                Alter::CreateIndex {
+                    table: t,
+                    name,
+                    column: table.columns[c].name.clone(),
+                }
+            }
+            _ => return None,
+        };
+        if change.on_sqlite() {
+            let sql = change.render(&self.schema);
+            self.conn
+                .execute_batch(&sql)
+                .unwrap_or_else(|e| panic!("generated schema change fails: {e}: {sql}"));
+        }
+        self.defaults.apply(&change);
+        let table = &mut self.schema.tables[t];
+        match &change {
+            Alter::AddColumn { .. } => table.columns.extend(new_column),
+            Alter::DropColumn { name, .. } => table.columns.retain(|c| &c.name != name),
+            Alter::SetDefault { .. } => {}
+            Alter::CreateIndex { column, .. } => self.indexed.push((t, column.clone())),
+        }
+        Some(change)
+    }
+
+    fn batch(&mut self, changes: Vec<Alter>) -> Batch {
         let kind = match self.rng.gen_range(0..10) {
             0..=5 => BatchKind::Autocommit,
             6..=8 => BatchKind::Commit,
@@ -319,9 +610,10 @@ impl Writer<'_> {
         for _ in 0..n {
             let t = self.rng.gen_range(0..self.schema.tables.len());
             let d = self.statement(t);
+            let sql = d.render_sqlite(&self.schema, &self.defaults);
             self.conn
-                .execute_batch(&d.render(self.schema))
-                .unwrap_or_else(|e| panic!("generated DML fails: {e}: {}", d.render(self.schema)));
+                .execute_batch(&sql)
+                .unwrap_or_else(|e| panic!("generated DML fails: {e}: {sql}"));
             stmts.push(d);
         }
         match kind {
@@ -329,11 +621,17 @@ impl Writer<'_> {
             BatchKind::Commit => self.conn.execute_batch("COMMIT").unwrap(),
             BatchKind::Rollback => self.conn.execute_batch("ROLLBACK").unwrap(),
         }
-        Batch { kind, stmts }
+        Batch {
+            kind,
+            changes,
+            stmts,
+        }
     }
 
     fn statement(&mut self, t: usize) -> Dml {
-        let table = &self.schema.tables[t];
+        let table = self.schema.tables[t].clone();
+        let names: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
+        let name = |c: usize| names[c].clone();
         let ids = self.ids(t);
         let ncols = table.columns.len();
         let mut choice = self.rng.gen_range(0..100);
@@ -346,14 +644,37 @@ impl Writer<'_> {
             // New rows.
             0..=24 => {
                 let k = self.rng.gen_range(1..=3);
+                // Sometimes leave a column that has a default, or may be
+                // NULL, to its default (all rows of the statement alike).
+                let defaulted: Vec<usize> = (1..ncols)
+                    .filter(|&c| {
+                        let has_default = self.defaults.get(t, &names[c]) != Lit::Null;
+                        (has_default || table.columns[c].nullable) && self.rng.gen_bool(0.2)
+                    })
+                    .collect();
                 let mut taken = ids.clone();
                 let mut rows = Vec::new();
                 for _ in 0..k {
                     let id = self.fresh_id(t, &taken);
                     taken.push(id);
-                    rows.push(table.random_row(self.rng, id));
+                    let row = table.random_row(self.rng, id);
+                    rows.push(
+                        row.into_iter()
+                            .enumerate()
+                            .filter(|(c, _)| !defaulted.contains(c))
+                            .map(|(_, v)| v)
+                            .collect(),
+                    );
                 }
-                Dml::Insert { table: t, rows }
+                Dml::Insert {
+                    table: t,
+                    columns: (0..ncols)
+                        .filter(|c| !defaulted.contains(c))
+                        .map(name)
+                        .collect(),
+                    rows,
+                    defaulted: defaulted.into_iter().map(name).collect(),
+                }
             }
             // A copy of an existing row under a new id: duplicate keys.
             25..=34 => {
@@ -362,7 +683,9 @@ impl Writer<'_> {
                 row[0] = Lit::Int(self.fresh_id(t, &ids));
                 Dml::Insert {
                     table: t,
+                    columns: names.clone(),
                     rows: vec![row],
+                    defaulted: vec![],
                 }
             }
             // One row's values.
@@ -371,10 +694,10 @@ impl Writer<'_> {
                 let mut sets = Vec::new();
                 for _ in 0..self.rng.gen_range(1..=2) {
                     let c = self.rng.gen_range(1..ncols);
-                    if sets.iter().any(|(x, _)| *x == c) {
+                    if sets.iter().any(|(x, _)| *x == names[c]) {
                         continue;
                     }
-                    sets.push((c, Set::Lit(table.random_value(self.rng, c))));
+                    sets.push((name(c), Set::Lit(table.random_value(self.rng, c))));
                 }
                 Dml::Update {
                     table: t,
@@ -397,12 +720,12 @@ impl Writer<'_> {
                 };
                 let f = self.rng.gen_range(1..ncols);
                 let filter = match table.random_value(self.rng, f) {
-                    Lit::Null => Filter::IsNull(f),
-                    v => Filter::Eq(f, v),
+                    Lit::Null => Filter::IsNull(name(f)),
+                    v => Filter::Eq(name(f), v),
                 };
                 Dml::Update {
                     table: t,
-                    sets: vec![(c, set)],
+                    sets: vec![(name(c), set)],
                     filter,
                 }
             }
@@ -428,8 +751,8 @@ impl Writer<'_> {
             92..=97 => {
                 let f = self.rng.gen_range(1..ncols);
                 let filter = match table.random_value(self.rng, f) {
-                    Lit::Null => Filter::IsNull(f),
-                    v => Filter::Eq(f, v),
+                    Lit::Null => Filter::IsNull(name(f)),
+                    v => Filter::Eq(name(f), v),
                 };
                 Dml::Delete { table: t, filter }
             }
