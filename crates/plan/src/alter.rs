@@ -100,25 +100,44 @@ pub(crate) fn alter_table(fx: &mut Fx<'_>, a: &AlterTablePlan) -> Result<Outcome
 }
 
 /// A view's definition names `column` somewhere (as a plain or qualified
-/// identifier): it may read it.
+/// identifier), or selects `*` from something: it may read it.
 fn view_uses(sql: &str, column: &str) -> bool {
+    use std::ops::ControlFlow;
     let Ok(statements) = crate::parse::parse(sql) else {
         return true;
     };
     let mut found = false;
     let _ = ast::visit_expressions(&statements, |e| {
-        let hit = match e {
+        found |= match e {
             ast::Expr::Identifier(i) => ident(i) == column,
             ast::Expr::CompoundIdentifier(parts) => {
                 parts.last().is_some_and(|i| ident(i) == column)
             }
             _ => false,
         };
-        found |= hit;
-        std::ops::ControlFlow::<()>::Continue(())
+        ControlFlow::<()>::Continue(())
     });
-    // `SELECT *` reads every column.
-    found || sql.contains('*')
+    /// Finds a `SELECT *` or `SELECT t.*` in any query of the statement.
+    struct Wildcards(bool);
+    impl ast::Visitor for Wildcards {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &ast::Query) -> ControlFlow<()> {
+            if let ast::SetExpr::Select(s) = q.body.as_ref() {
+                self.0 |= s.projection.iter().any(|i| {
+                    matches!(
+                        i,
+                        ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..)
+                    )
+                });
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut wildcards = Wildcards(false);
+    for st in &statements {
+        let _ = ast::Visit::visit(st, &mut wildcards);
+    }
+    found || wildcards.0
 }
 
 fn is_cascade(b: &Option<ast::DropBehavior>) -> bool {

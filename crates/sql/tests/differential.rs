@@ -37,8 +37,7 @@
 //! - `AQUEDUCT_DIFF_VERBOSE=1` prints each case as it runs;
 //! - `AQUEDUCT_DIFF_SCHEMA_CHANGES=p` is the chance of schema changes
 //!   before each batch (default [`DEFAULT_SCHEMA_CHANGES`]; 0 leaves them
-//!   out); `AQUEDUCT_DIFF_DROP_COLUMNS=1` also drops columns in the suites
-//!   with views (see `schema_changes`), `=0` in none;
+//!   out); they drop columns too unless `AQUEDUCT_DIFF_DROP_COLUMNS=0`;
 //! - `AQUEDUCT_DIFF_ALTER_UNDER_READS=1` runs the schema changes of the
 //!   suites under a memory limit while their reader threads read, not
 //!   before those start: off by default, since an upquery racing with
@@ -120,23 +119,15 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// The schema changes a suite makes; `views`: whether it creates views.
-fn schema_changes(views: bool) -> SchemaChanges {
+/// The schema changes a suite makes.
+fn schema_changes() -> SchemaChanges {
     let chance = env("AQUEDUCT_DIFF_SCHEMA_CHANGES")
         .map(|s| {
             s.parse()
                 .expect("AQUEDUCT_DIFF_SCHEMA_CHANGES is a number from 0 to 1")
         })
         .unwrap_or(DEFAULT_SCHEMA_CHANGES);
-    // With views, Aqueduct refuses (2BP01) to drop a column of a table a
-    // view reads whenever the view's SQL has a `*` anywhere, in `count(*)`
-    // or a multiplication too, as if it were `SELECT *`; PostgreSQL drops
-    // it. Only on request there, until that is fixed.
-    let drop_columns = match env("AQUEDUCT_DIFF_DROP_COLUMNS").as_deref() {
-        Some("0") => false,
-        Some(_) => true,
-        None => !views || env("AQUEDUCT_DIFF_FEATURES").as_deref() == Some("all"),
-    };
+    let drop_columns = env("AQUEDUCT_DIFF_DROP_COLUMNS").as_deref() != Some("0");
     SchemaChanges {
         chance,
         drop_columns,
@@ -267,7 +258,7 @@ fn direct_queries_match_sqlite() {
             sizes: Sizes {
                 views: 3,
                 batches: 10,
-                schema_changes: schema_changes(false),
+                schema_changes: schema_changes(),
             },
             sabotage: false,
             memory_limit: 0,
@@ -294,7 +285,7 @@ fn dataflow_queries_match_sqlite() {
             sizes: Sizes {
                 views: 3,
                 batches: 10,
-                schema_changes: schema_changes(false),
+                schema_changes: schema_changes(),
             },
             sabotage: false,
             memory_limit: 0,
@@ -318,7 +309,7 @@ fn views_match_sqlite() {
             sizes: Sizes {
                 views: 3,
                 batches: 10,
-                schema_changes: schema_changes(true),
+                schema_changes: schema_changes(),
             },
             sabotage: false,
             memory_limit: 0,
@@ -348,7 +339,7 @@ fn partial_views_under_a_memory_limit_match_sqlite() {
             sizes: Sizes {
                 views: 3,
                 batches: 10,
-                schema_changes: schema_changes(true),
+                schema_changes: schema_changes(),
             },
             sabotage: false,
             memory_limit: PARTIAL_MEMORY_LIMIT,
@@ -374,7 +365,7 @@ fn partial_automatic_views_under_a_memory_limit_match_sqlite() {
             sizes: Sizes {
                 views: 3,
                 batches: 10,
-                schema_changes: schema_changes(false),
+                schema_changes: schema_changes(),
             },
             sabotage: false,
             memory_limit: PARTIAL_MEMORY_LIMIT,
