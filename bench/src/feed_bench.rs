@@ -630,8 +630,44 @@ fn http_runs(args: &FeedArgs, out: &mut Vec<Delivery>) -> anyhow::Result<()> {
 
 // ---------------------------------------------------------------- writes
 
-/// A consumer's count of row changes received, shared with the harness.
-type Counter = Arc<AtomicU64>;
+/// A consumer's count of row changes received, shared with the harness,
+/// which can wait for it to reach a number.
+#[derive(Default)]
+struct Progress {
+    n: AtomicU64,
+    lock: parking_lot::Mutex<()>,
+    moved: parking_lot::Condvar,
+}
+
+impl Progress {
+    fn add(&self, k: u64) -> u64 {
+        let now = self.n.fetch_add(k, Ordering::Relaxed) + k;
+        let _guard = self.lock.lock();
+        self.moved.notify_all();
+        now
+    }
+
+    fn load(&self) -> u64 {
+        self.n.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the count reaches `target`; false at `deadline`. Wakes
+    /// at least every 200 ms to see a stop request (Ctrl-C).
+    fn wait_for(&self, target: u64, deadline: Instant) -> anyhow::Result<bool> {
+        let mut guard = self.lock.lock();
+        while self.load() < target {
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            common::check_stop()?;
+            let slice = deadline.min(Instant::now() + Duration::from_millis(200));
+            self.moved.wait_until(&mut guard, slice);
+        }
+        Ok(true)
+    }
+}
+
+type Counter = Arc<Progress>;
 
 /// Runs writers for warm-up + window, consumers following; returns the run.
 /// `start_writer(i, stop, writes)` runs writer `i` until `stop`;
@@ -655,12 +691,7 @@ where
                 scope.spawn(move || write(i, stop, writes))
             })
             .collect();
-        let sum = || {
-            counters
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .sum::<u64>()
-        };
+        let sum = || counters.iter().map(|c| c.load()).sum::<u64>();
         common::nap(Duration::from_secs_f64(args.warmup));
         let (w0, c0) = (writes.load(Ordering::Relaxed), sum());
         common::nap(Duration::from_secs_f64(args.seconds));
@@ -681,19 +712,14 @@ where
     common::check_stop()?;
     let max_lag_at_end = counters
         .iter()
-        .map(|c| end_writes.saturating_sub(c.load(Ordering::Relaxed)))
+        .map(|c| end_writes.saturating_sub(c.load()))
         .max()
         .unwrap_or(0);
     let deadline = t_stop + Duration::from_secs(120);
-    while counters
-        .iter()
-        .any(|c| c.load(Ordering::Relaxed) < end_writes)
-    {
-        if Instant::now() > deadline {
+    for c in counters {
+        if !c.wait_for(end_writes, deadline)? {
             bail!("{system}: consumers did not receive every write within 120 s");
         }
-        common::check_stop()?;
-        std::thread::sleep(Duration::from_millis(2));
     }
     let drain_s = t_stop.elapsed().as_secs_f64();
     let per_consumer = if counters.is_empty() {
@@ -760,7 +786,7 @@ fn aqueduct_writes(
                             .recv(Duration::from_millis(20))
                             .map_err(|e| anyhow!("{e}"))?
                         {
-                            c.fetch_add(rows_of(&m), Ordering::Relaxed);
+                            c.add(rows_of(&m));
                         }
                     }
                     Ok(())
@@ -861,10 +887,10 @@ impl Recv {
                 }
                 bytes += n as u64;
                 if line.starts_with(b"table ") {
-                    let now = c.fetch_add(1, Ordering::Relaxed) + 1;
-                    if now == target {
+                    if c.load() + 1 == target {
                         *r.lock() = Some(Instant::now());
                     }
+                    c.add(1);
                 }
             }
         });
@@ -881,12 +907,20 @@ impl Recv {
         let pid = self.child.id();
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(10);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
+        // A watchdog kills it if it has not exited in 10 s.
+        let (exited, watch) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                watch.recv_timeout(Duration::from_secs(10))
+            {
+                // SAFETY: kill(2) on our own child, not reaped before the
+                // wait below returns.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            }
+        });
         let _ = self.child.wait();
+        drop(exited);
+        let _ = watchdog.join();
         RECVLOGICAL
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -909,18 +943,26 @@ impl Drop for Recv {
 }
 
 fn drop_slot(c: &mut postgres::Client, slot: &str) -> anyhow::Result<()> {
+    // The slot stays active until its walsender has seen pg_recvlogical
+    // go: wait for the server to report it inactive, then drop it.
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        match c.execute("SELECT pg_drop_replication_slot($1)", &[&slot]) {
-            Ok(_) => return Ok(()),
-            // Still active while its walsender exits.
-            Err(e) if Instant::now() < until => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(e).with_context(|| format!("dropping slot {slot}")),
+        let active: bool = c
+            .query_one(
+                "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )?
+            .get(0);
+        if !active {
+            break;
+        }
+        if Instant::now() > until {
+            bail!("slot {slot} still active after 20 s");
         }
     }
+    c.execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .with_context(|| format!("dropping slot {slot}"))?;
+    Ok(())
 }
 
 fn pg_runs(
@@ -1016,22 +1058,19 @@ fn pg_runs(
     // server position passes it, before receiving the changes behind it.
     let t = Instant::now();
     let recv = Recv::start(&args.pg_bin, &pg, "bench_feed_catchup", n)?;
-    let deadline = t + Duration::from_secs(600);
-    let reached = loop {
-        if let Some(at) = *recv.reached.lock() {
-            break at;
-        }
-        common::check_stop()?;
-        if Instant::now() > deadline {
-            bail!(
-                "pg_recvlogical decoded {} of {n} changes in 600 s",
-                recv.changes.load(Ordering::Relaxed)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    if !recv.changes.wait_for(n, t + Duration::from_secs(600))? {
+        bail!(
+            "pg_recvlogical decoded {} of {n} changes in 600 s",
+            recv.changes.load()
+        );
+    }
+    // The reader notes the time before it counts the last change.
+    let reached = recv
+        .reached
+        .lock()
+        .expect("noted when the count was reached");
     let seconds = reached.duration_since(t).as_secs_f64();
-    let changes = recv.changes.load(Ordering::Relaxed);
+    let changes = recv.changes.load();
     let bytes = recv.stop();
     drop_slot(&mut admin, "bench_feed_catchup")?;
     deliveries.push(Delivery {

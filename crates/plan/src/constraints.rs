@@ -9,6 +9,8 @@
 //! child's writer read the parent's key; the parent's deleter read the
 //! child table).
 
+use std::collections::HashMap;
+
 use aqueduct_expr::{Env, Expr, SqlError};
 use aqueduct_tables::{
     Catalog, FkAction, ForeignKeyDef, Key, Row, Table, TableId, TableSchema, Txn,
@@ -131,41 +133,100 @@ pub(crate) fn conflicting_row(
     Ok(None)
 }
 
-/// A row `row` at `key` would break a unique constraint of `t` (other than
-/// the primary key) as the transaction sees the table: 23505 now, as
-/// PostgreSQL reports it at the statement. Not in the read set: the
-/// commit checks unique constraints again under the commit lock, against
-/// what committed meanwhile, so a transaction is not failed for a
-/// concurrent write that breaks nothing.
-pub(crate) fn check_unique(txn: &Txn, t: &Table, key: &Key, row: &Row) -> Result<(), SqlError> {
-    for def in t.schema.indexes.iter().filter(|i| i.unique) {
-        let values: Vec<Value> = def.columns.iter().map(|&c| row[c].clone()).collect();
-        if values.iter().any(Value::is_null) {
-            continue;
+/// The unique constraints of one table (other than the primary key) for
+/// one statement: a row that would break one fails with 23505 at the
+/// statement, as PostgreSQL reports it. The transaction's own rows of the
+/// table are gathered once per statement, so a statement of many rows
+/// checks each in constant time. Not in the read set: the commit checks
+/// unique constraints again under the commit lock, against what committed
+/// meanwhile, so a transaction is not failed for a concurrent write that
+/// breaks nothing.
+pub(crate) struct UniqueCheck {
+    /// Per unique index: its position and the values own rows hold.
+    own: Vec<(usize, HashMap<Vec<Value>, Key>)>,
+}
+
+impl UniqueCheck {
+    pub(crate) fn new(txn: &Txn, t: &Table) -> UniqueCheck {
+        let mut own: Vec<(usize, HashMap<Vec<Value>, Key>)> = t
+            .schema
+            .indexes
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.unique)
+            .map(|(n, _)| (n, HashMap::new()))
+            .collect();
+        if !own.is_empty() {
+            for (key, row) in txn.own_rows(t.schema.id) {
+                let Some(row) = row else { continue };
+                for (n, seen) in &mut own {
+                    if let Some(values) = unique_values(t, *n, row) {
+                        seen.insert(values, key.clone());
+                    }
+                }
+            }
         }
-        let same = |r: &Row| def.columns.iter().zip(&values).all(|(&c, v)| &r[c] == v);
-        let committed = t
-            .unique_conflicts(key, row)
-            .into_iter()
-            .any(|(name, other)| name == def.name && txn.own(t.schema.id, &other).is_none());
-        let own = txn
-            .own_rows(t.schema.id)
-            .any(|(k, r)| k != key && r.is_some_and(same));
-        if committed || own {
-            return Err(SqlError::new(
-                "23505",
-                format!(
-                    "duplicate key value violates unique constraint \"{}\"",
-                    def.name
-                ),
-            )
-            .with_detail(format!(
-                "{} already exists.",
-                key_text(&names(t, &def.columns), &values)
-            )));
-        }
+        UniqueCheck { own }
     }
-    Ok(())
+
+    /// Checks `row` at `key` (already written to `txn`, or about to be)
+    /// and remembers it for the statement's later rows.
+    pub(crate) fn check(
+        &mut self,
+        txn: &Txn,
+        t: &Table,
+        key: &Key,
+        row: &Row,
+    ) -> Result<(), SqlError> {
+        if self.own.is_empty() {
+            return Ok(());
+        }
+        let committed = t.unique_conflicts(key, row);
+        for (n, seen) in &mut self.own {
+            let Some(values) = unique_values(t, *n, row) else {
+                continue;
+            };
+            let def = &t.schema.indexes[*n];
+            let by_committed = committed
+                .iter()
+                .any(|(name, other)| *name == def.name && txn.own(t.schema.id, other).is_none());
+            // An own row seen earlier may have changed since: it counts
+            // only if it still holds the values.
+            let by_own = seen.get(&values).is_some_and(|other| {
+                other != key
+                    && txn
+                        .own(t.schema.id, other)
+                        .flatten()
+                        .is_some_and(|r| unique_values(t, *n, r).as_ref() == Some(&values))
+            });
+            if by_committed || by_own {
+                return Err(SqlError::new(
+                    "23505",
+                    format!(
+                        "duplicate key value violates unique constraint \"{}\"",
+                        def.name
+                    ),
+                )
+                .with_detail(format!(
+                    "{} already exists.",
+                    key_text(&names(t, &def.columns), &values)
+                )));
+            }
+            seen.insert(values, key.clone());
+        }
+        Ok(())
+    }
+}
+
+/// The values of unique index `n` in `row`, unless one is NULL (NULLs are
+/// distinct).
+fn unique_values(t: &Table, n: usize, row: &Row) -> Option<Vec<Value>> {
+    let values: Vec<Value> = t.schema.indexes[n]
+        .columns
+        .iter()
+        .map(|&c| row[c].clone())
+        .collect();
+    (!values.iter().any(Value::is_null)).then_some(values)
 }
 
 /// The rows a statement changed: old and new versions by table.

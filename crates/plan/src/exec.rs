@@ -377,6 +377,7 @@ fn insert(
     };
     let mut written = Vec::new();
     let mut changes = Changes::default();
+    let mut unique = constraints::UniqueCheck::new(fx.txn.get_mut(), t);
     for values in sources {
         // Defaults are evaluated for each row, and only for the columns
         // the row does not give.
@@ -398,7 +399,7 @@ fn insert(
         let txn = fx.txn.get_mut();
         if !t.schema.has_primary_key() && p.arbiters.is_empty() {
             let key = vec![Value::Int(db.allocate_rowid())];
-            constraints::check_unique(txn, t, &key, &row)?;
+            unique.check(txn, t, &key, &row)?;
             txn.put(t.schema.id, key, row.clone());
             changes.push(t.schema.id, None, Some(row.clone()));
             written.push(row);
@@ -412,7 +413,7 @@ fn insert(
                 } else {
                     vec![Value::Int(db.allocate_rowid())]
                 };
-                constraints::check_unique(txn, t, &key, &row)?;
+                unique.check(txn, t, &key, &row)?;
                 txn.put(t.schema.id, key, row.clone());
                 changes.push(t.schema.id, None, Some(row.clone()));
                 written.push(row);
@@ -443,7 +444,7 @@ fn insert(
                     ));
                 }
                 let txn = fx.txn.get_mut();
-                constraints::check_unique(txn, t, &key, &new)?;
+                unique.check(txn, t, &key, &new)?;
                 txn.put(t.schema.id, key, new.clone());
                 changes.push(t.schema.id, Some(existing), Some(new.clone()));
                 written.push(new);
@@ -480,6 +481,7 @@ fn update(
         updates.push((key, row, new));
     }
     let txn = fx.txn.get_mut();
+    let mut unique = constraints::UniqueCheck::new(txn, t);
     let mut written = Vec::with_capacity(updates.len());
     let mut moved = Vec::with_capacity(updates.len());
     let mut changes = Changes::default();
@@ -503,7 +505,7 @@ fn update(
     // After every row of the statement moved: a swap of unique values
     // within one statement is fine.
     for (key, new) in moved.iter().zip(&written) {
-        constraints::check_unique(txn, t, key, new)?;
+        unique.check(txn, t, key, new)?;
     }
     constraints::enforce_foreign_keys(catalog, txn, changes)?;
     let tag = format!("UPDATE {}", written.len());
