@@ -19,7 +19,7 @@ use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping,
     InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody, SelectPlan,
-    SortKey, StatementTime, TruncatePlan, UpdatePlan,
+    SequenceChange, SortKey, StatementTime, TruncatePlan, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -620,6 +620,14 @@ impl<'a> Binder<'a> {
                 )
             }
             S::Truncate(t) => (self.truncate(t)?, vec![]),
+            S::AlterTable(a) if self.catalog.sequence(&object_name(&a.name)?).is_some() => (
+                Plan::Ddl(Ddl::AlterSequence {
+                    name: object_name(&a.name)?,
+                    if_exists: a.if_exists,
+                    change: sequence_change(&a.operations)?,
+                }),
+                vec![],
+            ),
             S::AlterTable(a) => {
                 let Some(time) = self.time else {
                     return Err(SqlError::new("XX000", "ALTER TABLE bound without a clock"));
@@ -3809,7 +3817,7 @@ pub(crate) fn serial_type(dt: &ast::DataType) -> Option<DataType> {
 }
 
 /// The largest value of an integer type.
-fn integer_max(ty: &DataType) -> i64 {
+pub(crate) fn integer_max(ty: &DataType) -> i64 {
     match ty {
         DataType::Int2 => i16::MAX as i64,
         DataType::Int4 => i32::MAX as i64,
@@ -3817,7 +3825,7 @@ fn integer_max(ty: &DataType) -> i64 {
     }
 }
 
-fn integer_min(ty: &DataType) -> i64 {
+pub(crate) fn integer_min(ty: &DataType) -> i64 {
     match ty {
         DataType::Int2 => i16::MIN as i64,
         DataType::Int4 => i32::MIN as i64,
@@ -3868,11 +3876,136 @@ pub fn sequence_def(
             }
         }
     }
-    if increment == 0 {
+    let min = min.unwrap_or_else(|| default_min(ty, increment));
+    let max = max.unwrap_or_else(|| default_max(ty, increment));
+    let start = start.unwrap_or(if increment > 0 { min } else { max });
+    let def = SequenceDef {
+        id: 0,
+        name: name.to_string(),
+        ty: ty.to_string(),
+        increment,
+        min,
+        max,
+        start,
+        owned_by: None,
+    };
+    check_sequence_def(&def, ty)?;
+    Ok(def)
+}
+
+/// What an `ALTER SEQUENCE` (parsed as `ALTER TABLE name SET (...)`,
+/// see [`crate::parse`]) or an `ALTER TABLE` naming a sequence changes.
+fn sequence_change(ops: &[ast::AlterTableOperation]) -> Result<SequenceChange, SqlError> {
+    let mut change = SequenceChange::default();
+    let bad = |what: &str| SqlError::new("22023", format!("sequence option {what} is invalid"));
+    for op in ops {
+        match op {
+            ast::AlterTableOperation::RenameTable {
+                table_name: ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n),
+            } => change.rename = Some(object_name(n)?),
+            ast::AlterTableOperation::SetOptionsParens { options } => {
+                for o in options {
+                    let ast::SqlOption::KeyValue { key, value } = o else {
+                        return Err(bad(&o.to_string()));
+                    };
+                    let text = value.to_string();
+                    let text = text.trim_matches('\'');
+                    let number = || {
+                        text.replace(' ', "").parse::<i64>().map_err(|_| {
+                            SqlError::new(
+                                "22023",
+                                format!("sequence option value {text} is not a bigint"),
+                            )
+                        })
+                    };
+                    let bound = || match text {
+                        "none" => Ok(None),
+                        _ => number().map(Some),
+                    };
+                    match ident(key).as_str() {
+                        "as" => {
+                            let ty = DataType::from_sql(text, &[])
+                                .filter(|t| {
+                                    matches!(t, DataType::Int2 | DataType::Int4 | DataType::Int8)
+                                })
+                                .ok_or_else(|| {
+                                    SqlError::new(
+                                        "22023",
+                                        "sequence type must be smallint, integer, or bigint",
+                                    )
+                                })?;
+                            change.ty = Some(ty);
+                        }
+                        "increment" => change.increment = Some(number()?),
+                        "minvalue" => change.min = Some(bound()?),
+                        "maxvalue" => change.max = Some(bound()?),
+                        "start" => change.start = Some(number()?),
+                        "restart" => {
+                            change.restart = Some(match text {
+                                "start" => None,
+                                _ => Some(number()?),
+                            })
+                        }
+                        "cache" => change.cache = Some(number()?),
+                        "cycle" if text == "false" => {}
+                        "cycle" => {
+                            return Err(SqlError::unsupported("CYCLE sequences")
+                                .with_hint("sequences here stop at their limit (NO CYCLE)"))
+                        }
+                        "owned_by" => {
+                            change.owned_by = Some(match text.rsplit_once('.') {
+                                None if text == "none" => None,
+                                Some((table, column)) => {
+                                    let table = table.strip_prefix("public.").unwrap_or(table);
+                                    Some((table.to_string(), column.to_string()))
+                                }
+                                None => {
+                                    return Err(SqlError::new("42P16", "invalid OWNED BY option")
+                                        .with_hint(
+                                            "Specify OWNED BY table.column or OWNED BY NONE.",
+                                        ))
+                                }
+                            })
+                        }
+                        other => return Err(bad(other)),
+                    }
+                }
+            }
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "ALTER SEQUENCE ... {}",
+                    other.to_string().split_whitespace().next().unwrap_or("")
+                )))
+            }
+        }
+    }
+    Ok(change)
+}
+
+/// A sequence's lowest value when it says `NO MINVALUE`.
+pub(crate) fn default_min(ty: &DataType, increment: i64) -> i64 {
+    if increment > 0 {
+        1
+    } else {
+        integer_min(ty)
+    }
+}
+
+/// A sequence's highest value when it says `NO MAXVALUE`.
+pub(crate) fn default_max(ty: &DataType, increment: i64) -> i64 {
+    if increment > 0 {
+        integer_max(ty)
+    } else {
+        -1
+    }
+}
+
+/// Refuses a sequence whose bounds do not fit its type or its start.
+pub(crate) fn check_sequence_def(def: &SequenceDef, ty: &DataType) -> Result<(), SqlError> {
+    let (min, max, start) = (def.min, def.max, def.start);
+    if def.increment == 0 {
         return Err(SqlError::new("22023", "INCREMENT must not be zero"));
     }
-    let min = min.unwrap_or(if increment > 0 { 1 } else { integer_min(ty) });
-    let max = max.unwrap_or(if increment > 0 { integer_max(ty) } else { -1 });
     if min > max || max > integer_max(ty) || min < integer_min(ty) {
         return Err(SqlError::new(
             "22023",
@@ -3882,7 +4015,6 @@ pub fn sequence_def(
             ),
         ));
     }
-    let start = start.unwrap_or(if increment > 0 { min } else { max });
     if start < min || start > max {
         return Err(SqlError::new(
             "22023",
@@ -3891,16 +4023,7 @@ pub fn sequence_def(
             ),
         ));
     }
-    Ok(SequenceDef {
-        id: 0,
-        name: name.to_string(),
-        ty: ty.to_string(),
-        increment,
-        min,
-        max,
-        start,
-        owned_by: None,
-    })
+    Ok(())
 }
 
 /// Picks constraint names as PostgreSQL does (`t_a_b_key`, `t_a_check`,

@@ -25,7 +25,7 @@ use crate::plan::{
     Plan, RowLocking, SelectPlan, TruncatePlan, UpdatePlan,
 };
 pub use crate::rows::scan_rows;
-use crate::rows::{conform, current, every_chunk, read_rows};
+use crate::rows::{conform, current, every_chunk, read_rows, refuse_taken_name};
 
 /// Runs a data or schema statement.
 pub fn execute(
@@ -66,6 +66,11 @@ pub fn execute(
         Plan::Delete(p) => delete(fx, p, columns, params),
         Plan::Truncate(p) => truncate(fx, p),
         Plan::Ddl(Ddl::AlterTable(a)) => crate::alter::alter_table(fx, a),
+        Plan::Ddl(Ddl::AlterSequence {
+            name,
+            if_exists,
+            change,
+        }) => crate::alter_sequence::alter_sequence(fx, name, *if_exists, change),
         Plan::Ddl(d) => ddl(catalog, fx.txn.get_mut(), d),
         Plan::Begin { .. }
         | Plan::Commit
@@ -604,6 +609,7 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             tag("CREATE TABLE")
         }
         Ddl::AlterTable(_) => unreachable!("ALTER TABLE runs in alter.rs"),
+        Ddl::AlterSequence { .. } => unreachable!("ALTER SEQUENCE runs in alter_sequence.rs"),
         Ddl::CreateSequence { def, if_not_exists } => {
             if catalog.sequence(&def.name).is_some() && *if_not_exists {
                 return tag("CREATE SEQUENCE");
@@ -790,21 +796,6 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             tag("DROP INDEX")
         }
     }
-}
-
-/// A new table, view or sequence may not take a name in use: 42P07.
-fn refuse_taken_name(catalog: &Catalog, name: &str) -> Result<(), SqlError> {
-    if catalog.table(name).is_some()
-        || catalog.view(name).is_some()
-        || catalog.sequence(name).is_some()
-        || catalog.index_owner(name).is_some()
-    {
-        return Err(SqlError::new(
-            "42P07",
-            format!("relation \"{name}\" already exists"),
-        ));
-    }
-    Ok(())
 }
 
 /// Before dropping tables `ids`: the foreign keys of other tables that

@@ -15,9 +15,10 @@
 //! other by their own paths, never through the crate root, so they form a
 //! DAG (`crates/sql/tests/module_cycles.rs`). From the bottom: `plan.rs`
 //! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`,
-//! `exec.rs`.
+//! `alter.rs` and `alter_sequence.rs`, `exec.rs`.
 
 mod alter;
+mod alter_sequence;
 pub mod bind;
 pub mod catalog_queries;
 mod constraints;

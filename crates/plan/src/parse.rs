@@ -26,6 +26,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = rewritten.as_deref().unwrap_or(sql);
     let reordered = reorder_sequence_options(sql);
     let sql = reordered.as_deref().unwrap_or(sql);
+    let altered = rewrite_alter_sequence(sql);
+    let sql = altered.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -255,6 +257,201 @@ pub(crate) fn reorder_sequence_options(sql: &str) -> Option<String> {
     }
     out.extend(tokens[at..].iter().map(|t| t.to_string()));
     changed.then(|| out.concat())
+}
+
+/// The parser has no `ALTER SEQUENCE`. PostgreSQL lets `ALTER TABLE`
+/// name a sequence for the forms the two share (`RENAME TO`, `OWNER
+/// TO`), so `ALTER SEQUENCE name ...` becomes `ALTER TABLE name ...`,
+/// its options written as storage parameters: `SET (increment = 2,
+/// restart = 'start', minvalue = 'none', owned_by = 't.c', ...)`. The
+/// binder sees the relation is a sequence and makes
+/// [`crate::plan::Ddl::AlterSequence`] of it. `None` when `sql` has none.
+pub(crate) fn rewrite_alter_sequence(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !contains_ignore_case(sql, "sequence") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let keyword = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    };
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut changed = false;
+    let mut start = 0;
+    while start < tokens.len() {
+        let end = tokens[start..]
+            .iter()
+            .position(|t| matches!(t, Token::SemiColon))
+            .map_or(tokens.len(), |p| start + p + 1);
+        let stmt = &tokens[start..end];
+        let words: Vec<&Token> = stmt
+            .iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
+            .collect();
+        let is_alter_sequence = words.len() > 2
+            && keyword(words[0]) == Some(Keyword::ALTER)
+            && keyword(words[1]) == Some(Keyword::SEQUENCE);
+        match is_alter_sequence
+            .then(|| alter_sequence_as_table(&words[2..]))
+            .flatten()
+        {
+            Some(text) => {
+                changed = true;
+                out.push_str(&text);
+                if matches!(stmt.last(), Some(Token::SemiColon)) {
+                    out.push(';');
+                }
+            }
+            None => out.extend(stmt.iter().map(|t| t.to_string())),
+        }
+        start = end;
+    }
+    changed.then_some(out)
+}
+
+/// `ALTER TABLE ...` text for the words after `ALTER SEQUENCE`; `None`
+/// when they are not an `ALTER SEQUENCE` (the parser then says why).
+fn alter_sequence_as_table(words: &[&sqlparser::tokenizer::Token]) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::Token;
+    let keyword = |i: usize| match words.get(i) {
+        Some(Token::Word(w)) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    };
+    let mut at = 0;
+    let mut head = String::from("ALTER TABLE ");
+    if keyword(0) == Some(Keyword::IF) && keyword(1) == Some(Keyword::EXISTS) {
+        head.push_str("IF EXISTS ");
+        at = 2;
+    }
+    // The name: words joined by periods.
+    let mut name = String::new();
+    loop {
+        match words.get(at)? {
+            Token::Word(w) => name.push_str(&Token::Word(w.clone()).to_string()),
+            _ => return None,
+        }
+        at += 1;
+        if matches!(words.get(at), Some(Token::Period)) {
+            name.push('.');
+            at += 1;
+        } else {
+            break;
+        }
+    }
+    head.push_str(&name);
+    // The forms ALTER TABLE has itself.
+    if matches!(
+        keyword(at),
+        Some(Keyword::RENAME | Keyword::OWNER | Keyword::SET)
+    ) {
+        let rest: Vec<String> = words[at..].iter().map(|t| t.to_string()).collect();
+        return Some(format!("{head} {}", rest.join(" ")));
+    }
+    let number = |at: &mut usize| -> Option<String> {
+        let sign = match words.get(*at) {
+            Some(Token::Minus) => {
+                *at += 1;
+                "-"
+            }
+            Some(Token::Plus) => {
+                *at += 1;
+                ""
+            }
+            _ => "",
+        };
+        match words.get(*at) {
+            Some(Token::Number(n, _)) => {
+                *at += 1;
+                Some(format!("{sign}{n}"))
+            }
+            _ => None,
+        }
+    };
+    let mut options: Vec<(&str, String)> = Vec::new();
+    while at < words.len() {
+        let k = keyword(at)?;
+        at += 1;
+        match k {
+            Keyword::AS => match words.get(at) {
+                Some(Token::Word(w)) => {
+                    options.push(("as", format!("'{}'", w.value.to_lowercase())));
+                    at += 1;
+                }
+                _ => return None,
+            },
+            Keyword::INCREMENT => {
+                if keyword(at) == Some(Keyword::BY) {
+                    at += 1;
+                }
+                options.push(("increment", number(&mut at)?));
+            }
+            Keyword::MINVALUE => options.push(("minvalue", number(&mut at)?)),
+            Keyword::MAXVALUE => options.push(("maxvalue", number(&mut at)?)),
+            Keyword::NO => {
+                let what = keyword(at)?;
+                at += 1;
+                match what {
+                    Keyword::MINVALUE => options.push(("minvalue", "'none'".into())),
+                    Keyword::MAXVALUE => options.push(("maxvalue", "'none'".into())),
+                    Keyword::CYCLE => options.push(("cycle", "false".into())),
+                    _ => return None,
+                }
+            }
+            Keyword::START => {
+                if keyword(at) == Some(Keyword::WITH) {
+                    at += 1;
+                }
+                options.push(("start", number(&mut at)?));
+            }
+            Keyword::RESTART => {
+                if keyword(at) == Some(Keyword::WITH) {
+                    at += 1;
+                    options.push(("restart", number(&mut at)?));
+                } else {
+                    let n = number(&mut at).unwrap_or_else(|| "'start'".into());
+                    options.push(("restart", n));
+                }
+            }
+            Keyword::CACHE => options.push(("cache", number(&mut at)?)),
+            Keyword::CYCLE => options.push(("cycle", "true".into())),
+            Keyword::OWNED => {
+                if keyword(at) != Some(Keyword::BY) {
+                    return None;
+                }
+                at += 1;
+                let mut owner = String::new();
+                while let Some(Token::Word(w)) = words.get(at) {
+                    match w.quote_style {
+                        None => owner.push_str(&w.value.to_lowercase()),
+                        Some(_) => owner.push_str(&w.value),
+                    }
+                    at += 1;
+                    if matches!(words.get(at), Some(Token::Period)) {
+                        owner.push('.');
+                        at += 1;
+                    } else {
+                        break;
+                    }
+                }
+                if owner.is_empty() {
+                    return None;
+                }
+                options.push(("owned_by", format!("'{}'", owner.replace('\'', "''"))));
+            }
+            _ => return None,
+        }
+    }
+    if options.is_empty() {
+        return None;
+    }
+    let options: Vec<String> = options
+        .into_iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    Some(format!("{head} SET ({})", options.join(", ")))
 }
 
 /// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.

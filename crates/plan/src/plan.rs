@@ -190,10 +190,34 @@ pub enum Ddl {
         if_not_exists: bool,
     },
     AlterTable(AlterTablePlan),
+    AlterSequence {
+        name: String,
+        if_exists: bool,
+        change: SequenceChange,
+    },
     DropSequence {
         names: Vec<String>,
         if_exists: bool,
     },
+}
+
+/// What `ALTER SEQUENCE` changes; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SequenceChange {
+    /// `AS type`.
+    pub ty: Option<DataType>,
+    pub increment: Option<i64>,
+    /// `MINVALUE n`, or `NO MINVALUE` (`Some(None)`: the type's default).
+    pub min: Option<Option<i64>>,
+    pub max: Option<Option<i64>>,
+    pub start: Option<i64>,
+    /// `RESTART [WITH n]`: `Some(None)` restarts at the start value.
+    pub restart: Option<Option<i64>>,
+    pub cache: Option<i64>,
+    /// `OWNED BY table.column` or `OWNED BY NONE` (`Some(None)`).
+    pub owned_by: Option<Option<(String, String)>>,
+    /// `RENAME TO name`.
+    pub rename: Option<String>,
 }
 
 /// How rows are found.

@@ -195,3 +195,19 @@ pub(crate) fn current(catalog: &Catalog, txn: &mut Txn, t: &Table, key: &Key) ->
         None => t.get(key).map(|rv| (*rv.row).clone()),
     }
 }
+
+/// Refuses `name` for a new relation when a table, view, sequence or
+/// index has it (42P07).
+pub(crate) fn refuse_taken_name(catalog: &Catalog, name: &str) -> Result<(), SqlError> {
+    if catalog.table(name).is_some()
+        || catalog.view(name).is_some()
+        || catalog.sequence(name).is_some()
+        || catalog.index_owner(name).is_some()
+    {
+        return Err(SqlError::new(
+            "42P07",
+            format!("relation \"{name}\" already exists"),
+        ));
+    }
+    Ok(())
+}

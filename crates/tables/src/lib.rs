@@ -243,9 +243,14 @@ impl Catalog {
             }
             SchemaChange::AlterSequence(def) => {
                 if let Some(s) = self.sequences.get_mut(&def.id) {
+                    // Values in hand stay valid (the next adds the new
+                    // increment) unless the direction turns.
+                    let turned = (s.def.increment > 0) != (def.increment > 0);
                     s.def = def;
-                    let (value, is_called) = (s.value, s.is_called);
-                    s.set(value, is_called);
+                    if turned {
+                        let (value, is_called) = (s.value, s.is_called);
+                        s.set(value, is_called);
+                    }
                 }
             }
             SchemaChange::DropSequence { id } => {

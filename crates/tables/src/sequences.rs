@@ -134,6 +134,21 @@ impl SessionSequences {
     }
 }
 
+/// A range that starts where the log leaves `state`: it ends at the last
+/// value the log covers.
+fn fresh(state: &SequenceState) -> Range {
+    Range {
+        generation: state.generation,
+        last: state.value,
+        called: state.is_called,
+        limit: if state.is_called {
+            state.value
+        } else {
+            state.value.saturating_sub(state.def.increment)
+        },
+    }
+}
+
 /// The values a server has in hand: per sequence, the next one and the
 /// end of the range reserved for it.
 #[derive(Debug, Default)]
@@ -144,9 +159,13 @@ pub struct SequenceCache {
 #[derive(Clone, Copy, Debug)]
 struct Range {
     generation: u64,
-    /// `None` once the sequence is exhausted.
-    next: Option<i64>,
-    /// The last value of the range handed out so far.
+    /// The last value handed out, or the next one when `called` is false
+    /// (PostgreSQL's `last_value` and `is_called`). The next value adds
+    /// the sequence's increment as it is now, so `ALTER SEQUENCE
+    /// INCREMENT` applies from the next call.
+    last: i64,
+    called: bool,
+    /// The last value of the range reserved so far.
     limit: i64,
 }
 
@@ -155,19 +174,9 @@ impl SequenceCache {
     /// adding a reservation to `txn` when the value is not yet covered.
     pub fn next(&self, state: &SequenceState, txn: &mut Txn) -> Result<i64, SequenceError> {
         let mut ranges = self.ranges.lock();
-        // A fresh range ends at the last value the log covers.
-        let fresh = || Range {
-            generation: state.generation,
-            next: state.next_after_log(),
-            limit: if state.is_called {
-                state.value
-            } else {
-                state.value.saturating_sub(state.def.increment)
-            },
-        };
-        let range = ranges.entry(state.def.id).or_insert_with(fresh);
+        let range = ranges.entry(state.def.id).or_insert_with(|| fresh(state));
         if range.generation != state.generation {
-            *range = fresh();
+            *range = fresh(state);
         }
         let exhausted = || SequenceError::Exhausted {
             name: state.def.name.clone(),
@@ -178,7 +187,12 @@ impl SequenceCache {
             },
             max: state.def.increment > 0,
         };
-        let Some(v) = range.next.filter(|&v| state.in_range(v)) else {
+        let next = if range.called {
+            range.last.checked_add(state.def.increment)
+        } else {
+            Some(range.last)
+        };
+        let Some(v) = next.filter(|&v| state.in_range(v)) else {
             return Err(exhausted());
         };
         if state.before(range.limit, v) {
@@ -189,11 +203,21 @@ impl SequenceCache {
                 .saturating_mul(SEQUENCE_RESERVE_VALUES - 1);
             range.limit = v.saturating_add(span).clamp(state.def.min, state.def.max);
         }
-        range.next = v.checked_add(state.def.increment);
+        range.last = v;
+        range.called = true;
         if !state.durable(v) {
             txn.reserve_sequence(state.def.id, range.limit, state.generation);
         }
         Ok(v)
+    }
+
+    /// PostgreSQL's `last_value` and `is_called` of `seq`: what this
+    /// server handed out last, where the log says less.
+    pub fn current(&self, state: &SequenceState) -> (i64, bool) {
+        match self.ranges.lock().get(&state.def.id) {
+            Some(r) if r.generation == state.generation => (r.last, r.called),
+            _ => (state.value, state.is_called),
+        }
     }
 
     /// Forgets what is cached for `seq` (dropped, or set anew).
