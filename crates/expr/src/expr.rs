@@ -586,7 +586,9 @@ fn kind_type(v: &Value) -> DataType {
             .find(|v| !v.is_null())
             .map_or(DataType::Text, kind_type)
             .array_of(),
-        Value::Text(_) | Value::Null => DataType::Text,
+        // The binder reads text compared with an enum as the enum type;
+        // the type is not known from a value.
+        Value::Text(_) | Value::Enum(..) | Value::Null => DataType::Text,
     }
 }
 

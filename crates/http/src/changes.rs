@@ -348,7 +348,7 @@ pub(crate) async fn snapshot(
                     "name": t.info.name,
                     "columns": t.table.schema.columns.iter().map(|c| json!({
                         "name": c.name,
-                        "type": c.ty.to_string(),
+                        "type": c.ty.portable().to_string(),
                     })).collect::<Vec<_>>(),
                     "primary_key": t.table.schema.primary_key,
                 })).collect::<Vec<_>>(),

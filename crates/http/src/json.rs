@@ -32,7 +32,7 @@ pub fn outcome(o: &Outcome, lsn: u64) -> Json {
         Outcome::Rows { columns, rows, tag } => json!({
             "columns": columns
                 .iter()
-                .map(|c| json!({ "name": c.name, "type": c.ty.to_string() }))
+                .map(|c| json!({ "name": c.name, "type": c.ty.portable().to_string() }))
                 .collect::<Vec<_>>(),
             "rows": rows
                 .iter()

@@ -129,6 +129,8 @@ pub(crate) fn encode_binary(v: &Value, ty: &DataType, out: &mut BytesMut) -> Res
         }
         (DataType::Uuid, Value::Uuid(u)) => out.put_u128(*u),
         (DataType::Json, Value::Json(s)) => out.put_slice(s.as_bytes()),
+        // An enum's binary form is its label (`enum_send`).
+        (DataType::Enum(_), Value::Enum(_, label)) => out.put_slice(label.as_bytes()),
         (DataType::Array(element), Value::Array(items)) => encode_array(items, element, out)?,
         (DataType::Jsonb, Value::Json(s)) => {
             out.put_u8(JSONB_VERSION);
@@ -265,7 +267,7 @@ pub(crate) fn decode_binary(b: &[u8], ty: &DataType) -> Result<Value, SqlError> 
             1 => Value::Bool(true),
             other => return Err(bad_binary(ty, &format!("byte {other}"))),
         },
-        DataType::Text | DataType::Varchar(_) => Value::Text(utf8(b)?),
+        DataType::Text | DataType::Varchar(_) | DataType::Enum(_) => Value::Text(utf8(b)?),
         DataType::Bytea => Value::Bytes(b.to_vec()),
         DataType::Timestamp | DataType::TimestampTz => {
             let t = i64::from_be_bytes(fixed(b, ty)?)

@@ -318,7 +318,7 @@ impl Work<'_> {
                     ast::AlterColumnOperation::SetDataType {
                         data_type, using, ..
                     } => {
-                        let ty = bind::sql_type(data_type)?;
+                        let ty = bind::sql_type(catalog, data_type)?;
                         self.views_block(catalog, &name, false, "alter type of")?;
                         let ColumnSource::Old(from) = self.sources[p] else {
                             return Err(SqlError::unsupported(
@@ -386,7 +386,7 @@ impl Work<'_> {
         let serial = bind::serial_type(&c.data_type);
         let ty = match &serial {
             Some(ty) => ty.clone(),
-            None => bind::sql_type(&c.data_type)?,
+            None => bind::sql_type(catalog, &c.data_type)?,
         };
         let p = self.schema.columns.len();
         let mut def = ColumnDef::new(name.clone(), ty.clone());

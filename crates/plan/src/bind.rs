@@ -9,7 +9,7 @@ use aqueduct_tables::{
     parse_type, Catalog, CheckDef, ColumnDef, FkAction, ForeignKeyDef, Identity, Isolation,
     SequenceDef, Table, TableId, TableSchema,
 };
-use aqueduct_values::{DataType, Value};
+use aqueduct_values::{DataType, LabelPlace, Value};
 use sqlparser::ast;
 
 use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp, Volatile};
@@ -19,7 +19,7 @@ use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping,
     InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody, SelectPlan,
-    SequenceChange, SortKey, StatementTime, TruncatePlan, UpdatePlan,
+    SequenceChange, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -429,7 +429,8 @@ fn literal_type(v: &Value) -> DataType {
             .find(|v| !v.is_null())
             .map_or(DataType::Text, literal_type)
             .array_of(),
-        Value::Text(_) | Value::Null => DataType::Text,
+        // An enum literal is bound inside a cast, which has its type.
+        Value::Text(_) | Value::Enum(..) | Value::Null => DataType::Text,
     }
 }
 
@@ -463,7 +464,22 @@ fn arithmetic_type(a: &DataType, b: &DataType) -> DataType {
     }
 }
 
-pub(crate) fn sql_type(dt: &ast::DataType) -> Result<DataType, SqlError> {
+pub(crate) fn sql_type(catalog: &Catalog, dt: &ast::DataType) -> Result<DataType, SqlError> {
+    // A name that is not a built-in type may be an enum type's.
+    match dt {
+        ast::DataType::Custom(name, modifiers) if modifiers.is_empty() => {
+            if let Some(t) = catalog.enum_type(&object_name(name)?) {
+                return Ok(DataType::Enum(t.clone()));
+            }
+        }
+        ast::DataType::Array(
+            ast::ArrayElemTypeDef::SquareBracket(inner, _)
+            | ast::ArrayElemTypeDef::Qualified(inner, _),
+        ) if matches!(**inner, ast::DataType::Custom(..)) => {
+            return Ok(sql_type(catalog, inner)?.array_of());
+        }
+        _ => {}
+    }
     let text = dt.to_string().to_lowercase();
     if text == "serial" || text == "bigserial" || text == "smallserial" {
         return Err(SqlError::unsupported(format!("type {text}"))
@@ -580,6 +596,11 @@ impl<'a> Binder<'a> {
                         },
                         ast::ObjectType::Index => Ddl::DropIndex { names, if_exists },
                         ast::ObjectType::Sequence => Ddl::DropSequence { names, if_exists },
+                        ast::ObjectType::Type => Ddl::DropType {
+                            names,
+                            if_exists,
+                            cascade,
+                        },
                         ast::ObjectType::View | ast::ObjectType::MaterializedView => {
                             Ddl::DropView {
                                 names,
@@ -601,7 +622,7 @@ impl<'a> Binder<'a> {
                 owned_by: None,
             } => {
                 let ty = match data_type {
-                    Some(dt) => sql_type(dt)?,
+                    Some(dt) => sql_type(self.catalog, dt)?,
                     None => DataType::Int8,
                 };
                 if !matches!(ty, DataType::Int2 | DataType::Int4 | DataType::Int8) {
@@ -615,6 +636,45 @@ impl<'a> Binder<'a> {
                     Plan::Ddl(Ddl::CreateSequence {
                         def,
                         if_not_exists: *if_not_exists,
+                    }),
+                    vec![],
+                )
+            }
+            S::CreateType {
+                name,
+                representation: Some(ast::UserDefinedTypeRepresentation::Enum { labels }),
+            } => (
+                Plan::Ddl(Ddl::CreateEnum {
+                    name: object_name(name)?,
+                    labels: labels.iter().map(|l| l.value.clone()).collect(),
+                }),
+                vec![],
+            ),
+            S::AlterType(a) => {
+                let change = match &a.operation {
+                    ast::AlterTypeOperation::Rename(r) => TypeChange::Rename(ident(&r.new_name)),
+                    ast::AlterTypeOperation::AddValue(v) => TypeChange::AddValue {
+                        label: v.value.value.clone(),
+                        place: match &v.position {
+                            None => LabelPlace::Last,
+                            Some(ast::AlterTypeAddValuePosition::Before(n)) => {
+                                LabelPlace::Before(n.value.clone())
+                            }
+                            Some(ast::AlterTypeAddValuePosition::After(n)) => {
+                                LabelPlace::After(n.value.clone())
+                            }
+                        },
+                        if_not_exists: v.if_not_exists,
+                    },
+                    ast::AlterTypeOperation::RenameValue(_) => {
+                        return Err(SqlError::unsupported("ALTER TYPE ... RENAME VALUE")
+                            .with_hint("add the new label with ALTER TYPE ... ADD VALUE and UPDATE the rows that have the old one"))
+                    }
+                };
+                (
+                    Plan::Ddl(Ddl::AlterType {
+                        name: object_name(&a.name)?,
+                        change,
                     }),
                     vec![],
                 )
@@ -961,7 +1021,7 @@ impl<'a> Binder<'a> {
             E::Nested(inner) => self.expr(inner, scope, expected)?,
             E::Value(v) => self.value(&v.value, expected)?,
             E::TypedString(ts) => {
-                let ty = sql_type(&ts.data_type)?;
+                let ty = sql_type(self.catalog, &ts.data_type)?;
                 let text = match &ts.value.value {
                     ast::Value::SingleQuotedString(s) => s.clone(),
                     other => other.to_string(),
@@ -1060,7 +1120,7 @@ impl<'a> Binder<'a> {
             E::Cast {
                 expr, data_type, ..
             } => {
-                let ty = sql_type(data_type)?;
+                let ty = sql_type(self.catalog, data_type)?;
                 let inner = self.expr(expr, scope, Some(&ty))?;
                 // A constant is converted now (so bad literals fail at bind
                 // time); the cast node stays so the result keeps its type.
@@ -1226,6 +1286,10 @@ impl<'a> Binder<'a> {
             let array = self.type_of(&l, scope).array_of();
             (l, self.expr(right, scope, Some(&array))?)
         };
+        let element = self
+            .known_type(&r, scope)
+            .and_then(|t| t.element().cloned());
+        let l = self.enum_literal(l, left, element.as_ref())?;
         match self.known_type(&r, scope) {
             None | Some(DataType::Array(_)) => {}
             Some(ty) => {
@@ -1244,6 +1308,25 @@ impl<'a> Binder<'a> {
             Func::AnyOf(op)
         };
         Ok(Expr::Call(func, vec![l, r]))
+    }
+
+    /// A quoted literal compared with an enum, read as a label of the enum
+    /// type when it comes first too (`'ok' = mood`): a value alone does
+    /// not say which enum type it would be, so it cannot wait for run time.
+    fn enum_literal(
+        &self,
+        e: Expr,
+        e_ast: &ast::Expr,
+        other: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
+        match (other, &e) {
+            (Some(ty @ DataType::Enum(_)), Expr::Literal(v @ Value::Text(_)))
+                if is_untyped_literal(e_ast) =>
+            {
+                Ok(Expr::Literal(v.clone().coerce(ty)?))
+            }
+            _ => Ok(e),
+        }
     }
 
     /// `ARRAY[a, b, ...]`: the elements take one type, as CASE's results do.
@@ -1350,6 +1433,7 @@ impl<'a> Binder<'a> {
             };
             (l, self.expr(right, scope, expected.as_ref())?)
         };
+        let l = self.enum_literal(l, left, self.known_type(&r, scope).as_ref())?;
         if logical {
             let name = if op == BinOp::And { "AND" } else { "OR" };
             self.check_boolean(&l, scope, name)?;
@@ -2793,7 +2877,7 @@ impl<'a> Binder<'a> {
             let serial = serial_type(&col.data_type);
             let ty = match &serial {
                 Some(ty) => ty.clone(),
-                None => sql_type(&col.data_type)?,
+                None => sql_type(self.catalog, &col.data_type)?,
             };
             let mut def = ColumnDef::new(cname.clone(), ty.clone());
             let owned_sequence =

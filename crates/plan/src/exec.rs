@@ -610,6 +610,17 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
         }
         Ddl::AlterTable(_) => unreachable!("ALTER TABLE runs in alter.rs"),
         Ddl::AlterSequence { .. } => unreachable!("ALTER SEQUENCE runs in alter_sequence.rs"),
+        Ddl::CreateEnum { name, labels } => {
+            crate::enum_types::create_enum(catalog, txn, name, labels)
+        }
+        Ddl::AlterType { name, change } => {
+            crate::enum_types::alter_type(catalog, txn, name, change)
+        }
+        Ddl::DropType {
+            names,
+            if_exists,
+            cascade,
+        } => crate::enum_types::drop_types(catalog, txn, names, *if_exists, *cascade),
         Ddl::CreateSequence { def, if_not_exists } => {
             if catalog.sequence(&def.name).is_some() && *if_not_exists {
                 return tag("CREATE SEQUENCE");

@@ -15,7 +15,8 @@
 //! other by their own paths, never through the crate root, so they form a
 //! DAG (`crates/sql/tests/module_cycles.rs`). From the bottom: `plan.rs`
 //! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`,
-//! `alter.rs` and `alter_sequence.rs`, `exec.rs`.
+//! `alter.rs`, `alter_sequence.rs` and
+//! `enum_types.rs`, `exec.rs`.
 
 mod alter;
 mod alter_sequence;
@@ -23,6 +24,7 @@ pub mod bind;
 pub mod catalog_queries;
 mod constraints;
 mod effects;
+mod enum_types;
 pub mod exec;
 pub mod limits;
 pub mod parse;

@@ -199,6 +199,33 @@ pub enum Ddl {
         names: Vec<String>,
         if_exists: bool,
     },
+    /// `CREATE TYPE name AS ENUM (labels)`.
+    CreateEnum {
+        name: String,
+        labels: Vec<String>,
+    },
+    AlterType {
+        name: String,
+        change: TypeChange,
+    },
+    DropType {
+        names: Vec<String>,
+        if_exists: bool,
+        cascade: bool,
+    },
+}
+
+/// What `ALTER TYPE` does to an enum type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypeChange {
+    /// `ADD VALUE [IF NOT EXISTS] 'label' [BEFORE | AFTER 'label']`.
+    AddValue {
+        label: String,
+        place: aqueduct_values::LabelPlace,
+        if_not_exists: bool,
+    },
+    /// `RENAME TO name`.
+    Rename(String),
 }
 
 /// What `ALTER SEQUENCE` changes; `None` leaves a field as it is.

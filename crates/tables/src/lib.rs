@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aqueduct_log::{Log, Lsn};
-use aqueduct_values::Value;
+use aqueduct_values::{EnumType, Value};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 pub use batch::{
@@ -38,8 +38,8 @@ pub use roles::{
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
 };
 pub use schema::{
-    parse_type, CheckDef, ColumnDef, ColumnSource, FkAction, ForeignKeyDef, Identity, IndexDef,
-    SchemaChange, SequenceDef, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
+    enum_of, parse_type, CheckDef, ColumnDef, ColumnSource, FkAction, ForeignKeyDef, Identity,
+    IndexDef, SchemaChange, SequenceDef, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
 };
 pub use sequences::{
     SequenceCache, SequenceError, SequenceState, SessionSequences, SEQUENCE_RESERVE_VALUES,
@@ -115,6 +115,8 @@ pub struct Catalog {
     pub security: Security,
     /// Sequences by id, as the log left them.
     pub sequences: BTreeMap<TableId, SequenceState>,
+    /// Enum types by id.
+    pub types: BTreeMap<TableId, Arc<EnumType>>,
     /// LSN of the last write applied: the tables are exactly as of it.
     lsn: Lsn,
     /// Counts the schema changes applied (sequence positions aside): a
@@ -146,6 +148,11 @@ impl Catalog {
     /// The sequence called `name`.
     pub fn sequence(&self, name: &str) -> Option<&SequenceState> {
         self.sequences.values().find(|s| s.def.name == name)
+    }
+
+    /// The enum type called `name`.
+    pub fn enum_type(&self, name: &str) -> Option<&Arc<EnumType>> {
+        self.types.values().find(|t| t.name == name)
     }
 
     /// The time map called `name`.
@@ -236,6 +243,20 @@ impl Catalog {
                 if let Some(t) = self.tables.get_mut(&table) {
                     t.set_constraints(checks, foreign_keys);
                 }
+            }
+            SchemaChange::CreateType(t) => {
+                self.next_table_id = self.next_table_id.max(t.id + 1);
+                self.types.insert(t.id, Arc::new(t));
+            }
+            SchemaChange::AlterType(t) => {
+                let t = Arc::new(t);
+                for table in self.tables.values_mut() {
+                    table.retype_enum(&t);
+                }
+                self.types.insert(t.id, t);
+            }
+            SchemaChange::DropType { id } => {
+                self.types.remove(&id);
             }
             SchemaChange::CreateSequence(def) => {
                 self.next_table_id = self.next_table_id.max(def.id + 1);

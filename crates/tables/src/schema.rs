@@ -4,7 +4,9 @@
 //! (8 bytes, big-endian) and whose body is a JSON object, versioned by its
 //! `"v"` field (see `docs/table-records.md`).
 
-use aqueduct_values::{DataType, Value};
+use std::sync::Arc;
+
+use aqueduct_values::{DataType, EnumType, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::roles::{grantee_def, grantee_json, Grantee, Privilege, RoleDef, RoleJson};
@@ -226,6 +228,15 @@ pub enum SchemaChange {
         upto: i64,
         generation: u64,
     },
+    /// `CREATE TYPE name AS ENUM (...)`. Its id comes from the table-id
+    /// counter.
+    CreateType(EnumType),
+    /// `ALTER TYPE ... ADD VALUE`, `RENAME TO`: the new definition, same
+    /// id. Columns of the type take it.
+    AlterType(EnumType),
+    DropType {
+        id: TableId,
+    },
 }
 
 /// Where a column of an altered table takes existing rows' values from.
@@ -278,6 +289,56 @@ struct ColumnJson {
     default_expr: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     identity: Option<Identity>,
+    /// For a column of an enum type (or an array of one, `ty` then
+    /// `enum[]`): the type as it was when the record was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enum_type: Option<EnumJson>,
+}
+
+/// An enum type: labels in order with their sort keys.
+#[derive(Clone, Serialize, Deserialize)]
+struct EnumJson {
+    id: TableId,
+    name: String,
+    labels: Vec<(String, i64)>,
+}
+
+fn enum_json(t: &EnumType) -> EnumJson {
+    EnumJson {
+        id: t.id,
+        name: t.name.clone(),
+        labels: t.labels.clone(),
+    }
+}
+
+fn enum_def(j: EnumJson) -> Result<EnumType, String> {
+    if !j.labels.windows(2).all(|w| w[0].1 < w[1].1) {
+        return Err(format!("enum type {} has labels out of order", j.name));
+    }
+    Ok(EnumType {
+        id: j.id,
+        name: j.name,
+        labels: j.labels,
+    })
+}
+
+/// The enum type a column's type is or holds.
+pub fn enum_of(ty: &DataType) -> Option<&Arc<EnumType>> {
+    match ty {
+        DataType::Enum(t) => Some(t),
+        DataType::Array(e) => enum_of(e),
+        _ => None,
+    }
+}
+
+/// A column type's text in a record: an enum type is `enum` (its
+/// definition goes beside it), other types as `Display` writes them.
+fn type_text(ty: &DataType) -> String {
+    match ty {
+        DataType::Enum(_) => "enum".into(),
+        DataType::Array(e) if matches!(**e, DataType::Enum(_)) => "enum[]".into(),
+        other => other.to_string(),
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -318,7 +379,8 @@ fn table_json(t: &TableSchema) -> TableJson {
             .iter()
             .map(|c| ColumnJson {
                 name: c.name.clone(),
-                ty: c.ty.to_string(),
+                ty: type_text(&c.ty),
+                enum_type: enum_of(&c.ty).map(|t| enum_json(t)),
                 not_null: c.not_null,
                 default: c.default.as_ref().and_then(|d| d.to_text()),
                 default_expr: c.default_expr.clone(),
@@ -337,7 +399,13 @@ fn table_def(j: TableJson) -> Result<TableSchema, String> {
         .columns
         .into_iter()
         .map(|c| {
-            let ty = parse_type(&c.ty)?;
+            let ty = match (c.ty.as_str(), c.enum_type) {
+                ("enum", Some(t)) => DataType::Enum(Arc::new(enum_def(t)?)),
+                ("enum[]", Some(t)) => {
+                    DataType::Array(Box::new(DataType::Enum(Arc::new(enum_def(t)?))))
+                }
+                (text, _) => parse_type(text)?,
+            };
             let default = match c.default {
                 Some(d) => Some(
                     Value::Text(d)
@@ -478,6 +546,20 @@ enum ChangeJson {
         upto: i64,
         generation: u64,
     },
+    CreateType {
+        v: u32,
+        #[serde(flatten)]
+        def: EnumJson,
+    },
+    AlterType {
+        v: u32,
+        #[serde(flatten)]
+        def: EnumJson,
+    },
+    DropType {
+        v: u32,
+        id: TableId,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -518,6 +600,8 @@ impl SchemaChange {
             SchemaChange::DropSequence { id }
             | SchemaChange::SetSequence { id, .. }
             | SchemaChange::ReserveSequence { id, .. } => *id,
+            SchemaChange::CreateType(t) | SchemaChange::AlterType(t) => t.id,
+            SchemaChange::DropType { id } => *id,
         }
     }
 
@@ -635,6 +719,15 @@ impl SchemaChange {
                 upto: *upto,
                 generation: *generation,
             },
+            SchemaChange::CreateType(t) => ChangeJson::CreateType {
+                v,
+                def: enum_json(t),
+            },
+            SchemaChange::AlterType(t) => ChangeJson::AlterType {
+                v,
+                def: enum_json(t),
+            },
+            SchemaChange::DropType { id } => ChangeJson::DropType { v, id: *id },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -800,6 +893,18 @@ impl SchemaChange {
                     upto,
                     generation,
                 }
+            }
+            ChangeJson::CreateType { v, def } => {
+                check(v)?;
+                SchemaChange::CreateType(enum_def(def)?)
+            }
+            ChangeJson::AlterType { v, def } => {
+                check(v)?;
+                SchemaChange::AlterType(enum_def(def)?)
+            }
+            ChangeJson::DropType { v, id } => {
+                check(v)?;
+                SchemaChange::DropType { id }
             }
         })
     }
@@ -974,6 +1079,48 @@ mod tests {
         ] {
             assert_eq!(SchemaChange::decode(&c.encode()).unwrap(), c);
         }
+    }
+
+    #[test]
+    fn enum_types_and_columns_round_trip_and_alter_type_reaches_columns() {
+        let labels: Vec<String> = ["sad", "ok", "happy"].map(String::from).to_vec();
+        let mood = EnumType::new(3, "mood", &labels).unwrap();
+        let mut added = mood.clone();
+        added
+            .add("meh", &aqueduct_values::LabelPlace::Before("ok".into()))
+            .unwrap();
+        let ty = DataType::Enum(Arc::new(mood.clone()));
+        let mut column = ColumnDef::new("feeling", ty.clone());
+        column.default = Some(Value::Text("ok".into()).coerce(&ty).unwrap());
+        let table = TableSchema {
+            id: 4,
+            name: "people".into(),
+            columns: vec![
+                column,
+                ColumnDef::new("seen", DataType::Array(Box::new(ty.clone()))),
+            ],
+            ..TableSchema::default()
+        };
+        for c in [
+            SchemaChange::CreateType(mood.clone()),
+            SchemaChange::CreateTable(table.clone()),
+            SchemaChange::AlterType(added.clone()),
+            SchemaChange::DropType { id: 3 },
+        ] {
+            assert_eq!(SchemaChange::decode(&c.encode()).unwrap(), c);
+        }
+        // Replayed: the column takes the added label.
+        let mut catalog = crate::Catalog::default();
+        catalog.apply_schema(SchemaChange::CreateType(mood));
+        catalog.apply_schema(SchemaChange::CreateTable(table));
+        catalog.apply_schema(SchemaChange::AlterType(added));
+        let t = catalog.table("people").unwrap();
+        let meh = Value::Text("meh".into()).coerce(&t.schema.columns[0].ty);
+        let ok = Value::Text("ok".into()).coerce(&t.schema.columns[0].ty);
+        assert!(meh.clone().unwrap() < ok.unwrap(), "{meh:?}");
+        assert!(Value::Text("{meh}".into())
+            .coerce(&t.schema.columns[1].ty)
+            .is_ok());
     }
 
     #[test]

@@ -100,6 +100,32 @@ impl Table {
         }
     }
 
+    /// `ALTER TYPE` of an enum: columns of the type (or arrays of it)
+    /// take its new definition. Stored values stay valid: labels keep
+    /// their sort keys.
+    pub fn retype_enum(&mut self, t: &Arc<aqueduct_values::EnumType>) {
+        use aqueduct_values::DataType;
+        let retype = |ty: &DataType| -> Option<DataType> {
+            match ty {
+                DataType::Enum(old) if old.id == t.id => Some(DataType::Enum(t.clone())),
+                DataType::Array(e) if matches!(&**e, DataType::Enum(old) if old.id == t.id) => {
+                    Some(DataType::Array(Box::new(DataType::Enum(t.clone()))))
+                }
+                _ => None,
+            }
+        };
+        if !self.schema.columns.iter().any(|c| retype(&c.ty).is_some()) {
+            return;
+        }
+        let mut schema = (*self.schema).clone();
+        for c in &mut schema.columns {
+            if let Some(ty) = retype(&c.ty) {
+                c.ty = ty;
+            }
+        }
+        self.schema = Arc::new(schema);
+    }
+
     /// `ALTER TABLE`: the table takes `schema`, and each row is remade
     /// from `sources` (one per new column: an old column's value or a
     /// constant); keys stay (the primary key's values do not change), the

@@ -11,11 +11,13 @@
 //! 10 uuid 16 bytes | 11 json u32 len + UTF-8
 //! 12 array u32 count + that many values (tag, payload; never an array)
 //! 13 jsonb u32 len + its canonical text (UTF-8)
+//! 15 enum i64 sort key + u32 len + label (UTF-8)
 //! ```
-//! All integers little-endian. Tags 12 and 13 were added later; rows
+//! All integers little-endian. Tags 12, 13 and 15 were added later; rows
 //! written before them decode unchanged (a jsonb written then is tag 11).
 
 mod array;
+mod enums;
 mod jsonb;
 mod text;
 mod types;
@@ -24,6 +26,9 @@ use std::cmp::Ordering;
 use std::fmt;
 
 pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
+pub use enums::{
+    EnumType, LabelError, LabelPlace, ENUM_SORT_GAP, FIRST_USER_OID, MAX_ENUM_LABEL_BYTES,
+};
 pub use jsonb::{
     canonical_number, json_path_text, key_order, JsonStep, Jsonb, MAX_JSON_DEPTH,
     MAX_JSON_NUMBER_DIGITS, MAX_JSON_NUMBER_SCALE,
@@ -63,6 +68,8 @@ pub enum Value {
     Jsonb(Jsonb),
     /// A one-dimensional array (lower bound 1); elements are never arrays.
     Array(Vec<Value>),
+    /// A label of an enum type and its sort key (see [`EnumType`]).
+    Enum(i64, Box<str>),
 }
 
 /// A value that does not fit where it was put.
@@ -78,6 +85,9 @@ pub enum ValueError {
     /// range`, `numeric field overflow`, ...).
     #[error("{0}")]
     Range(String),
+    /// SQLSTATE 22P02: text that is not a label of the enum type.
+    #[error("invalid input value for enum {ty}: \"{input}\"")]
+    EnumLabel { ty: String, input: String },
     /// SQLSTATE 22003: a value with more digits before the point than a
     /// `numeric(precision, scale)` column allows.
     #[error("numeric field overflow")]
@@ -137,7 +147,9 @@ impl ValueError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             ValueError::Syntax { ty, .. } if ty.starts_with("timestamp") || ty == "date" => "22007",
-            ValueError::Syntax { .. } | ValueError::MalformedArray { .. } => "22P02",
+            ValueError::Syntax { .. }
+            | ValueError::MalformedArray { .. }
+            | ValueError::EnumLabel { .. } => "22P02",
             ValueError::UnsupportedEscape => "22P05",
             ValueError::Unsupported(_) => "0A000",
             ValueError::TooDeep { .. } => "54001",
@@ -175,6 +187,7 @@ impl Value {
             Value::Json(_) => "json",
             Value::Jsonb(_) => "jsonb",
             Value::Array(_) => "array",
+            Value::Enum(..) => "enum",
         }
     }
 
@@ -188,6 +201,7 @@ impl Value {
     pub fn payload_len(&self) -> usize {
         match self {
             Value::Text(s) | Value::Json(s) => s.len(),
+            Value::Enum(_, l) => l.len(),
             Value::Bytes(b) => b.len(),
             Value::Jsonb(j) => j.size(),
             Value::Array(items) => items.iter().map(Value::payload_len).sum(),
@@ -232,7 +246,8 @@ fn rank(v: &Value) -> u8 {
         Value::Json(_) => 9,
         Value::Jsonb(_) => 10,
         Value::Array(_) => 11,
-        Value::Null => 12,
+        Value::Enum(..) => 12,
+        Value::Null => 13,
     }
 }
 
@@ -264,6 +279,7 @@ fn compare(a: &Value, b: &Value) -> Option<Ordering> {
         // Element by element (NULL elements equal to each other and after
         // the rest, as PostgreSQL's array comparison), then by length.
         (Array(x), Array(y)) => x.cmp(y),
+        (Enum(x, _), Enum(y, _)) => x.cmp(y),
         _ => return None,
     })
 }
@@ -330,6 +346,7 @@ impl std::hash::Hash for Value {
             Value::Json(s) => (8u8, s).hash(state),
             Value::Jsonb(j) => (9u8, j).hash(state),
             Value::Array(items) => (10u8, items).hash(state),
+            Value::Enum(sort, _) => (11u8, *sort).hash(state),
         }
     }
 }
@@ -405,6 +422,12 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             }
         }
         Value::Jsonb(j) => var(out, 13, j.to_string().as_bytes()),
+        Value::Enum(sort, label) => {
+            out.push(15);
+            out.extend_from_slice(&sort.to_le_bytes());
+            out.extend_from_slice(&(label.len() as u32).to_le_bytes());
+            out.extend_from_slice(label.as_bytes());
+        }
     }
 }
 
@@ -511,6 +534,13 @@ pub fn decode_value(b: &[u8]) -> Result<(Value, usize), ValueError> {
                 .map_err(|_| ValueError::Corrupt("stored jsonb does not parse".into()))?;
             (Value::Jsonb(j), used)
         }
+        15 => {
+            let sort = i64::from_le_bytes(fixed(8)?.try_into().unwrap());
+            let len =
+                u32::from_le_bytes(b.get(9..13).ok_or_else(bad)?.try_into().unwrap()) as usize;
+            let body = b.get(13..13 + len).ok_or_else(bad)?;
+            (Value::Enum(sort, string(body)?.into()), 13 + len)
+        }
         t => return Err(ValueError::Corrupt(format!("unknown value tag {t}"))),
     })
 }
@@ -540,6 +570,7 @@ mod tests {
                 0..4
             )
             .prop_map(Value::Array),
+            (any::<i64>(), "[a-z]{1,8}").prop_map(|(s, l)| Value::Enum(s, l.into())),
             prop::collection::vec(".{0,5}".prop_map(Value::Text), 0..4).prop_map(Value::Array),
         ]
     }

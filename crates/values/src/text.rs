@@ -29,6 +29,7 @@ pub(crate) fn to_text(v: &Value) -> Option<String> {
         Value::Uuid(u) => uuid::Uuid::from_u128(*u).hyphenated().to_string(),
         Value::Jsonb(j) => j.to_string(),
         Value::Array(items) => crate::format_array(items, to_text),
+        Value::Enum(_, label) => label.to_string(),
     })
 }
 

@@ -38,6 +38,8 @@ pub enum DataType {
     Jsonb,
     /// A one-dimensional array of the element type (never an array).
     Array(Box<DataType>),
+    /// An enum type (`CREATE TYPE ... AS ENUM`).
+    Enum(std::sync::Arc<crate::EnumType>),
 }
 
 impl DataType {
@@ -103,7 +105,8 @@ impl DataType {
             DataType::Numeric | DataType::NumericTypmod { .. } => 1700,
             DataType::Uuid => 2950,
             DataType::Jsonb => 3802,
-            DataType::Array(element) => match **element {
+            DataType::Enum(t) => t.oid(),
+            DataType::Array(element) => match &**element {
                 DataType::Bool => 1000,
                 DataType::Bytea => 1001,
                 DataType::Int2 => 1005,
@@ -120,6 +123,7 @@ impl DataType {
                 DataType::Uuid => 2951,
                 DataType::Json => 199,
                 DataType::Jsonb => 3807,
+                DataType::Enum(t) => t.array_oid(),
                 DataType::Array(_) => unreachable!("arrays of arrays are never built"),
             },
         }
@@ -211,6 +215,17 @@ impl DataType {
         }
     }
 
+    /// The type as a reader without this catalog's enum types takes it
+    /// (the change feed's table headers, mirrors): an enum is its labels'
+    /// text. Other types are unchanged.
+    pub fn portable(&self) -> DataType {
+        match self {
+            DataType::Enum(_) => DataType::Text,
+            DataType::Array(e) => DataType::Array(Box::new(e.portable())),
+            other => other.clone(),
+        }
+    }
+
     pub fn is_textual(&self) -> bool {
         matches!(self, DataType::Text | DataType::Varchar(_))
     }
@@ -240,6 +255,7 @@ impl fmt::Display for DataType {
             DataType::Json => "json",
             DataType::Jsonb => "jsonb",
             DataType::Array(element) => return write!(f, "{element}[]"),
+            DataType::Enum(t) => &t.name,
         })
     }
 }
@@ -300,6 +316,7 @@ fn check_len(v: Value) -> Result<Value, ValueError> {
 pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
     let t = s.trim();
     match ty {
+        DataType::Enum(e) => enum_label(e, s),
         DataType::Int2 | DataType::Int4 | DataType::Int8 => {
             let i: i64 = t.parse().map_err(|e: std::num::ParseIntError| {
                 if matches!(
@@ -551,6 +568,17 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The value of enum type `t` labelled `label`: 22P02 when it has none.
+fn enum_label(t: &crate::EnumType, label: &str) -> Result<Value, ValueError> {
+    match t.sort_of(label) {
+        Some(sort) => Ok(Value::Enum(sort, label.into())),
+        None => Err(ValueError::EnumLabel {
+            ty: t.name.clone(),
+            input: label.chars().take(100).collect(),
+        }),
+    }
+}
+
 pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
     let mismatch = |v: &Value| ValueError::Mismatch {
         from: v.kind_name().to_string(),
@@ -573,6 +601,8 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
             }
             check_len(Value::Text(s))
         }
+        (Value::Text(s), DataType::Enum(t)) => enum_label(t, &s),
+        (Value::Enum(_, label), DataType::Enum(t)) => enum_label(t, &label),
         (Value::Text(s), _) => parse_text(&s, ty),
         (Value::Int(i), DataType::Int2 | DataType::Int4 | DataType::Int8) => int_in(ty, i),
         (Value::Int(i), DataType::Float4 | DataType::Float8) => float_in(ty, i as f64),
