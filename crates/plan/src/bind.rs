@@ -769,6 +769,39 @@ impl<'a> Binder<'a> {
         match set {
             ast::Set::SingleAssignment {
                 variable, values, ..
+            } if variable.to_string().eq_ignore_ascii_case("constraints") => {
+                // See `parse::rewrite_set_constraints`.
+                let text = |e: &ast::Expr| match e {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => Some(s.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let bad = || {
+                    SqlError::syntax(
+                        "SET CONSTRAINTS takes ALL or names, then DEFERRED or IMMEDIATE",
+                    )
+                };
+                let (mode, targets) = values.split_last().ok_or_else(bad)?;
+                let deferred = match text(mode).as_deref() {
+                    Some("deferred") => true,
+                    Some("immediate") => false,
+                    _ => return Err(bad()),
+                };
+                let names = match targets {
+                    [ast::Expr::Identifier(i)] if i.value.eq_ignore_ascii_case("all") => None,
+                    _ => Some(
+                        targets
+                            .iter()
+                            .map(|t| text(t).ok_or_else(bad))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ),
+                };
+                Ok(Plan::SetConstraints { names, deferred })
+            }
+            ast::Set::SingleAssignment {
+                variable, values, ..
             } => {
                 let name = variable.to_string().to_lowercase();
                 let value = values
@@ -3415,6 +3448,16 @@ impl<'a> Binder<'a> {
             ref_columns,
             on_delete: action(&fk.on_delete),
             on_update: action(&fk.on_update),
+            // INITIALLY DEFERRED implies DEFERRABLE, as in PostgreSQL.
+            deferrable: fk.characteristics.as_ref().is_some_and(|c| {
+                c.deferrable == Some(true)
+                    || (c.deferrable.is_none()
+                        && c.initially == Some(ast::DeferrableInitial::Deferred))
+            }),
+            initially_deferred: fk
+                .characteristics
+                .as_ref()
+                .is_some_and(|c| c.initially == Some(ast::DeferrableInitial::Deferred)),
         })
     }
 

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 
 use aqueduct_expr::{Env, Expr, SqlError};
 use aqueduct_tables::{
-    Catalog, FkAction, ForeignKeyDef, Key, Row, Table, TableId, TableSchema, Txn,
+    Catalog, DeferredCheck, DeferredKind, FkAction, ForeignKeyDef, Key, Row, Table, TableId,
+    TableSchema, Txn,
 };
 use aqueduct_values::Value;
 
@@ -344,6 +345,20 @@ pub(crate) fn enforce_foreign_keys(
                 } else {
                     fk.on_delete
                 };
+                // NO ACTION may wait for the end of the transaction;
+                // RESTRICT never does.
+                if action == FkAction::NoAction
+                    && txn
+                        .constraint_modes
+                        .deferred(&fk.name, fk.deferrable, fk.initially_deferred)
+                {
+                    txn.deferred.push(DeferredCheck {
+                        table: child.schema.id,
+                        constraint: fk.name.clone(),
+                        kind: DeferredKind::Referenced(key.clone()),
+                    });
+                    continue;
+                }
                 let replaced: Option<Vec<Value>> = new
                     .as_ref()
                     .map(|n| fk.ref_columns.iter().map(|&c| n[c].clone()).collect());
@@ -395,26 +410,48 @@ pub(crate) fn check_references(
             txn.want_lock(fk.ref_table, key.clone());
         }
         if found.is_empty() {
-            let cols: Vec<String> = fk
-                .columns
-                .iter()
-                .map(|&c| schema.columns[c].name.clone())
-                .collect();
-            return Err(SqlError::new(
-                "23503",
-                format!(
-                    "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                    schema.name, fk.name
-                ),
-            )
-            .with_detail(format!(
-                "{} is not present in table \"{}\".",
-                key_text(&cols, &values),
-                parent.schema.name
-            )));
+            if txn
+                .constraint_modes
+                .deferred(&fk.name, fk.deferrable, fk.initially_deferred)
+            {
+                txn.deferred.push(DeferredCheck {
+                    table: schema.id,
+                    constraint: fk.name.clone(),
+                    kind: DeferredKind::References(values),
+                });
+                continue;
+            }
+            return Err(fk_missing(schema, fk, parent, &values));
         }
     }
     Ok(())
+}
+
+/// 23503: a row of `schema`'s table references `values`, which `parent`
+/// does not have.
+fn fk_missing(
+    schema: &TableSchema,
+    fk: &ForeignKeyDef,
+    parent: &Table,
+    values: &[Value],
+) -> SqlError {
+    let cols: Vec<String> = fk
+        .columns
+        .iter()
+        .map(|&c| schema.columns[c].name.clone())
+        .collect();
+    SqlError::new(
+        "23503",
+        format!(
+            "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+            schema.name, fk.name
+        ),
+    )
+    .with_detail(format!(
+        "{} is not present in table \"{}\".",
+        key_text(&cols, values),
+        parent.schema.name
+    ))
 }
 
 /// What foreign key `fk` of `child` does to a referencing row `row` when
@@ -473,4 +510,102 @@ fn act(
             }))
         }
     })
+}
+
+/// Which deferred checks are done now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckDue {
+    /// All: the transaction ends.
+    All,
+    /// Those of constraints no longer deferred (`SET CONSTRAINTS ...
+    /// IMMEDIATE`).
+    Immediate,
+}
+
+/// The foreign key checks put off to the end of the transaction, done now
+/// (at `COMMIT`, at the end of a statement outside a transaction block,
+/// or for the constraints `SET CONSTRAINTS ... IMMEDIATE` names): 23503 for
+/// the first that fails. Those done are taken off the list.
+pub(crate) fn check_deferred(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    due: CheckDue,
+) -> Result<(), SqlError> {
+    let (due, kept): (Vec<DeferredCheck>, Vec<DeferredCheck>) = std::mem::take(&mut txn.deferred)
+        .into_iter()
+        .partition(|d| {
+            due == CheckDue::All
+                || catalog.table_by_id(d.table).is_some_and(|t| {
+                    t.schema.foreign_keys.iter().any(|fk| {
+                        fk.name == d.constraint
+                            && !txn.constraint_modes.deferred(
+                                &fk.name,
+                                fk.deferrable,
+                                fk.initially_deferred,
+                            )
+                    })
+                })
+        });
+    txn.deferred = kept;
+    // Of checks still pending when a constraint or table went, nothing is
+    // left to check.
+    txn.deferred.retain(|d| {
+        catalog.table_by_id(d.table).is_some_and(|t| {
+            t.schema
+                .foreign_keys
+                .iter()
+                .any(|fk| fk.name == d.constraint)
+        })
+    });
+    for d in due {
+        let child = table(catalog, d.table)?;
+        let Some(fk) = child
+            .schema
+            .foreign_keys
+            .iter()
+            .find(|fk| fk.name == d.constraint)
+            .cloned()
+        else {
+            continue;
+        };
+        let Some(parent) = catalog.table_by_id(fk.ref_table) else {
+            continue;
+        };
+        match &d.kind {
+            DeferredKind::References(values) => {
+                // Still referenced by a row? Then the referenced row must
+                // be there now.
+                if rows_with(catalog, txn, child, &fk.columns, values)?.is_empty() {
+                    continue;
+                }
+                let found = rows_with(catalog, txn, parent, &fk.ref_columns, values)?;
+                if found.is_empty() {
+                    return Err(fk_missing(&child.schema, &fk, parent, values));
+                }
+                for (key, _) in found {
+                    txn.want_lock(fk.ref_table, key);
+                }
+            }
+            DeferredKind::Referenced(key) => {
+                if !rows_with(catalog, txn, parent, &fk.ref_columns, key)?.is_empty() {
+                    continue;
+                }
+                if !rows_with(catalog, txn, child, &fk.columns, key)?.is_empty() {
+                    return Err(SqlError::new(
+                        "23503",
+                        format!(
+                            "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
+                            parent.schema.name, fk.name, child.schema.name
+                        ),
+                    )
+                    .with_detail(format!(
+                        "{} is still referenced from table \"{}\".",
+                        key_text(&names(parent, &fk.ref_columns), key),
+                        child.schema.name
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@ use std::cell::RefCell;
 
 use crate::bind;
 use crate::catalog_queries;
+pub use crate::constraints::CheckDue;
 use crate::constraints::{self, Changes};
 pub(crate) use crate::effects::Fx;
 use crate::plan::{
@@ -78,6 +79,7 @@ pub fn execute(
         | Plan::Savepoint { .. }
         | Plan::ReleaseSavepoint { .. }
         | Plan::RollbackTo { .. }
+        | Plan::SetConstraints { .. }
         | Plan::Set { .. }
         | Plan::Show { .. }
         | Plan::Deallocate { .. }
@@ -568,6 +570,12 @@ fn truncate(fx: &mut Fx<'_>, p: &TruncatePlan) -> Result<Outcome, SqlError> {
     Ok(Outcome::Command {
         tag: "TRUNCATE TABLE".into(),
     })
+}
+
+/// The foreign key checks a transaction put off (deferrable constraints,
+/// deferred), done now; 23503 for one that fails.
+pub fn check_deferred(catalog: &Catalog, txn: &mut Txn, due: CheckDue) -> Result<(), SqlError> {
+    constraints::check_deferred(catalog, txn, due)
 }
 
 fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {

@@ -28,6 +28,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = reordered.as_deref().unwrap_or(sql);
     let altered = rewrite_alter_sequence(sql);
     let sql = altered.as_deref().unwrap_or(sql);
+    let constraints = rewrite_set_constraints(sql);
+    let sql = constraints.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -452,6 +454,82 @@ fn alter_sequence_as_table(words: &[&sqlparser::tokenizer::Token]) -> Option<Str
         .map(|(k, v)| format!("{k} = {v}"))
         .collect();
     Some(format!("{head} SET ({})", options.join(", ")))
+}
+
+/// The parser has no `SET CONSTRAINTS {ALL | name, ...} {DEFERRED |
+/// IMMEDIATE}`: it becomes `SET CONSTRAINTS TO ALL|'name', ..., deferred`
+/// (names as string literals, `ALL` as a word, the mode last), which the
+/// binder makes [`crate::plan::Plan::SetConstraints`] of. `None` when `sql`
+/// has none.
+pub(crate) fn rewrite_set_constraints(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !contains_ignore_case(sql, "constraints") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut changed = false;
+    let mut start = 0;
+    while start < tokens.len() {
+        let end = tokens[start..]
+            .iter()
+            .position(|t| matches!(t, Token::SemiColon))
+            .map_or(tokens.len(), |p| start + p + 1);
+        let stmt = &tokens[start..end];
+        let words: Vec<&Token> = stmt
+            .iter()
+            .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
+            .collect();
+        let word = |t: &Token| match t {
+            Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+            _ => None,
+        };
+        let rewritten = (words.len() >= 4
+            && word(words[0]) == Some(Keyword::SET)
+            && matches!(words[1], Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("constraints")))
+        .then(|| {
+            let mode = match word(words[words.len() - 1])? {
+                Keyword::DEFERRED => "deferred",
+                Keyword::IMMEDIATE => "immediate",
+                _ => return None,
+            };
+            let targets = &words[2..words.len() - 1];
+            let mut values: Vec<String> = Vec::new();
+            if targets.len() == 1 && word(targets[0]) == Some(Keyword::ALL) {
+                values.push("ALL".into());
+            } else {
+                for (i, t) in targets.iter().enumerate() {
+                    match (i % 2, t) {
+                        (0, Token::Word(w)) => {
+                            let name = match w.quote_style {
+                                None => w.value.to_lowercase(),
+                                Some(_) => w.value.clone(),
+                            };
+                            values.push(format!("'{}'", name.replace('\'', "''")));
+                        }
+                        (1, Token::Comma) => {}
+                        _ => return None,
+                    }
+                }
+            }
+            values.push(format!("'{mode}'"));
+            Some(format!("SET CONSTRAINTS TO {}", values.join(", ")))
+        })
+        .flatten();
+        match rewritten {
+            Some(text) => {
+                changed = true;
+                out.push_str(&text);
+                if matches!(stmt.last(), Some(Token::SemiColon)) {
+                    out.push(';');
+                }
+            }
+            None => out.extend(stmt.iter().map(|t| t.to_string())),
+        }
+        start = end;
+    }
+    changed.then_some(out)
 }
 
 /// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.

@@ -86,6 +86,12 @@ pub enum Plan {
         name: String,
         value: Option<String>,
     },
+    /// `SET CONSTRAINTS {ALL | names} {DEFERRED | IMMEDIATE}` (`names`
+    /// `None` for ALL).
+    SetConstraints {
+        names: Option<Vec<String>>,
+        deferred: bool,
+    },
     Show {
         name: String,
     },

@@ -418,7 +418,69 @@ enum Read {
 #[derive(Clone, Debug)]
 pub struct TxnSavepoint {
     writes: usize,
+    deferred: usize,
     overlay: HashMap<(TableId, Key), Option<Row>>,
+}
+
+/// A foreign key check put off to the end of the transaction: the
+/// constraint is `DEFERRABLE` and deferred (`INITIALLY DEFERRED`, `SET
+/// CONSTRAINTS`), and failed when its statement ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeferredCheck {
+    /// The referencing table.
+    pub table: TableId,
+    /// The foreign key's name.
+    pub constraint: String,
+    pub kind: DeferredKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeferredKind {
+    /// A row references these values, which no row of the referenced
+    /// table had.
+    References(Vec<Value>),
+    /// The referenced key went while rows still referenced it.
+    Referenced(Vec<Value>),
+}
+
+/// `SET CONSTRAINTS`: which deferrable constraints are deferred in this
+/// transaction, over what each declares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConstraintModes {
+    /// `SET CONSTRAINTS ALL ...`: `true` deferred.
+    pub all: Option<bool>,
+    /// `SET CONSTRAINTS name, ... ...`, later ones last.
+    pub named: Vec<(String, bool)>,
+}
+
+impl ConstraintModes {
+    /// Whether a constraint called `name`, deferrable or not, initially
+    /// deferred or not, is deferred now.
+    pub fn deferred(&self, name: &str, deferrable: bool, initially_deferred: bool) -> bool {
+        if !deferrable {
+            return false;
+        }
+        if let Some((_, d)) = self.named.iter().rev().find(|(n, _)| n == name) {
+            return *d;
+        }
+        self.all.unwrap_or(initially_deferred)
+    }
+
+    /// Takes `SET CONSTRAINTS names|ALL deferred`.
+    pub fn set(&mut self, names: Option<&[String]>, deferred: bool) {
+        match names {
+            None => {
+                self.all = Some(deferred);
+                self.named.clear();
+            }
+            Some(names) => {
+                for n in names {
+                    self.named.retain(|(m, _)| m != n);
+                    self.named.push((n.clone(), deferred));
+                }
+            }
+        }
+    }
 }
 
 /// A transaction's isolation level.
@@ -474,6 +536,10 @@ pub struct Txn {
     overlay: HashMap<(TableId, Key), Option<Row>>,
     /// The furthest sequence reservation among `writes`, by sequence.
     reserved: HashMap<TableId, (i64, u64)>,
+    /// Foreign key checks put off to the end of the transaction.
+    pub deferred: Vec<DeferredCheck>,
+    /// `SET CONSTRAINTS` in this transaction.
+    pub constraint_modes: ConstraintModes,
 }
 
 impl Txn {
@@ -646,6 +712,7 @@ impl Txn {
     pub fn savepoint(&self) -> TxnSavepoint {
         TxnSavepoint {
             writes: self.writes.len(),
+            deferred: self.deferred.len(),
             overlay: self.overlay.clone(),
         }
     }
@@ -668,6 +735,7 @@ impl Txn {
             .collect();
         self.writes.truncate(at.writes);
         self.writes.extend(kept);
+        self.deferred.truncate(at.deferred);
         self.overlay = at.overlay.clone();
     }
 

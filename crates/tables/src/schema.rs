@@ -96,6 +96,13 @@ pub struct ForeignKeyDef {
     pub on_delete: FkAction,
     #[serde(default)]
     pub on_update: FkAction,
+    /// `DEFERRABLE`: `SET CONSTRAINTS` may put its check off to the end of
+    /// the transaction.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferrable: bool,
+    /// `INITIALLY DEFERRED`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub initially_deferred: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -121,7 +121,8 @@ impl Route {
                 | Plan::Rollback
                 | Plan::Savepoint { .. }
                 | Plan::ReleaseSavepoint { .. }
-                | Plan::RollbackTo { .. } => "transaction control",
+                | Plan::RollbackTo { .. }
+                | Plan::SetConstraints { .. } => "transaction control",
                 Plan::Explain { .. } => "explain",
                 Plan::Set { .. }
                 | Plan::Show { .. }

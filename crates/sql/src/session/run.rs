@@ -209,6 +209,16 @@ impl Session {
                     db.end(&txn);
                     return Ok(command("ROLLBACK"));
                 }
+                let mut txn = txn;
+                // The foreign key checks put off to now.
+                let deferred = {
+                    let catalog = db.read_in(Some(&txn));
+                    exec::check_deferred(&catalog, &mut txn, exec::CheckDue::All)
+                };
+                if let Err(e) = deferred {
+                    db.end(&txn);
+                    return Err(e);
+                }
                 let committed = db.commit(&txn);
                 db.end(&txn);
                 if let Some(lsn) = committed? {
@@ -224,6 +234,19 @@ impl Session {
                 self.failed = false;
                 self.savepoints.clear();
                 Ok(command("ROLLBACK"))
+            }
+            Plan::SetConstraints { names, deferred } => {
+                // Outside a transaction block it changes nothing
+                // (PostgreSQL warns).
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.constraint_modes.set(names.as_deref(), deferred);
+                    if !deferred {
+                        let db = self.engine.database();
+                        let catalog = db.read_in(Some(txn));
+                        exec::check_deferred(&catalog, txn, exec::CheckDue::Immediate)?;
+                    }
+                }
+                Ok(command("SET CONSTRAINTS"))
             }
             Plan::Savepoint { name } => {
                 let Some(txn) = &self.txn else {
@@ -329,6 +352,8 @@ impl Session {
         let sequences = &mut self.sequences;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
             let out = exec::execute(db, catalog, txn, sequences, &plan, columns.clone(), params)?;
+            // The statement is the transaction: deferred checks end with it.
+            exec::check_deferred(catalog, txn, exec::CheckDue::All)?;
             crate::roles::record_owners(txn, owner);
             Ok::<_, SqlError>(out)
         })?;
