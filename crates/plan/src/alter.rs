@@ -248,6 +248,15 @@ impl Work<'_> {
                 for ck in &mut self.schema.checks {
                     ck.sql = rename_in(&ck.sql, &old, &new)?;
                 }
+                // Indexes on expressions and partial ones name it too.
+                for i in &mut self.schema.indexes {
+                    for e in &mut i.expressions {
+                        *e = rename_in(e, &old, &new)?;
+                    }
+                    if let Some(p) = &mut i.predicate {
+                        *p = rename_in(p, &old, &new)?;
+                    }
+                }
                 self.schema.columns[p].name = new;
                 Ok(())
             }
@@ -578,11 +587,9 @@ impl Work<'_> {
                     ),
                 };
                 self.new_uniques.push(name.clone());
-                self.schema.indexes.push(IndexDef {
-                    name,
-                    columns: cols,
-                    unique: true,
-                });
+                self.schema
+                    .indexes
+                    .push(IndexDef::on_columns(name, cols, true));
             }
             ast::TableConstraint::ForeignKey(fk) => {
                 let cols: Vec<usize> = fk

@@ -17,9 +17,9 @@ use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp, Volatile};
 use crate::catalog_queries;
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
-    Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, Grouping,
-    InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody, SelectPlan,
-    SequenceChange, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
+    Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, ExprUnique,
+    Grouping, InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody,
+    SelectPlan, SequenceChange, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -2696,7 +2696,7 @@ impl<'a> Binder<'a> {
                     .schema
                     .indexes
                     .iter()
-                    .filter(|i| i.unique)
+                    .filter(|i| i.unique && i.is_physical())
                     .map(|i| (i.name.clone(), i.columns.clone())),
             )
             .collect();
@@ -2778,6 +2778,7 @@ impl<'a> Binder<'a> {
             .map(|c| self.default_of(c))
             .collect::<Result<Vec<_>, _>>()?;
         let checks = self.checks_of(table, &name)?;
+        let uniques = self.expr_uniques_of(table, &name)?;
         Ok((
             Plan::Insert(InsertPlan {
                 table: table.schema.id,
@@ -2787,6 +2788,7 @@ impl<'a> Binder<'a> {
                 on_conflict,
                 arbiters,
                 checks,
+                uniques,
                 returning,
             }),
             out_cols,
@@ -2847,6 +2849,7 @@ impl<'a> Binder<'a> {
         };
         let (returning, cols) = self.returning(&u.returning, table, &scope)?;
         let checks = self.checks_of(table, &qualifier)?;
+        let uniques = self.expr_uniques_of(table, &qualifier)?;
         Ok((
             Plan::Update(UpdatePlan {
                 table: table.schema.id,
@@ -2854,6 +2857,7 @@ impl<'a> Binder<'a> {
                 filter,
                 assignments,
                 checks,
+                uniques,
                 returning,
             }),
             cols,
@@ -3045,12 +3049,11 @@ impl<'a> Binder<'a> {
         let mut names = ConstraintNames::default();
         let indexes: Vec<aqueduct_tables::IndexDef> = uniques
             .into_iter()
-            .map(|(given, cols)| aqueduct_tables::IndexDef {
-                name: given.unwrap_or_else(|| {
+            .map(|(given, cols)| {
+                let name = given.unwrap_or_else(|| {
                     names.pick(&name, cols.iter().map(|&c| columns[c].name.as_str()), "key")
-                }),
-                columns: cols,
-                unique: true,
+                });
+                aqueduct_tables::IndexDef::on_columns(name, cols, true)
             })
             .collect();
         let mut schema = TableSchema {
@@ -3211,6 +3214,59 @@ impl<'a> Binder<'a> {
                 Ok((ck.name.clone(), self.condition(&e, &scope, "CHECK")?))
             })
             .collect()
+    }
+
+    /// The table's unique indexes on expressions and partial unique
+    /// indexes, bound over its row.
+    pub(crate) fn expr_uniques_of(
+        &mut self,
+        table: &Table,
+        name: &str,
+    ) -> Result<Vec<ExprUnique>, SqlError> {
+        let scope = Scope::table(table, name);
+        let mut out = Vec::new();
+        for idx in table
+            .schema
+            .indexes
+            .iter()
+            .filter(|i| i.unique && !i.is_physical())
+        {
+            let (keys, shown) = if idx.expressions.is_empty() {
+                let names: Vec<&str> = idx
+                    .columns
+                    .iter()
+                    .map(|&c| table.schema.columns[c].name.as_str())
+                    .collect();
+                (
+                    idx.columns.iter().map(|&c| Expr::Column(c)).collect(),
+                    names.join(", "),
+                )
+            } else {
+                let keys = idx
+                    .expressions
+                    .iter()
+                    .map(|sql| {
+                        let e = crate::parse::parse_expr(sql)?;
+                        self.expr(&e, &scope, None)
+                    })
+                    .collect::<Result<Vec<_>, SqlError>>()?;
+                (keys, idx.expressions.join(", "))
+            };
+            let predicate = match &idx.predicate {
+                Some(sql) => {
+                    let e = crate::parse::parse_expr(sql)?;
+                    Some(self.condition(&e, &scope, "WHERE")?)
+                }
+                None => None,
+            };
+            out.push(ExprUnique {
+                name: idx.name.clone(),
+                keys,
+                predicate,
+                shown,
+            });
+        }
+        Ok(out)
     }
 
     /// Grouping by a table's primary key groups by all of its columns (they
@@ -3398,7 +3454,7 @@ impl<'a> Binder<'a> {
             referenced
                 .indexes
                 .iter()
-                .filter(|i| i.unique)
+                .filter(|i| i.unique && i.is_physical())
                 .map(|i| i.columns.clone()),
         );
         if !unique_sets.into_iter().any(|mut set| {
@@ -3464,35 +3520,125 @@ impl<'a> Binder<'a> {
     fn create_index(&mut self, c: &ast::CreateIndex) -> Result<Plan, SqlError> {
         let table_name = object_name(&c.table_name)?;
         let table = self.table(&table_name)?;
-        let columns = c
-            .columns
-            .iter()
-            .map(|ic| match &ic.column.expr {
-                ast::Expr::Identifier(id) => table
-                    .schema
-                    .column_index(&ident(id))
-                    .ok_or_else(|| SqlError::undefined_column(&ident(id))),
-                _ => Err(SqlError::unsupported("an index on an expression")),
+        let scope = Scope::table(table, &table_name);
+        let mut columns: Vec<usize> = Vec::new();
+        let mut expressions: Vec<String> = Vec::new();
+        // Words for the index's default name.
+        let mut words: Vec<String> = Vec::new();
+        // An index on expressions reads these columns.
+        let read = |e: &Expr, columns: &mut Vec<usize>| {
+            e.walk(&mut |x| {
+                if let Expr::Column(i) = x {
+                    if !columns.contains(i) {
+                        columns.push(*i);
+                    }
+                }
             })
-            .collect::<Result<Vec<_>, _>>()?;
+        };
+        let mut volatile = false;
+        for ic in &c.columns {
+            let e = match &ic.column.expr {
+                ast::Expr::Nested(inner) => inner.as_ref(),
+                e => e,
+            };
+            match e {
+                ast::Expr::Identifier(id) => {
+                    let i = table
+                        .schema
+                        .column_index(&ident(id))
+                        .ok_or_else(|| SqlError::undefined_column(&ident(id)))?;
+                    columns.push(i);
+                    words.push(table.schema.columns[i].name.clone());
+                }
+                e => {
+                    let bound = self.expr(e, &scope, None)?;
+                    bound.walk(&mut |x| volatile |= matches!(x, Expr::Volatile(..)));
+                    read(&bound, &mut columns);
+                    expressions.push(e.to_string());
+                    words.push(match e {
+                        ast::Expr::Function(f) => f.name.to_string().to_lowercase(),
+                        _ => "expr".into(),
+                    });
+                }
+            }
+        }
+        if !expressions.is_empty() && expressions.len() != c.columns.len() {
+            return Err(
+                SqlError::unsupported("an index on both columns and expressions").with_hint(
+                    "index the columns as expressions too, e.g. (lower(email), (tenant))",
+                ),
+            );
+        }
+        let predicate = match &c.predicate {
+            Some(p) => {
+                let bound = self.condition(p, &scope, "WHERE")?;
+                bound.walk(&mut |x| volatile |= matches!(x, Expr::Volatile(..)));
+                let mut cols = Vec::new();
+                read(&bound, &mut cols);
+                // The predicate's columns are the index's too (dropping
+                // one drops the index), once it is not on plain columns.
+                if expressions.is_empty() {
+                    expressions = columns
+                        .iter()
+                        .map(|&i| quoted_ident(&table.schema.columns[i].name))
+                        .collect();
+                }
+                for i in cols {
+                    if !columns.contains(&i) {
+                        columns.push(i);
+                    }
+                }
+                Some(p.to_string())
+            }
+            None => None,
+        };
+        if volatile {
+            return Err(SqlError::new(
+                "42P17",
+                "functions in index expression must be marked IMMUTABLE",
+            ));
+        }
         let name = match &c.name {
             Some(n) => object_name(n)?,
-            None => format!(
-                "{table_name}_{}_idx",
-                columns
-                    .iter()
-                    .map(|&i| table.schema.columns[i].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join("_")
-            ),
+            None => format!("{table_name}_{}_idx", words.join("_")),
         };
-        Ok(Plan::Ddl(Ddl::CreateIndex {
-            table: table_name,
+        let index = aqueduct_tables::IndexDef {
             name,
             columns,
             unique: c.unique,
+            expressions,
+            predicate,
+        };
+        let check = if index.unique && !index.is_physical() {
+            let mut schema = (*table.schema).clone();
+            schema.indexes = vec![index.clone()];
+            let probe = Table::new(schema);
+            self.expr_uniques_of(&probe, &table_name)?.pop()
+        } else {
+            None
+        };
+        Ok(Plan::Ddl(Ddl::CreateIndex {
+            table: table_name,
+            index,
+            check,
             if_not_exists: c.if_not_exists,
         }))
+    }
+}
+
+/// `name` as SQL writes it: quoted unless it is a plain lower-case word.
+fn quoted_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
     }
 }
 
@@ -3768,6 +3914,9 @@ fn choose_access(table: &Table, filter: Option<&Expr>) -> Access {
         }
     }
     for (i, idx) in table.schema.indexes.iter().enumerate() {
+        if !idx.is_physical() {
+            continue;
+        }
         if let Some(keys) = lookup(&idx.columns) {
             return Access::Index(i, keys);
         }

@@ -19,7 +19,7 @@ use aqueduct_tables::{
 use aqueduct_values::Value;
 
 use crate::limits::MAX_CASCADED_ROWS;
-use crate::plan::Access;
+use crate::plan::{Access, ExprUnique};
 use crate::rows::{conform, current, read_rows};
 
 /// A CHECK that is false for `row` fails the write with 23514 (NULL
@@ -88,7 +88,7 @@ fn rows_with(
         .schema
         .indexes
         .iter()
-        .position(|i| same(&i.columns, columns))
+        .position(|i| i.is_physical() && same(&i.columns, columns))
     {
         Access::Index(i, literals(&t.schema.indexes[i].columns))
     } else {
@@ -142,19 +142,43 @@ pub(crate) fn conflicting_row(
 /// unique constraints again under the commit lock, against what committed
 /// meanwhile, so a transaction is not failed for a concurrent write that
 /// breaks nothing.
-pub(crate) struct UniqueCheck {
+pub(crate) struct UniqueCheck<'p> {
     /// Per unique index: its position and the values own rows hold.
     own: Vec<(usize, HashMap<Vec<Value>, Key>)>,
+    /// Per unique index on expressions (or partial): the values every
+    /// row the transaction sees holds, gathered once per statement.
+    exprs: Vec<(&'p ExprUnique, HashMap<Vec<Value>, Key>)>,
 }
 
-impl UniqueCheck {
-    pub(crate) fn new(txn: &Txn, t: &Table) -> UniqueCheck {
+/// The key `u` gives `row`, unless the row is not in the index or a
+/// value is NULL.
+pub(crate) fn expr_key(u: &ExprUnique, row: &Row) -> Result<Option<Vec<Value>>, SqlError> {
+    let env = Env::new(row, &[]);
+    if let Some(p) = &u.predicate {
+        if !matches!(p.eval(&env)?, Value::Bool(true)) {
+            return Ok(None);
+        }
+    }
+    let values = u
+        .keys
+        .iter()
+        .map(|k| k.eval(&env))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((!values.iter().any(Value::is_null)).then_some(values))
+}
+
+impl<'p> UniqueCheck<'p> {
+    pub(crate) fn new(
+        txn: &Txn,
+        t: &Table,
+        uniques: &'p [ExprUnique],
+    ) -> Result<UniqueCheck<'p>, SqlError> {
         let mut own: Vec<(usize, HashMap<Vec<Value>, Key>)> = t
             .schema
             .indexes
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.unique)
+            .filter(|(_, i)| i.unique && i.is_physical())
             .map(|(n, _)| (n, HashMap::new()))
             .collect();
         if !own.is_empty() {
@@ -167,7 +191,31 @@ impl UniqueCheck {
                 }
             }
         }
-        UniqueCheck { own }
+        // No index holds these keys: every row is read once, committed
+        // ones the transaction has not rewritten, then its own.
+        let mut exprs: Vec<(&ExprUnique, HashMap<Vec<Value>, Key>)> =
+            uniques.iter().map(|u| (u, HashMap::new())).collect();
+        if !exprs.is_empty() {
+            for (key, rv) in t.scan() {
+                if txn.own(t.schema.id, key).is_some() {
+                    continue;
+                }
+                for (u, seen) in &mut exprs {
+                    if let Some(values) = expr_key(u, &rv.row)? {
+                        seen.insert(values, key.clone());
+                    }
+                }
+            }
+            for (key, row) in txn.own_rows(t.schema.id) {
+                let Some(row) = row else { continue };
+                for (u, seen) in &mut exprs {
+                    if let Some(values) = expr_key(u, row)? {
+                        seen.insert(values, key.clone());
+                    }
+                }
+            }
+        }
+        Ok(UniqueCheck { own, exprs })
     }
 
     /// Checks `row` at `key` (already written to `txn`, or about to be)
@@ -179,6 +227,43 @@ impl UniqueCheck {
         key: &Key,
         row: &Row,
     ) -> Result<(), SqlError> {
+        for (u, seen) in &mut self.exprs {
+            let Some(values) = expr_key(u, row)? else {
+                continue;
+            };
+            // The row seen with these values may have changed since.
+            let holds = |other: &Key| -> Result<bool, SqlError> {
+                let now = match txn.own(t.schema.id, other) {
+                    Some(r) => r.cloned(),
+                    None => t.get(other).map(|rv| (*rv.row).clone()),
+                };
+                Ok(match now {
+                    Some(r) => expr_key(u, &r)?.as_ref() == Some(&values),
+                    None => false,
+                })
+            };
+            if let Some(other) = seen.get(&values) {
+                if other != key && holds(other)? {
+                    return Err(SqlError::new(
+                        "23505",
+                        format!(
+                            "duplicate key value violates unique constraint \"{}\"",
+                            u.name
+                        ),
+                    )
+                    .with_detail(format!(
+                        "Key ({})=({}) already exists.",
+                        u.shown,
+                        values
+                            .iter()
+                            .map(|v| v.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+            seen.insert(values, key.clone());
+        }
         if self.own.is_empty() {
             return Ok(());
         }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use aqueduct_expr::agg::Accumulator;
 use aqueduct_tables::{
-    Catalog, Database, IndexDef, Key, LockTable, Row, SchemaChange, SequenceDef, SessionSequences,
-    Table, TableId, TableSchema, Txn,
+    Catalog, Database, Key, LockTable, Row, SchemaChange, SequenceDef, SessionSequences, Table,
+    TableId, TableSchema, Txn,
 };
 use aqueduct_values::{DataType, Value};
 
@@ -384,7 +384,7 @@ fn insert(
     };
     let mut written = Vec::new();
     let mut changes = Changes::default();
-    let mut unique = constraints::UniqueCheck::new(fx.txn.get_mut(), t);
+    let mut unique = constraints::UniqueCheck::new(fx.txn.get_mut(), t, &p.uniques)?;
     for values in sources {
         // Defaults are evaluated for each row, and only for the columns
         // the row does not give.
@@ -488,7 +488,7 @@ fn update(
         updates.push((key, row, new));
     }
     let txn = fx.txn.get_mut();
-    let mut unique = constraints::UniqueCheck::new(txn, t);
+    let mut unique = constraints::UniqueCheck::new(txn, t, &p.uniques)?;
     let mut written = Vec::with_capacity(updates.len());
     let mut moved = Vec::with_capacity(updates.len());
     let mut changes = Changes::default();
@@ -745,11 +745,11 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
         }
         Ddl::CreateIndex {
             table: tname,
-            name,
-            columns,
-            unique,
+            index,
+            check,
             if_not_exists,
         } => {
+            let name = &index.name;
             let t = catalog
                 .table(tname)
                 .ok_or_else(|| SqlError::undefined_table(tname))?;
@@ -762,22 +762,32 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
                     format!("relation \"{name}\" already exists"),
                 ));
             }
-            if *unique {
+            if index.unique {
                 let mut seen = HashSet::new();
                 for (_, rv) in t.scan() {
-                    let v: Vec<Value> = columns.iter().map(|&c| rv.row[c].clone()).collect();
+                    let v: Vec<Value> = match check {
+                        Some(u) => match constraints::expr_key(u, &rv.row)? {
+                            Some(v) => v,
+                            None => continue,
+                        },
+                        None => index.columns.iter().map(|&c| rv.row[c].clone()).collect(),
+                    };
                     if !v.iter().any(Value::is_null) && !seen.insert(v.clone()) {
+                        let shown = match check {
+                            Some(u) => u.shown.clone(),
+                            None => index
+                                .columns
+                                .iter()
+                                .map(|&c| t.schema.columns[c].name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        };
                         return Err(SqlError::new(
                             "23505",
                             format!("could not create unique index \"{name}\""),
                         )
                         .with_detail(format!(
-                            "Key ({})=({}) is duplicated.",
-                            columns
-                                .iter()
-                                .map(|&c| t.schema.columns[c].name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", "),
+                            "Key ({shown})=({}) is duplicated.",
                             v.iter()
                                 .map(|x| x.to_string())
                                 .collect::<Vec<_>>()
@@ -788,11 +798,7 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             }
             txn.schema(SchemaChange::CreateIndex {
                 table: t.schema.id,
-                index: IndexDef {
-                    name: name.clone(),
-                    columns: columns.clone(),
-                    unique: *unique,
-                },
+                index: index.clone(),
             });
             tag("CREATE INDEX")
         }

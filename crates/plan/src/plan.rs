@@ -171,9 +171,10 @@ pub enum Ddl {
     },
     CreateIndex {
         table: String,
-        name: String,
-        columns: Vec<usize>,
-        unique: bool,
+        index: aqueduct_tables::IndexDef,
+        /// For a unique index on expressions or a partial one: how the
+        /// rows there are checked.
+        check: Option<ExprUnique>,
         if_not_exists: bool,
     },
     DropIndex {
@@ -368,7 +369,21 @@ pub struct InsertPlan {
     pub arbiters: Vec<Vec<usize>>,
     /// The table's CHECK constraints: name and condition over the row.
     pub checks: Vec<(String, Expr)>,
+    pub uniques: Vec<ExprUnique>,
     pub returning: Vec<Expr>,
+}
+
+/// A unique index on expressions or a partial unique index, bound: the
+/// statements that write the table check it (`constraints.rs`).
+#[derive(Clone, Debug)]
+pub struct ExprUnique {
+    pub name: String,
+    /// The key, over the table's row.
+    pub keys: Vec<Expr>,
+    /// Only rows where this holds are in the index.
+    pub predicate: Option<Expr>,
+    /// The key as an error's detail names it (`lower(email)`).
+    pub shown: String,
 }
 
 #[derive(Clone, Debug)]
@@ -378,6 +393,7 @@ pub struct UpdatePlan {
     pub filter: Option<Expr>,
     pub assignments: Vec<(usize, Expr)>,
     pub checks: Vec<(String, Expr)>,
+    pub uniques: Vec<ExprUnique>,
     pub returning: Vec<Expr>,
 }
 

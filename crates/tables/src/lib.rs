@@ -1169,7 +1169,12 @@ impl Database {
                     return Err(unique_error(&t.schema, &name, row));
                 }
             }
-            for def in t.schema.indexes.iter().filter(|i| i.unique) {
+            for def in t
+                .schema
+                .indexes
+                .iter()
+                .filter(|i| i.unique && i.is_physical())
+            {
                 let values: Vec<Value> = def.columns.iter().map(|&c| row[c].clone()).collect();
                 if values.iter().any(Value::is_null) {
                     continue;

@@ -105,11 +105,39 @@ pub struct ForeignKeyDef {
     pub initially_deferred: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IndexDef {
     pub name: String,
+    /// The indexed columns; for an index on expressions, the columns the
+    /// expressions read (the index goes with any of them).
     pub columns: Vec<usize>,
     pub unique: bool,
+    /// `CREATE INDEX ... (lower(email))`: the key expressions' SQL text,
+    /// over the table's columns by name. Empty for an index on columns.
+    pub expressions: Vec<String>,
+    /// `CREATE INDEX ... WHERE cond` (a partial index): the condition's
+    /// SQL text; only rows where it holds are in the index.
+    pub predicate: Option<String>,
+}
+
+impl IndexDef {
+    /// An index on columns: `columns` are its key.
+    pub fn on_columns(name: impl Into<String>, columns: Vec<usize>, unique: bool) -> IndexDef {
+        IndexDef {
+            name: name.into(),
+            columns,
+            unique,
+            ..IndexDef::default()
+        }
+    }
+
+    /// Whether the table keeps this index itself (its key is columns,
+    /// every row is in it). An index on expressions or a partial index is
+    /// in the catalog only: the statements that write the table check a
+    /// unique one (`aqueduct-plan`), and no read looks rows up through it.
+    pub fn is_physical(&self) -> bool {
+        self.expressions.is_empty() && self.predicate.is_none()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -353,6 +381,10 @@ struct IndexJson {
     name: String,
     columns: Vec<usize>,
     unique: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    expressions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    predicate: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -574,6 +606,8 @@ fn index_json(i: &IndexDef) -> IndexJson {
         name: i.name.clone(),
         columns: i.columns.clone(),
         unique: i.unique,
+        expressions: i.expressions.clone(),
+        predicate: i.predicate.clone(),
     }
 }
 
@@ -582,6 +616,8 @@ fn index_def(i: IndexJson) -> IndexDef {
         name: i.name,
         columns: i.columns,
         unique: i.unique,
+        expressions: i.expressions,
+        predicate: i.predicate,
     }
 }
 

@@ -302,7 +302,7 @@ impl Table {
             .indexes
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.columns.starts_with(columns))
+            .filter(|(_, i)| i.is_physical() && i.columns.starts_with(columns))
             .min_by_key(|(_, i)| i.columns.len())
             .map(|(pos, _)| pos)
     }
@@ -321,7 +321,7 @@ impl Table {
         self.schema
             .indexes
             .iter()
-            .position(|i| i.columns == columns)
+            .position(|i| i.is_physical() && i.columns == columns)
     }
 
     /// One above the highest hidden row id stored.
@@ -382,8 +382,10 @@ impl Table {
             self.unindex(&key, &old.row);
         }
         for (i, def) in self.schema.indexes.iter().enumerate() {
-            let values = Self::index_values(def, &row);
-            self.bytes += self.indexes[i].insert(values, key.clone(), row.clone());
+            if def.is_physical() {
+                let values = Self::index_values(def, &row);
+                self.bytes += self.indexes[i].insert(values, key.clone(), row.clone());
+            }
         }
         self.bytes += self.stored_bytes(&key, &row);
         self.version = lsn;
@@ -402,15 +404,19 @@ impl Table {
     fn unindex(&mut self, key: &Key, row: &Row) {
         self.bytes -= self.stored_bytes(key, row);
         for (i, def) in self.schema.indexes.iter().enumerate() {
-            self.bytes -= self.indexes[i].remove(&Self::index_values(def, row), key);
+            if def.is_physical() {
+                self.bytes -= self.indexes[i].remove(&Self::index_values(def, row), key);
+            }
         }
     }
 
     /// Adds an index and fills it from the rows.
     pub fn add_index(&mut self, def: IndexDef) {
         let mut index = Index::default();
-        for (k, rv) in &self.rows {
-            index.insert(Self::index_values(&def, &rv.row), k.clone(), rv.row.clone());
+        if def.is_physical() {
+            for (k, rv) in &self.rows {
+                index.insert(Self::index_values(&def, &rv.row), k.clone(), rv.row.clone());
+            }
         }
         let mut schema = (*self.schema).clone();
         schema.indexes.push(def);
@@ -449,7 +455,7 @@ impl Table {
     pub fn unique_conflicts(&self, key: &Key, row: &Row) -> Vec<(String, Key)> {
         let mut out = Vec::new();
         for (i, def) in self.schema.indexes.iter().enumerate() {
-            if !def.unique {
+            if !def.unique || !def.is_physical() {
                 continue;
             }
             let values = Self::index_values(def, row);
