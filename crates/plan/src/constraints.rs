@@ -244,22 +244,7 @@ impl<'p> UniqueCheck<'p> {
             };
             if let Some(other) = seen.get(&values) {
                 if other != key && holds(other)? {
-                    return Err(SqlError::new(
-                        "23505",
-                        format!(
-                            "duplicate key value violates unique constraint \"{}\"",
-                            u.name
-                        ),
-                    )
-                    .with_detail(format!(
-                        "Key ({})=({}) already exists.",
-                        u.shown,
-                        values
-                            .iter()
-                            .map(|v| v.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
+                    return Err(expr_duplicate(u, &values));
                 }
             }
             seen.insert(values, key.clone());
@@ -693,4 +678,66 @@ pub(crate) fn check_deferred(
         }
     }
     Ok(())
+}
+
+/// Under the commit lock: the unique indexes on expressions (and partial
+/// ones) of the tables `txn` wrote still hold against what committed
+/// since its statements checked them (23505 otherwise).
+pub(crate) fn check_at_commit(catalog: &Catalog, txn: &Txn) -> Result<(), SqlError> {
+    for id in txn.written_tables() {
+        let Some(t) = catalog.table_by_id(id) else {
+            continue;
+        };
+        if !t
+            .schema
+            .indexes
+            .iter()
+            .any(|i| i.unique && !i.is_physical())
+        {
+            continue;
+        }
+        let uniques = crate::bind::Binder::new(catalog).expr_uniques_of(t, &t.schema.name)?;
+        for u in &uniques {
+            let mut own: HashMap<Vec<Value>, &Key> = HashMap::new();
+            for (key, row) in txn.own_rows(id) {
+                if let Some(values) = row.map(|r| expr_key(u, r)).transpose()?.flatten() {
+                    own.insert(values, key);
+                }
+            }
+            if own.is_empty() {
+                continue;
+            }
+            for (key, rv) in t.scan() {
+                if txn.own(id, key).is_some() {
+                    continue;
+                }
+                if let Some(values) = expr_key(u, &rv.row)? {
+                    if own.contains_key(&values) {
+                        return Err(expr_duplicate(u, &values));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// 23505 for a unique index on expressions.
+fn expr_duplicate(u: &ExprUnique, values: &[Value]) -> SqlError {
+    SqlError::new(
+        "23505",
+        format!(
+            "duplicate key value violates unique constraint \"{}\"",
+            u.name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        u.shown,
+        values
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }

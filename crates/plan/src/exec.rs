@@ -578,6 +578,12 @@ pub fn check_deferred(catalog: &Catalog, txn: &mut Txn, due: CheckDue) -> Result
     constraints::check_deferred(catalog, txn, due)
 }
 
+/// What a transaction's commit checks under the commit lock beyond what
+/// the tables keep: its unique indexes on expressions still hold.
+pub fn check_at_commit(catalog: &Catalog, txn: &Txn) -> Result<(), SqlError> {
+    constraints::check_at_commit(catalog, txn)
+}
+
 fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
     txn.note_schema_read(catalog);
     let tag = |t: &str| Ok(Outcome::Command { tag: t.into() });

@@ -64,6 +64,10 @@ pub enum TableError {
     /// A wait for a row lock ended by the statement's interruption.
     #[error("{0}")]
     Interrupted(aqueduct_expr::SqlError),
+    /// A check the committer asked for failed under the commit lock
+    /// ([`Database::commit_checked`]).
+    #[error("{0}")]
+    Refused(aqueduct_expr::SqlError),
     /// XX001: a record in the log does not decode.
     #[error("log record at LSN {lsn} is not a valid table record: {reason}")]
     BadRecord { lsn: Lsn, reason: String },
@@ -81,7 +85,7 @@ impl From<TableError> for aqueduct_expr::SqlError {
             .with_detail(detail),
             TableError::SerializationFailure => SqlError::new(code, e.to_string())
                 .with_hint("the transaction may succeed if retried"),
-            TableError::Interrupted(e) => e,
+            TableError::Interrupted(e) | TableError::Refused(e) => e,
             other => SqlError::new(code, other.to_string()),
         }
     }
@@ -96,7 +100,7 @@ impl TableError {
             TableError::Log(aqueduct_log::Error::Invalid(_)) => "54000",
             TableError::Log(_) => "58030",
             TableError::BadRecord { .. } => "XX001",
-            TableError::Interrupted(e) => e.code,
+            TableError::Interrupted(e) | TableError::Refused(e) => e.code,
         }
     }
 }
@@ -689,6 +693,14 @@ impl Txn {
     }
 
     /// The rows this transaction writes.
+    /// The tables this transaction wrote rows of.
+    pub fn written_tables(&self) -> Vec<TableId> {
+        let mut out: Vec<TableId> = self.overlay.keys().map(|(t, _)| *t).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     fn written_rows(&self) -> Vec<RowId> {
         self.overlay.keys().cloned().collect()
     }
@@ -1037,6 +1049,18 @@ impl Database {
     /// Validates and commits an explicit transaction. Returns the LSN of its
     /// last record (`None` for a read-only transaction).
     pub fn commit(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
+        self.commit_checked(txn, &|_| Ok(()))
+    }
+
+    /// [`Database::commit`], with `check` run on the committed catalog
+    /// under the commit lock after the transaction is validated (for
+    /// constraints the tables do not keep themselves): its error fails
+    /// the commit.
+    pub fn commit_checked(
+        &self,
+        txn: &Txn,
+        check: &dyn Fn(&Catalog) -> Result<(), aqueduct_expr::SqlError>,
+    ) -> Result<Option<Lsn>, TableError> {
         let guard = self.commit.lock();
         if !txn.isolation.locks()
             && self
@@ -1055,6 +1079,7 @@ impl Database {
                 .fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
+        check(&self.catalog.read()).map_err(TableError::Refused)?;
         let lsn = self.append_and_apply(txn)?;
         drop(guard);
         self.after_release();

@@ -219,7 +219,7 @@ impl Session {
                     db.end(&txn);
                     return Err(e);
                 }
-                let committed = db.commit(&txn);
+                let committed = db.commit_checked(&txn, &|c| exec::check_at_commit(c, &txn));
                 db.end(&txn);
                 if let Some(lsn) = committed? {
                     self.set_last_lsn(lsn);
