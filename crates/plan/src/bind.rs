@@ -2657,7 +2657,11 @@ impl<'a> Binder<'a> {
                                     self.default_of(column)?
                                 }
                                 e => {
-                                    refuse_identity_value(column)?;
+                                    // `OVERRIDING SYSTEM VALUE` (see
+                                    // `parse::rewrite_overriding`).
+                                    if !i.overwrite {
+                                        refuse_identity_value(column)?;
+                                    }
                                     self.expr(e, &empty, Some(&column.ty))?
                                 }
                             });

@@ -30,6 +30,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = altered.as_deref().unwrap_or(sql);
     let constraints = rewrite_set_constraints(sql);
     let sql = constraints.as_deref().unwrap_or(sql);
+    let overriding = rewrite_overriding(sql);
+    let sql = overriding.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -530,6 +532,62 @@ pub(crate) fn rewrite_set_constraints(sql: &str) -> Option<String> {
         start = end;
     }
     changed.then_some(out)
+}
+
+/// The parser has no `INSERT INTO t [(cols)] OVERRIDING SYSTEM VALUE ...`
+/// (pg_dump writes it for identity columns): it becomes `INSERT OVERWRITE
+/// INTO t ...`, whose flag the binder reads as overriding the identity.
+/// `None` when `sql` has none.
+pub(crate) fn rewrite_overriding(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !contains_ignore_case(sql, "overriding") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let keyword = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    };
+    let significant: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    let mut drop = vec![false; tokens.len()];
+    let mut overwrite_after: Vec<usize> = Vec::new();
+    let mut insert_at: Option<usize> = None;
+    let word = |n: usize, text: &str| {
+        significant.get(n).is_some_and(|&j| {
+            matches!(&tokens[j], Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(text))
+        })
+    };
+    for (n, &i) in significant.iter().enumerate() {
+        if keyword(&tokens[i]) == Some(Keyword::INSERT) {
+            insert_at = Some(i);
+        } else if word(n, "overriding") && word(n + 1, "system") && word(n + 2, "value") {
+            if let Some(at) = insert_at.take() {
+                for k in 0..3 {
+                    drop[significant[n + k]] = true;
+                }
+                overwrite_after.push(at);
+            }
+        }
+        if matches!(tokens[i], Token::SemiColon) {
+            insert_at = None;
+        }
+    }
+    if overwrite_after.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(sql.len());
+    for (i, t) in tokens.iter().enumerate() {
+        if !drop[i] {
+            out.push_str(&t.to_string());
+        }
+        if overwrite_after.contains(&i) {
+            out.push_str(" OVERWRITE");
+        }
+    }
+    Some(out)
 }
 
 /// The SELECT inside `CREATE [MATERIALIZED] VIEW name AS SELECT ...`.
