@@ -89,6 +89,10 @@ struct Queue {
     batches: VecDeque<Batch>,
     /// The worker is running a batch it took from the queue.
     busy: bool,
+    /// Upqueries waiting, without the graph, for the batch of a write
+    /// they saw in the tables: a commit may take the graph meanwhile
+    /// ([`Worker::drain`]).
+    awaiting: usize,
     /// Batches taken off the queue and not yet processed (by the worker, or
     /// by a reader filling a key, which processes batches up to the LSN it
     /// read base rows at).
@@ -368,7 +372,11 @@ impl Worker {
     /// comment), so the graph stays at that LSN while the guard lives.
     pub fn drain(&self) -> MutexGuard<'_, Graph> {
         let mut q = lock(&self.shared.queue);
-        while (q.busy || q.in_flight > 0 || !q.batches.is_empty()) && q.broken.is_none() {
+        // A worker that waits for a commit's batch holds no graph: the
+        // commit (draining under the commit lock) must not wait for it.
+        while ((q.busy && q.awaiting == 0) || q.in_flight > 0 || !q.batches.is_empty())
+            && q.broken.is_none()
+        {
             q = self.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         drop(q);
@@ -601,33 +609,44 @@ fn process_next(shared: &Shared, graph: &mut Graph, upto: Lsn) -> bool {
     true
 }
 
-/// Brings `graph` (held locked) to exactly `lsn`, the LSN base rows were
-/// read at: waits for its batch to be submitted (the commit that applied it
-/// is doing so), then processes every batch up to it. Keys being filled are
-/// not held yet, so those batches do not touch them; the rows read at `lsn`
-/// already contain them. False if the batch never came.
-fn catch_up(shared: &Shared, graph: &mut Graph, lsn: Lsn) -> bool {
-    let deadline = Instant::now() + SUBMIT_WAIT;
-    {
-        let mut q = lock(&shared.queue);
-        while q.submitted < lsn {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            q = shared
-                .work
-                .wait_timeout(q, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+/// Whether the batch of `lsn` is queued (or processed) already.
+fn submitted(shared: &Shared, lsn: Lsn) -> bool {
+    lock(&shared.queue).submitted >= lsn
+}
+
+/// Waits, without the graph, until the batch of `lsn` is submitted (the
+/// commit that applied it is submitting it); false after [`SUBMIT_WAIT`].
+fn await_submitted(shared: &Shared, lsn: Lsn, deadline: Instant) -> bool {
+    let mut q = lock(&shared.queue);
+    q.awaiting += 1;
+    shared.done.notify_all();
+    let mut came = true;
+    while q.submitted < lsn {
+        let now = Instant::now();
+        if now >= deadline {
+            came = false;
+            break;
         }
+        q = shared
+            .work
+            .wait_timeout(q, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
+    q.awaiting -= 1;
+    came
+}
+
+/// Brings `graph` (held locked) to exactly `lsn`, the LSN base rows were
+/// read at, whose batch is submitted: processes every batch up to it.
+/// Keys being filled are not held yet, so those batches do not touch
+/// them; the rows read at `lsn` already contain them.
+fn catch_up(shared: &Shared, graph: &mut Graph, lsn: Lsn) {
     while process_next(shared, graph, lsn) {}
     assert!(
         graph.processed() >= lsn || lock(&shared.queue).batches.is_empty(),
         "the graph did not reach the LSN base rows were read at"
     );
-    true
 }
 
 /// Records the bytes of all state (for `/metrics` and the memory limit).
@@ -651,40 +670,53 @@ fn with_base_rows(
         .unwrap_or_else(|e| e.into_inner())
         .clone()
         .ok_or("upqueries have no tables to read from")?;
-    // The graph stays locked from reading the rows to applying them, so
-    // no batch after the rows' LSN runs in between (whichever thread runs
-    // batches).
-    let mut graph = lock(&shared.graph);
-    let mut asks: Vec<Ask> = Vec::new();
-    for (view, key) in keys {
-        for e in graph.entries_of(*view) {
-            asks.push((e.table, e.columns, key.clone(), e.counted));
+    let deadline = Instant::now() + SUBMIT_WAIT;
+    loop {
+        // The graph stays locked from reading the rows to applying them,
+        // so no batch after the rows' LSN runs in between (whichever
+        // thread runs batches).
+        let mut graph = lock(&shared.graph);
+        let mut asks: Vec<Ask> = Vec::new();
+        for (view, key) in keys {
+            for e in graph.entries_of(*view) {
+                asks.push((e.table, e.columns, key.clone(), e.counted));
+            }
         }
+        asks.sort();
+        asks.dedup();
+        let (rows, lsn) = upstream.rows_at(&asks).ok_or("the tables are closed")?;
+        assert!(
+            graph.processed() <= lsn,
+            "the graph is at LSN {} but the tables at {lsn}",
+            graph.processed()
+        );
+        if !submitted(shared, lsn) {
+            // The commit that wrote `lsn` is still between applying it and
+            // queueing its batch, and may need the graph meanwhile (an
+            // ALTER TABLE drops the views over the table first): let go of
+            // it, wait, and read the rows again, through the views there
+            // are by then.
+            drop(graph);
+            if !await_submitted(shared, lsn, deadline) {
+                return Err(format!(
+                    "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
+                ));
+            }
+            continue;
+        }
+        catch_up(shared, &mut graph, lsn);
+        let found: HashMap<Ask, WeightedRows> = asks.into_iter().zip(rows).collect();
+        let fetch = |e: &Entry, key: &Row| -> Delta {
+            owned_delta(
+                found
+                    .get(&(e.table, e.columns.clone(), key.clone(), e.counted))
+                    .expect("every entry of every key was asked for"),
+            )
+        };
+        apply(&mut graph, &fetch);
+        note_state_bytes(shared, &graph);
+        return Ok(());
     }
-    asks.sort();
-    asks.dedup();
-    let (rows, lsn) = upstream.rows_at(&asks).ok_or("the tables are closed")?;
-    assert!(
-        graph.processed() <= lsn,
-        "the graph is at LSN {} but the tables at {lsn}",
-        graph.processed()
-    );
-    if !catch_up(shared, &mut graph, lsn) {
-        return Err(format!(
-            "the write at LSN {lsn} never reached the dataflow; the upquery was abandoned"
-        ));
-    }
-    let found: HashMap<Ask, WeightedRows> = asks.into_iter().zip(rows).collect();
-    let fetch = |e: &Entry, key: &Row| -> Delta {
-        owned_delta(
-            found
-                .get(&(e.table, e.columns.clone(), key.clone(), e.counted))
-                .expect("every entry of every key was asked for"),
-        )
-    };
-    apply(&mut graph, &fetch);
-    note_state_bytes(shared, &graph);
-    Ok(())
 }
 
 /// Serves upquery requests: the keys no partial view holds yet are filled
