@@ -74,6 +74,7 @@ impl AggFunc {
             AggFunc::CountStar | AggFunc::Count => DataType::Int8,
             AggFunc::Avg => match input {
                 DataType::Float4 | DataType::Float8 => DataType::Float8,
+                DataType::Interval => DataType::Interval,
                 _ => DataType::Numeric,
             },
             AggFunc::Sum => match input {
@@ -89,15 +90,21 @@ impl AggFunc {
 }
 
 /// A value in the MIN/MAX multiset. Values equal in SQL but written
-/// differently (`1.0` and `1.00`, `1` and `1.0::float8`) are ordered by kind
-/// and scale, so the result does not depend on the order of the inputs.
+/// differently (`1.0` and `1.00`, `1` and `1.0::float8`, `'1 mon'` and
+/// `'30 days'`) are ordered by kind, scale and fields, so the result does
+/// not depend on the order of the inputs.
 #[derive(Clone, Debug)]
 struct Exact(Value);
 
-fn form(v: &Value) -> (&'static str, u32) {
+fn form(v: &Value) -> (&'static str, u32, (i32, i32, i64)) {
     match v {
-        Value::Numeric(d) => ("numeric", d.scale()),
-        other => (other.kind_name(), 0),
+        Value::Numeric(d) => ("numeric", d.scale(), (0, 0, 0)),
+        Value::Interval {
+            months,
+            days,
+            micros,
+        } => ("interval", 0, (*months, *days, *micros)),
+        other => (other.kind_name(), 0, (0, 0, 0)),
     }
 }
 
@@ -463,5 +470,28 @@ mod tests {
         );
         assert_eq!(AggFunc::Count.result_type(&DataType::Text), DataType::Int8);
         assert_eq!(AggFunc::Max.result_type(&DataType::Text), DataType::Text);
+        for f in [AggFunc::Sum, AggFunc::Avg, AggFunc::Min, AggFunc::Max] {
+            assert_eq!(f.result_type(&DataType::Interval), DataType::Interval);
+        }
+    }
+
+    #[test]
+    fn extremes_of_equal_intervals_do_not_depend_on_order() {
+        let iv = |m, d| Value::Interval {
+            months: m,
+            days: d,
+            micros: 0,
+        };
+        for f in [AggFunc::Min, AggFunc::Max] {
+            let a = run(f, false, &[iv(1, 0), iv(0, 30)]);
+            let b = run(f, false, &[iv(0, 30), iv(1, 0)]);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        }
+        assert_eq!(
+            run(AggFunc::Max, false, &[iv(1, 0), iv(0, 31)])
+                .to_text()
+                .unwrap(),
+            "31 days"
+        );
     }
 }

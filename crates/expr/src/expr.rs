@@ -139,6 +139,18 @@ pub enum Func {
     AnyOf(BinOp),
     /// `x op ALL (array)`.
     AllOf(BinOp),
+    JustifyDays,
+    JustifyHours,
+    JustifyInterval,
+    /// `age(a, b)`; the binder gives `age(x)` today's midnight as `a`.
+    Age,
+    /// `make_interval(years, months, weeks, days, hours, mins, secs)`, the
+    /// arguments in that order (the binder places named ones).
+    MakeInterval,
+    /// `date_part('unit', x)`: a double precision.
+    DatePart,
+    /// `EXTRACT(unit FROM x)`, the unit as a text first argument: a numeric.
+    Extract,
 }
 
 impl Func {
@@ -171,6 +183,12 @@ impl Func {
             "array_cat" => Func::ArrayCat,
             "array_append" => Func::ArrayAppend,
             "array_prepend" => Func::ArrayPrepend,
+            "justify_days" => Func::JustifyDays,
+            "justify_hours" => Func::JustifyHours,
+            "justify_interval" => Func::JustifyInterval,
+            "age" => Func::Age,
+            "make_interval" => Func::MakeInterval,
+            "date_part" => Func::DatePart,
             _ => return None,
         })
     }
@@ -320,6 +338,10 @@ impl Expr {
                 Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(overflow)?),
                 Value::Float(f) => Value::Float(-f),
                 Value::Numeric(d) => Value::Numeric(numeric::neg(d)),
+                v @ Value::Interval { .. } => aqueduct_values::Interval::of(&v)
+                    .expect("an interval")
+                    .checked_neg()?
+                    .to_value(),
                 v => return Err(operator_error("-", &v, &v)),
             },
             Expr::Binary(BinOp::And, l, r) => {
@@ -581,6 +603,7 @@ fn kind_type(v: &Value) -> DataType {
         Value::Uuid(_) => DataType::Uuid,
         Value::Json(_) => DataType::Json,
         Value::Jsonb(_) => DataType::Jsonb,
+        Value::Interval { .. } => DataType::Interval,
         Value::Array(items) => items
             .iter()
             .find(|v| !v.is_null())
@@ -716,7 +739,10 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
             Date(if op == BinOp::Add { d + n } else { d - n })
         }
         (Date(x), Date(y)) if op == BinOp::Sub => Int((*x - *y) as i64),
-        _ => return Err(operator_error(op.symbol(), &a, &b)),
+        _ => match crate::datetime::arithmetic(op, &a, &b)? {
+            Some(v) => v,
+            None => return Err(operator_error(op.symbol(), &a, &b)),
+        },
     })
 }
 
@@ -847,6 +873,25 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         Func::Cardinality => crate::array::cardinality(&arg(0))?,
         Func::ArrayLength => crate::array::length(&arg(0), &arg(1))?,
         Func::Subscript => crate::array::subscript(&arg(0), &arg(1))?,
+        Func::JustifyDays => crate::datetime::justify(
+            &arg(0),
+            "justify_days",
+            aqueduct_values::Interval::justify_days,
+        )?,
+        Func::JustifyHours => crate::datetime::justify(
+            &arg(0),
+            "justify_hours",
+            aqueduct_values::Interval::justify_hours,
+        )?,
+        Func::JustifyInterval => crate::datetime::justify(
+            &arg(0),
+            "justify_interval",
+            aqueduct_values::Interval::justify_interval,
+        )?,
+        Func::Age => crate::datetime::age(&arg(0), &arg(1))?,
+        Func::MakeInterval => crate::datetime::make_interval(&vals)?,
+        Func::DatePart => crate::datetime::part(&arg(0), &arg(1), false)?,
+        Func::Extract => crate::datetime::part(&arg(0), &arg(1), true)?,
         Func::RealNumeric => match arg(0) {
             Value::Float(f) => Value::Numeric(aqueduct_values::real_to_numeric(f as f32)?),
             v => v.coerce(&DataType::Numeric)?,

@@ -4,6 +4,7 @@
 
 pub mod agg;
 pub mod array;
+mod datetime;
 mod error;
 pub mod expr;
 pub mod interrupt;

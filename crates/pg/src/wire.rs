@@ -3,7 +3,9 @@
 //!
 //! Binary formats follow PostgreSQL's `*send`/`*recv` functions. Dates and
 //! timestamps count from 2000-01-01 on the wire but from 1970-01-01 in
-//! [`Value`], hence the epoch shifts below.
+//! [`Value`], hence the epoch shifts below. An interval is its three
+//! fields as `interval_send` writes them: i64 microseconds, i32 days,
+//! i32 months.
 
 use aqueduct_sql::SqlError;
 use aqueduct_values::{DataType, Decimal, Value};
@@ -16,6 +18,9 @@ pub(crate) const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS as i64 * 86_400_000_000;
 
 /// The version byte that starts a binary `jsonb` value.
 const JSONB_VERSION: u8 = 1;
+
+/// A binary interval: microseconds, days, months.
+const INTERVAL_BYTES: usize = 16;
 
 const NUMERIC_POS: u16 = 0x0000;
 const NUMERIC_NEG: u16 = 0x4000;
@@ -128,6 +133,18 @@ pub(crate) fn encode_binary(v: &Value, ty: &DataType, out: &mut BytesMut) -> Res
             out.put_i32(d.checked_sub(PG_EPOCH_DAYS).ok_or_else(range)?)
         }
         (DataType::Uuid, Value::Uuid(u)) => out.put_u128(*u),
+        (
+            DataType::Interval,
+            Value::Interval {
+                months,
+                days,
+                micros,
+            },
+        ) => {
+            out.put_i64(*micros);
+            out.put_i32(*days);
+            out.put_i32(*months);
+        }
         (DataType::Json, Value::Json(s)) => out.put_slice(s.as_bytes()),
         // An enum's binary form is its label (`enum_send`).
         (DataType::Enum(_), Value::Enum(_, label)) => out.put_slice(label.as_bytes()),
@@ -285,6 +302,16 @@ pub(crate) fn decode_binary(b: &[u8], ty: &DataType) -> Result<Value, SqlError> 
                 .ok_or_else(|| SqlError::new("22008", "date out of range"))?,
         ),
         DataType::Uuid => Value::Uuid(u128::from_be_bytes(fixed(b, ty)?)),
+        DataType::Interval => {
+            let b: [u8; INTERVAL_BYTES] = fixed(b, ty)?;
+            let (micros, rest) = b.split_at(8);
+            let (days, months) = rest.split_at(4);
+            Value::Interval {
+                months: i32::from_be_bytes(months.try_into().expect("four bytes")),
+                days: i32::from_be_bytes(days.try_into().expect("four bytes")),
+                micros: i64::from_be_bytes(micros.try_into().expect("eight bytes")),
+            }
+        }
         DataType::Json => Value::Json(utf8(b)?),
         DataType::Array(element) => decode_array(b, ty, element)?,
         DataType::Jsonb => match b.split_first() {
@@ -542,6 +569,11 @@ mod tests {
                     Value::Array(vec![Value::Text(format!("a {i}")), Value::Text(String::new())]),
                 ),
                 (DataType::Array(Box::new(DataType::Uuid)), Value::Array(vec![Value::Uuid(u)])),
+                (DataType::Interval, Value::Interval { months: i as i32, days: days.wrapping_neg(), micros: us }),
+                (
+                    DataType::Array(Box::new(DataType::Interval)),
+                    Value::Array(vec![Value::Null, Value::Interval { months: days, days: i as i32, micros: i }]),
+                ),
                 (DataType::Array(Box::new(DataType::Int8)), Value::Array(vec![])),
             ];
             for (ty, v) in cases {
@@ -605,6 +637,56 @@ mod tests {
         assert!(decode_binary(&[2], &DataType::Bool).is_err());
         assert!(decode_binary(&[2, b'{', b'}'], &DataType::Jsonb).is_err());
         assert!(decode_binary(&[0xff, 0xfe], &DataType::Text).is_err());
+    }
+
+    #[test]
+    fn intervals_are_micros_days_months() {
+        // interval '1 mon 2 days 00:00:03.000004' as PostgreSQL's interval_send writes it.
+        let v = Value::Text("1 mon 2 days 00:00:03.000004".into())
+            .coerce(&DataType::Interval)
+            .unwrap();
+        let mut b = BytesMut::new();
+        encode_binary(&v, &DataType::Interval, &mut b).unwrap();
+        let mut want = 3_000_004i64.to_be_bytes().to_vec();
+        want.extend_from_slice(&2i32.to_be_bytes());
+        want.extend_from_slice(&1i32.to_be_bytes());
+        assert_eq!(&b[..], &want[..]);
+        assert_eq!(
+            format!("{:?}", decode_binary(&want, &DataType::Interval).unwrap()),
+            format!("{v:?}")
+        );
+        // Negative fields, and a length other than 16, as PostgreSQL's interval_recv.
+        let neg = Value::Interval {
+            months: -1,
+            days: -2,
+            micros: -3,
+        };
+        let mut b = BytesMut::new();
+        encode_binary(&neg, &DataType::Interval, &mut b).unwrap();
+        assert_eq!(&b[..8], &(-3i64).to_be_bytes());
+        assert_eq!(
+            format!("{:?}", decode_binary(&b, &DataType::Interval).unwrap()),
+            format!("{neg:?}")
+        );
+        let e = decode_binary(&want[..12], &DataType::Interval).unwrap_err();
+        assert_eq!(e.code, "22P03");
+        // The text form is PostgreSQL's.
+        let mut t = BytesMut::new();
+        encode_text(&neg, &DataType::Interval, &mut t).unwrap();
+        assert_eq!(&t[..], b"-1 mons -2 days -00:00:00.000003");
+        // In an array, each element is an interval_send body.
+        let ty = DataType::Array(Box::new(DataType::Interval));
+        let arr = Value::Array(vec![v.clone(), Value::Null]);
+        let mut b = BytesMut::new();
+        encode_binary(&arr, &ty, &mut b).unwrap();
+        // dimensions, has-NULLs flag, then the element type's OID.
+        assert_eq!(&b[8..12], &DataType::Interval.pg_oid().to_be_bytes());
+        assert_eq!(&b[20..24], &(INTERVAL_BYTES as i32).to_be_bytes());
+        assert_eq!(&b[24..40], &want[..]);
+        assert_eq!(
+            format!("{:?}", decode_binary(&b, &ty).unwrap()),
+            format!("{arr:?}")
+        );
     }
 
     #[test]

@@ -732,3 +732,149 @@ async fn arrays_and_jsonb_in_binary_through_a_driver() {
     })
     .await;
 }
+
+/// An interval as a driver holds it: PostgreSQL's binary fields
+/// (tokio-postgres has no interval type of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PgInterval {
+    micros: i64,
+    days: i32,
+    months: i32,
+}
+
+impl tokio_postgres::types::ToSql for PgInterval {
+    fn to_sql(
+        &self,
+        _: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        out.put_i64(self.micros);
+        out.put_i32(self.days);
+        out.put_i32(self.months);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        *ty == tokio_postgres::types::Type::INTERVAL
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl<'a> tokio_postgres::types::FromSql<'a> for PgInterval {
+    fn from_sql(
+        _: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<PgInterval, Box<dyn std::error::Error + Sync + Send>> {
+        let raw: [u8; 16] = raw.try_into()?;
+        let (micros, rest) = raw.split_at(8);
+        let (days, months) = rest.split_at(4);
+        Ok(PgInterval {
+            micros: i64::from_be_bytes(micros.try_into()?),
+            days: i32::from_be_bytes(days.try_into()?),
+            months: i32::from_be_bytes(months.try_into()?),
+        })
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        *ty == tokio_postgres::types::Type::INTERVAL
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intervals_in_binary_through_a_driver() {
+    use tokio_postgres::types::Type;
+    let server = Server::start(PgConfig::default()).await;
+    bounded(async {
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "CREATE TABLE leases (id bigint PRIMARY KEY, ttl interval, granted timestamptz, \
+                 steps interval[])",
+            )
+            .await
+            .unwrap();
+        let insert = client
+            .prepare("INSERT INTO leases VALUES ($1, $2, $3, ARRAY[$2, $2 * 2])")
+            .await
+            .unwrap();
+        assert_eq!(
+            insert.params(),
+            &[Type::INT8, Type::INTERVAL, Type::TIMESTAMPTZ]
+        );
+        let granted: DateTime<Utc> = "2024-01-31T10:00:00Z".parse().unwrap();
+        let month = PgInterval {
+            micros: 0,
+            days: 0,
+            months: 1,
+        };
+        let odd = PgInterval {
+            micros: -1_500_000,
+            days: 3,
+            months: -14,
+        };
+        for (id, ttl) in [(1i64, month), (2, odd)] {
+            client
+                .execute(&insert, &[&id, &ttl, &granted])
+                .await
+                .unwrap();
+        }
+        // Results and a parameter in binary: the fields come back as sent,
+        // and `timestamptz + interval` moves by the calendar.
+        let select = client
+            .prepare(
+                "SELECT id, ttl, granted + ttl, steps FROM leases \
+                 WHERE ttl >= $1 AND granted > now() - $2::interval ORDER BY id",
+            )
+            .await
+            .unwrap();
+        assert_eq!(select.params(), &[Type::INTERVAL, Type::INTERVAL]);
+        assert_eq!(select.columns()[1].type_(), &Type::INTERVAL);
+        assert_eq!(select.columns()[2].type_(), &Type::TIMESTAMPTZ);
+        assert_eq!(select.columns()[3].type_(), &Type::INTERVAL_ARRAY);
+        let thirty_days = PgInterval {
+            micros: 0,
+            days: 30,
+            months: 0,
+        };
+        let century = PgInterval {
+            micros: 0,
+            days: 0,
+            months: 1200,
+        };
+        let rows = client
+            .query(&select, &[&thirty_days, &century])
+            .await
+            .unwrap();
+        // '1 mon' >= '30 days' (a month counts 30 days); '-14 mons' is less.
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].get::<_, PgInterval>(1), month);
+        let end: DateTime<Utc> = "2024-02-29T10:00:00Z".parse().unwrap();
+        assert_eq!(rows[0].get::<_, DateTime<Utc>>(2), end);
+        let doubled = PgInterval {
+            months: 2,
+            ..month
+        };
+        assert_eq!(rows[0].get::<_, Vec<PgInterval>>(3), vec![month, doubled]);
+        // The text form, as psql shows it.
+        let msgs = client
+            .simple_query("SELECT ttl, steps FROM leases WHERE id = 2")
+            .await
+            .unwrap();
+        assert_eq!(
+            rows_of(msgs),
+            vec![vec![
+                Some("-1 years -2 mons +3 days -00:00:01.5".into()),
+                Some("{\"-1 years -2 mons +3 days -00:00:01.5\",\"-2 years -4 mons +6 days -00:00:03\"}".into())
+            ]]
+        );
+        // Bad interval text is PostgreSQL's 22007.
+        let e = client
+            .simple_query("SELECT 'soon'::interval")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::INVALID_DATETIME_FORMAT));
+    })
+    .await;
+}

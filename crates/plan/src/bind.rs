@@ -424,6 +424,7 @@ fn literal_type(v: &Value) -> DataType {
         Value::Uuid(_) => DataType::Uuid,
         Value::Json(_) => DataType::Json,
         Value::Jsonb(_) => DataType::Jsonb,
+        Value::Interval { .. } => DataType::Interval,
         Value::Array(items) => items
             .iter()
             .find(|v| !v.is_null())
@@ -450,11 +451,21 @@ fn numeric_rank(t: &DataType) -> u8 {
 /// it: integers widen to the wider integer, an integer with a numeric is
 /// numeric, `real` with `real` is `real`, and anything else with a float is
 /// `double precision` (PostgreSQL's preferred type for mixed floats);
-/// `date - date` is an integer.
+/// `date - date` is an integer, the difference of two timestamps (or a
+/// timestamp and a date) an interval, a timestamp or date moved by an
+/// interval a timestamp (a timestamptz stays one), and an interval
+/// scaled by a number an interval.
 fn arithmetic_type(a: &DataType, b: &DataType) -> DataType {
     use DataType as T;
+    let datetime = |t: &DataType| matches!(t, T::Date | T::Timestamp | T::TimestampTz);
     match (a, b) {
         (T::Date, T::Date) => T::Int4,
+        (T::TimestampTz, T::Interval) | (T::Interval, T::TimestampTz) => T::TimestampTz,
+        (T::Timestamp | T::Date, T::Interval) | (T::Interval, T::Timestamp | T::Date) => {
+            T::Timestamp
+        }
+        (x, y) if datetime(x) && datetime(y) => T::Interval,
+        (T::Interval, _) | (_, T::Interval) => T::Interval,
         (T::Float4, T::Float4) => T::Float4,
         (T::Float4 | T::Float8, o) | (o, T::Float4 | T::Float8) if o.is_numeric() => T::Float8,
         _ if numeric_rank(a) == 0 => a.clone(),
@@ -511,9 +522,19 @@ pub(crate) fn sql_type(catalog: &Catalog, dt: &ast::DataType) -> Result<DataType
             )));
         }
     }
+    if let ast::DataType::Interval { fields, precision } = dt {
+        if fields.is_some() || precision.is_some() {
+            return Err(SqlError::unsupported(
+                "interval fields and precision in a type (interval(p), interval hour)",
+            )
+            .with_hint(
+                "use plain interval; a literal may still name fields: INTERVAL '90' MINUTE",
+            ));
+        }
+    }
     parse_type(&text).map_err(|_| {
         SqlError::new("42704", format!("type \"{text}\" does not exist"))
-            .with_hint("supported: smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar(n), bytea, timestamp, timestamptz, date, uuid, json, jsonb, and one-dimensional arrays of them (text[])")
+            .with_hint("supported: smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar(n), bytea, timestamp, timestamptz, date, interval, uuid, json, jsonb, and one-dimensional arrays of them (text[])")
     })
 }
 
@@ -1012,6 +1033,13 @@ impl<'a> Binder<'a> {
                         _ => None,
                     }
                 }
+                Func::JustifyDays
+                | Func::JustifyHours
+                | Func::JustifyInterval
+                | Func::Age
+                | Func::MakeInterval => DataType::Interval,
+                Func::DatePart => DataType::Float8,
+                Func::Extract => DataType::Numeric,
                 _ => DataType::Text,
             },
             Expr::Case {
@@ -1251,6 +1279,19 @@ impl<'a> Binder<'a> {
                 right,
             } => self.any_all(left, compare_op, right, true, scope)?,
             E::Array(array) => self.array(&array.elem, scope, expected)?,
+            E::Interval(interval) => Expr::Literal(interval_literal(interval)?),
+            E::Extract { field, expr, .. } => {
+                let unit = match field {
+                    ast::DateTimeField::Custom(name) => name.value.clone(),
+                    other => other.to_string(),
+                };
+                let x = self.expr(expr, scope, None)?;
+                self.check_date_part_argument("extract", &x, scope)?;
+                Expr::Call(
+                    Func::Extract,
+                    vec![Expr::Literal(Value::Text(unit.to_lowercase())), x],
+                )
+            }
             E::CompoundFieldAccess { root, access_chain } => match access_chain.as_slice() {
                 [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] => {
                     let array = self.expr(root, scope, None)?;
@@ -1462,6 +1503,13 @@ impl<'a> Binder<'a> {
                 }
                 BinOp::HasKey => Some(DataType::Text),
                 BinOp::Sub if matches!(ty, DataType::Json | DataType::Jsonb) => None,
+                // PostgreSQL's only `+` of a timestamp takes an interval:
+                // `ts + '1 day'` (while `ts - '1 day'` reads a timestamp).
+                BinOp::Add if matches!(ty, DataType::Timestamp | DataType::TimestampTz) => {
+                    Some(DataType::Interval)
+                }
+                // `interval * 2`, `interval / '4'`: a number.
+                BinOp::Mul | BinOp::Div if ty == DataType::Interval => Some(DataType::Float8),
                 _ => Some(ty),
             };
             (l, self.expr(right, scope, expected.as_ref())?)
@@ -1649,6 +1697,7 @@ impl<'a> Binder<'a> {
                         | DataType::Date
                         | DataType::Timestamp
                         | DataType::TimestampTz
+                        | DataType::Interval
                         | DataType::Uuid
                         | DataType::Bytea
                 )
@@ -1794,6 +1843,9 @@ impl<'a> Binder<'a> {
         if name == "pg_get_serial_sequence" {
             return self.serial_sequence(f, scope);
         }
+        if name == "make_interval" {
+            return self.make_interval(f, scope);
+        }
         let func = Func::by_name(&name)
             .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
         if func == Func::CurrentUser && self.time.is_none() {
@@ -1813,6 +1865,10 @@ impl<'a> Binder<'a> {
             }
             Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => expected.cloned(),
             Func::JsonbTypeof | Func::JsonbArrayLength | Func::JsonbSet => Some(DataType::Jsonb),
+            Func::JustifyDays | Func::JustifyHours | Func::JustifyInterval => {
+                Some(DataType::Interval)
+            }
+            Func::Age => Some(DataType::Timestamp),
             _ => None,
         };
         // jsonb_set(target, path text[], new jsonb [, create boolean]).
@@ -1820,6 +1876,7 @@ impl<'a> Binder<'a> {
             (Func::JsonbSet, 1) => Some(DataType::Array(Box::new(DataType::Text))),
             (Func::JsonbSet, 3) => Some(DataType::Bool),
             (Func::ArrayLength, 1) => Some(DataType::Int4),
+            (Func::DatePart, 0) => Some(DataType::Text),
             _ => arg_hint.clone(),
         };
         let args = match func {
@@ -1868,6 +1925,21 @@ impl<'a> Binder<'a> {
                 }
             }
         }
+        if func == Func::DatePart {
+            self.check_date_part_argument("date_part", &args[1], scope)?;
+        }
+        let args = match (func, args.as_slice()) {
+            // age(x) is age(today's midnight, x).
+            (Func::Age, [x]) => {
+                let Some(time) = self.time else {
+                    return Err(session_dependent_in_view(&name));
+                };
+                let day = Value::TimestampTz(time.transaction_micros).coerce(&DataType::Date)?;
+                let midnight = day.coerce(&DataType::Timestamp)?;
+                vec![Expr::Literal(midnight), x.clone()]
+            }
+            _ => args,
+        };
         let call = Expr::Call(func, args);
         Ok(if func == Func::Abs {
             // abs(-2147483648) overflows an integer.
@@ -1875,6 +1947,104 @@ impl<'a> Binder<'a> {
         } else {
             call
         })
+    }
+
+    /// `extract` and `date_part` take an interval here; other types are
+    /// refused when they are bound, not when a row reaches them.
+    fn check_date_part_argument(
+        &self,
+        name: &str,
+        x: &Expr,
+        scope: &Scope,
+    ) -> Result<(), SqlError> {
+        match self.known_type(x, scope) {
+            None | Some(DataType::Interval) => Ok(()),
+            Some(ty) => Err(SqlError::unsupported(format!(
+                "{name} of a value of type {}",
+                type_name(&ty)
+            ))
+            .with_hint("extract and date_part take an interval: cast the value to interval, or subtract timestamps")),
+        }
+    }
+
+    /// `make_interval(years, months, weeks, days, hours, mins, secs)`, its
+    /// arguments by position or by name (`make_interval(days => 10)`),
+    /// missing ones zero.
+    fn make_interval(&mut self, f: &ast::Function, scope: &Scope) -> Result<Expr, SqlError> {
+        const PARAMETERS: [&str; 7] = ["years", "months", "weeks", "days", "hours", "mins", "secs"];
+        const SECS: usize = 6;
+        let no_such = || {
+            SqlError::new("42883", "function make_interval with these arguments does not exist")
+                .with_hint("make_interval(years, months, weeks, days, hours, mins, secs), each optional, by position or by name")
+        };
+        let args: &[ast::FunctionArg] = match &f.args {
+            ast::FunctionArguments::List(list)
+                if list.clauses.is_empty() && list.duplicate_treatment.is_none() =>
+            {
+                &list.args
+            }
+            ast::FunctionArguments::None => &[],
+            _ => return Err(no_such()),
+        };
+        if f.over.is_some() || f.filter.is_some() {
+            return Err(no_such());
+        }
+        let mut slots: [Option<Expr>; 7] = Default::default();
+        let mut named = false;
+        for (position, arg) in args.iter().enumerate() {
+            let (slot, e) = match arg {
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) if !named => (position, e),
+                ast::FunctionArg::Unnamed(_) => {
+                    return Err(SqlError::syntax(
+                        "positional argument cannot follow named argument",
+                    ))
+                }
+                ast::FunctionArg::Named {
+                    name,
+                    arg: ast::FunctionArgExpr::Expr(e),
+                    ..
+                }
+                | ast::FunctionArg::ExprNamed {
+                    name: ast::Expr::Identifier(name),
+                    arg: ast::FunctionArgExpr::Expr(e),
+                    ..
+                } => {
+                    named = true;
+                    let slot = PARAMETERS
+                        .iter()
+                        .position(|p| *p == ident(name))
+                        .ok_or_else(no_such)?;
+                    (slot, e)
+                }
+                _ => return Err(no_such()),
+            };
+            let ty = if slot == SECS {
+                DataType::Float8
+            } else {
+                DataType::Int4
+            };
+            let x = self.expr(e, scope, Some(&ty))?;
+            let place = slots.get_mut(slot).ok_or_else(no_such)?;
+            if place.is_some() {
+                return Err(SqlError::syntax(format!(
+                    "argument \"{}\" given more than once",
+                    PARAMETERS[slot]
+                )));
+            }
+            *place = Some(x);
+        }
+        let args = slots
+            .into_iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.unwrap_or(Expr::Literal(if i == SECS {
+                    Value::Float(0.0)
+                } else {
+                    Value::Int(0)
+                }))
+            })
+            .collect();
+        Ok(Expr::Call(Func::MakeInterval, args))
     }
 
     /// Binds expressions that must have one type (COALESCE's arguments,
@@ -3703,6 +3873,62 @@ enum Unify {
     LiteralsOnly,
 }
 
+/// `INTERVAL '...' [fields]`: the literal read as PostgreSQL reads it, a
+/// bare number in the last field named and finer fields dropped
+/// (`INTERVAL '90' MINUTE`, `INTERVAL '1 day 02:03:04' HOUR TO MINUTE`).
+fn interval_literal(i: &ast::Interval) -> Result<Value, SqlError> {
+    use aqueduct_values::IntervalFields as F;
+    use ast::DateTimeField as D;
+    let text = match i.value.as_ref() {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) | ast::Value::EscapedStringLiteral(s) => {
+                Some(s.clone())
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+    .ok_or_else(|| SqlError::syntax("INTERVAL takes a quoted literal: INTERVAL '1 day'"))?;
+    let fields = match (&i.leading_field, &i.last_field) {
+        (None, None) => F::All,
+        (Some(D::Year), None) => F::Year,
+        (Some(D::Month), None) => F::Month,
+        (Some(D::Day), None) => F::Day,
+        (Some(D::Hour), None) => F::Hour,
+        (Some(D::Minute), None) => F::Minute,
+        (Some(D::Second), None) => F::Second,
+        (Some(D::Year), Some(D::Month)) => F::YearToMonth,
+        (Some(D::Day), Some(D::Hour)) => F::DayToHour,
+        (Some(D::Day), Some(D::Minute)) => F::DayToMinute,
+        (Some(D::Day), Some(D::Second)) => F::DayToSecond,
+        (Some(D::Hour), Some(D::Minute)) => F::HourToMinute,
+        (Some(D::Hour), Some(D::Second)) => F::HourToSecond,
+        (Some(D::Minute), Some(D::Second)) => F::MinuteToSecond,
+        _ => return Err(SqlError::syntax(format!("invalid interval fields in {i}"))),
+    };
+    // Only seconds have a precision: SECOND(p), ... TO SECOND(p).
+    let precision = match (
+        &i.leading_field,
+        i.leading_precision,
+        i.fractional_seconds_precision,
+    ) {
+        (_, None, None) => None,
+        (Some(D::Second), p, None) => p,
+        (_, None, p) if i.last_field == Some(D::Second) => p,
+        _ => {
+            return Err(SqlError::syntax(format!(
+                "invalid interval precision in {i}"
+            )))
+        }
+    };
+    let precision = precision.map(|p| {
+        u32::try_from(p)
+            .unwrap_or(u32::MAX)
+            .min(aqueduct_values::MAX_INTERVAL_PRECISION)
+    });
+    Ok(aqueduct_values::parse_interval_fields(&text, fields, precision)?.to_value())
+}
+
 /// PostgreSQL's common type of two types (`select_common_type`): numbers
 /// widen to the widest (integers < numeric < real < double precision),
 /// dates and timestamps to the widest, text and varchar to text; other
@@ -3742,8 +3968,15 @@ fn common_type(a: &DataType, b: &DataType) -> Option<DataType> {
 /// arguments, as PostgreSQL finds no function of that signature.
 fn check_arity(func: Func, name: &str, n: usize) -> Result<(), SqlError> {
     let ok = match func {
-        Func::JsonbTypeof | Func::JsonbArrayLength | Func::ToJsonb | Func::Cardinality => n == 1,
-        Func::ArrayLength => n == 2,
+        Func::JsonbTypeof
+        | Func::JsonbArrayLength
+        | Func::ToJsonb
+        | Func::Cardinality
+        | Func::JustifyDays
+        | Func::JustifyHours
+        | Func::JustifyInterval => n == 1,
+        Func::ArrayLength | Func::DatePart => n == 2,
+        Func::Age => n == 1 || n == 2,
         Func::JsonbSet => n == 3 || n == 4,
         _ => true,
     };

@@ -30,6 +30,7 @@ fn pg_types() -> Vec<(u32, &'static str)> {
         (1082, "date"),
         (1114, "timestamp"),
         (1184, "timestamptz"),
+        (1186, "interval"),
         (1700, "numeric"),
         (2950, "uuid"),
         (3802, "jsonb"),

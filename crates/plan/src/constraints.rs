@@ -20,7 +20,7 @@ use aqueduct_values::Value;
 
 use crate::limits::MAX_CASCADED_ROWS;
 use crate::plan::{Access, ExprUnique};
-use crate::rows::{conform, current, read_rows};
+use crate::rows::{conform, current, read_rows, write_key, written_differently};
 
 /// A CHECK that is false for `row` fails the write with 23514 (NULL
 /// passes, as in PostgreSQL).
@@ -436,15 +436,12 @@ pub(crate) fn enforce_foreign_keys(
                     let next = act(child, fk, action, &crow, replaced.as_deref(), t, &key)?
                         .map(|row| conform(child, row))
                         .transpose()?;
+                    let ckey = write_key(child, ckey, &crow);
                     match &next {
                         None => txn.delete(child.schema.id, ckey),
                         Some(row) => {
-                            let nkey = if child.schema.has_primary_key() {
-                                child.schema.key_of(row)
-                            } else {
-                                ckey.clone()
-                            };
-                            if nkey != ckey {
+                            let nkey = write_key(child, ckey.clone(), row);
+                            if nkey != ckey || written_differently(&nkey, &ckey) {
                                 txn.delete(child.schema.id, ckey);
                             }
                             txn.put(child.schema.id, nkey, row.clone());

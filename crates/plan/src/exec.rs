@@ -26,7 +26,9 @@ use crate::plan::{
     Plan, RowLocking, SelectPlan, TruncatePlan, UpdatePlan,
 };
 pub use crate::rows::scan_rows;
-use crate::rows::{conform, current, every_chunk, read_rows, refuse_taken_name};
+use crate::rows::{
+    conform, current, every_chunk, read_rows, refuse_taken_name, write_key, written_differently,
+};
 
 /// Runs a data or schema statement.
 pub fn execute(
@@ -445,14 +447,20 @@ fn insert(
                 }
                 let new = conform(t, new)?;
                 constraints::check_row(t, &p.checks, &new, params)?;
-                if t.schema.has_primary_key() && t.schema.key_of(&new) != key {
+                let key = write_key(t, key, &existing);
+                let new_key = write_key(t, key.clone(), &new);
+                if new_key != key {
                     return Err(SqlError::unsupported(
                         "changing the primary key in ON CONFLICT DO UPDATE",
                     ));
                 }
                 let txn = fx.txn.get_mut();
                 unique.check(txn, t, &key, &new)?;
-                txn.put(t.schema.id, key, new.clone());
+                if written_differently(&new_key, &key) {
+                    // See `update`.
+                    txn.delete(t.schema.id, key);
+                }
+                txn.put(t.schema.id, new_key, new.clone());
                 changes.push(t.schema.id, Some(existing), Some(new.clone()));
                 written.push(new);
             }
@@ -493,15 +501,18 @@ fn update(
     let mut moved = Vec::with_capacity(updates.len());
     let mut changes = Changes::default();
     for (key, old, new) in updates {
-        let new_key = if t.schema.has_primary_key() {
-            t.schema.key_of(&new)
-        } else {
-            key.clone()
-        };
+        let key = write_key(t, key, &old);
+        let new_key = write_key(t, key.clone(), &new);
         if new_key != key {
             if current(catalog, txn, t, &new_key).is_some() {
                 return Err(duplicate_key(t, &new_key));
             }
+            txn.delete(t.schema.id, key);
+        } else if written_differently(&new_key, &key) {
+            // An equal key written otherwise ('30 days' for '1 mon', 1.00
+            // for 1.0): the log keys a row by its key's bytes, so the old
+            // bytes are deleted too, or compaction would keep their put
+            // and bring the row back at the next start.
             txn.delete(t.schema.id, key);
         }
         txn.put(t.schema.id, new_key.clone(), new.clone());
@@ -534,7 +545,7 @@ fn delete(
     let mut changes = Changes::default();
     for (key, row) in rows {
         if passes(p.filter.as_ref(), &row, params)? {
-            txn.delete(t.schema.id, key);
+            txn.delete(t.schema.id, write_key(t, key, &row));
             changes.push(t.schema.id, Some((*row).clone()), None);
             removed.push((*row).clone());
         }
@@ -552,8 +563,8 @@ fn truncate(fx: &mut Fx<'_>, p: &TruncatePlan) -> Result<Outcome, SqlError> {
     for &id in &p.tables {
         let t = table(catalog, id)?;
         txn.note_shape(catalog, id);
-        for (key, _) in read_rows(catalog, txn, t, &Access::Scan, &[])? {
-            txn.delete(id, key);
+        for (key, row) in read_rows(catalog, txn, t, &Access::Scan, &[])? {
+            txn.delete(id, write_key(t, key, &row));
         }
         if p.restart_identity {
             for seq in catalog.sequences.values() {

@@ -187,6 +187,34 @@ pub(crate) fn conform(t: &Table, row: Vec<Value>) -> Result<Row, SqlError> {
     Ok(out)
 }
 
+/// The key a write names for `row`, found at `found`. A table with a
+/// primary key keys each row in the log by the bytes of the row's own key
+/// columns (every put names those), and an equal key the row was found by
+/// may be written otherwise (`'30 days'` for `'1 mon'`, `1` for `1.0`): a
+/// delete naming those bytes would leave the put under the row's own for
+/// compaction to keep. A table without one keys rows by their row id.
+pub(crate) fn write_key(t: &Table, found: Key, row: &Row) -> Key {
+    if t.schema.has_primary_key() {
+        t.schema.key_of(row)
+    } else {
+        found
+    }
+}
+
+/// Whether two equal keys are written differently (`'1 mon'` and
+/// `'30 days'`, `1.0` and `1.00`), so that their log keys differ: a write
+/// that rekeys a row so deletes the old bytes first.
+pub(crate) fn written_differently(a: &[Value], b: &[Value]) -> bool {
+    let bytes = |key: &[Value]| {
+        let mut out = Vec::new();
+        for v in key {
+            aqueduct_values::encode_value(v, &mut out);
+        }
+        out
+    };
+    bytes(a) != bytes(b)
+}
+
 /// The current row at `key` as this transaction sees it; records the read.
 pub(crate) fn current(catalog: &Catalog, txn: &mut Txn, t: &Table, key: &Key) -> Option<Row> {
     txn.note_row_read(catalog, t.schema.id, key);

@@ -1003,11 +1003,7 @@ mod tests {
                 },
             ],
             primary_key: vec![0],
-            indexes: vec![IndexDef {
-                name: "users_name".into(),
-                columns: vec![1],
-                unique: false,
-            }],
+            indexes: vec![IndexDef::on_columns("users_name", vec![1], false)],
             checks: vec![CheckDef {
                 name: "users_id_check".into(),
                 sql: "id > 0".into(),
@@ -1019,6 +1015,8 @@ mod tests {
                 ref_columns: vec![0],
                 on_delete: FkAction::Cascade,
                 on_update: FkAction::SetNull,
+                deferrable: true,
+                initially_deferred: true,
             }],
         };
         let serial = ColumnDef {

@@ -516,11 +516,7 @@ mod tests {
                 })
                 .collect(),
             primary_key,
-            indexes: vec![IndexDef {
-                name: "t_index".into(),
-                columns: index,
-                unique: false,
-            }],
+            indexes: vec![IndexDef::on_columns("t_index", index, false)],
             ..TableSchema::default()
         })
     }
@@ -670,11 +666,7 @@ mod tests {
         }
         let plain = t.bytes;
         assert!(plain > 100 * 100, "at least 100 bytes a row: {plain}");
-        t.add_index(IndexDef {
-            name: "t_a".into(),
-            columns: vec![0],
-            unique: false,
-        });
+        t.add_index(IndexDef::on_columns("t_a", vec![0], false));
         let indexed = t.bytes;
         assert!(
             indexed > plain,

@@ -37,11 +37,7 @@ fn schema(id: TableId, name: &str, primary_key: Vec<usize>, index: bool) -> Tabl
         columns: vec![column("a"), column("b")],
         primary_key,
         indexes: if index {
-            vec![IndexDef {
-                name: format!("{name}_a"),
-                columns: vec![0],
-                unique: false,
-            }]
+            vec![IndexDef::on_columns(format!("{name}_a"), vec![0], false)]
         } else {
             Vec::new()
         },

@@ -11,13 +11,15 @@
 //! 10 uuid 16 bytes | 11 json u32 len + UTF-8
 //! 12 array u32 count + that many values (tag, payload; never an array)
 //! 13 jsonb u32 len + its canonical text (UTF-8)
+//! 14 interval i32 months | i32 days | i64 µs (PostgreSQL's three fields)
 //! 15 enum i64 sort key + u32 len + label (UTF-8)
 //! ```
-//! All integers little-endian. Tags 12, 13 and 15 were added later; rows
+//! All integers little-endian. Tags 12 to 15 were added later; rows
 //! written before them decode unchanged (a jsonb written then is tag 11).
 
 mod array;
 mod enums;
+mod interval;
 mod jsonb;
 mod text;
 mod types;
@@ -28,6 +30,12 @@ use std::fmt;
 pub use array::{format_array, parse_array, MAX_ARRAY_ELEMENTS};
 pub use enums::{
     EnumType, LabelError, LabelPlace, ENUM_SORT_GAP, FIRST_USER_OID, MAX_ENUM_LABEL_BYTES,
+};
+pub use interval::{
+    age, format_interval, interval_part, parse_interval, parse_interval_fields,
+    timestamp_difference, timestamp_plus_interval, Interval, IntervalFields, IntervalParts,
+    UnitError, DAYS_PER_MONTH, HOUR_MICROS, MAX_INTERVAL_FIELDS, MAX_INTERVAL_PRECISION,
+    MINUTE_MICROS, MIN_TIMESTAMP_MICROS, MONTHS_PER_YEAR, SECOND_MICROS,
 };
 pub use jsonb::{
     canonical_number, json_path_text, key_order, JsonStep, Jsonb, MAX_JSON_DEPTH,
@@ -68,6 +76,15 @@ pub enum Value {
     Jsonb(Jsonb),
     /// A one-dimensional array (lower bound 1); elements are never arrays.
     Array(Vec<Value>),
+    /// `interval`: PostgreSQL's three fields, never folded into each
+    /// other (a month is not 30 days until it is compared). SQL equality,
+    /// ordering and hashing use [`Interval::span_micros`], so
+    /// `'1 mon'` equals `'30 days'` as in PostgreSQL.
+    Interval {
+        months: i32,
+        days: i32,
+        micros: i64,
+    },
     /// A label of an enum type and its sort key (see [`EnumType`]).
     Enum(i64, Box<str>),
 }
@@ -96,6 +113,14 @@ pub enum ValueError {
     /// (`2024-02-30`).
     #[error("date/time field value out of range: \"{input}\"")]
     DatetimeField { input: String },
+    /// SQLSTATE 22008: an interval or timestamp result its type cannot
+    /// hold (`interval out of range`, `timestamp out of range`).
+    #[error("{what} out of range")]
+    DatetimeOutOfRange { what: &'static str },
+    /// SQLSTATE 22015: an interval's text with a field too large
+    /// (`'2147483648 days'`).
+    #[error("interval field value out of range: \"{input}\"")]
+    IntervalField { input: String },
     /// SQLSTATE 22001.
     #[error("value too long for type {ty}")]
     TooLong { ty: String },
@@ -146,7 +171,11 @@ impl ValueError {
     /// The PostgreSQL SQLSTATE for this error.
     pub fn sqlstate(&self) -> &'static str {
         match self {
-            ValueError::Syntax { ty, .. } if ty.starts_with("timestamp") || ty == "date" => "22007",
+            ValueError::Syntax { ty, .. }
+                if ty.starts_with("timestamp") || ty == "date" || ty == "interval" =>
+            {
+                "22007"
+            }
             ValueError::Syntax { .. }
             | ValueError::MalformedArray { .. }
             | ValueError::EnumLabel { .. } => "22P02",
@@ -156,7 +185,8 @@ impl ValueError {
             ValueError::OutOfRange { .. }
             | ValueError::Range(_)
             | ValueError::NumericFieldOverflow { .. } => "22003",
-            ValueError::DatetimeField { .. } => "22008",
+            ValueError::DatetimeField { .. } | ValueError::DatetimeOutOfRange { .. } => "22008",
+            ValueError::IntervalField { .. } => "22015",
             ValueError::TooLong { .. } => "22001",
             ValueError::Mismatch { .. } => "42804",
             ValueError::TooLarge { .. } => "54000",
@@ -187,6 +217,7 @@ impl Value {
             Value::Json(_) => "json",
             Value::Jsonb(_) => "jsonb",
             Value::Array(_) => "array",
+            Value::Interval { .. } => "interval",
             Value::Enum(..) => "enum",
         }
     }
@@ -246,8 +277,9 @@ fn rank(v: &Value) -> u8 {
         Value::Json(_) => 9,
         Value::Jsonb(_) => 10,
         Value::Array(_) => 11,
-        Value::Enum(..) => 12,
-        Value::Null => 13,
+        Value::Interval { .. } => 12,
+        Value::Enum(..) => 13,
+        Value::Null => 14,
     }
 }
 
@@ -279,6 +311,10 @@ fn compare(a: &Value, b: &Value) -> Option<Ordering> {
         // Element by element (NULL elements equal to each other and after
         // the rest, as PostgreSQL's array comparison), then by length.
         (Array(x), Array(y)) => x.cmp(y),
+        (Interval { .. }, Interval { .. }) => {
+            let span = |v| self::Interval::of(v).map(self::Interval::span_micros);
+            span(a).cmp(&span(b))
+        }
         (Enum(x, _), Enum(y, _)) => x.cmp(y),
         _ => return None,
     })
@@ -346,7 +382,17 @@ impl std::hash::Hash for Value {
             Value::Json(s) => (8u8, s).hash(state),
             Value::Jsonb(j) => (9u8, j).hash(state),
             Value::Array(items) => (10u8, items).hash(state),
-            Value::Enum(sort, _) => (11u8, *sort).hash(state),
+            // Equal spans are equal ('1 mon' = '30 days'): hash the span.
+            Value::Interval {
+                months,
+                days,
+                micros,
+            } => (
+                11u8,
+                self::Interval::new(*months, *days, *micros).span_micros(),
+            )
+                .hash(state),
+            Value::Enum(sort, _) => (12u8, *sort).hash(state),
         }
     }
 }
@@ -422,6 +468,16 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
             }
         }
         Value::Jsonb(j) => var(out, 13, j.to_string().as_bytes()),
+        Value::Interval {
+            months,
+            days,
+            micros,
+        } => {
+            out.push(14);
+            out.extend_from_slice(&months.to_le_bytes());
+            out.extend_from_slice(&days.to_le_bytes());
+            out.extend_from_slice(&micros.to_le_bytes());
+        }
         Value::Enum(sort, label) => {
             out.push(15);
             out.extend_from_slice(&sort.to_le_bytes());
@@ -534,6 +590,18 @@ pub fn decode_value(b: &[u8]) -> Result<(Value, usize), ValueError> {
                 .map_err(|_| ValueError::Corrupt("stored jsonb does not parse".into()))?;
             (Value::Jsonb(j), used)
         }
+        14 => {
+            let body = fixed(16)?;
+            let int = |r: std::ops::Range<usize>| i32::from_le_bytes(body[r].try_into().unwrap());
+            (
+                Value::Interval {
+                    months: int(0..4),
+                    days: int(4..8),
+                    micros: i64::from_le_bytes(body[8..16].try_into().unwrap()),
+                },
+                17,
+            )
+        }
         15 => {
             let sort = i64::from_le_bytes(fixed(8)?.try_into().unwrap());
             let len =
@@ -572,6 +640,19 @@ mod tests {
             .prop_map(Value::Array),
             (any::<i64>(), "[a-z]{1,8}").prop_map(|(s, l)| Value::Enum(s, l.into())),
             prop::collection::vec(".{0,5}".prop_map(Value::Text), 0..4).prop_map(Value::Array),
+            (any::<i32>(), any::<i32>(), any::<i64>()).prop_map(|(months, days, micros)| {
+                Value::Interval {
+                    months,
+                    days,
+                    micros,
+                }
+            }),
+            // Small spans, so that equal spans written differently occur.
+            (-2i32..2, -60i32..60, -2i64..2).prop_map(|(months, days, hours)| Value::Interval {
+                months,
+                days,
+                micros: hours * HOUR_MICROS,
+            }),
         ]
     }
 
@@ -658,6 +739,46 @@ mod tests {
     }
 
     #[test]
+    fn intervals_have_tag_14_and_compare_by_their_span() {
+        let iv = |months, days, micros| Value::Interval {
+            months,
+            days,
+            micros,
+        };
+        // The bytes of tag 14, field by field, little-endian.
+        let mut b = Vec::new();
+        encode_value(&iv(-2, 3, -4), &mut b);
+        let mut want = vec![14];
+        want.extend_from_slice(&(-2i32).to_le_bytes());
+        want.extend_from_slice(&3i32.to_le_bytes());
+        want.extend_from_slice(&(-4i64).to_le_bytes());
+        assert_eq!(b, want);
+        // The fields come back as written, not normalised.
+        let row = vec![iv(1, 0, 0), iv(0, 30, 0), iv(i32::MIN, i32::MAX, i64::MIN)];
+        let mut b = Vec::new();
+        encode_row(&row, &mut b);
+        let back = decode_row(&b).unwrap();
+        for (x, y) in row.iter().zip(&back) {
+            assert_eq!(format!("{x:?}"), format!("{y:?}"));
+        }
+        // A body cut short is damage.
+        let mut cut = vec![ROW_FORMAT_VERSION, 1, 0, 14];
+        cut.extend_from_slice(&[0; 15]);
+        assert_eq!(decode_row(&cut).unwrap_err().sqlstate(), "XX001");
+        // '1 mon' = '30 days' = '720 hours', and they hash alike.
+        use std::hash::{BuildHasher, RandomState};
+        let h = RandomState::new();
+        let month = iv(1, 0, 0);
+        for same in [iv(0, 30, 0), iv(0, 0, 720 * HOUR_MICROS), iv(2, -30, 0)] {
+            assert_eq!(month, same);
+            assert_eq!(h.hash_one(&month), h.hash_one(&same));
+        }
+        assert!(iv(0, 0, 1) > iv(0, 0, 0));
+        assert!(iv(12, 0, 0) < iv(0, 364, 0));
+        assert_eq!(iv(0, 1, 0).sql_cmp(&Value::Int(1)), None);
+    }
+
+    #[test]
     fn array_types_name_and_number_as_postgres() {
         for (name, oid, shown) in [
             ("text[]", 1009, "text[]"),
@@ -665,6 +786,7 @@ mod tests {
             ("bigint[]", 1016, "bigint[]"),
             ("uuid[]", 2951, "uuid[]"),
             ("jsonb[]", 3807, "jsonb[]"),
+            ("interval[]", 1187, "interval[]"),
             ("boolean[]", 1000, "boolean[]"),
         ] {
             let ty = DataType::from_sql(name, &[]).unwrap();

@@ -1,7 +1,7 @@
 //! PostgreSQL text forms of values (what `psql` prints and text-format
 //! parameters carry).
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Timelike};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Timelike};
 
 use crate::Value;
 
@@ -24,11 +24,16 @@ pub(crate) fn to_text(v: &Value) -> Option<String> {
             s
         }
         Value::Timestamp(t) => format_timestamp(*t),
-        Value::TimestampTz(t) => format!("{}+00", format_timestamp(*t)),
+        Value::TimestampTz(t) => format_timestamp_zone(*t, "+00"),
         Value::Date(d) => format_date(*d),
         Value::Uuid(u) => uuid::Uuid::from_u128(*u).hyphenated().to_string(),
         Value::Jsonb(j) => j.to_string(),
         Value::Array(items) => crate::format_array(items, to_text),
+        Value::Interval {
+            months,
+            days,
+            micros,
+        } => crate::format_interval(crate::Interval::new(*months, *days, *micros)),
         Value::Enum(_, label) => label.to_string(),
     })
 }
@@ -109,36 +114,57 @@ pub(crate) fn has_datetime_shape(s: &str) -> bool {
     numbers(date, '-', &[3]) && time.is_none_or(|t| numbers(t, ':', &[2, 3]))
 }
 
-/// `YYYY-MM-DD` for days since 1970-01-01.
+/// `YYYY-MM-DD` of a date, and whether it is BC: PostgreSQL counts
+/// years 1 BC, 2 BC, ... where the proleptic calendar has 0, -1, ...
+fn ymd(d: NaiveDate) -> (String, bool) {
+    let (year, bc) = if d.year() <= 0 {
+        (1 - d.year(), true)
+    } else {
+        (d.year(), false)
+    };
+    (format!("{year:04}-{:02}-{:02}", d.month(), d.day()), bc)
+}
+
+/// `YYYY-MM-DD[ BC]` for days since 1970-01-01.
 pub fn format_date(days: i32) -> String {
     match NaiveDate::from_num_days_from_ce_opt(days + EPOCH_DAYS_FROM_CE) {
-        Some(d) => d.format("%Y-%m-%d").to_string(),
+        Some(d) => match ymd(d) {
+            (date, true) => format!("{date} BC"),
+            (date, false) => date,
+        },
         None => format!("day {days}"),
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS[.ffffff]` for microseconds since the epoch.
+/// `YYYY-MM-DD HH:MM:SS[.ffffff][ BC]` for microseconds since the epoch.
 pub fn format_timestamp(micros: i64) -> String {
+    format_timestamp_zone(micros, "")
+}
+
+/// A timestamp with `zone` after its time and before a `BC`, as
+/// PostgreSQL writes `0001-04-06 06:21:14+00 BC`.
+fn format_timestamp_zone(micros: i64, zone: &str) -> String {
     let Some(dt) = DateTime::from_timestamp_micros(micros) else {
         return format!("{micros} µs");
     };
     let dt = dt.naive_utc();
+    let (date, bc) = ymd(dt.date());
+    let mut out = format!("{date} {}", dt.format("%H:%M:%S"));
     let frac = dt.nanosecond() / 1000;
-    if frac == 0 {
-        dt.format("%Y-%m-%d %H:%M:%S").to_string()
-    } else {
+    if frac != 0 {
         let f = format!("{frac:06}");
-        format!(
-            "{}.{}",
-            dt.format("%Y-%m-%d %H:%M:%S"),
-            f.trim_end_matches('0')
-        )
+        out.push('.');
+        out.push_str(f.trim_end_matches('0'));
     }
+    out.push_str(zone);
+    if bc {
+        out.push_str(" BC");
+    }
+    out
 }
 
 /// Parses a date `YYYY-MM-DD` into days since 1970-01-01.
 pub fn parse_date(s: &str) -> Option<i32> {
-    use chrono::Datelike;
     let d = NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").ok()?;
     Some(d.num_days_from_ce() - EPOCH_DAYS_FROM_CE)
 }
@@ -236,5 +262,22 @@ mod tests {
         assert_eq!(parse_timestamp("2024-13-02 03:04:05", false), None);
         assert_eq!(parse_date("1970-01-02"), Some(1));
         assert_eq!(format_date(-1), "1969-12-31");
+    }
+
+    #[test]
+    fn years_before_one_are_bc() {
+        // Year 0 of the proleptic calendar is 1 BC (PostgreSQL's output).
+        let year_one = parse_timestamp("0001-01-01 00:00:00", false).unwrap();
+        let day = 86_400_000_000;
+        assert_eq!(format_timestamp(year_one - day), "0001-12-31 00:00:00 BC");
+        assert_eq!(
+            to_text(&Value::TimestampTz(year_one - day + 1)).unwrap(),
+            "0001-12-31 00:00:00.000001+00 BC"
+        );
+        assert_eq!(
+            format_date(parse_date("0001-01-01").unwrap() - 367),
+            "0002-12-31 BC"
+        );
+        assert_eq!(format_timestamp(year_one), "0001-01-01 00:00:00");
     }
 }

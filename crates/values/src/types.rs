@@ -38,6 +38,8 @@ pub enum DataType {
     Jsonb,
     /// A one-dimensional array of the element type (never an array).
     Array(Box<DataType>),
+    /// `interval`: months, days and microseconds (see [`Value::Interval`]).
+    Interval,
     /// An enum type (`CREATE TYPE ... AS ENUM`).
     Enum(std::sync::Arc<crate::EnumType>),
 }
@@ -82,6 +84,7 @@ impl DataType {
             "uuid" => DataType::Uuid,
             "json" => DataType::Json,
             "jsonb" => DataType::Jsonb,
+            "interval" if modifiers.is_empty() => DataType::Interval,
             _ => return None,
         })
     }
@@ -105,6 +108,7 @@ impl DataType {
             DataType::Numeric | DataType::NumericTypmod { .. } => 1700,
             DataType::Uuid => 2950,
             DataType::Jsonb => 3802,
+            DataType::Interval => 1186,
             DataType::Enum(t) => t.oid(),
             DataType::Array(element) => match &**element {
                 DataType::Bool => 1000,
@@ -123,6 +127,7 @@ impl DataType {
                 DataType::Uuid => 2951,
                 DataType::Json => 199,
                 DataType::Jsonb => 3807,
+                DataType::Interval => 1187,
                 DataType::Enum(t) => t.array_oid(),
                 DataType::Array(_) => unreachable!("arrays of arrays are never built"),
             },
@@ -164,11 +169,12 @@ impl DataType {
             1700 => DataType::Numeric,
             2950 => DataType::Uuid,
             3802 => DataType::Jsonb,
+            1186 => DataType::Interval,
             1000 | 1001 | 1005 | 1007 | 1009 | 1015 | 1016 | 1021 | 1022 | 1115 | 1182 | 1185
-            | 1231 | 2951 | 199 | 3807 => {
+            | 1231 | 2951 | 199 | 3807 | 1187 => {
                 let element = [
                     16u32, 17, 21, 23, 25, 1043, 20, 700, 701, 1114, 1082, 1184, 1700, 2950, 114,
-                    3802,
+                    3802, 1186,
                 ]
                 .into_iter()
                 .filter_map(DataType::from_pg_oid)
@@ -186,7 +192,7 @@ impl DataType {
             DataType::Int2 => 2,
             DataType::Int4 | DataType::Float4 | DataType::Date => 4,
             DataType::Int8 | DataType::Float8 | DataType::Timestamp | DataType::TimestampTz => 8,
-            DataType::Uuid => 16,
+            DataType::Uuid | DataType::Interval => 16,
             _ => -1,
         }
     }
@@ -254,6 +260,7 @@ impl fmt::Display for DataType {
             DataType::Uuid => "uuid",
             DataType::Json => "json",
             DataType::Jsonb => "jsonb",
+            DataType::Interval => "interval",
             DataType::Array(element) => return write!(f, "{element}[]"),
             DataType::Enum(t) => &t.name,
         })
@@ -361,6 +368,7 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
         DataType::Uuid => uuid::Uuid::parse_str(t)
             .map(|u| Value::Uuid(u.as_u128()))
             .map_err(|_| syntax(ty, s)),
+        DataType::Interval => crate::parse_interval(s).map(crate::Interval::to_value),
         DataType::Json => {
             crate::Jsonb::validate_json(s)?;
             check_len(Value::Json(s.to_string()))
@@ -648,6 +656,7 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
             Ok(Value::Date(t.div_euclid(DAY_MICROS) as i32))
         }
         (Value::Uuid(u), DataType::Uuid) => Ok(Value::Uuid(u)),
+        (v @ Value::Interval { .. }, DataType::Interval) => Ok(v),
         (Value::Json(s), DataType::Json) => Ok(Value::Json(s)),
         (Value::Json(s), DataType::Jsonb) => parse_text(&s, ty),
         (Value::Jsonb(j), DataType::Jsonb) => Ok(Value::Jsonb(j)),
@@ -877,6 +886,8 @@ mod tests {
             (DataType::Date, "1999-12-31"),
             (DataType::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
             (DataType::Json, "{\"a\": [1, 2]}"),
+            (DataType::Interval, "1 year 2 mons -3 days +04:05:06.789"),
+            (DataType::Interval, "-00:00:00.000001"),
         ] {
             let v = parse_text(s, &ty).unwrap();
             assert_eq!(v.to_text().unwrap(), s, "{ty}");
@@ -901,6 +912,8 @@ mod tests {
             DataType::Uuid,
             DataType::Json,
             DataType::Jsonb,
+            DataType::Interval,
+            DataType::Array(Box::new(DataType::Interval)),
         ] {
             assert_eq!(DataType::from_pg_oid(ty.pg_oid()), Some(ty));
         }

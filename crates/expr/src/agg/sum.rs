@@ -7,11 +7,14 @@
 //! floats as a wide fixed-point integer in units of 2^-1074 (the smallest
 //! subnormal), so every finite `f64` and every weighted sum of them is exact.
 //! The result is rounded once, at [`ExactSum::sum`] or [`ExactSum::avg`], and
-//! does not depend on the order of the inputs.
+//! does not depend on the order of the inputs. Intervals are summed field
+//! by field in wrapping 128-bit integers: a wrapped sum is exact modulo
+//! 2^128, and the true sum of fewer than 2^64 values of 64 bits is far
+//! inside that, so what remains after retractions is exact.
 
 use std::cmp::Ordering;
 
-use aqueduct_values::{Decimal, Value};
+use aqueduct_values::{Decimal, Interval, Value};
 
 use crate::numeric::{base10000_lead, div_scale};
 use crate::SqlError;
@@ -388,6 +391,10 @@ pub(super) struct ExactSum {
     /// Weighted count of float inputs: some means a float result.
     floats: i64,
     float_sum: Option<Box<FloatSum>>,
+    /// Weighted count of interval inputs: some means an interval result.
+    intervals: i64,
+    /// Σ weight × (months, days, microseconds) of the interval inputs.
+    interval_sum: [i128; 3],
     /// Weighted count of all inputs.
     count: i64,
 }
@@ -400,13 +407,18 @@ impl ExactSum {
             numerics: 0,
             floats: 0,
             float_sum: None,
+            intervals: 0,
+            interval_sum: [0; 3],
             count: 0,
         }
     }
 
     /// Whether `v` can be summed (the caller checks before changing state).
     pub(super) fn accepts(v: &Value) -> bool {
-        matches!(v, Value::Int(_) | Value::Numeric(_) | Value::Float(_))
+        matches!(
+            v,
+            Value::Int(_) | Value::Numeric(_) | Value::Float(_) | Value::Interval { .. }
+        )
     }
 
     /// Adds `weight` copies of a non-NULL value [`accepts`](Self::accepts) took.
@@ -423,6 +435,19 @@ impl ExactSum {
                 self.float_sum
                     .get_or_insert_with(|| Box::new(FloatSum::new()))
                     .add(*f, weight);
+                return;
+            }
+            Value::Interval {
+                months,
+                days,
+                micros,
+            } => {
+                self.intervals += weight;
+                self.count += weight;
+                let fields = [*months as i128, *days as i128, *micros as i128];
+                for (sum, f) in self.interval_sum.iter_mut().zip(fields) {
+                    *sum = sum.wrapping_add(f.wrapping_mul(weight as i128));
+                }
                 return;
             }
             other => unreachable!("sum of {}", other.kind_name()),
@@ -473,11 +498,25 @@ impl ExactSum {
         Ok(f)
     }
 
+    /// The sum of the interval inputs; 22008 when a field overflows.
+    fn interval_total(&self) -> Result<Interval, SqlError> {
+        let range = || SqlError::new("22008", "interval out of range");
+        let [months, days, micros] = self.interval_sum;
+        Ok(Interval::new(
+            i32::try_from(months).map_err(|_| range())?,
+            i32::try_from(days).map_err(|_| range())?,
+            i64::try_from(micros).map_err(|_| range())?,
+        ))
+    }
+
     /// SUM: NULL over no values; an integer sum stays an integer while it
     /// fits in 64 bits.
     pub(super) fn sum(&self) -> Result<Value, SqlError> {
         if self.count == 0 {
             return Ok(Value::Null);
+        }
+        if self.intervals != 0 {
+            return Ok(self.interval_total()?.to_value());
         }
         if self.floats != 0 {
             return Ok(Value::Float(self.float_total()?));
@@ -500,6 +539,13 @@ impl ExactSum {
     pub(super) fn avg(&self) -> Result<Value, SqlError> {
         if self.count <= 0 {
             return Ok(Value::Null);
+        }
+        if self.intervals != 0 {
+            // PostgreSQL's interval_avg: the sum divided by the count.
+            return Ok(self
+                .interval_total()?
+                .checked_div(self.count as f64)?
+                .to_value());
         }
         if self.floats != 0 {
             return Ok(Value::Float(self.float_total()? / self.count as f64));
@@ -600,6 +646,32 @@ mod tests {
             "0.00015000000000000000"
         );
         assert_eq!(avg(sum_of(&[Value::Float(1.0), Value::Float(2.0)])), "1.5");
+    }
+
+    #[test]
+    fn interval_sums_and_averages_as_postgres() {
+        let iv = |s: &str| {
+            Value::Text(s.into())
+                .coerce(&aqueduct_values::DataType::Interval)
+                .unwrap()
+        };
+        let mut s = sum_of(&[iv("1 mon"), iv("1 day"), iv("1 hour")]);
+        assert_eq!(text(s.sum().unwrap()), "1 mon 1 day 01:00:00");
+        assert_eq!(text(s.avg().unwrap()), "10 days 08:20:00");
+        s.add(&iv("1 day"), -1);
+        assert_eq!(text(s.sum().unwrap()), "1 mon 01:00:00");
+        let s = sum_of(&[iv("1 mon"), iv("2 mons 1 day")]);
+        assert_eq!(text(s.avg().unwrap()), "1 mon 15 days 12:00:00");
+        // Past the range while many values are in, exact again once they
+        // are retracted.
+        let mut s = sum_of(&[iv("2147483647 days"), iv("2147483647 days")]);
+        assert_eq!(s.sum().unwrap_err().code, "22008");
+        s.add(&iv("2147483647 days"), -1);
+        assert_eq!(text(s.sum().unwrap()), "2147483647 days");
+        let mut s = sum_of(&[iv("9223372036854775807 us")]);
+        s.add(&iv("9223372036854775807 us"), i64::MAX - 1);
+        s.add(&iv("9223372036854775807 us"), 1 - i64::MAX);
+        assert_eq!(text(s.sum().unwrap()), "2562047788:00:54.775807");
     }
 
     #[test]
