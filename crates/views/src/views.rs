@@ -841,7 +841,8 @@ impl ViewRegistry {
                     }
                 }
             };
-        let needs_tables = {
+        // Without commits paused first: most keyed readers start empty.
+        {
             let catalog = engine.read_recursive();
             let mut graph = self.worker.graph();
             if let Some(r) = self.find_keyed(entry, key, false) {
@@ -857,18 +858,18 @@ impl ViewRegistry {
                     self.not_partial.write().insert(name, why);
                     return Ok(None);
                 }
-                Ok(plan) if !plan.needs_tables() => {
+                // The reader starts empty at the graph's LSN, compiled
+                // against the catalog now: only if the graph is there too
+                // (a batch still queued may be of a table as it was before
+                // an ALTER TABLE, with other columns).
+                Ok(plan) if !plan.needs_tables() && graph.processed() >= catalog.lsn() => {
                     let lsn = graph.processed();
                     let (_, reader) = graph.add_partial_view(&name, plan, &|_| Vec::new(), lsn)?;
                     return Ok(Some(self.add_keyed(entry, key, false, reader)));
                 }
-                Ok(_) => {
-                    graph.discard(&nodes);
-                    true
-                }
+                Ok(_) => graph.discard(&nodes),
             }
-        };
-        debug_assert!(needs_tables);
+        }
         engine.with_commits_paused(|catalog, lsn| {
             let mut graph = self.worker.drain();
             if let Some(r) = self.find_keyed(entry, key, false) {
