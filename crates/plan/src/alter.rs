@@ -50,6 +50,8 @@ struct Work<'c> {
     dropped_refs: HashSet<(TableId, String)>,
     /// Sequences owned by dropped columns.
     drop_sequences: Vec<TableId>,
+    /// Views whose queries name the table by a new name.
+    rewrite_views: Vec<(TableId, String)>,
 }
 
 fn tag() -> Outcome {
@@ -90,6 +92,7 @@ pub(crate) fn alter_table(fx: &mut Fx<'_>, a: &AlterTablePlan) -> Result<Outcome
         drop_views: Vec::new(),
         dropped_refs: HashSet::new(),
         drop_sequences: Vec::new(),
+        rewrite_views: Vec::new(),
     };
     let mut binder = Binder::new(catalog);
     binder.set_time(a.time);
@@ -275,18 +278,25 @@ impl Work<'_> {
                         format!("relation \"{new}\" already exists"),
                     ));
                 }
-                if let Some((_, view, _)) =
-                    bind::dependent_views(catalog, std::slice::from_ref(&self.old.schema.name))
-                        .first()
-                {
-                    return Err(SqlError::new(
-                        "0A000",
-                        format!(
-                            "cannot rename table {} because view {view} depends on it",
-                            self.schema.name
-                        ),
-                    )
-                    .with_hint("drop the view, rename the table, and create the view again"));
+                // The views that read the table read it by the new name,
+                // under the old one as an alias (so what they qualify with
+                // it still resolves), as PostgreSQL's views follow a
+                // renamed table.
+                let old = self.old.schema.name.clone();
+                for (id, view, sql) in bind::dependent_views(catalog, std::slice::from_ref(&old)) {
+                    if !bind::mentions(&sql, &old) {
+                        continue;
+                    }
+                    let rewritten = rename_table_in(&sql, &old, &new).ok_or_else(|| {
+                        SqlError::new(
+                            "0A000",
+                            format!(
+                                "cannot rename table {old} because view {view} names another relation {old} too"
+                            ),
+                        )
+                        .with_hint("drop the view, rename the table, and create the view again")
+                    })?;
+                    self.rewrite_views.push((id, rewritten));
                 }
                 self.schema.name = new;
                 Ok(())
@@ -792,6 +802,12 @@ impl Work<'_> {
         for id in &self.drop_views {
             txn.schema(SchemaChange::DropView { id: *id });
         }
+        for (id, sql) in &self.rewrite_views {
+            txn.schema(SchemaChange::AlterView {
+                id: *id,
+                sql: sql.clone(),
+            });
+        }
         for (n, (def, _)) in self.sequences.iter().enumerate() {
             let (id, _, _, p) = sequence_ids[n];
             txn.schema(SchemaChange::CreateSequence(SequenceDef {
@@ -930,6 +946,70 @@ fn expr_uses(e: &ast::Expr, column: &str) -> bool {
 }
 
 /// A CHECK's text with column `old` named `new`.
+/// A view's SQL reading table `new` where it read `old` (aliased `old`
+/// unless it had an alias). `None` when the query also defines a
+/// relation called `old` (a CTE), which a rename cannot tell apart.
+fn rename_table_in(sql: &str, old: &str, new: &str) -> Option<String> {
+    struct Rename<'a> {
+        old: &'a str,
+        new: &'a str,
+        shadowed: bool,
+    }
+    impl ast::VisitorMut for Rename<'_> {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut ast::Query) -> std::ops::ControlFlow<()> {
+            if let Some(with) = &q.with {
+                if with
+                    .cte_tables
+                    .iter()
+                    .any(|c| ident(&c.alias.name) == self.old)
+                {
+                    self.shadowed = true;
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+        fn pre_visit_table_factor(
+            &mut self,
+            f: &mut ast::TableFactor,
+        ) -> std::ops::ControlFlow<()> {
+            if let ast::TableFactor::Table { name, alias, .. } = f {
+                if object_name(name).is_ok_and(|n| n == self.old) {
+                    if alias.is_none() {
+                        *alias = Some(ast::TableAlias {
+                            explicit: true,
+                            name: ast::Ident::new(self.old),
+                            columns: Vec::new(),
+                            at: None,
+                        });
+                    }
+                    *name = ast::ObjectName::from(vec![ast::Ident::new(self.new)]);
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut statements = crate::parse::parse(sql).ok()?;
+    let mut r = Rename {
+        old,
+        new,
+        shadowed: false,
+    };
+    for st in &mut statements {
+        let _ = ast::VisitMut::visit(st, &mut r);
+    }
+    if r.shadowed {
+        return None;
+    }
+    Some(
+        statements
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
 fn rename_in(sql: &str, old: &str, new: &str) -> Result<String, SqlError> {
     let mut e = crate::parse::parse_expr(sql)?;
     let _ = ast::visit_expressions_mut(&mut e, |x| {

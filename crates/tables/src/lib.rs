@@ -220,6 +220,11 @@ impl Catalog {
                 self.next_table_id = self.next_table_id.max(id + 1);
                 self.views.insert(id, (name, sql));
             }
+            SchemaChange::AlterView { id, sql } => {
+                if let Some(v) = self.views.get_mut(&id) {
+                    v.1 = sql;
+                }
+            }
             SchemaChange::DropView { id } => {
                 self.views.remove(&id);
             }

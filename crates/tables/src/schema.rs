@@ -192,6 +192,12 @@ pub enum SchemaChange {
     DropView {
         id: TableId,
     },
+    /// A view's query rewritten (`ALTER TABLE ... RENAME TO` renames the
+    /// table in the queries of the views that read it): same id and name.
+    AlterView {
+        id: TableId,
+        sql: String,
+    },
     /// A time map: for each release interval, and for coarser periods
     /// made of them, the distinct values of one column of the rows written
     /// in it (`docs/consistency.md`). `id` comes from the table-id counter.
@@ -512,6 +518,11 @@ enum ChangeJson {
         v: u32,
         id: TableId,
     },
+    AlterView {
+        v: u32,
+        id: TableId,
+        sql: String,
+    },
     CreateTimeMap {
         v: u32,
         #[serde(flatten)]
@@ -629,7 +640,9 @@ impl SchemaChange {
             SchemaChange::CreateIndex { table, .. } | SchemaChange::DropIndex { table, .. } => {
                 *table
             }
-            SchemaChange::CreateView { id, .. } | SchemaChange::DropView { id } => *id,
+            SchemaChange::CreateView { id, .. }
+            | SchemaChange::DropView { id }
+            | SchemaChange::AlterView { id, .. } => *id,
             SchemaChange::CreateTimeMap(def) => def.id,
             SchemaChange::DropTimeMap { id } => *id,
             SchemaChange::CreateRole(r) | SchemaChange::AlterRole(r) => r.id,
@@ -684,6 +697,11 @@ impl SchemaChange {
                 sql: sql.clone(),
             },
             SchemaChange::DropView { id } => ChangeJson::DropView { v, id: *id },
+            SchemaChange::AlterView { id, sql } => ChangeJson::AlterView {
+                v,
+                id: *id,
+                sql: sql.clone(),
+            },
             SchemaChange::CreateTimeMap(def) => ChangeJson::CreateTimeMap {
                 v,
                 def: def.clone(),
@@ -835,6 +853,10 @@ impl SchemaChange {
             ChangeJson::DropView { v, id } => {
                 check(v)?;
                 SchemaChange::DropView { id }
+            }
+            ChangeJson::AlterView { v, id, sql } => {
+                check(v)?;
+                SchemaChange::AlterView { id, sql }
             }
             ChangeJson::CreateTimeMap { v, def } => {
                 check(v)?;
@@ -1103,6 +1125,10 @@ mod tests {
                 password: None,
             }),
             SchemaChange::DropRole { id: 9 },
+            SchemaChange::AlterView {
+                id: 11,
+                sql: "CREATE VIEW v AS SELECT x.a FROM t2 AS x".into(),
+            },
             SchemaChange::SetOwner {
                 object: 7,
                 owner: "alice".into(),
