@@ -52,6 +52,8 @@ struct Work<'c> {
     drop_sequences: Vec<TableId>,
     /// Views whose queries name the table by a new name.
     rewrite_views: Vec<(TableId, String)>,
+    /// `ADD PRIMARY KEY`: its name; the rows are keyed anew.
+    new_primary_key: Option<String>,
 }
 
 fn tag() -> Outcome {
@@ -93,6 +95,7 @@ pub(crate) fn alter_table(fx: &mut Fx<'_>, a: &AlterTablePlan) -> Result<Outcome
         dropped_refs: HashSet::new(),
         drop_sequences: Vec::new(),
         rewrite_views: Vec::new(),
+        new_primary_key: None,
     };
     let mut binder = Binder::new(catalog);
     binder.set_time(a.time);
@@ -629,9 +632,41 @@ impl Work<'_> {
                 self.new_fks.push(def.name.clone());
                 self.schema.foreign_keys.push(def);
             }
-            ast::TableConstraint::PrimaryKey(_) => {
-                return Err(SqlError::unsupported("ALTER TABLE ... ADD PRIMARY KEY")
-                    .with_hint("declare the primary key in CREATE TABLE"))
+            ast::TableConstraint::PrimaryKey(pk) => {
+                if self.schema.has_primary_key() {
+                    return Err(SqlError::new(
+                        "42P16",
+                        format!(
+                            "multiple primary keys for table \"{}\" are not allowed",
+                            self.schema.name
+                        ),
+                    ));
+                }
+                let cols: Vec<usize> = pk
+                    .columns
+                    .iter()
+                    .map(|c| match &c.column.expr {
+                        ast::Expr::Identifier(id) => self
+                            .schema
+                            .column_index(&ident(id))
+                            .ok_or_else(|| SqlError::undefined_column(&ident(id))),
+                        other => Err(SqlError::syntax(format!(
+                            "a primary key is on columns, not on {other}"
+                        ))),
+                    })
+                    .collect::<Result<_, _>>()?;
+                // The key's columns become NOT NULL; every row is checked
+                // (23502) and keyed anew by them (23505 on a duplicate).
+                for &c in &cols {
+                    self.schema.columns[c].not_null = true;
+                }
+                self.schema.primary_key = cols;
+                self.new_primary_key = Some(
+                    pk.name
+                        .as_ref()
+                        .map(ident)
+                        .unwrap_or_else(|| format!("{}_pkey", self.schema.name)),
+                );
             }
             other => return Err(SqlError::unsupported(format!("ADD CONSTRAINT {other}"))),
         }
@@ -794,8 +829,37 @@ impl Work<'_> {
                     ));
                 }
             }
-            if computes || own.contains(&key) {
+            if computes || own.contains(&key) || self.new_primary_key.is_some() {
                 puts.push((key, row));
+            }
+        }
+        // Keyed anew by the primary key added: each row moves from its
+        // hidden row id to its key, which must be unique.
+        let mut moves: Vec<Key> = Vec::new();
+        if let Some(name) = &self.new_primary_key {
+            let mut keys: HashSet<Key> = HashSet::new();
+            for (key, row) in &mut puts {
+                let new = self.schema.key_of(row);
+                if !keys.insert(new.clone()) {
+                    return Err(SqlError::new(
+                        "23505",
+                        format!("could not create unique index \"{name}\""),
+                    )
+                    .with_detail(format!(
+                        "Key ({})=({}) is duplicated.",
+                        self.schema
+                            .primary_key
+                            .iter()
+                            .map(|&c| self.schema.columns[c].name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        new.iter()
+                            .map(|v| v.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                moves.push(std::mem::replace(key, new));
             }
         }
         let txn = fx.txn.get_mut();
@@ -836,6 +900,9 @@ impl Work<'_> {
             }
         }
         let new_fk_rows = !self.new_fks.is_empty();
+        for old_key in moves {
+            txn.delete(self.schema.id, old_key);
+        }
         for (key, row) in puts {
             txn.put(self.schema.id, key, row);
         }
