@@ -250,7 +250,26 @@ impl Work<'_> {
                         ),
                     ));
                 }
-                self.views_block(catalog, &old, false, "rename")?;
+                // The views that name it read the new name (keeping the
+                // old one as their output column's name); a view too
+                // involved to rewrite safely still refuses the rename.
+                for (id, view, sql) in self.views_using(catalog, &old) {
+                    let rewritten =
+                        rename_column_in(&sql, catalog, &self.old.schema.name, &old, &new)
+                            .ok_or_else(|| {
+                                SqlError::new(
+                                    "0A000",
+                                    format!(
+                                        "cannot rename column {old} of table {} because view {view} depends on it",
+                                        self.schema.name
+                                    ),
+                                )
+                                .with_hint(format!(
+                                    "drop the view {view}, rename the column, and create the view again (a view with subqueries, CTEs or derived tables is not rewritten)"
+                                ))
+                            })?;
+                    self.rewrite_views.push((id, rewritten));
+                }
                 for ck in &mut self.schema.checks {
                     ck.sql = rename_in(&ck.sql, &old, &new)?;
                 }
@@ -1075,6 +1094,202 @@ fn rename_table_in(sql: &str, old: &str, new: &str) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; "),
     )
+}
+
+/// A view's SQL reading column `new` of `table` where it read `old`, its
+/// output columns keeping their names (`new AS old`; a `*` over the table
+/// becomes its columns). Only for queries of SELECTs (and set operations
+/// of them) over tables and views, without CTEs, derived tables or
+/// subqueries in expressions: `None` otherwise, where a reference could
+/// not be told apart.
+fn rename_column_in(
+    sql: &str,
+    catalog: &Catalog,
+    table: &str,
+    old: &str,
+    new: &str,
+) -> Option<String> {
+    use std::ops::ControlFlow;
+    let mut statements = crate::parse::parse(sql).ok()?;
+    let [st] = statements.as_mut_slice() else {
+        return None;
+    };
+    let q: &mut ast::Query = match st {
+        ast::Statement::CreateView(cv) => &mut cv.query,
+        ast::Statement::Query(q) => q,
+        _ => return None,
+    };
+    if q.with.is_some() {
+        return None;
+    }
+    let mut nested = false;
+    let _ = ast::visit_expressions(&*q, |e| {
+        nested |= matches!(
+            e,
+            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. }
+        );
+        ControlFlow::<()>::Continue(())
+    });
+    if nested {
+        return None;
+    }
+    let mut qualifiers: Vec<String> = Vec::new();
+    rename_column_in_set(&mut q.body, catalog, table, old, new, &mut qualifiers)?;
+    // ORDER BY names output columns (which keep their names) or, when
+    // qualified, the table's.
+    if let Some(order) = &mut q.order_by {
+        let _ = ast::visit_expressions_mut(order, |e| {
+            rename_qualified(e, &qualifiers, old, new);
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    Some(st.to_string())
+}
+
+/// `q.old` to `q.new` when `q` names the table.
+fn rename_qualified(e: &mut ast::Expr, qualifiers: &[String], old: &str, new: &str) {
+    if let ast::Expr::CompoundIdentifier(parts) = e {
+        if let [q, c] = parts.as_mut_slice() {
+            if qualifiers.contains(&ident(q)) && ident(c) == old {
+                *c = ast::Ident::new(new);
+            }
+        }
+    }
+}
+
+fn rename_column_in_set(
+    body: &mut ast::SetExpr,
+    catalog: &Catalog,
+    table: &str,
+    old: &str,
+    new: &str,
+    qualifiers: &mut Vec<String>,
+) -> Option<()> {
+    use std::ops::ControlFlow;
+    let s = match body {
+        ast::SetExpr::Select(s) => s,
+        ast::SetExpr::SetOperation { left, right, .. } => {
+            rename_column_in_set(left, catalog, table, old, new, qualifiers)?;
+            return rename_column_in_set(right, catalog, table, old, new, qualifiers);
+        }
+        ast::SetExpr::Values(_) => return Some(()),
+        _ => return None,
+    };
+    // Who in this SELECT's FROM is the table, and whether another relation
+    // there may have a column called `old` too.
+    let mut here: Vec<String> = Vec::new();
+    let mut others_may_have_it = false;
+    for twj in &s.from {
+        for factor in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
+            let ast::TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = factor
+            else {
+                return None;
+            };
+            let n = object_name(name).ok()?;
+            let q = alias.as_ref().map_or_else(|| n.clone(), |a| ident(&a.name));
+            if n == table {
+                here.push(q);
+            } else {
+                others_may_have_it |= match catalog.table(&n) {
+                    Some(t) => t.schema.column_index(old).is_some(),
+                    None => true,
+                };
+            }
+        }
+    }
+    if here.is_empty() {
+        return Some(());
+    }
+    // `*` over the table becomes its columns, as PostgreSQL fixes a view's
+    // columns when it is made: the renamed one keeps its name.
+    let columns_of = |n: &str| -> Option<Vec<String>> {
+        let t = catalog.table(n)?;
+        Some(t.schema.columns.iter().map(|c| c.name.clone()).collect())
+    };
+    let qualified = |q: &str, c: &str| {
+        ast::SelectItem::UnnamedExpr(ast::Expr::CompoundIdentifier(vec![
+            ast::Ident::new(q),
+            ast::Ident::new(c),
+        ]))
+    };
+    let mut factors: Vec<(String, String)> = Vec::new();
+    for twj in &s.from {
+        for factor in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
+            if let ast::TableFactor::Table { name, alias, .. } = factor {
+                let n = object_name(name).ok()?;
+                let q = alias.as_ref().map_or_else(|| n.clone(), |a| ident(&a.name));
+                factors.push((n, q));
+            }
+        }
+    }
+    let mut projection = Vec::with_capacity(s.projection.len());
+    for item in std::mem::take(&mut s.projection) {
+        match &item {
+            ast::SelectItem::Wildcard(_) => {
+                for (n, q) in &factors {
+                    for c in columns_of(n)? {
+                        projection.push(qualified(q, &c));
+                    }
+                }
+            }
+            ast::SelectItem::QualifiedWildcard(
+                ast::SelectItemQualifiedWildcardKind::ObjectName(w),
+                _,
+            ) if object_name(w).is_ok_and(|w| here.contains(&w)) => {
+                let q = object_name(w).ok()?;
+                for c in columns_of(table)? {
+                    projection.push(qualified(&q, &c));
+                }
+            }
+            _ => projection.push(item),
+        }
+    }
+    s.projection = projection;
+    // A bare `old` is the table's only when no other relation here may
+    // have one; where one may, the view would not have named it bare.
+    if others_may_have_it {
+        let mut bare = false;
+        let _ = ast::visit_expressions(&**s, |e| {
+            bare |= matches!(e, ast::Expr::Identifier(i) if ident(i) == old);
+            ControlFlow::<()>::Continue(())
+        });
+        if bare {
+            return None;
+        }
+    }
+    let is_ref = |e: &ast::Expr| match e {
+        ast::Expr::Identifier(i) => ident(i) == old,
+        ast::Expr::CompoundIdentifier(parts) => {
+            matches!(parts.as_slice(), [q, c] if here.contains(&ident(q)) && ident(c) == old)
+        }
+        _ => false,
+    };
+    for item in &mut s.projection {
+        if let ast::SelectItem::UnnamedExpr(e) = item {
+            if is_ref(e) {
+                *item = ast::SelectItem::ExprWithAlias {
+                    expr: e.clone(),
+                    alias: ast::Ident::new(old),
+                };
+            }
+        }
+    }
+    let _ = ast::visit_expressions_mut(&mut **s, |e| {
+        if let ast::Expr::Identifier(i) = e {
+            if ident(i) == old {
+                *i = ast::Ident::new(new);
+            }
+        }
+        rename_qualified(e, &here, old, new);
+        ControlFlow::<()>::Continue(())
+    });
+    qualifiers.extend(here);
+    Some(())
 }
 
 fn rename_in(sql: &str, old: &str, new: &str) -> Result<String, SqlError> {
