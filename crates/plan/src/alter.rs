@@ -619,9 +619,12 @@ impl Work<'_> {
                     ),
                 };
                 self.new_uniques.push(name.clone());
-                self.schema
-                    .indexes
-                    .push(IndexDef::on_columns(name, cols, true));
+                let (deferrable, initially_deferred) = bind::deferral(&u.characteristics);
+                self.schema.indexes.push(IndexDef {
+                    deferrable,
+                    initially_deferred,
+                    ..IndexDef::on_columns(name, cols, true)
+                });
             }
             ast::TableConstraint::ForeignKey(fk) => {
                 let cols: Vec<usize> = fk

@@ -3072,7 +3072,7 @@ impl<'a> Binder<'a> {
         let name = object_name(&c.name)?;
         let mut columns = Vec::new();
         let mut primary_key: Vec<usize> = Vec::new();
-        let mut uniques: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+        let mut uniques: Vec<(Option<String>, Vec<usize>, (bool, bool))> = Vec::new();
         let mut checks: Vec<(Option<String>, Option<usize>, ast::Expr)> = Vec::new();
         let mut foreign_keys: Vec<(Option<String>, Vec<usize>, &ast::ForeignKeyConstraint)> =
             Vec::new();
@@ -3156,9 +3156,11 @@ impl<'a> Binder<'a> {
                         let _ = pk;
                         primary_key = vec![i];
                     }
-                    ast::ColumnOption::Unique(u) => {
-                        uniques.push((u.name.as_ref().map(ident), vec![i]))
-                    }
+                    ast::ColumnOption::Unique(u) => uniques.push((
+                        u.name.as_ref().map(ident),
+                        vec![i],
+                        deferral(&u.characteristics),
+                    )),
                     ast::ColumnOption::Check(ck) => checks.push((
                         ck.name.as_ref().map(ident).or(opt.name.as_ref().map(ident)),
                         Some(i),
@@ -3202,6 +3204,7 @@ impl<'a> Binder<'a> {
                 ast::TableConstraint::Unique(u) => uniques.push((
                     u.name.as_ref().map(ident),
                     u.columns.iter().map(col_index).collect::<Result<_, _>>()?,
+                    deferral(&u.characteristics),
                 )),
                 ast::TableConstraint::Check(ck) => {
                     checks.push((ck.name.as_ref().map(ident), None, (*ck.expr).clone()))
@@ -3223,11 +3226,15 @@ impl<'a> Binder<'a> {
         let mut names = ConstraintNames::default();
         let indexes: Vec<aqueduct_tables::IndexDef> = uniques
             .into_iter()
-            .map(|(given, cols)| {
+            .map(|(given, cols, (deferrable, initially_deferred))| {
                 let name = given.unwrap_or_else(|| {
                     names.pick(&name, cols.iter().map(|&c| columns[c].name.as_str()), "key")
                 });
-                aqueduct_tables::IndexDef::on_columns(name, cols, true)
+                aqueduct_tables::IndexDef {
+                    deferrable,
+                    initially_deferred,
+                    ..aqueduct_tables::IndexDef::on_columns(name, cols, true)
+                }
             })
             .collect();
         let mut schema = TableSchema {
@@ -3678,16 +3685,8 @@ impl<'a> Binder<'a> {
             ref_columns,
             on_delete: action(&fk.on_delete),
             on_update: action(&fk.on_update),
-            // INITIALLY DEFERRED implies DEFERRABLE, as in PostgreSQL.
-            deferrable: fk.characteristics.as_ref().is_some_and(|c| {
-                c.deferrable == Some(true)
-                    || (c.deferrable.is_none()
-                        && c.initially == Some(ast::DeferrableInitial::Deferred))
-            }),
-            initially_deferred: fk
-                .characteristics
-                .as_ref()
-                .is_some_and(|c| c.initially == Some(ast::DeferrableInitial::Deferred)),
+            deferrable: deferral(&fk.characteristics).0,
+            initially_deferred: deferral(&fk.characteristics).1,
         })
     }
 
@@ -3782,6 +3781,7 @@ impl<'a> Binder<'a> {
             unique: c.unique,
             expressions,
             predicate,
+            ..Default::default()
         };
         let check = if index.unique && !index.is_physical() {
             let mut schema = (*table.schema).clone();
@@ -4293,6 +4293,19 @@ fn is_literal(e: &ast::Expr) -> bool {
         } => matches!(expr.as_ref(), ast::Expr::Value(_)),
         _ => false,
     }
+}
+
+/// A constraint's `[NOT] DEFERRABLE [INITIALLY DEFERRED | IMMEDIATE]`:
+/// (deferrable, initially deferred). INITIALLY DEFERRED implies
+/// DEFERRABLE, as in PostgreSQL.
+pub(crate) fn deferral(c: &Option<ast::ConstraintCharacteristics>) -> (bool, bool) {
+    let deferred = c
+        .as_ref()
+        .is_some_and(|c| c.initially == Some(ast::DeferrableInitial::Deferred));
+    let deferrable = c
+        .as_ref()
+        .is_some_and(|c| c.deferrable == Some(true) || (c.deferrable.is_none() && deferred));
+    (deferrable, deferred)
 }
 
 /// An explicit value for a `GENERATED ALWAYS` identity column: 428C9.

@@ -173,12 +173,20 @@ impl<'p> UniqueCheck<'p> {
         t: &Table,
         uniques: &'p [ExprUnique],
     ) -> Result<UniqueCheck<'p>, SqlError> {
+        // A deferrable unique constraint, deferred, is left to the check
+        // every commit makes.
         let mut own: Vec<(usize, HashMap<Vec<Value>, Key>)> = t
             .schema
             .indexes
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.unique && i.is_physical())
+            .filter(|(_, i)| {
+                i.unique
+                    && i.is_physical()
+                    && !txn
+                        .constraint_modes
+                        .deferred(&i.name, i.deferrable, i.initially_deferred)
+            })
             .map(|(n, _)| (n, HashMap::new()))
             .collect();
         if !own.is_empty() {

@@ -118,6 +118,11 @@ pub struct IndexDef {
     /// `CREATE INDEX ... WHERE cond` (a partial index): the condition's
     /// SQL text; only rows where it holds are in the index.
     pub predicate: Option<String>,
+    /// A `UNIQUE ... DEFERRABLE` constraint: `SET CONSTRAINTS` may leave
+    /// its check to `COMMIT` (which checks every unique index anyway).
+    pub deferrable: bool,
+    /// `INITIALLY DEFERRED`.
+    pub initially_deferred: bool,
 }
 
 impl IndexDef {
@@ -391,6 +396,10 @@ struct IndexJson {
     expressions: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     predicate: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    deferrable: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    initially_deferred: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -619,6 +628,8 @@ fn index_json(i: &IndexDef) -> IndexJson {
         unique: i.unique,
         expressions: i.expressions.clone(),
         predicate: i.predicate.clone(),
+        deferrable: i.deferrable,
+        initially_deferred: i.initially_deferred,
     }
 }
 
@@ -629,6 +640,8 @@ fn index_def(i: IndexJson) -> IndexDef {
         unique: i.unique,
         expressions: i.expressions,
         predicate: i.predicate,
+        deferrable: i.deferrable,
+        initially_deferred: i.initially_deferred,
     }
 }
 
