@@ -3072,7 +3072,7 @@ impl<'a> Binder<'a> {
         let name = object_name(&c.name)?;
         let mut columns = Vec::new();
         let mut primary_key: Vec<usize> = Vec::new();
-        let mut uniques: Vec<(Option<String>, Vec<usize>, (bool, bool))> = Vec::new();
+        let mut uniques: Vec<UniqueSpec> = Vec::new();
         let mut checks: Vec<(Option<String>, Option<usize>, ast::Expr)> = Vec::new();
         let mut foreign_keys: Vec<(Option<String>, Vec<usize>, &ast::ForeignKeyConstraint)> =
             Vec::new();
@@ -4294,6 +4294,10 @@ fn is_literal(e: &ast::Expr) -> bool {
         _ => false,
     }
 }
+
+/// A UNIQUE constraint of `CREATE TABLE`: its given name, columns and
+/// [`deferral`].
+type UniqueSpec = (Option<String>, Vec<usize>, (bool, bool));
 
 /// A constraint's `[NOT] DEFERRABLE [INITIALLY DEFERRED | IMMEDIATE]`:
 /// (deferrable, initially deferred). INITIALLY DEFERRED implies
