@@ -102,6 +102,29 @@ impl Graph {
         self.private = on;
     }
 
+    /// The views fed by `table`'s source, directly or through operators.
+    pub fn views_reading(&self, table: TableId) -> Vec<String> {
+        let Some(&source) = self.sources.get(&table) else {
+            return Vec::new();
+        };
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![source];
+        while let Some(n) = stack.pop() {
+            if std::mem::replace(&mut seen[n], true) {
+                continue;
+            }
+            stack.extend(self.nodes[n].children.iter().map(|(c, _)| *c));
+        }
+        let mut out: Vec<String> = self
+            .views
+            .iter()
+            .filter(|(_, &id)| seen[id])
+            .map(|(name, _)| name.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The source node of a table (created on first use).
     pub fn source(&mut self, table: TableId, name: &str) -> NodeId {
         if let Some(&id) = self.sources.get(&table) {

@@ -441,6 +441,13 @@ impl ViewRegistry {
                 self.drop_view(name);
             }
             self.drop_auto_views();
+            debug_assert!(
+                {
+                    let graph = self.worker.graph();
+                    altered.iter().all(|t| graph.views_reading(t.id).is_empty())
+                },
+                "a view over an altered table outlived it"
+            );
         }
         let mut per_table: HashMap<TableId, Delta> = HashMap::new();
         for c in changes {
@@ -758,9 +765,13 @@ impl ViewRegistry {
         }
         self.full_reader(entry)?;
         let mut graph = self.worker.graph();
-        // Re-check under the graph lock: another session may have made it.
+        // Re-check under the graph lock: another session may have made it,
+        // or the view may have gone (a reader added now would outlive it).
         if let Some(r) = self.find_keyed(entry, key, ordered) {
             return Ok(r);
+        }
+        if !self.registered(entry) {
+            return Err(dropped(&entry.name));
         }
         let parent = graph
             .view_parent(&entry.name)
@@ -777,6 +788,13 @@ impl ViewRegistry {
         let (id, reader) = graph.view_with(&name, parent, key.to_vec(), kind);
         graph.initialize(&[id], &|_| Vec::new(), lsn)?;
         Ok(self.add_keyed(entry, key, ordered, reader))
+    }
+
+    /// Whether `entry` is still the view registered under its name (a
+    /// view dropped, or dropped and made again by ALTER TABLE, is not);
+    /// asked with the graph locked, which dropping a view takes first.
+    fn registered(&self, entry: &ViewEntry) -> bool {
+        self.get(&entry.name).is_some_and(|e| e.uid == entry.uid)
     }
 
     fn find_keyed(
@@ -848,6 +866,9 @@ impl ViewRegistry {
             if let Some(r) = self.find_keyed(entry, key, false) {
                 return Ok(Some(r));
             }
+            if !self.registered(entry) {
+                return Err(dropped(&entry.name));
+            }
             let (top, nodes) = compile(&catalog, &mut graph)?;
             let plan = graph
                 .plan_partial(top, key, &nodes)
@@ -874,6 +895,9 @@ impl ViewRegistry {
             let mut graph = self.worker.drain();
             if let Some(r) = self.find_keyed(entry, key, false) {
                 return Ok(Some(r));
+            }
+            if !self.registered(entry) {
+                return Err(dropped(&entry.name));
             }
             let (top, nodes) = compile(catalog, &mut graph)?;
             let plan = graph
