@@ -6,21 +6,7 @@
 
 mod common;
 
-use common::{serve, STEP_TIMEOUT};
-
-async fn connect(pg: u16) -> tokio_postgres::Client {
-    let mut c = tokio_postgres::Config::new();
-    c.host("127.0.0.1")
-        .port(pg)
-        .user("test")
-        .dbname("aqueduct")
-        .connect_timeout(STEP_TIMEOUT);
-    let (client, conn) = c.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
+use common::{connect, serve};
 
 /// The text of each row of `sql`'s result, columns joined by spaces.
 async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {

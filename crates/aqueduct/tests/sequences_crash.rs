@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{serve, STEP_TIMEOUT};
+use common::{connect, serve, STEP_TIMEOUT};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -16,20 +16,6 @@ const CLIENTS: usize = 3;
 /// Acknowledged inserts per round before the kill.
 const ACKS_PER_ROUND: usize = 150;
 const ROUNDS: usize = 3;
-
-async fn connect(pg: u16) -> tokio_postgres::Client {
-    let mut c = tokio_postgres::Config::new();
-    c.host("127.0.0.1")
-        .port(pg)
-        .user("test")
-        .dbname("aqueduct")
-        .connect_timeout(STEP_TIMEOUT);
-    let (client, conn) = c.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
 
 /// What clients were told, across rounds.
 #[derive(Clone, Default)]

@@ -2,12 +2,13 @@
 //! `statement_timeout`, and SIGTERM stops it in bounded time even while a
 //! statement runs for hours, with acknowledged writes kept.
 
+mod common;
+
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// No step of these tests may take longer than this.
-const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+use common::{connect, STEP_TIMEOUT};
 
 /// Four copies of a 300-row table joined on one value: 8.1e9 rows, hours.
 const RUNAWAY: &str =
@@ -117,20 +118,6 @@ fn start(data: &std::path::Path, extra: &[&str]) -> Running {
     up.recv_timeout(STEP_TIMEOUT)
         .expect("the server starts listening");
     running
-}
-
-async fn connect(pg: u16) -> tokio_postgres::Client {
-    let mut c = tokio_postgres::Config::new();
-    c.host("127.0.0.1")
-        .port(pg)
-        .user("test")
-        .dbname("aqueduct")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, conn) = c.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
 }
 
 async fn join_table(client: &tokio_postgres::Client) {

@@ -502,6 +502,23 @@ pub(crate) fn check_references(
     Ok(())
 }
 
+/// 23503: `parent`'s row with `key` went (or changed key) while rows of
+/// `child` reference it through `fk`.
+fn still_referenced(child: &Table, fk: &ForeignKeyDef, parent: &Table, key: &[Value]) -> SqlError {
+    SqlError::new(
+        "23503",
+        format!(
+            "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
+            parent.schema.name, fk.name, child.schema.name
+        ),
+    )
+    .with_detail(format!(
+        "{} is still referenced from table \"{}\".",
+        key_text(&names(parent, &fk.ref_columns), key),
+        child.schema.name
+    ))
+}
+
 /// 23503: a row of `schema`'s table references `values`, which `parent`
 /// does not have.
 fn fk_missing(
@@ -550,18 +567,7 @@ fn act(
     };
     Ok(match action {
         FkAction::NoAction | FkAction::Restrict => {
-            return Err(SqlError::new(
-                "23503",
-                format!(
-                    "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
-                    parent.schema.name, fk.name, child.schema.name
-                ),
-            )
-            .with_detail(format!(
-                "{} is still referenced from table \"{}\".",
-                key_text(&names(parent, &fk.ref_columns), key),
-                child.schema.name
-            )))
+            return Err(still_referenced(child, fk, parent, key))
         }
         FkAction::Cascade => replaced.map(|values| set(&|i, _| values[i].clone())),
         FkAction::SetNull => Some(set(&|_, _| Value::Null)),
@@ -666,18 +672,7 @@ pub(crate) fn check_deferred(
                     continue;
                 }
                 if !rows_with(catalog, txn, child, &fk.columns, key)?.is_empty() {
-                    return Err(SqlError::new(
-                        "23503",
-                        format!(
-                            "update or delete on table \"{}\" violates foreign key constraint \"{}\" on table \"{}\"",
-                            parent.schema.name, fk.name, child.schema.name
-                        ),
-                    )
-                    .with_detail(format!(
-                        "{} is still referenced from table \"{}\".",
-                        key_text(&names(parent, &fk.ref_columns), key),
-                        child.schema.name
-                    )));
+                    return Err(still_referenced(child, &fk, parent, key));
                 }
             }
         }

@@ -272,15 +272,33 @@ pub(crate) fn reorder_sequence_options(sql: &str) -> Option<String> {
 /// [`crate::plan::Ddl::AlterSequence`] of it. `None` when `sql` has none.
 pub(crate) fn rewrite_alter_sequence(sql: &str) -> Option<String> {
     use sqlparser::keywords::Keyword;
-    use sqlparser::tokenizer::{Token, Tokenizer};
+    use sqlparser::tokenizer::Token;
     if !contains_ignore_case(sql, "sequence") {
         return None;
     }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
     let keyword = |t: &Token| match t {
         Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
         _ => None,
     };
+    rewrite_statements(sql, |words| {
+        let is_alter_sequence = words.len() > 2
+            && keyword(words[0]) == Some(Keyword::ALTER)
+            && keyword(words[1]) == Some(Keyword::SEQUENCE);
+        is_alter_sequence
+            .then(|| alter_sequence_as_table(&words[2..]))
+            .flatten()
+    })
+}
+
+/// Tokenizes `sql` and rewrites each statement `rewrite` has text for
+/// (given its words: the tokens but white space and the `;`), keeping the
+/// others as they are. `None` when it rewrites none.
+fn rewrite_statements(
+    sql: &str,
+    rewrite: impl Fn(&[&sqlparser::tokenizer::Token]) -> Option<String>,
+) -> Option<String> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
     let mut out = String::with_capacity(sql.len() + 32);
     let mut changed = false;
     let mut start = 0;
@@ -294,13 +312,7 @@ pub(crate) fn rewrite_alter_sequence(sql: &str) -> Option<String> {
             .iter()
             .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
             .collect();
-        let is_alter_sequence = words.len() > 2
-            && keyword(words[0]) == Some(Keyword::ALTER)
-            && keyword(words[1]) == Some(Keyword::SEQUENCE);
-        match is_alter_sequence
-            .then(|| alter_sequence_as_table(&words[2..]))
-            .flatten()
-        {
+        match rewrite(&words) {
             Some(text) => {
                 changed = true;
                 out.push_str(&text);
@@ -465,29 +477,16 @@ fn alter_sequence_as_table(words: &[&sqlparser::tokenizer::Token]) -> Option<Str
 /// has none.
 pub(crate) fn rewrite_set_constraints(sql: &str) -> Option<String> {
     use sqlparser::keywords::Keyword;
-    use sqlparser::tokenizer::{Token, Tokenizer};
+    use sqlparser::tokenizer::Token;
     if !contains_ignore_case(sql, "constraints") {
         return None;
     }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut changed = false;
-    let mut start = 0;
-    while start < tokens.len() {
-        let end = tokens[start..]
-            .iter()
-            .position(|t| matches!(t, Token::SemiColon))
-            .map_or(tokens.len(), |p| start + p + 1);
-        let stmt = &tokens[start..end];
-        let words: Vec<&Token> = stmt
-            .iter()
-            .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
-            .collect();
+    rewrite_statements(sql, |words| {
         let word = |t: &Token| match t {
             Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
             _ => None,
         };
-        let rewritten = (words.len() >= 4
+        (words.len() >= 4
             && word(words[0]) == Some(Keyword::SET)
             && matches!(words[1], Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("constraints")))
         .then(|| {
@@ -518,20 +517,8 @@ pub(crate) fn rewrite_set_constraints(sql: &str) -> Option<String> {
             values.push(format!("'{mode}'"));
             Some(format!("SET CONSTRAINTS TO {}", values.join(", ")))
         })
-        .flatten();
-        match rewritten {
-            Some(text) => {
-                changed = true;
-                out.push_str(&text);
-                if matches!(stmt.last(), Some(Token::SemiColon)) {
-                    out.push(';');
-                }
-            }
-            None => out.extend(stmt.iter().map(|t| t.to_string())),
-        }
-        start = end;
-    }
-    changed.then_some(out)
+        .flatten()
+    })
 }
 
 /// The parser has no `INSERT INTO t [(cols)] OVERRIDING SYSTEM VALUE ...`

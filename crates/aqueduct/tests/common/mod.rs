@@ -92,3 +92,19 @@ pub fn serve(data: &std::path::Path, args: &[&str]) -> Server {
     }
     Server { process, pg, http }
 }
+
+/// A client of the server listening on `pg` (user `test`), its
+/// connection driven on the runtime.
+pub async fn connect(pg: u16) -> tokio_postgres::Client {
+    let mut c = tokio_postgres::Config::new();
+    c.host("127.0.0.1")
+        .port(pg)
+        .user("test")
+        .dbname("aqueduct")
+        .connect_timeout(STEP_TIMEOUT);
+    let (client, conn) = c.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
