@@ -51,6 +51,18 @@ struct Inner {
 struct Budget {
     deadline: Option<Instant>,
     memory: Option<u64>,
+    /// `lock_timeout`: longest one wait for a row lock.
+    lock_wait: Option<Duration>,
+}
+
+/// What bounds one statement: `statement_timeout`,
+/// `aqueduct.statement_memory_limit`, `lock_timeout` (`None` or zero for
+/// the durations: none).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Bounds {
+    pub timeout: Option<Duration>,
+    pub memory: Option<u64>,
+    pub lock_timeout: Option<Duration>,
 }
 
 impl Interrupt {
@@ -79,16 +91,11 @@ impl Interrupt {
 
     /// Runs one statement with this handle: `now + timeout` its deadline
     /// (`None` or zero: none), `memory` its budget of bytes.
-    pub fn enter<R>(
-        &self,
-        now: Instant,
-        timeout: Option<Duration>,
-        memory: Option<u64>,
-        f: impl FnOnce() -> R,
-    ) -> R {
+    pub fn enter<R>(&self, now: Instant, bounds: Bounds, f: impl FnOnce() -> R) -> R {
         *self.inner.armed.lock() = Budget {
-            deadline: timeout.filter(|t| !t.is_zero()).map(|t| now + t),
-            memory,
+            deadline: bounds.timeout.filter(|t| !t.is_zero()).map(|t| now + t),
+            memory: bounds.memory,
+            lock_wait: bounds.lock_timeout.filter(|t| !t.is_zero()),
         };
         self.inner.used.store(0, Ordering::Relaxed);
         // A cancel that came between statements is dropped; a closed
@@ -178,6 +185,27 @@ pub fn check() -> Result<(), SqlError> {
         Some(i) => i.check_at(Instant::now()),
         None => Ok(()),
     })
+}
+
+/// [`check`] for a statement waiting for a row lock since `since`: also
+/// Err once the wait is longer than its `lock_timeout` (55P03).
+pub fn check_lock_wait(since: Instant) -> Result<(), SqlError> {
+    check()?;
+    let limit = CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .and_then(|i| i.inner.armed.lock().lock_wait)
+    });
+    match limit {
+        Some(limit) if since.elapsed() >= limit => Err(SqlError::new(
+            "55P03",
+            "canceling statement due to lock timeout",
+        )
+        .with_hint(
+            "another transaction holds the row; retry, or raise lock_timeout (0 turns it off)",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Charges `bytes` to the statement this thread runs (see
@@ -287,18 +315,38 @@ mod tests {
         let i = Interrupt::default();
         i.cancel();
         // A cancel between statements is dropped.
-        i.enter(Instant::now(), None, None, || check().unwrap());
+        i.enter(Instant::now(), Bounds::default(), || check().unwrap());
         i.close();
         for _ in 0..2 {
-            let e = i.enter(Instant::now(), None, None, check).unwrap_err();
+            let e = i
+                .enter(Instant::now(), Bounds::default(), check)
+                .unwrap_err();
             assert_eq!(e.code, "08006");
         }
     }
 
     #[test]
+    fn a_lock_wait_past_lock_timeout_stops_the_statement() {
+        let i = Interrupt::default();
+        let bounds = Bounds {
+            lock_timeout: Some(Duration::from_millis(50)),
+            ..Bounds::default()
+        };
+        i.enter(Instant::now(), bounds, || {
+            check_lock_wait(Instant::now()).unwrap();
+            let long_ago = Instant::now() - Duration::from_millis(60);
+            assert_eq!(check_lock_wait(long_ago).unwrap_err().code, "55P03");
+        });
+        // Zero is no limit, as in PostgreSQL.
+        i.enter(Instant::now(), Bounds::default(), || {
+            check_lock_wait(Instant::now() - Duration::from_secs(3600)).unwrap();
+        });
+    }
+
+    #[test]
     fn sort_by_stops_a_cancelled_statement() {
         let i = Interrupt::default();
-        i.enter(Instant::now(), None, None, || {
+        i.enter(Instant::now(), Bounds::default(), || {
             let mut rows: Vec<u64> = (0..4 * SORT_RUN as u64).rev().collect();
             let mut compared = 0usize;
             i.cancel();

@@ -3691,6 +3691,20 @@ impl<'a> Binder<'a> {
     }
 
     fn create_index(&mut self, c: &ast::CreateIndex) -> Result<Plan, SqlError> {
+        // Indexes here are ordered, as btree is; an equality-only hash
+        // index is served by one too. Other methods are not pretended.
+        match &c.using {
+            None | Some(ast::IndexType::BTree | ast::IndexType::Hash) => {}
+            Some(other) => {
+                return Err(SqlError::unsupported(format!(
+                    "index access method \"{}\"",
+                    other.to_string().to_lowercase()
+                ))
+                .with_hint(
+                    "indexes here are ordered (btree): drop USING, or leave the index out (queries answer the same without it)",
+                ))
+            }
+        }
         let table_name = object_name(&c.table_name)?;
         let table = self.table(&table_name)?;
         let scope = Scope::table(table, &table_name);

@@ -328,3 +328,32 @@ fn workers_take_different_jobs_with_skip_locked() {
     assert_eq!(rows(&mut b, take), vec![vec!["2".to_string()]]);
     ok(&mut b, "COMMIT");
 }
+
+/// `lock_timeout`: a statement that waits longer than it for a row lock
+/// fails with 55P03, in a transaction block and outside one; the holder
+/// is not disturbed, and 0 waits as long as it takes.
+#[test]
+fn a_wait_for_a_row_lock_ends_at_lock_timeout() {
+    let (_dir, e) = setup();
+    let mut holder = e.session();
+    begin(&mut holder, "READ COMMITTED");
+    ok(&mut holder, "UPDATE acc SET bal = bal + 1 WHERE id = 1");
+    let mut waiter = e.session();
+    ok(&mut waiter, "SET lock_timeout = '50ms'");
+    begin(&mut waiter, "READ COMMITTED");
+    let started = Instant::now();
+    let err = run(&mut waiter, "UPDATE acc SET bal = bal + 10 WHERE id = 1").unwrap_err();
+    assert_eq!(err.code, "55P03", "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    ok(&mut waiter, "ROLLBACK");
+    let err = run(&mut waiter, "UPDATE acc SET bal = bal + 10 WHERE id = 1").unwrap_err();
+    assert_eq!(err.code, "55P03", "autocommit: {err}");
+    // With no limit the wait lasts until the holder ends.
+    ok(&mut waiter, "SET lock_timeout = 0");
+    let h = spawn(waiter, "UPDATE acc SET bal = bal + 10 WHERE id = 1");
+    until_waiting(&e, 1);
+    ok(&mut holder, "COMMIT");
+    let (mut waiter, r) = h.join().unwrap();
+    assert_eq!(r, Ok(()));
+    assert_eq!(balance(&mut waiter, 1), 111);
+}

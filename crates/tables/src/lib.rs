@@ -1036,8 +1036,9 @@ impl Database {
                 None => break (guard, txn, out),
                 Some(row) => {
                     drop(guard);
+                    let since = Instant::now();
                     self.locks
-                        .wait_unlocked(&row, &aqueduct_expr::interrupt::check)
+                        .wait_unlocked(&row, &|| aqueduct_expr::interrupt::check_lock_wait(since))
                         .map_err(|e| E::from(TableError::Interrupted(e)))?;
                 }
             }

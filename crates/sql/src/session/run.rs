@@ -437,8 +437,10 @@ impl Session {
                 return Ok(out);
             }
             txn.rollback_to(&mark);
-            db.locks
-                .acquire(txn.id, &missing, false, &aqueduct_expr::interrupt::check)?;
+            let since = std::time::Instant::now();
+            db.locks.acquire(txn.id, &missing, false, &|| {
+                aqueduct_expr::interrupt::check_lock_wait(since)
+            })?;
         }
         Err(SqlError::new(
             "40001",

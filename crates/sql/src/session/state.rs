@@ -36,11 +36,7 @@ impl Drop for Running<'_> {
 }
 
 /// How long, and with how much memory, each statement may run.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct StatementBounds {
-    timeout: Option<std::time::Duration>,
-    memory: Option<u64>,
-}
+pub(crate) type StatementBounds = aqueduct_expr::interrupt::Bounds;
 
 /// `ReadyForQuery` status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +49,18 @@ pub enum TxnStatus {
 /// Settings a client may read with `SHOW` and change with `SET`.
 pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("application_name", ""),
+    // Sent by drivers and pg_dump at connect; they change nothing here
+    // (see docs/sql.md).
+    ("bytea_output", "hex"),
+    ("check_function_bodies", "on"),
+    ("client_min_messages", "notice"),
+    ("default_table_access_method", "heap"),
+    ("default_tablespace", ""),
+    ("idle_in_transaction_session_timeout", "0"),
+    ("lock_timeout", "0"),
+    ("row_security", "on"),
+    ("synchronous_commit", "on"),
+    ("xmloption", "content"),
     ("client_encoding", "UTF8"),
     ("datestyle", "ISO, MDY"),
     ("default_transaction_isolation", "serializable"),
@@ -173,6 +181,10 @@ impl Session {
                 .settings
                 .get("statement_timeout")
                 .and_then(|v| parse_duration(v)),
+            lock_timeout: self
+                .settings
+                .get("lock_timeout")
+                .and_then(|v| parse_duration(v)),
             memory: self
                 .settings
                 .get("aqueduct.statement_memory_limit")
@@ -196,11 +208,11 @@ impl Session {
     /// session's interrupt handle armed with `statement_timeout` and
     /// `aqueduct.statement_memory_limit` as set now.
     pub(crate) fn statement<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
-        let StatementBounds { timeout, memory } = self.bounds;
+        let bounds = self.bounds;
         let interrupt = self.interrupt.clone();
         let engine = self.engine.clone();
         aqueduct_plan::limits::with_statement_stack(|| {
-            interrupt.enter(std::time::Instant::now(), timeout, memory, || {
+            interrupt.enter(std::time::Instant::now(), bounds, || {
                 // Counted once the handle is armed, so a cancel that sees
                 // the statement running is not dropped as early.
                 let _running = Running::start(&engine.metrics.running);
@@ -448,7 +460,24 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         "aqueduct.after_lsn" => value.trim().parse::<Lsn>().is_ok(),
         "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
         "aqueduct.consistency_timeout_action" => matches!(value, "error" | "compute"),
-        "statement_timeout" => parse_duration(value).is_some(),
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
+            parse_duration(value).is_some()
+        }
+        "client_min_messages" => matches!(
+            value.to_ascii_lowercase().as_str(),
+            "debug5"
+                | "debug4"
+                | "debug3"
+                | "debug2"
+                | "debug1"
+                | "debug"
+                | "log"
+                | "notice"
+                | "warning"
+                | "error"
+        ),
+        "bytea_output" => value.eq_ignore_ascii_case("hex"),
+        "default_table_access_method" => value.eq_ignore_ascii_case("heap"),
         "aqueduct.statement_memory_limit" => aqueduct_plan::limits::parse_bytes(value).is_some(),
         _ => true,
     };
@@ -464,7 +493,12 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         }
         "aqueduct.consistency" => "'eventual', 'session', 'release' or 'linearizable'",
         "aqueduct.after_lsn" => "an LSN, as SHOW aqueduct.last_lsn reports after a write",
-        "statement_timeout" => "a duration such as '5s', '250ms' or '1min' (0: none)",
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
+            "a duration such as '5s', '250ms' or '1min' (0: none)"
+        }
+        "client_min_messages" => "a message level: debug5 to debug1, log, notice, warning or error",
+        "bytea_output" => "'hex' (the only output Aqueduct writes)",
+        "default_table_access_method" => "'heap'",
         "aqueduct.statement_memory_limit" => "a size such as '512MB' or '2GB' (0: none)",
         _ => "'on' or 'off'",
     };
