@@ -808,6 +808,13 @@ impl ViewRegistry {
         Ok(self.add_keyed(entry, key, ordered, reader))
     }
 
+    /// The view registered under `entry`'s name now, when it is another
+    /// one: the view was made again (ALTER TABLE re-makes the views over
+    /// the table) since `entry` was looked up.
+    pub fn remade(&self, entry: &ViewEntry) -> Option<Arc<ViewEntry>> {
+        self.get(&entry.name).filter(|e| e.uid != entry.uid)
+    }
+
     /// Whether `entry` is still the view registered under its name (a
     /// view dropped, or dropped and made again by ALTER TABLE, is not);
     /// asked with the graph locked, which dropping a view takes first.
@@ -975,6 +982,24 @@ impl ViewRegistry {
     /// columns; keys a partial reader misses are filled by one upquery
     /// together. Returns the rows per key and the lowest watermark read.
     pub fn lookup_many(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        keys: &[Vec<Value>],
+        timeout: Duration,
+    ) -> Result<(Vec<Vec<Row>>, Lsn), SqlError> {
+        match self.lookup_many_of(entry, key, keys, timeout) {
+            // Made again meanwhile (ALTER TABLE re-makes the views over the
+            // table): the view there is now is read, once.
+            Err(e) => match self.remade(entry) {
+                Some(now) => self.lookup_many_of(&now, key, keys, timeout),
+                None => Err(e),
+            },
+            read => read,
+        }
+    }
+
+    fn lookup_many_of(
         &self,
         entry: &ViewEntry,
         key: &[usize],
