@@ -1689,6 +1689,22 @@ impl<'a> Binder<'a> {
                 return Ok(());
             }
         }
+        // Two enum types have no operators between them (PostgreSQL: no
+        // `mood = size`).
+        if let (DataType::Enum(x), DataType::Enum(y)) = (&a, &b) {
+            if x.id != y.id {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "operator does not exist: {} {} {}",
+                        x.name,
+                        op.symbol(),
+                        y.name
+                    ),
+                )
+                .with_hint("compare their text: a::text = b::text"));
+            }
+        }
         let plain = |t: &DataType| {
             t.is_numeric()
                 || matches!(

@@ -68,6 +68,14 @@ pub fn parse_expr(sql: &str) -> Result<ast::Expr, SqlError> {
         .map_err(|e| SqlError::syntax(format!("syntax error in a stored expression: {e}")))
 }
 
+/// The keyword a token is, unless it is quoted (then it is a name).
+fn keyword(t: &sqlparser::tokenizer::Token) -> Option<sqlparser::keywords::Keyword> {
+    match t {
+        sqlparser::tokenizer::Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
+        _ => None,
+    }
+}
+
 /// Whether `hay` contains `needle` (ASCII, any case), without allocating.
 pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     hay.as_bytes()
@@ -87,10 +95,6 @@ pub(crate) fn rewrite_user_statements(sql: &str) -> Option<String> {
         return None;
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let keyword = |t: &Token| match t {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-        _ => None,
-    };
     let significant = |t: &Token| !matches!(t, Token::Whitespace(_));
     let mut out: Vec<Token> = Vec::with_capacity(tokens.len() + 2);
     let mut changed = false;
@@ -165,10 +169,6 @@ pub(crate) fn reorder_sequence_options(sql: &str) -> Option<String> {
         return None;
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let keyword = |t: &Token| match t {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-        _ => None,
-    };
     // The rank of an option starting at `k` (after `NO` for `NO x`).
     let rank = |k: Keyword| match k {
         Keyword::INCREMENT => Some(0),
@@ -272,14 +272,9 @@ pub(crate) fn reorder_sequence_options(sql: &str) -> Option<String> {
 /// [`crate::plan::Ddl::AlterSequence`] of it. `None` when `sql` has none.
 pub(crate) fn rewrite_alter_sequence(sql: &str) -> Option<String> {
     use sqlparser::keywords::Keyword;
-    use sqlparser::tokenizer::Token;
     if !contains_ignore_case(sql, "sequence") {
         return None;
     }
-    let keyword = |t: &Token| match t {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-        _ => None,
-    };
     rewrite_statements(sql, |words| {
         let is_alter_sequence = words.len() > 2
             && keyword(words[0]) == Some(Keyword::ALTER)
@@ -482,22 +477,18 @@ pub(crate) fn rewrite_set_constraints(sql: &str) -> Option<String> {
         return None;
     }
     rewrite_statements(sql, |words| {
-        let word = |t: &Token| match t {
-            Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-            _ => None,
-        };
         (words.len() >= 4
-            && word(words[0]) == Some(Keyword::SET)
+            && keyword(words[0]) == Some(Keyword::SET)
             && matches!(words[1], Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("constraints")))
         .then(|| {
-            let mode = match word(words[words.len() - 1])? {
+            let mode = match keyword(words[words.len() - 1])? {
                 Keyword::DEFERRED => "deferred",
                 Keyword::IMMEDIATE => "immediate",
                 _ => return None,
             };
             let targets = &words[2..words.len() - 1];
             let mut values: Vec<String> = Vec::new();
-            if targets.len() == 1 && word(targets[0]) == Some(Keyword::ALL) {
+            if targets.len() == 1 && keyword(targets[0]) == Some(Keyword::ALL) {
                 values.push("ALL".into());
             } else {
                 for (i, t) in targets.iter().enumerate() {
@@ -532,10 +523,6 @@ pub(crate) fn rewrite_overriding(sql: &str) -> Option<String> {
         return None;
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let keyword = |t: &Token| match t {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.keyword),
-        _ => None,
-    };
     let significant: Vec<usize> = (0..tokens.len())
         .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
         .collect();
