@@ -149,6 +149,10 @@ static NEXT_VIEW_UID: AtomicU64 = AtomicU64::new(1);
 /// Views whose keyed readers one thread keeps at most (then it starts over).
 const LOCAL_KEYED_VIEWS: usize = 4096;
 
+/// How many times one keyed read tries a view that ALTER TABLE keeps
+/// making again under it before it reports the failure.
+const READS_OF_A_REMADE_VIEW: usize = 4;
+
 /// One thread's copies of the keyed readers it used, by view id.
 type LocalKeyed = HashMap<u64, Vec<(Vec<usize>, bool, ViewReader)>>;
 
@@ -969,13 +973,15 @@ impl ViewRegistry {
         values: &[Value],
         timeout: Duration,
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let mut rows = Vec::new();
-        let lsn = self.with_keyed(entry, key, false, |r| {
-            self.read_key(&entry.name, r, values, timeout, |row| {
-                rows.push(row.clone())
-            })
-        })??;
-        Ok((rows, lsn))
+        self.once_more_if_remade(entry, |entry| {
+            let mut rows = Vec::new();
+            let lsn = self.with_keyed(entry, key, false, |r| {
+                self.read_key(&entry.name, r, values, timeout, |row| {
+                    rows.push(row.clone())
+                })
+            })??;
+            Ok((rows, lsn))
+        })
     }
 
     /// The rows under each of `keys` (in order), looked up on `key`
@@ -988,15 +994,34 @@ impl ViewRegistry {
         keys: &[Vec<Value>],
         timeout: Duration,
     ) -> Result<(Vec<Vec<Row>>, Lsn), SqlError> {
-        match self.lookup_many_of(entry, key, keys, timeout) {
-            // Made again meanwhile (ALTER TABLE re-makes the views over the
-            // table): the view there is now is read, once.
-            Err(e) => match self.remade(entry) {
-                Some(now) => self.lookup_many_of(&now, key, keys, timeout),
-                None => Err(e),
-            },
-            read => read,
+        self.once_more_if_remade(entry, |e| self.lookup_many_of(e, key, keys, timeout))
+    }
+
+    /// Runs `read` on `entry`; when it fails because the view was made
+    /// again meanwhile (ALTER TABLE re-makes the views over the table),
+    /// runs it again on the view there is now, up to
+    /// [`READS_OF_A_REMADE_VIEW`] times in all.
+    fn once_more_if_remade<T>(
+        &self,
+        entry: &ViewEntry,
+        read: impl Fn(&ViewEntry) -> Result<T, SqlError>,
+    ) -> Result<T, SqlError> {
+        let mut outcome = read(entry);
+        let mut current: Option<Arc<ViewEntry>> = None;
+        for _ in 1..READS_OF_A_REMADE_VIEW {
+            if outcome.is_ok() {
+                break;
+            }
+            let seen = current.as_deref().unwrap_or(entry);
+            match self.remade(seen) {
+                Some(now) => {
+                    outcome = read(&now);
+                    current = Some(now);
+                }
+                None => break,
+            }
         }
+        outcome
     }
 
     fn lookup_many_of(
@@ -1206,15 +1231,17 @@ impl ViewRegistry {
         low: Bound<&Value>,
         high: Bound<&Value>,
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        self.with_keyed(entry, key, true, |r| {
-            let (rows, lsn) = read_view(&entry.name, r, |s| {
-                let mut out = Vec::new();
-                s.for_each_in_range(prefix, low, high, |r| out.push(r.clone()));
-                out
-            })?;
-            r.stats().hits.add(1);
-            Ok((rows, lsn))
-        })?
+        self.once_more_if_remade(entry, |entry| {
+            self.with_keyed(entry, key, true, |r| {
+                let (rows, lsn) = read_view(&entry.name, r, |s| {
+                    let mut out = Vec::new();
+                    s.for_each_in_range(prefix, low, high, |r| out.push(r.clone()));
+                    out
+                })?;
+                r.stats().hits.add(1);
+                Ok((rows, lsn))
+            })?
+        })
     }
 
     /// The dataflow behind a view, as text lines: the view in full (if it
