@@ -43,6 +43,10 @@ pub enum BinOp {
     HasAllKeys,
     /// `&&` (arrays)
     Overlap,
+    /// `~`: the text matches the regular expression.
+    Regex,
+    /// `~*`: matches, ignoring case.
+    RegexI,
 }
 
 impl BinOp {
@@ -73,6 +77,8 @@ impl BinOp {
             BinOp::HasAnyKey => "?|",
             BinOp::HasAllKeys => "?&",
             BinOp::Overlap => "&&",
+            BinOp::Regex => "~",
+            BinOp::RegexI => "~*",
         }
     }
 
@@ -151,6 +157,13 @@ pub enum Func {
     DatePart,
     /// `EXTRACT(unit FROM x)`, the unit as a text first argument: a numeric.
     Extract,
+    /// `quote_ident(text)`.
+    QuoteIdent,
+    /// `array_to_string(array, delimiter [, null_string])`.
+    ArrayToString,
+    /// `format_type`'s text from a type's base name and its modifier; the
+    /// binder looks the name up.
+    FormatTypmod,
 }
 
 impl Func {
@@ -189,6 +202,8 @@ impl Func {
             "age" => Func::Age,
             "make_interval" => Func::MakeInterval,
             "date_part" => Func::DatePart,
+            "quote_ident" => Func::QuoteIdent,
+            "array_to_string" => Func::ArrayToString,
             _ => return None,
         })
     }
@@ -270,6 +285,64 @@ pub enum Expr {
         otherwise: Option<Box<Expr>>,
     },
     Volatile(Volatile, Vec<Expr>),
+    /// A function of the system catalog (`pg_get_indexdef(oid)`,
+    /// `oid::regclass`): its answer for the arguments, from a table the
+    /// binder made from the catalog the statement was bound against.
+    Lookup(std::sync::Arc<Lookup>, Vec<Expr>),
+}
+
+/// The answers of a catalog function for one statement (see
+/// [`Expr::Lookup`]).
+#[derive(Debug)]
+pub struct Lookup {
+    /// The function's name, for messages.
+    pub name: &'static str,
+    /// The answer for each list of arguments.
+    pub rows: std::collections::HashMap<Vec<Value>, Value>,
+    /// The answer for arguments with no row.
+    pub otherwise: LookupMiss,
+}
+
+/// What a catalog function answers for an object it does not know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupMiss {
+    /// NULL (`pg_get_indexdef` of no index).
+    Null,
+    /// The first argument as text (`12345::regclass` is `12345`).
+    FirstAsText,
+    /// `unknown (OID=n)`, as `pg_get_userbyid` says.
+    UnknownOid,
+    /// This text (`format_type` of an unknown type is `???`).
+    Text(&'static str),
+}
+
+impl PartialEq for Lookup {
+    fn eq(&self, other: &Lookup) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Lookup {
+    fn answer(&self, args: Vec<Value>) -> Value {
+        if args.first().is_some_and(Value::is_null) {
+            return Value::Null;
+        }
+        if let Some(v) = self.rows.get(&args) {
+            return v.clone();
+        }
+        match self.otherwise {
+            LookupMiss::Null => Value::Null,
+            LookupMiss::FirstAsText => args
+                .first()
+                .and_then(Value::to_text)
+                .map_or(Value::Null, Value::Text),
+            LookupMiss::UnknownOid => Value::Text(format!(
+                "unknown (OID={})",
+                args.first().and_then(Value::to_text).unwrap_or_default()
+            )),
+            LookupMiss::Text(t) => Value::Text(t.to_string()),
+        }
+    }
 }
 
 /// What an expression is evaluated against.
@@ -433,6 +506,11 @@ impl Expr {
                     .collect::<Result<Vec<_>, _>>()?;
                 effects.call(*f, &args)?
             }
+            Expr::Lookup(table, args) => table.answer(
+                args.iter()
+                    .map(|a| a.eval(env))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
             Expr::Case {
                 operand,
                 whens,
@@ -505,7 +583,9 @@ impl Expr {
                 expr.walk(f);
                 pattern.walk(f);
             }
-            Expr::Call(_, args) | Expr::Volatile(_, args) => args.iter().for_each(|x| x.walk(f)),
+            Expr::Call(_, args) | Expr::Volatile(_, args) | Expr::Lookup(_, args) => {
+                args.iter().for_each(|x| x.walk(f))
+            }
             Expr::Case {
                 operand,
                 whens,
@@ -649,6 +729,9 @@ fn binary(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
         BinOp::Contains => return crate::json::contains(&a, &b, false),
         BinOp::ContainedBy => return crate::json::contains(&a, &b, true),
         BinOp::Overlap => return crate::array::overlap(&a, &b),
+        BinOp::Regex | BinOp::RegexI => {
+            return regex_match(&text_of(&a), &text_of(&b), op == BinOp::RegexI)
+        }
         BinOp::Concat if is_json(&a) || is_json(&b) => return crate::json::concat(&a, &b),
         BinOp::Sub if matches!(a, Value::Jsonb(_)) => return crate::json::delete(&a, &b),
         _ => {}
@@ -855,7 +938,27 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         Func::CurrentDatabase => Value::Text("aqueduct".into()),
         Func::CurrentSchema => Value::Text("public".into()),
         Func::CurrentUser => Value::Text("aqueduct".into()),
+        Func::FormatTypmod => match (arg(0), arg(1)) {
+            (Value::Null, _) => Value::Null,
+            (Value::Text(base), Value::Int(m)) => Value::Text(format_typmod(&base, m)),
+            (base, _) => base,
+        },
+        Func::ArrayToString => match (arg(0), arg(1)) {
+            (Value::Array(items), Value::Text(sep)) => {
+                let null = arg(2).to_text();
+                let parts: Vec<String> = items
+                    .iter()
+                    .filter_map(|v| match v {
+                        Value::Null => null.clone(),
+                        v => v.to_text(),
+                    })
+                    .collect();
+                Value::Text(parts.join(&sep))
+            }
+            _ => Value::Null,
+        },
         _ if vals.iter().any(strict) => Value::Null,
+        Func::QuoteIdent => Value::Text(quote_ident(&text_of(&arg(0)))),
         Func::Lower => Value::Text(text_of(&arg(0)).chars().map(lower_char).collect()),
         Func::Upper => Value::Text(text_of(&arg(0)).chars().map(upper_char).collect()),
         Func::Length => Value::Int(match arg(0) {
@@ -1183,4 +1286,163 @@ mod tests {
         let e = Expr::Binary(BinOp::Add, lit(Value::Int(i64::MAX)), lit(Value::Int(1)));
         assert_eq!(e.eval(&Env::new(&[], &[])).unwrap_err().code, "22003");
     }
+}
+
+/// `format_type`'s text for a type's base name and modifier (`character
+/// varying(255)`, `numeric(10,2)`, `integer[]`); a modifier below 4 (or
+/// none) adds nothing.
+pub fn format_typmod(base: &str, typmod: i64) -> String {
+    let (stem, array) = match base.strip_suffix("[]") {
+        Some(s) => (s, "[]"),
+        None => (base, ""),
+    };
+    let modifier = match stem {
+        _ if typmod < 4 => String::new(),
+        "character varying" | "character" | "bit" | "bit varying" => format!("({})", typmod - 4),
+        "numeric" => {
+            let m = typmod - 4;
+            format!("({},{})", (m >> 16) & 0xFFFF, m & 0xFFFF)
+        }
+        _ => String::new(),
+    };
+    format!("{stem}{modifier}{array}")
+}
+
+/// Words PostgreSQL reserves: `quote_ident` quotes them.
+const RESERVED_WORDS: &[&str] = &[
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "asymmetric",
+    "both",
+    "case",
+    "cast",
+    "check",
+    "collate",
+    "column",
+    "constraint",
+    "create",
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "default",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "false",
+    "fetch",
+    "for",
+    "foreign",
+    "from",
+    "grant",
+    "group",
+    "having",
+    "in",
+    "initially",
+    "intersect",
+    "into",
+    "lateral",
+    "leading",
+    "limit",
+    "localtime",
+    "localtimestamp",
+    "not",
+    "null",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "placing",
+    "primary",
+    "references",
+    "returning",
+    "select",
+    "session_user",
+    "some",
+    "symmetric",
+    "table",
+    "then",
+    "to",
+    "trailing",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "variadic",
+    "when",
+    "where",
+    "window",
+    "with",
+];
+
+/// An identifier as `quote_ident` writes it: quoted unless it is lower
+/// case letters, digits and underscores, not starting with a digit, and
+/// not a reserved word.
+pub fn quote_ident(s: &str) -> String {
+    let plain = s
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !RESERVED_WORDS.contains(&s);
+    if plain {
+        s.to_string()
+    } else {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    }
+}
+
+/// Compiled patterns are kept per thread up to this many.
+const REGEX_CACHE: usize = 64;
+
+thread_local! {
+    static PATTERNS: std::cell::RefCell<std::collections::HashMap<(String, bool), regex::Regex>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// `text ~ pattern` (`~*` ignoring case). The pattern is a regular
+/// expression of the syntax PostgreSQL's and Rust's share (classes,
+/// anchors, groups, alternation, repetition); one that does not compile
+/// is 2201B, as PostgreSQL reports an invalid one.
+fn regex_match(text: &str, pattern: &str, ignore_case: bool) -> Result<Value, SqlError> {
+    PATTERNS.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        let key = (pattern.to_string(), ignore_case);
+        if !cache.contains_key(&key) {
+            let re = regex::RegexBuilder::new(pattern)
+                .case_insensitive(ignore_case)
+                .size_limit(crate::limits::MAX_REGEX_BYTES)
+                .build()
+                .map_err(|e| {
+                    SqlError::new(
+                        "2201B",
+                        format!("invalid regular expression: {}", first_line(&e.to_string())),
+                    )
+                })?;
+            if cache.len() >= REGEX_CACHE {
+                cache.clear();
+            }
+            cache.insert(key.clone(), re);
+        }
+        Ok(Value::Bool(cache[&key].is_match(text)))
+    })
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().last().unwrap_or(s).trim()
 }

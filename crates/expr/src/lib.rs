@@ -13,4 +13,7 @@ pub mod limits;
 pub mod numeric;
 
 pub use error::SqlError;
-pub use expr::{random_uuid, BinOp, Effects, Env, Expr, Func, UnOp, Volatile};
+pub use expr::{
+    format_typmod, quote_ident, random_uuid, BinOp, Effects, Env, Expr, Func, Lookup, LookupMiss,
+    UnOp, Volatile,
+};

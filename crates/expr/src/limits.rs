@@ -104,3 +104,7 @@ pub fn too_complex() -> SqlError {
          sum over rows rather than a + b + ...",
     )
 }
+
+/// The most memory one compiled regular expression (`~`, `~*`) may take:
+/// a pattern that needs more is refused instead of compiled.
+pub const MAX_REGEX_BYTES: usize = 1024 * 1024;

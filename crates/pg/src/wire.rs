@@ -117,6 +117,9 @@ pub(crate) fn encode_binary(v: &Value, ty: &DataType, out: &mut BytesMut) -> Res
         (DataType::Int2, Value::Int(i)) => out.put_i16(i16::try_from(*i).map_err(|_| range())?),
         (DataType::Int4, Value::Int(i)) => out.put_i32(i32::try_from(*i).map_err(|_| range())?),
         (DataType::Int8, Value::Int(i)) => out.put_i64(*i),
+        (DataType::Oid, Value::Int(i)) => out.put_u32(u32::try_from(*i).map_err(|_| range())?),
+        // `name` and `"char"` send their bytes (a `"char"` is one byte).
+        (DataType::Name | DataType::Char, Value::Text(s)) => out.put_slice(s.as_bytes()),
         (DataType::Float4, Value::Float(f)) => out.put_f32(*f as f32),
         (DataType::Float8, Value::Float(f)) => out.put_f64(*f),
         (DataType::Numeric | DataType::NumericTypmod { .. }, Value::Numeric(d)) => {
@@ -284,7 +287,12 @@ pub(crate) fn decode_binary(b: &[u8], ty: &DataType) -> Result<Value, SqlError> 
             1 => Value::Bool(true),
             other => return Err(bad_binary(ty, &format!("byte {other}"))),
         },
-        DataType::Text | DataType::Varchar(_) | DataType::Enum(_) => Value::Text(utf8(b)?),
+        DataType::Text
+        | DataType::Varchar(_)
+        | DataType::Enum(_)
+        | DataType::Name
+        | DataType::Char => Value::Text(utf8(b)?),
+        DataType::Oid => Value::Int(u32::from_be_bytes(fixed(b, ty)?).into()),
         DataType::Bytea => Value::Bytes(b.to_vec()),
         DataType::Timestamp | DataType::TimestampTz => {
             let t = i64::from_be_bytes(fixed(b, ty)?)

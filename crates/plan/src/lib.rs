@@ -21,6 +21,7 @@
 mod alter;
 mod alter_sequence;
 pub mod bind;
+mod catalog_functions;
 pub mod catalog_queries;
 mod constraints;
 mod effects;
@@ -28,6 +29,7 @@ mod enum_types;
 pub mod exec;
 pub mod limits;
 pub mod parse;
+pub mod pg_catalog;
 pub mod plan;
 mod rows;
 

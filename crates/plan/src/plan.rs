@@ -427,14 +427,6 @@ pub struct DeletePlan {
 pub enum CatalogPlan {
     /// `SHOW TABLES`: one column of names.
     Tables,
-    /// psql's `\dt` / `\d`: Schema, Name, Type, Owner.
-    PsqlList,
-    /// psql's first `\d name` query: oid, nspname, relname of tables matching.
-    PsqlLookup(String),
-    /// Drivers' type lookups in `pg_type` by name (`$1`): oid, typname.
-    TypeByName,
-    /// Drivers' type lookups in `pg_type` by oid (`$1`): is_array, typtype, typname, oid.
-    TypeByOid,
 }
 
 /// The clock as a statement sees it, read once by the session (from the

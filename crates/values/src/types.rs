@@ -42,6 +42,14 @@ pub enum DataType {
     Interval,
     /// An enum type (`CREATE TYPE ... AS ENUM`).
     Enum(std::sync::Arc<crate::EnumType>),
+    /// `oid`: an object identifier, an unsigned 32-bit integer held as
+    /// [`Value::Int`] (the system catalog's keys).
+    Oid,
+    /// `name`: the system catalog's identifier type, text here.
+    Name,
+    /// `"char"`: a single byte (the system catalog's kind codes such as
+    /// `relkind`), text here.
+    Char,
 }
 
 impl DataType {
@@ -85,6 +93,9 @@ impl DataType {
             "json" => DataType::Json,
             "jsonb" => DataType::Jsonb,
             "interval" if modifiers.is_empty() => DataType::Interval,
+            "oid" => DataType::Oid,
+            "name" => DataType::Name,
+            "\"char\"" => DataType::Char,
             _ => return None,
         })
     }
@@ -110,6 +121,9 @@ impl DataType {
             DataType::Jsonb => 3802,
             DataType::Interval => 1186,
             DataType::Enum(t) => t.oid(),
+            DataType::Oid => 26,
+            DataType::Name => 19,
+            DataType::Char => 18,
             DataType::Array(element) => match &**element {
                 DataType::Bool => 1000,
                 DataType::Bytea => 1001,
@@ -129,6 +143,9 @@ impl DataType {
                 DataType::Jsonb => 3807,
                 DataType::Interval => 1187,
                 DataType::Enum(t) => t.array_oid(),
+                DataType::Oid => 1028,
+                DataType::Name => 1003,
+                DataType::Char => 1002,
                 DataType::Array(_) => unreachable!("arrays of arrays are never built"),
             },
         }
@@ -170,11 +187,14 @@ impl DataType {
             2950 => DataType::Uuid,
             3802 => DataType::Jsonb,
             1186 => DataType::Interval,
+            26 => DataType::Oid,
+            19 => DataType::Name,
+            18 => DataType::Char,
             1000 | 1001 | 1005 | 1007 | 1009 | 1015 | 1016 | 1021 | 1022 | 1115 | 1182 | 1185
-            | 1231 | 2951 | 199 | 3807 | 1187 => {
+            | 1231 | 2951 | 199 | 3807 | 1187 | 1028 | 1003 | 1002 => {
                 let element = [
                     16u32, 17, 21, 23, 25, 1043, 20, 700, 701, 1114, 1082, 1184, 1700, 2950, 114,
-                    3802, 1186,
+                    3802, 1186, 26, 19, 18,
                 ]
                 .into_iter()
                 .filter_map(DataType::from_pg_oid)
@@ -188,9 +208,10 @@ impl DataType {
     /// Byte width for the wire protocol's RowDescription (-1: variable).
     pub fn pg_len(&self) -> i16 {
         match self {
-            DataType::Bool => 1,
+            DataType::Bool | DataType::Char => 1,
             DataType::Int2 => 2,
-            DataType::Int4 | DataType::Float4 | DataType::Date => 4,
+            DataType::Int4 | DataType::Float4 | DataType::Date | DataType::Oid => 4,
+            DataType::Name => 64,
             DataType::Int8 | DataType::Float8 | DataType::Timestamp | DataType::TimestampTz => 8,
             DataType::Uuid | DataType::Interval => 16,
             _ => -1,
@@ -207,6 +228,7 @@ impl DataType {
                 | DataType::Float8
                 | DataType::Numeric
                 | DataType::NumericTypmod { .. }
+                | DataType::Oid
         )
     }
 
@@ -233,7 +255,10 @@ impl DataType {
     }
 
     pub fn is_textual(&self) -> bool {
-        matches!(self, DataType::Text | DataType::Varchar(_))
+        matches!(
+            self,
+            DataType::Text | DataType::Varchar(_) | DataType::Name | DataType::Char
+        )
     }
 }
 
@@ -263,6 +288,9 @@ impl fmt::Display for DataType {
             DataType::Interval => "interval",
             DataType::Array(element) => return write!(f, "{element}[]"),
             DataType::Enum(t) => &t.name,
+            DataType::Oid => "oid",
+            DataType::Name => "name",
+            DataType::Char => "\"char\"",
         })
     }
 }
@@ -324,6 +352,9 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
     let t = s.trim();
     match ty {
         DataType::Enum(e) => enum_label(e, s),
+        DataType::Oid => parse_oid(t).ok_or_else(|| syntax(ty, s)),
+        DataType::Name => check_len(Value::Text(truncate_name(s).to_string())),
+        DataType::Char => Ok(Value::Text(first_byte_char(s))),
         DataType::Int2 | DataType::Int4 | DataType::Int8 => {
             let i: i64 = t.parse().map_err(|e: std::num::ParseIntError| {
                 if matches!(
@@ -386,6 +417,35 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
             check_len(Value::Array(crate::parse_array(s, element)?))
         }
     }
+}
+
+/// An `oid` from its text: an unsigned 32-bit number (PostgreSQL also
+/// takes a negative one, as its two's complement).
+fn parse_oid(t: &str) -> Option<Value> {
+    let i: i64 = t.parse().ok()?;
+    match i {
+        0..=0xFFFF_FFFF => Some(Value::Int(i)),
+        -0x8000_0000..=-1 => Some(Value::Int(i + 0x1_0000_0000)),
+        _ => None,
+    }
+}
+
+/// The longest an identifier of type `name` is, in bytes (PostgreSQL's
+/// NAMEDATALEN - 1): longer text is cut to it.
+pub const NAME_MAX_BYTES: usize = 63;
+
+fn truncate_name(s: &str) -> &str {
+    let mut end = s.len().min(NAME_MAX_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A `"char"`'s value: the text's first character (PostgreSQL keeps its
+/// first byte), empty for empty text.
+fn first_byte_char(s: &str) -> String {
+    s.chars().next().map(String::from).unwrap_or_default()
 }
 
 /// A date or timestamp that did not parse: 22008 when it has the shape of
@@ -613,6 +673,9 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
         (Value::Enum(_, label), DataType::Enum(t)) => enum_label(t, &label),
         (Value::Text(s), _) => parse_text(&s, ty),
         (Value::Int(i), DataType::Int2 | DataType::Int4 | DataType::Int8) => int_in(ty, i),
+        (Value::Int(i), DataType::Oid) => {
+            parse_oid(&i.to_string()).ok_or_else(|| integer_range(ty))
+        }
         (Value::Int(i), DataType::Float4 | DataType::Float8) => float_in(ty, i as f64),
         (Value::Int(i), DataType::Numeric) => Ok(Value::Numeric(Decimal::from(i))),
         (Value::Float(f), DataType::Float4 | DataType::Float8) => float_in(ty, f),
@@ -668,6 +731,10 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
                 .map(|v| coerce(v, element))
                 .collect::<Result<_, _>>()?,
         )),
+        (v, DataType::Name | DataType::Char) => match v.to_text() {
+            Some(t) => parse_text(&t, ty),
+            None => Ok(Value::Null),
+        },
         (v, DataType::Text | DataType::Varchar(_)) => match v.to_text() {
             Some(t) => coerce(Value::Text(t), ty),
             None => Ok(Value::Null),

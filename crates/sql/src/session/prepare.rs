@@ -7,14 +7,12 @@ use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
 use aqueduct_plan::bind;
-use aqueduct_plan::catalog_queries;
 use aqueduct_plan::parse::parse;
 use aqueduct_plan::plan::{Column, Outcome, Plan};
 use aqueduct_views::view_read::ViewRead;
 
 use super::dataflow::PreparedAuto;
 use super::route::Route;
-use super::run::catalog_relations_unsupported;
 use super::state::Session;
 
 /// A parsed statement with its parameter and result types.
@@ -128,11 +126,21 @@ impl Session {
                 }
             }
             Route::CatalogRelations => {
-                let virtual_catalog =
-                    catalog_queries::virtual_catalog(&self.engine.database().read());
-                let bound = bind::bind(&virtual_catalog, st, hints, &self.settings, self.time)?;
-                if let Plan::Dataflow(why) = &bound.plan {
-                    return Err(catalog_relations_unsupported(why));
+                let catalog = self.with_catalog_relations(st);
+                let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
+                if let (Plan::Dataflow(_), Statement::Query(q)) = (&bound.plan, st) {
+                    let (columns, params) =
+                        aqueduct_views::oneshot::describe(&catalog, q, hints, self.time)?;
+                    return Ok(Prepared {
+                        sql: sql.to_string(),
+                        params,
+                        columns,
+                        quick: false,
+                        statement,
+                        auto: None,
+                        view_read: None,
+                        custom: false,
+                    });
                 }
                 bound
             }

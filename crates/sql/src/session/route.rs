@@ -4,9 +4,9 @@
 //!
 //! A statement goes the cheapest way that gives the right answer:
 //! 1. role and privilege statements: the catalog's roles (`roles.rs`);
-//! 2. a statement naming `information_schema.*` or `pg_tables` (found
-//!    among the relations of the parsed statement): over tables built
-//!    from the catalog for it, read-only;
+//! 2. a statement naming `pg_catalog` or `information_schema` relations
+//!    (found among the relations of the parsed statement): over those
+//!    relations built from the catalog for it (`pg_catalog.rs`), read-only;
 //! 3. a query in `release` mode: from the current release's snapshot;
 //! 4. a read of maintained views only (`SELECT ... FROM v WHERE k = ...`):
 //!    their rows, by a keyed lookup where the WHERE pins columns;
@@ -46,8 +46,8 @@ use super::state::Session;
 pub(crate) enum Route {
     /// `CREATE ROLE`, `GRANT`, ...: the catalog's roles (`roles.rs`).
     Roles,
-    /// It names `information_schema.*` or `pg_tables`: bound and run over
-    /// tables built from the catalog for it (read-only).
+    /// It names `pg_catalog` or `information_schema` relations: bound and
+    /// run over them, built from the catalog for it (read-only).
     CatalogRelations,
     /// A query in `release` mode, outside a transaction block: answered
     /// as of the current release, the same for every reader.
@@ -268,11 +268,11 @@ impl Session {
         match route {
             Route::Roles => Ok((vec![format!("run directly: {st}")], None)),
             Route::CatalogRelations if is_query => Ok((
-                vec!["evaluated directly over catalog tables built for the statement".into()],
+                vec!["evaluated over the catalog relations, built for the statement from the catalog (directly, or once through a temporary dataflow)".into()],
                 None,
             )),
             Route::CatalogRelations => Ok((
-                vec!["refused: the catalog views are read-only".into()],
+                vec!["refused: the catalog relations are read-only".into()],
                 None,
             )),
             Route::ReleaseSnapshot => {

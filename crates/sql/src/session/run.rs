@@ -450,25 +450,54 @@ impl Session {
         ))
     }
 
-    /// A read of `information_schema` or `pg_tables`, answered from tables
-    /// built from the catalog for this one statement.
+    /// The catalog with the catalog relations `st` names built in, from
+    /// the catalog as this session sees it.
+    pub(crate) fn with_catalog_relations(&self, st: &Statement) -> Catalog {
+        let names = catalog_queries::catalog_relations(st);
+        let views = &self.engine.views;
+        let view_columns = views
+            .names()
+            .into_iter()
+            .filter_map(|n| {
+                let entry = views.get(&n)?;
+                let columns = entry
+                    .columns
+                    .iter()
+                    .map(|c| (c.name.clone(), c.ty.clone()))
+                    .collect();
+                Some((n, columns))
+            })
+            .collect();
+        let ctx = aqueduct_plan::pg_catalog::CatalogContext {
+            user: self.principal.name.clone(),
+            settings: self.settings.clone(),
+            view_columns,
+        };
+        let catalog = self.engine.database().read_in(self.txn.as_ref());
+        aqueduct_plan::pg_catalog::with_relations(&catalog, &names, &ctx)
+    }
+
+    /// A read of `pg_catalog` or `information_schema` relations, answered
+    /// from them built from the catalog for this one statement.
     pub(crate) fn run_virtual(
         &mut self,
         st: &Statement,
         hints: &[Option<DataType>],
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
-        let virtual_catalog = catalog_queries::virtual_catalog(&self.engine.database().read());
+        let catalog = self.with_catalog_relations(st);
         self.run_read_only(
-            &virtual_catalog,
+            &catalog,
             st,
             hints,
             params,
-            "the catalog views are read-only",
+            "the catalog relations are read-only",
         )
     }
 
-    /// Binds and runs a read-only statement against a catalog built for it.
+    /// Binds and runs a read-only statement against a catalog built for
+    /// it: directly, or once through a scratch dataflow (joins,
+    /// subqueries, aggregates).
     pub(crate) fn run_read_only(
         &mut self,
         catalog: &Catalog,
@@ -477,12 +506,23 @@ impl Session {
         params: &[Value],
         refusal: &str,
     ) -> Result<Outcome, SqlError> {
-        if !matches!(st, Statement::Query(_)) {
+        let Statement::Query(q) = st else {
             return Err(SqlError::new("42809", refusal.to_string()));
-        }
+        };
         let bound = bind::bind(catalog, st, hints, &self.settings, self.time)?;
-        if let Plan::Dataflow(why) = &bound.plan {
-            return Err(catalog_relations_unsupported(why));
+        if let Plan::Dataflow(_) = &bound.plan {
+            let (columns, rows) = aqueduct_views::oneshot::evaluate(
+                catalog,
+                &mut Txn::default(),
+                q,
+                params,
+                Some(self.time),
+            )?;
+            return Ok(Outcome::Rows {
+                tag: format!("SELECT {}", rows.len()),
+                columns,
+                rows,
+            });
         }
         if !bound.plan.is_read_only() {
             return Err(SqlError::new("42809", refusal.to_string()));
@@ -530,12 +570,6 @@ fn first_updater_wins(
         .with_hint("the transaction may succeed if retried"));
     }
     Ok(())
-}
-
-/// A query over catalog relations (or over maintained views read as
-/// tables) that direct evaluation does not answer.
-pub(crate) fn catalog_relations_unsupported(why: &bind::NeedsDataflow) -> SqlError {
-    SqlError::unsupported(format!("{why} over the catalog views"))
 }
 
 /// SQLSTATE 25P01: a savepoint command outside `BEGIN ... COMMIT`.

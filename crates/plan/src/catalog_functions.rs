@@ -1,0 +1,360 @@
+//! The functions and casts tools call on the system catalog:
+//! `pg_get_indexdef`, `pg_get_constraintdef`, `pg_get_viewdef`,
+//! `pg_get_expr`, `pg_get_userbyid`, `format_type`, the visibility and
+//! privilege tests, `current_schemas`, `current_setting`, and the casts
+//! to `regclass`, `regtype`, `regnamespace`, `regrole` and `regproc`.
+//! Each is bound to a constant or to a lookup in a table made from the
+//! catalog the statement is bound against (`pg_catalog.rs`), so its
+//! answer is the catalog's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aqueduct_expr::{Expr, Func, Lookup, LookupMiss, SqlError};
+use aqueduct_values::{DataType, Value};
+use sqlparser::ast;
+
+use crate::bind::{Binder, Scope};
+use crate::pg_catalog::{self, CatalogLookups};
+
+/// The catalog types a cast may name, read as an object's id from its
+/// name (a constant) or as the object's name from its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegType {
+    Class,
+    Type,
+    Namespace,
+    Role,
+    /// `regproc`/`regprocedure`: a function's name (text here: there
+    /// are no function ids to look it up by).
+    Proc,
+}
+
+impl RegType {
+    /// The reg type a cast's target names, if it is one.
+    pub fn of(data_type: &ast::DataType) -> Option<RegType> {
+        let text = data_type.to_string().to_lowercase();
+        Some(match text.strip_prefix("pg_catalog.").unwrap_or(&text) {
+            "regclass" => RegType::Class,
+            "regtype" => RegType::Type,
+            "regnamespace" => RegType::Namespace,
+            "regrole" => RegType::Role,
+            "regproc" | "regprocedure" => RegType::Proc,
+            _ => return None,
+        })
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            RegType::Class => "relation",
+            RegType::Type => "type",
+            RegType::Namespace => "schema",
+            RegType::Role => "role",
+            RegType::Proc => "function",
+        }
+    }
+
+    fn missing_code(self) -> &'static str {
+        match self {
+            RegType::Class => "42P01",
+            RegType::Type => "42704",
+            RegType::Namespace => "3F000",
+            RegType::Role => "42704",
+            RegType::Proc => "42883",
+        }
+    }
+}
+
+/// A name as `'public.t'::regclass` writes it: schema and quotes gone.
+fn unqualified(name: &str) -> String {
+    let last = name
+        .trim()
+        .rsplit_once('.')
+        .map_or(name.trim(), |(_, n)| n)
+        .to_string();
+    match last.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(q) => q.replace("\"\"", "\""),
+        None => last.to_lowercase(),
+    }
+}
+
+fn always(v: bool) -> Expr {
+    Expr::Literal(Value::Bool(v))
+}
+
+impl Binder<'_> {
+    /// `x::regclass` (and the other reg types): a constant name becomes
+    /// the object's id now (42P01 and its kin when there is none); an id
+    /// becomes the object's name. Where the context wants text (the
+    /// argument of `nextval`), the name stays the name.
+    pub(crate) fn reg_cast(
+        &mut self,
+        reg: RegType,
+        inner: &ast::Expr,
+        scope: &Scope,
+        expected: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
+        if reg == RegType::Proc || expected.is_some_and(DataType::is_textual) {
+            return self.expr(inner, scope, Some(&DataType::Text));
+        }
+        let bound = self.expr(inner, scope, None)?;
+        let constant = match &bound {
+            Expr::Literal(Value::Text(t)) => Some(t.clone()),
+            Expr::Cast(e, _) => match e.as_ref() {
+                Expr::Literal(Value::Text(t)) => Some(t.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let lookups = self.catalog_lookups();
+        if let Some(name) = constant {
+            let key = unqualified(&name);
+            if let Ok(n) = key.parse::<u32>() {
+                return Ok(Expr::Cast(
+                    Box::new(Expr::Literal(Value::Int(i64::from(n)))),
+                    DataType::Oid,
+                ));
+            }
+            let found = match reg {
+                RegType::Class => lookups.relation_oid.get(&key),
+                RegType::Type => lookups.type_oid.get(&key).or_else(|| {
+                    aqueduct_values::DataType::from_sql(&key, &[])
+                        .and_then(|t| lookups.type_oid.get(&t.to_string()))
+                }),
+                RegType::Namespace => lookups.namespace_oid.get(&key),
+                RegType::Role => lookups.role_oid.get(&key),
+                RegType::Proc => None,
+            };
+            return match found {
+                Some(&oid) => Ok(Expr::Cast(
+                    Box::new(Expr::Literal(Value::Int(i64::from(oid)))),
+                    DataType::Oid,
+                )),
+                None => Err(SqlError::new(
+                    reg.missing_code(),
+                    format!("{} \"{name}\" does not exist", reg.word()),
+                )),
+            };
+        }
+        let table = match reg {
+            RegType::Class => lookups.relation_name.clone(),
+            RegType::Type => lookups.type_name.clone(),
+            RegType::Namespace => lookups.namespace_name.clone(),
+            RegType::Role => lookups.user_by_id.clone(),
+            RegType::Proc => unreachable!("regproc stays text"),
+        };
+        Ok(Expr::Lookup(
+            table,
+            vec![Expr::Cast(Box::new(bound), DataType::Oid)],
+        ))
+    }
+
+    /// A function of the catalog, bound; `None` when `name` is not one.
+    pub(crate) fn catalog_function(
+        &mut self,
+        name: &str,
+        args: &[ast::Expr],
+        scope: &Scope,
+    ) -> Result<Option<Expr>, SqlError> {
+        let oid_arg = |b: &mut Self, i: usize| -> Result<Expr, SqlError> {
+            let e = b.expr(&args[i], scope, Some(&DataType::Oid))?;
+            Ok(Expr::Cast(Box::new(e), DataType::Oid))
+        };
+        let int_arg = |b: &mut Self, i: usize| -> Result<Expr, SqlError> {
+            let e = b.expr(&args[i], scope, Some(&DataType::Int8))?;
+            Ok(Expr::Cast(Box::new(e), DataType::Int8))
+        };
+        let arity = |ok: bool| -> Result<(), SqlError> {
+            if ok {
+                Ok(())
+            } else {
+                Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "function {name} with {} arguments does not exist",
+                        args.len()
+                    ),
+                )
+                .with_hint("No function matches the given name and argument types."))
+            }
+        };
+        Ok(Some(match name {
+            "pg_get_indexdef" => {
+                arity(matches!(args.len(), 1 | 3))?;
+                let l = self.catalog_lookups();
+                if args.len() == 1 {
+                    Expr::Lookup(l.index_def.clone(), vec![oid_arg(self, 0)?])
+                } else {
+                    Expr::Lookup(
+                        l.index_column.clone(),
+                        vec![oid_arg(self, 0)?, int_arg(self, 1)?],
+                    )
+                }
+            }
+            "pg_get_constraintdef" => {
+                arity(matches!(args.len(), 1 | 2))?;
+                let l = self.catalog_lookups();
+                Expr::Lookup(l.constraint_def.clone(), vec![oid_arg(self, 0)?])
+            }
+            "pg_get_viewdef" => {
+                arity(matches!(args.len(), 1 | 2))?;
+                let l = self.catalog_lookups();
+                let first = self.expr(&args[0], scope, None)?;
+                let view = match first {
+                    Expr::Literal(Value::Text(t)) => {
+                        let key = unqualified(&t);
+                        let oid = l.relation_oid.get(&key).ok_or_else(|| {
+                            SqlError::new("42P01", format!("relation \"{t}\" does not exist"))
+                        })?;
+                        Expr::Literal(Value::Int(i64::from(*oid)))
+                    }
+                    other => Expr::Cast(Box::new(other), DataType::Oid),
+                };
+                Expr::Lookup(l.view_def.clone(), vec![view])
+            }
+            "pg_get_expr" => {
+                arity(matches!(args.len(), 2 | 3))?;
+                // The catalog keeps expressions as SQL already.
+                let e = self.expr(&args[0], scope, Some(&DataType::Text))?;
+                Expr::Cast(Box::new(e), DataType::Text)
+            }
+            "pg_get_userbyid" => {
+                arity(args.len() == 1)?;
+                let l = self.catalog_lookups();
+                Expr::Lookup(l.user_by_id.clone(), vec![oid_arg(self, 0)?])
+            }
+            "format_type" => {
+                arity(args.len() == 2)?;
+                let l = self.catalog_lookups();
+                let base = Expr::Lookup(l.type_name.clone(), vec![oid_arg(self, 0)?]);
+                Expr::Call(Func::FormatTypmod, vec![base, int_arg(self, 1)?])
+            }
+            "obj_description" | "col_description" | "shobj_description" => {
+                // Nothing has a comment (COMMENT ON is refused).
+                for a in args {
+                    self.expr(a, scope, None)?;
+                }
+                Expr::Cast(Box::new(Expr::Literal(Value::Null)), DataType::Text)
+            }
+            "pg_table_is_visible"
+            | "pg_type_is_visible"
+            | "pg_function_is_visible"
+            | "pg_collation_is_visible"
+            | "pg_operator_is_visible"
+            | "pg_opclass_is_visible"
+            | "pg_conversion_is_visible"
+            | "pg_statistics_obj_is_visible" => {
+                // Every object is in `public` or `pg_catalog`, both on the
+                // search path.
+                arity(args.len() == 1)?;
+                oid_arg(self, 0)?;
+                always(true)
+            }
+            "pg_is_in_recovery" => {
+                arity(args.is_empty())?;
+                always(false)
+            }
+            "current_schemas" => {
+                arity(args.len() == 1)?;
+                let implicit = self.expr(&args[0], scope, Some(&DataType::Bool))?;
+                let with = |names: &[&str]| {
+                    Expr::Literal(Value::Array(
+                        names.iter().map(|n| Value::Text(n.to_string())).collect(),
+                    ))
+                };
+                Expr::Cast(
+                    Box::new(Expr::Case {
+                        operand: None,
+                        whens: vec![(implicit, with(&["pg_catalog", "public"]))],
+                        otherwise: Some(Box::new(with(&["public"]))),
+                    }),
+                    DataType::Array(Box::new(DataType::Name)),
+                )
+            }
+            "pg_encoding_to_char" => {
+                arity(args.len() == 1)?;
+                let e = int_arg(self, 0)?;
+                let rows = HashMap::from([(vec![Value::Int(6)], Value::Text("UTF8".into()))]);
+                Expr::Lookup(
+                    Arc::new(Lookup {
+                        name: "pg_encoding_to_char",
+                        rows,
+                        otherwise: LookupMiss::Text(""),
+                    }),
+                    vec![e],
+                )
+            }
+            "current_setting" => {
+                arity(matches!(args.len(), 1 | 2))?;
+                let e = self.expr(&args[0], scope, Some(&DataType::Text))?;
+                let missing_ok = match args.get(1) {
+                    Some(a) => matches!(
+                        self.expr(a, scope, Some(&DataType::Bool))?,
+                        Expr::Literal(Value::Bool(true))
+                    ),
+                    None => false,
+                };
+                let settings = self.session_settings();
+                if let Expr::Literal(Value::Text(n)) = &e {
+                    let key = n.to_lowercase();
+                    return match settings.get(&key) {
+                        Some(v) => Ok(Some(Expr::Literal(Value::Text(v.clone())))),
+                        None if missing_ok => Ok(Some(Expr::Cast(
+                            Box::new(Expr::Literal(Value::Null)),
+                            DataType::Text,
+                        ))),
+                        None => Err(SqlError::new(
+                            "42704",
+                            format!("unrecognized configuration parameter \"{n}\""),
+                        )),
+                    };
+                }
+                let rows = settings
+                    .iter()
+                    .map(|(k, v)| (vec![Value::Text(k.clone())], Value::Text(v.clone())))
+                    .collect();
+                Expr::Lookup(
+                    Arc::new(Lookup {
+                        name: "current_setting",
+                        rows,
+                        otherwise: LookupMiss::Null,
+                    }),
+                    vec![e],
+                )
+            }
+            _ if privilege_test(name) => {
+                // Privileges are checked when a statement runs; these
+                // answer what a tool may try (see docs/catalog.md).
+                for a in args {
+                    self.expr(a, scope, None)?;
+                }
+                always(true)
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The catalog functions' tables over this binder's catalog, made on
+    /// first use.
+    pub(crate) fn catalog_lookups(&mut self) -> Arc<CatalogLookups> {
+        if let Some(l) = &self.lookups {
+            return l.clone();
+        }
+        let ctx = pg_catalog::CatalogContext {
+            user: self
+                .session_settings()
+                .get("session_authorization")
+                .cloned()
+                .unwrap_or_else(|| "aqueduct".into()),
+            ..Default::default()
+        };
+        let l = Arc::new(pg_catalog::lookups(self.catalog(), &ctx));
+        self.lookups = Some(l.clone());
+        l
+    }
+}
+
+/// `has_table_privilege` and its kin.
+fn privilege_test(name: &str) -> bool {
+    name.starts_with("has_") && name.ends_with("_privilege")
+}
