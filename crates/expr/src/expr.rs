@@ -289,6 +289,92 @@ pub enum Expr {
     /// `oid::regclass`): its answer for the arguments, from a table the
     /// binder made from the catalog the statement was bound against.
     Lookup(std::sync::Arc<Lookup>, Vec<Expr>),
+    /// A subquery in an expression (`(SELECT ...)`, `EXISTS`, `IN`,
+    /// `ARRAY(SELECT ...)`), run for the values its outer references take
+    /// in the row (one-shot evaluation only).
+    Subquery(std::sync::Arc<Subquery>, Vec<Expr>),
+}
+
+/// Runs a subquery for the values of its outer references.
+pub trait SubqueryRunner: Send + Sync {
+    /// The subquery's rows (their visible columns) with its outer
+    /// references bound to `outer`.
+    fn rows(&self, outer: &[Value]) -> Result<Vec<Vec<Value>>, SqlError>;
+}
+
+/// What a subquery in an expression answers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubqueryKind {
+    /// `(SELECT x ...)`: its one value, NULL with no row, 21000 with more.
+    Scalar,
+    /// `EXISTS (SELECT ...)`.
+    Exists,
+    /// `ARRAY(SELECT x ...)`: its values as an array.
+    Array,
+    /// `left op ANY (SELECT x ...)` (`IN` is `= ANY`), with the left
+    /// operand as the first of the expression's arguments.
+    Any(BinOp),
+}
+
+/// A bound subquery (see [`Expr::Subquery`]).
+pub struct Subquery {
+    pub kind: SubqueryKind,
+    pub runner: Box<dyn SubqueryRunner>,
+    /// The type of its answer.
+    pub ty: DataType,
+}
+
+impl std::fmt::Debug for Subquery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Subquery({:?})", self.kind)
+    }
+}
+
+impl PartialEq for Subquery {
+    fn eq(&self, other: &Subquery) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Subquery {
+    fn eval(&self, args: Vec<Value>) -> Result<Value, SqlError> {
+        let (left, outer) = match self.kind {
+            SubqueryKind::Any(_) => (args.first().cloned(), &args[1..]),
+            _ => (None, &args[..]),
+        };
+        let rows = self.runner.rows(outer)?;
+        let first = |r: &Vec<Value>| r.first().cloned().unwrap_or(Value::Null);
+        Ok(match &self.kind {
+            SubqueryKind::Exists => Value::Bool(!rows.is_empty()),
+            SubqueryKind::Scalar => match rows.as_slice() {
+                [] => Value::Null,
+                [one] => first(one),
+                _ => {
+                    return Err(SqlError::new(
+                        "21000",
+                        "more than one row returned by a subquery used as an expression",
+                    ))
+                }
+            },
+            SubqueryKind::Array => Value::Array(rows.iter().map(first).collect()),
+            SubqueryKind::Any(op) => {
+                let left = left.unwrap_or(Value::Null);
+                let mut unknown = false;
+                for r in &rows {
+                    match truth(&binary(*op, left.clone(), first(r))?) {
+                        Some(true) => return Ok(Value::Bool(true)),
+                        Some(false) => {}
+                        None => unknown = true,
+                    }
+                }
+                if unknown {
+                    Value::Null
+                } else {
+                    Value::Bool(false)
+                }
+            }
+        })
+    }
 }
 
 /// The answers of a catalog function for one statement (see
@@ -506,6 +592,11 @@ impl Expr {
                     .collect::<Result<Vec<_>, _>>()?;
                 effects.call(*f, &args)?
             }
+            Expr::Subquery(sub, args) => sub.eval(
+                args.iter()
+                    .map(|a| a.eval(env))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )?,
             Expr::Lookup(table, args) => table.answer(
                 args.iter()
                     .map(|a| a.eval(env))
@@ -583,9 +674,10 @@ impl Expr {
                 expr.walk(f);
                 pattern.walk(f);
             }
-            Expr::Call(_, args) | Expr::Volatile(_, args) | Expr::Lookup(_, args) => {
-                args.iter().for_each(|x| x.walk(f))
-            }
+            Expr::Call(_, args)
+            | Expr::Volatile(_, args)
+            | Expr::Lookup(_, args)
+            | Expr::Subquery(_, args) => args.iter().for_each(|x| x.walk(f)),
             Expr::Case {
                 operand,
                 whens,

@@ -12,7 +12,7 @@ use aqueduct_tables::{
 use aqueduct_values::{DataType, LabelPlace, Value};
 use sqlparser::ast;
 
-use aqueduct_expr::{BinOp, Expr, Func, SqlError, UnOp, Volatile};
+use aqueduct_expr::{BinOp, Expr, Func, SqlError, SubqueryKind, UnOp, Volatile};
 
 use crate::catalog_queries;
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
@@ -29,6 +29,9 @@ pub use crate::plan::{
 pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow> {
     if q.with.is_some() {
         return Some(NeedsDataflow::With);
+    }
+    if crate::subqueries::has_subquery(q) {
+        return Some(NeedsDataflow::Subquery);
     }
     let select = match q.body.as_ref() {
         ast::SetExpr::Select(s) => s,
@@ -123,6 +126,7 @@ pub fn bind(
         time: Some(time),
         settings: Some(settings.clone()),
         lookups: None,
+        subqueries: None,
     };
     let (plan, columns) = b.statement(st)?;
     let params = b
@@ -152,6 +156,9 @@ pub struct Binder<'a> {
     /// The catalog functions' tables, made on first use
     /// (`catalog_functions.rs`).
     pub(crate) lookups: Option<std::sync::Arc<crate::pg_catalog::CatalogLookups>>,
+    /// What prepares subqueries in expressions (one-shot evaluation's);
+    /// `None` where they are refused (`subqueries.rs`).
+    pub(crate) subqueries: Option<std::sync::Arc<dyn crate::subqueries::SubqueryCompiler>>,
 }
 
 /// A function whose value is the time the statement or its transaction
@@ -185,6 +192,7 @@ impl<'a> Binder<'a> {
             time: None,
             settings: None,
             lookups: None,
+            subqueries: None,
         }
     }
 
@@ -873,6 +881,23 @@ impl<'a> Binder<'a> {
     }
 
     /// The table named `name`, or `undefined_table`.
+    /// Lets subqueries in expressions be bound, prepared by `compiler`.
+    pub fn allow_subqueries(
+        &mut self,
+        compiler: std::sync::Arc<dyn crate::subqueries::SubqueryCompiler>,
+    ) {
+        self.subqueries = Some(compiler);
+    }
+
+    /// How many parameters the statement has: its bound values, or the
+    /// ones seen so far.
+    pub(crate) fn parameter_count(&self) -> usize {
+        match &self.values {
+            Some(v) => v.len().max(self.params.len()),
+            None => self.params.len(),
+        }
+    }
+
     /// The session's settings (none in a maintained view).
     pub(crate) fn session_settings(&self) -> BTreeMap<String, String> {
         self.settings.clone().unwrap_or_default()
@@ -1011,6 +1036,7 @@ impl<'a> Binder<'a> {
             Expr::Volatile(Volatile::GenRandomUuid, _) => DataType::Uuid,
             Expr::Volatile(..) => DataType::Int8,
             Expr::Lookup(..) => DataType::Text,
+            Expr::Subquery(sub, _) => sub.ty.clone(),
             Expr::Call(f, args) => match f {
                 Func::Length => DataType::Int4,
                 Func::RealNumeric => DataType::Numeric,
@@ -1203,6 +1229,27 @@ impl<'a> Binder<'a> {
                 escape_char: None,
                 any: false,
             } => self.like(expr, pattern, *negated, true, scope)?,
+            E::Subquery(q) => self.subquery(SubqueryKind::Scalar, q, None, scope)?,
+            E::Exists { subquery, negated } => {
+                let e = self.subquery(SubqueryKind::Exists, subquery, None, scope)?;
+                if *negated {
+                    Expr::Unary(UnOp::Not, Box::new(e))
+                } else {
+                    e
+                }
+            }
+            E::InSubquery {
+                expr,
+                subquery,
+                negated,
+            } => {
+                let e = self.subquery(SubqueryKind::Any(BinOp::Eq), subquery, Some(expr), scope)?;
+                if *negated {
+                    Expr::Unary(UnOp::Not, Box::new(e))
+                } else {
+                    e
+                }
+            }
             // `'t'::regclass`, `oid::regtype`, ... (`catalog_functions.rs`).
             E::Cast {
                 expr, data_type, ..
@@ -1393,8 +1440,12 @@ impl<'a> Binder<'a> {
                 op.symbol()
             )));
         }
-        if let ast::Expr::Subquery(_) = right {
-            return Err(SqlError::unsupported("ANY and ALL over a subquery"));
+        if let ast::Expr::Subquery(q) = right {
+            if all {
+                return Err(SqlError::unsupported("ALL over a subquery")
+                    .with_hint("write NOT EXISTS (SELECT ... WHERE NOT (x op y)) instead"));
+            }
+            return self.subquery(SubqueryKind::Any(op), q, Some(left), scope);
         }
         let (l, r) = if is_placeholder(left) {
             let r = self.expr(right, scope, None)?;
@@ -1906,6 +1957,9 @@ impl<'a> Binder<'a> {
         }
         if name == "pg_get_serial_sequence" {
             return self.serial_sequence(f, scope);
+        }
+        if let ("array", ast::FunctionArguments::Subquery(q)) = (name.as_str(), &f.args) {
+            return self.subquery(SubqueryKind::Array, q, None, scope);
         }
         {
             let (args, _, _) = self.function_args(f)?;
@@ -4163,19 +4217,32 @@ fn is_null_literal(e: &ast::Expr) -> bool {
     }
 }
 
+/// Whether `e` calls an aggregate function of its own query (a subquery's
+/// aggregates are the subquery's).
 fn contains_aggregate(e: &ast::Expr) -> bool {
-    let text = e.to_string().to_lowercase();
-    [
-        "count(",
-        "sum(",
-        "min(",
-        "max(",
-        "avg(",
-        "array_agg(",
-        "jsonb_agg(",
-    ]
-    .iter()
-    .any(|f| text.contains(f))
+    let mut own = e.clone();
+    let _ = ast::visit_expressions_mut(&mut own, |x| {
+        if matches!(
+            x,
+            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. }
+        ) || matches!(x, ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)))
+        {
+            *x = ast::Expr::Value(ast::Value::Null.into());
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    ast::visit_expressions(&own, |x| match x {
+        ast::Expr::Function(f)
+            if f.over.is_none()
+                && object_name(&f.name)
+                    .ok()
+                    .is_some_and(|n| AggFunc::by_name(&n).is_some()) =>
+        {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    })
+    .is_break()
 }
 
 fn table_column(t: &Table, i: usize) -> Column {

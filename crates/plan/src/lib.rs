@@ -32,6 +32,7 @@ pub mod parse;
 pub mod pg_catalog;
 pub mod plan;
 mod rows;
+pub mod subqueries;
 
 pub use parse::param_from_text;
 pub use plan::{Column, Outcome};

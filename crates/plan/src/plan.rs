@@ -120,6 +120,8 @@ pub enum Plan {
 pub enum NeedsDataflow {
     /// `WITH ...`
     With,
+    /// A subquery in an expression (`(SELECT ...)`, `EXISTS`, `IN`).
+    Subquery,
     /// `UNION`, `EXCEPT`, `INTERSECT`
     SetOperation(String),
     /// A query body other than a SELECT (`VALUES ...`, `TABLE t`).
@@ -141,6 +143,7 @@ impl std::fmt::Display for NeedsDataflow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NeedsDataflow::With => write!(f, "a WITH clause"),
+            NeedsDataflow::Subquery => write!(f, "a subquery in an expression"),
             NeedsDataflow::SetOperation(op) => write!(f, "{op} of queries"),
             NeedsDataflow::OtherBody(body) => {
                 write!(f, "a query body that is not a SELECT ({body})")

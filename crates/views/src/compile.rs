@@ -45,6 +45,10 @@ pub struct Compiler<'a, 'g> {
     pub keep_order: bool,
     /// Accept unbound parameters (to describe a statement, not to run it).
     pub allow_params: bool,
+    /// Compiled to run once and be thrown away: a join with no equality
+    /// between its sides (every pair of rows) is allowed, as its state is
+    /// never kept.
+    pub one_shot: bool,
     /// The top-level query's last this-many output columns are the keys of
     /// an automatic view: its ORDER BY ... LIMIT keeps a top-k per key.
     pub partition_last: usize,
@@ -100,6 +104,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
             ctes: HashMap::new(),
             keep_order: false,
             allow_params: false,
+            one_shot: false,
             partition_last: 0,
             depth: 0,
             order: Vec::new(),
@@ -113,6 +118,15 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     /// Binds `now()` and its kin to `time` (a query evaluated once; a
     /// maintained view refuses them).
+    /// Lets the query have subqueries in expressions, prepared by
+    /// `compiler` (one-shot evaluation's).
+    pub fn allow_subqueries(
+        &mut self,
+        compiler: std::sync::Arc<dyn aqueduct_plan::subqueries::SubqueryCompiler>,
+    ) {
+        self.binder.allow_subqueries(compiler);
+    }
+
     pub fn bind_time(&mut self, time: StatementTime) {
         self.binder.set_time(time);
     }
@@ -405,7 +419,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
             }
             residual.push(c);
         }
-        if keys.is_empty() {
+        if keys.is_empty() && !self.one_shot {
             return Err(SqlError::unsupported(
                 "a join without an equality between its two sides (it would need unbounded state)",
             )
@@ -418,7 +432,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
         }
         for &(l, r) in &keys {
             let (lt, rt) = (&scope.columns[l].ty, &scope.columns[lw + r].ty);
-            if (*lt == DataType::Text) != (*rt == DataType::Text) {
+            if lt.is_textual() != rt.is_textual() {
                 return Err(SqlError::new(
                     "42883",
                     format!("operator does not exist: {lt} = {rt}"),

@@ -16,7 +16,12 @@ use aqueduct_tables::{Catalog, TableId, Txn};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
-use aqueduct_expr::SqlError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use aqueduct_expr::{SqlError, SubqueryRunner};
+pub use aqueduct_plan::subqueries::has_subquery;
+use aqueduct_plan::subqueries::SubqueryCompiler;
 
 use crate::compile::Compiler;
 use aqueduct_plan::plan::{Column, StatementTime};
@@ -32,6 +37,15 @@ pub fn describe(
     let mut c = Compiler::new(catalog, &mut scratch);
     c.bind_time(time);
     c.allow_params = true;
+    c.one_shot = true;
+    if has_subquery(q) {
+        c.allow_subqueries(Arc::new(Subqueries {
+            catalog: Arc::new(catalog.clone()),
+            params: Vec::new(),
+            time: Some(time),
+            describe: true,
+        }));
+    }
     c.seed_param_types(hints);
     let compiled = c.query(q)?;
     Ok((compiled.columns, c.param_types()))
@@ -64,6 +78,102 @@ pub fn evaluate_empty(
     Ok(evaluate_with(catalog, q, params, None, &mut |_| Ok(Vec::new()))?.1)
 }
 
+/// Runs `q` once over `catalog` as committed (outside any transaction),
+/// with subqueries in its expressions (correlated or not) run for each
+/// row's values (see `aqueduct_plan::subqueries`).
+pub fn evaluate_shared(
+    catalog: Arc<Catalog>,
+    q: &ast::Query,
+    params: &[Value],
+    time: Option<StatementTime>,
+) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
+    let subqueries = Arc::new(Subqueries {
+        catalog: catalog.clone(),
+        params: params.to_vec(),
+        time,
+        describe: false,
+    });
+    let mut scratch = Txn::default();
+    evaluate_with_subqueries(&catalog, q, params, time, Some(subqueries), &mut |t| {
+        aqueduct_plan::exec::scan_rows(&catalog, &mut scratch, t)
+    })
+}
+
+/// One-shot evaluation's [`SubqueryCompiler`]: a subquery is evaluated
+/// once per distinct set of outer values, over the same catalog.
+struct Subqueries {
+    catalog: Arc<Catalog>,
+    /// The statement's parameters (outer references come after them).
+    params: Vec<Value>,
+    time: Option<StatementTime>,
+    /// Only describing the statement: nothing runs.
+    describe: bool,
+}
+
+impl SubqueryCompiler for Subqueries {
+    fn prepare(
+        &self,
+        q: &ast::Query,
+        first: usize,
+        outer: usize,
+    ) -> Result<(Vec<Column>, Box<dyn SubqueryRunner>), SqlError> {
+        let hints: Vec<Option<DataType>> = vec![None; first + outer];
+        let time = self.time.unwrap_or(StatementTime {
+            transaction_micros: 0,
+            statement_micros: 0,
+        });
+        let (columns, _) = describe(&self.catalog, q, &hints, time)?;
+        let mut params = self.params.clone();
+        params.resize(first, Value::Null);
+        Ok((
+            columns,
+            Box::new(SubqueryRun {
+                catalog: self.catalog.clone(),
+                query: q.clone(),
+                params,
+                time: self.time,
+                describe: self.describe,
+                answers: Mutex::new(HashMap::new()),
+            }),
+        ))
+    }
+}
+
+/// Most distinct outer values one subquery remembers its answers for.
+const SUBQUERY_ANSWERS: usize = 4096;
+
+struct SubqueryRun {
+    catalog: Arc<Catalog>,
+    query: ast::Query,
+    params: Vec<Value>,
+    time: Option<StatementTime>,
+    describe: bool,
+    answers: Mutex<HashMap<Vec<Value>, Vec<Vec<Value>>>>,
+}
+
+impl SubqueryRunner for SubqueryRun {
+    fn rows(&self, outer: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+        if self.describe {
+            return Ok(Vec::new());
+        }
+        if let Some(rows) = self.answers.lock().expect("not poisoned").get(outer) {
+            return Ok(rows.clone());
+        }
+        let mut params = self.params.clone();
+        params.extend_from_slice(outer);
+        let rows = aqueduct_expr::limits::grow(|| {
+            evaluate_shared(self.catalog.clone(), &self.query, &params, self.time)
+        })?
+        .1;
+        let mut answers = self.answers.lock().expect("not poisoned");
+        if answers.len() >= SUBQUERY_ANSWERS {
+            answers.clear();
+        }
+        answers.insert(outer.to_vec(), rows.clone());
+        Ok(rows)
+    }
+}
+
 fn evaluate_with(
     catalog: &Catalog,
     q: &ast::Query,
@@ -71,9 +181,24 @@ fn evaluate_with(
     time: Option<StatementTime>,
     scan: &mut dyn FnMut(&aqueduct_tables::Table) -> Result<Vec<Row>, SqlError>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
+    evaluate_with_subqueries(catalog, q, params, time, None, scan)
+}
+
+fn evaluate_with_subqueries(
+    catalog: &Catalog,
+    q: &ast::Query,
+    params: &[Value],
+    time: Option<StatementTime>,
+    subqueries: Option<Arc<Subqueries>>,
+    scan: &mut dyn FnMut(&aqueduct_tables::Table) -> Result<Vec<Row>, SqlError>,
+) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
     let mut graph = Graph::new();
     let mut c = Compiler::new(catalog, &mut graph);
     c.keep_order = true;
+    c.one_shot = true;
+    if let Some(s) = subqueries {
+        c.allow_subqueries(s);
+    }
     c.bind_values(params.to_vec());
     if let Some(time) = time {
         c.bind_time(time);

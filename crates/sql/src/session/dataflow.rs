@@ -240,8 +240,12 @@ impl Session {
             }
             None => {
                 let seen = db.applied_lsn();
-                let out =
-                    oneshot::evaluate(&db.read(), &mut Txn::default(), q, params, Some(self.time))?;
+                let out = if oneshot::has_subquery(q) {
+                    let catalog = std::sync::Arc::new(db.read().clone());
+                    oneshot::evaluate_shared(catalog, q, params, Some(self.time))?
+                } else {
+                    oneshot::evaluate(&db.read(), &mut Txn::default(), q, params, Some(self.time))?
+                };
                 db.await_visible(seen)?;
                 out
             }

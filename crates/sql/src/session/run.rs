@@ -155,7 +155,7 @@ impl Session {
                 Some(views) => {
                     self.engine.metrics.count(&self.engine.metrics.select);
                     return self.run_read_only(
-                        &views,
+                        views,
                         st,
                         hints,
                         params,
@@ -487,7 +487,7 @@ impl Session {
     ) -> Result<Outcome, SqlError> {
         let catalog = self.with_catalog_relations(st);
         self.run_read_only(
-            &catalog,
+            catalog,
             st,
             hints,
             params,
@@ -500,7 +500,7 @@ impl Session {
     /// subqueries, aggregates).
     pub(crate) fn run_read_only(
         &mut self,
-        catalog: &Catalog,
+        catalog: Catalog,
         st: &Statement,
         hints: &[Option<DataType>],
         params: &[Value],
@@ -509,11 +509,10 @@ impl Session {
         let Statement::Query(q) = st else {
             return Err(SqlError::new("42809", refusal.to_string()));
         };
-        let bound = bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
         if let Plan::Dataflow(_) = &bound.plan {
-            let (columns, rows) = aqueduct_views::oneshot::evaluate(
-                catalog,
-                &mut Txn::default(),
+            let (columns, rows) = aqueduct_views::oneshot::evaluate_shared(
+                std::sync::Arc::new(catalog),
                 q,
                 params,
                 Some(self.time),
@@ -530,7 +529,7 @@ impl Session {
         let mut scratch = Txn::default();
         exec::execute(
             self.engine.database(),
-            catalog,
+            &catalog,
             &mut scratch,
             &mut aqueduct_tables::SessionSequences::default(),
             &bound.plan,

@@ -1,0 +1,168 @@
+//! Subqueries in expressions (`(SELECT ...)`, `EXISTS`, `IN (SELECT
+//! ...)`, `ARRAY(SELECT ...)`), correlated or not, for statements
+//! evaluated once: the subquery's references to the enclosing query's
+//! columns become parameters numbered after the statement's own, and a
+//! [`SubqueryCompiler`] (one-shot evaluation's) prepares it to run for the
+//! values they take in each row. Maintained views have no compiler, so a
+//! subquery there is refused.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use aqueduct_expr::{Expr, SqlError, Subquery, SubqueryKind, SubqueryRunner};
+use aqueduct_values::DataType;
+use sqlparser::ast::{self, Visit, Visitor};
+
+use crate::bind::{ident, object_name, Binder, Scope};
+use crate::plan::Column;
+
+/// Prepares subqueries to run (given by one-shot evaluation).
+pub trait SubqueryCompiler: Send + Sync {
+    /// Prepares `q`, whose outer references are parameters `$first + 1`
+    /// on: its result columns and what runs it.
+    fn prepare(
+        &self,
+        q: &ast::Query,
+        first: usize,
+        outer: usize,
+    ) -> Result<(Vec<Column>, Box<dyn SubqueryRunner>), SqlError>;
+}
+
+/// Whether `q` has a subquery in an expression (`(SELECT ...)`,
+/// `EXISTS`, `IN (SELECT ...)`, `ARRAY(SELECT ...)`).
+pub fn has_subquery(q: &ast::Query) -> bool {
+    ast::visit_expressions(q, |e| match e {
+        ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
+            ControlFlow::Break(())
+        }
+        ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)) => {
+            ControlFlow::Break(())
+        }
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
+/// The relation names and aliases a query's FROM clauses (at any depth)
+/// introduce.
+#[derive(Default)]
+struct Relations {
+    qualifiers: HashSet<String>,
+    names: Vec<String>,
+}
+
+impl Visitor for Relations {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, f: &ast::TableFactor) -> ControlFlow<()> {
+        match f {
+            ast::TableFactor::Table { name, alias, .. } => {
+                if let Ok(n) = object_name(name) {
+                    let last = n.rsplit('.').next().unwrap_or(&n).to_string();
+                    self.qualifiers.insert(last);
+                    self.names.push(n);
+                }
+                if let Some(a) = alias {
+                    self.qualifiers.insert(ident(&a.name));
+                }
+            }
+            ast::TableFactor::Derived { alias: Some(a), .. }
+            | ast::TableFactor::Function { alias: Some(a), .. }
+            | ast::TableFactor::UNNEST { alias: Some(a), .. } => {
+                self.qualifiers.insert(ident(&a.name));
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl Binder<'_> {
+    /// Binds a subquery in an expression: `kind` says what it answers,
+    /// `left` is `IN`'s or `ANY`'s left operand.
+    pub(crate) fn subquery(
+        &mut self,
+        kind: SubqueryKind,
+        q: &ast::Query,
+        left: Option<&ast::Expr>,
+        scope: &Scope,
+    ) -> Result<Expr, SqlError> {
+        let Some(compiler) = self.subqueries.clone() else {
+            return Err(SqlError::unsupported("subqueries in a maintained view").with_hint(
+                "join the tables instead, or run the query directly (it is then evaluated once)",
+            ));
+        };
+        let mut inner = Relations::default();
+        let _ = q.visit(&mut inner);
+        let inner_columns: HashSet<String> = inner
+            .names
+            .iter()
+            .filter_map(|n| self.catalog().table(n))
+            .flat_map(|t| t.schema.columns.iter().map(|c| c.name.clone()))
+            .collect();
+        let outer_has = |qualifier: Option<&str>, name: &str| {
+            scope.columns.iter().any(|c| {
+                c.name == name
+                    && match qualifier {
+                        Some(q) => c.qualifier.as_deref() == Some(q),
+                        None => !c.qualified_only,
+                    }
+            })
+        };
+        // The outer references, in the order first met, as the parameter
+        // each becomes.
+        let first = self.parameter_count();
+        let mut outer: Vec<ast::Expr> = Vec::new();
+        let mut rewritten = q.clone();
+        let _ = ast::visit_expressions_mut(&mut rewritten, |e| {
+            let is_outer = match e {
+                ast::Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
+                    let q = ident(&parts[0]);
+                    !inner.qualifiers.contains(&q) && outer_has(Some(&q), &ident(&parts[1]))
+                }
+                ast::Expr::Identifier(i) => {
+                    let n = ident(i);
+                    !inner_columns.contains(&n) && outer_has(None, &n)
+                }
+                _ => false,
+            };
+            if is_outer {
+                let at = match outer.iter().position(|o| o == e) {
+                    Some(at) => at,
+                    None => {
+                        outer.push(e.clone());
+                        outer.len() - 1
+                    }
+                };
+                *e = ast::Expr::Value(
+                    ast::Value::Placeholder(format!("${}", first + at + 1)).into(),
+                );
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        let mut args = Vec::new();
+        if let Some(l) = left {
+            args.push(self.expr(l, scope, None)?);
+        }
+        for o in &outer {
+            args.push(self.expr(o, scope, None)?);
+        }
+        let (columns, runner) = compiler.prepare(&rewritten, first, outer.len())?;
+        if kind != SubqueryKind::Exists && columns.len() != 1 {
+            return Err(SqlError::new(
+                "42601",
+                "subquery must return only one column",
+            ));
+        }
+        let ty = match &kind {
+            SubqueryKind::Exists | SubqueryKind::Any(_) => DataType::Bool,
+            SubqueryKind::Scalar => columns[0].ty.clone(),
+            SubqueryKind::Array => columns[0].ty.array_of(),
+        };
+        Ok(Expr::Subquery(
+            Arc::new(Subquery { kind, runner, ty }),
+            args,
+        ))
+    }
+}
