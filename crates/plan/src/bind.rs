@@ -14,7 +14,6 @@ use sqlparser::ast;
 
 use aqueduct_expr::{BinOp, Expr, Func, SqlError, SubqueryKind, UnOp, Volatile};
 
-use crate::catalog_queries;
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, ExprUnique,
@@ -30,7 +29,7 @@ pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow
     if q.with.is_some() {
         return Some(NeedsDataflow::With);
     }
-    if crate::subqueries::has_subquery(q) {
+    if crate::plan::has_subquery(q) {
         return Some(NeedsDataflow::Subquery);
     }
     let select = match q.body.as_ref() {
@@ -158,7 +157,7 @@ pub struct Binder<'a> {
     pub(crate) lookups: Option<std::sync::Arc<crate::pg_catalog::CatalogLookups>>,
     /// What prepares subqueries in expressions (one-shot evaluation's);
     /// `None` where they are refused (`subqueries.rs`).
-    pub(crate) subqueries: Option<std::sync::Arc<dyn crate::subqueries::SubqueryCompiler>>,
+    pub(crate) subqueries: Option<std::sync::Arc<dyn crate::plan::SubqueryCompiler>>,
 }
 
 /// A function whose value is the time the statement or its transaction
@@ -770,7 +769,7 @@ impl<'a> Binder<'a> {
                     _ => words.join("."),
                 };
                 if name == "tables" {
-                    return catalog_queries::show_tables(self.catalog);
+                    return Ok(show_tables());
                 }
                 if name == "views" {
                     return Ok((Plan::ShowViews, show_views_columns()));
@@ -788,7 +787,7 @@ impl<'a> Binder<'a> {
                 };
                 (Plan::Show { name }, columns)
             }
-            S::ShowTables { .. } => return catalog_queries::show_tables(self.catalog),
+            S::ShowTables { .. } => return Ok(show_tables()),
             S::ShowViews { .. } => return Ok((Plan::ShowViews, show_views_columns())),
             S::Deallocate { name, .. } => (Plan::Deallocate { name: ident(name) }, vec![]),
             S::Discard { .. } => (
@@ -884,7 +883,7 @@ impl<'a> Binder<'a> {
     /// Lets subqueries in expressions be bound, prepared by `compiler`.
     pub fn allow_subqueries(
         &mut self,
-        compiler: std::sync::Arc<dyn crate::subqueries::SubqueryCompiler>,
+        compiler: std::sync::Arc<dyn crate::plan::SubqueryCompiler>,
     ) {
         self.subqueries = Some(compiler);
     }
@@ -1253,8 +1252,8 @@ impl<'a> Binder<'a> {
             // `'t'::regclass`, `oid::regtype`, ... (`catalog_functions.rs`).
             E::Cast {
                 expr, data_type, ..
-            } if crate::catalog_functions::RegType::of(data_type).is_some() => {
-                let reg = crate::catalog_functions::RegType::of(data_type).expect("a reg type");
+            } if crate::plan::RegType::of(data_type).is_some() => {
+                let reg = crate::plan::RegType::of(data_type).expect("a reg type");
                 self.reg_cast(reg, expr, scope, expected)?
             }
             E::Cast {
@@ -4207,6 +4206,14 @@ fn is_placeholder(e: &ast::Expr) -> bool {
         ast::Expr::Nested(inner) => is_placeholder(inner),
         _ => false,
     }
+}
+
+/// `SHOW TABLES`: one column of names.
+fn show_tables() -> (Plan, Vec<Column>) {
+    (
+        Plan::Catalog(CatalogPlan::Tables),
+        vec![Column::computed("name", DataType::Text)],
+    )
 }
 
 fn is_null_literal(e: &ast::Expr) -> bool {

@@ -16,54 +16,7 @@ use sqlparser::ast;
 
 use crate::bind::{Binder, Scope};
 use crate::pg_catalog::{self, CatalogLookups};
-
-/// The catalog types a cast may name, read as an object's id from its
-/// name (a constant) or as the object's name from its id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RegType {
-    Class,
-    Type,
-    Namespace,
-    Role,
-    /// `regproc`/`regprocedure`: a function's name (text here: there
-    /// are no function ids to look it up by).
-    Proc,
-}
-
-impl RegType {
-    /// The reg type a cast's target names, if it is one.
-    pub fn of(data_type: &ast::DataType) -> Option<RegType> {
-        let text = data_type.to_string().to_lowercase();
-        Some(match text.strip_prefix("pg_catalog.").unwrap_or(&text) {
-            "regclass" => RegType::Class,
-            "regtype" => RegType::Type,
-            "regnamespace" => RegType::Namespace,
-            "regrole" => RegType::Role,
-            "regproc" | "regprocedure" => RegType::Proc,
-            _ => return None,
-        })
-    }
-
-    fn word(self) -> &'static str {
-        match self {
-            RegType::Class => "relation",
-            RegType::Type => "type",
-            RegType::Namespace => "schema",
-            RegType::Role => "role",
-            RegType::Proc => "function",
-        }
-    }
-
-    fn missing_code(self) -> &'static str {
-        match self {
-            RegType::Class => "42P01",
-            RegType::Type => "42704",
-            RegType::Namespace => "3F000",
-            RegType::Role => "42704",
-            RegType::Proc => "42883",
-        }
-    }
-}
+use crate::plan::RegType;
 
 /// A name as `'public.t'::regclass` writes it: schema and quotes gone.
 fn unqualified(name: &str) -> String {

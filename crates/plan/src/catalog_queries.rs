@@ -1,24 +1,14 @@
-//! The catalog as clients ask for it: `SHOW TABLES`, and the statements
+//! The catalog as clients ask for it: `SHOW TABLES`' rows, and the statements
 //! that name `pg_catalog` or `information_schema` relations, which run
 //! over those relations built from the catalog for them
 //! (`pg_catalog.rs`). A relation is recognised by its name in the parsed
 //! statement, never by searching the statement's text.
 
 use aqueduct_tables::Catalog;
-use aqueduct_values::{DataType, Value};
+use aqueduct_values::Value;
 use sqlparser::ast;
 
-use aqueduct_expr::SqlError;
-
-use crate::plan::{CatalogPlan, Column, Plan};
-
-pub fn show_tables(catalog: &Catalog) -> Result<(Plan, Vec<Column>), SqlError> {
-    let _ = catalog;
-    Ok((
-        Plan::Catalog(CatalogPlan::Tables),
-        vec![Column::computed("name", DataType::Text)],
-    ))
-}
+use crate::plan::CatalogPlan;
 
 /// The catalog relation `name` names, as the binder resolves it
 /// (`pg_catalog.pg_class` and `pg_class` are `pg_class`;

@@ -3,7 +3,7 @@
 //! of the crate), so every module can use them.
 
 use aqueduct_expr::agg::AggFunc;
-use aqueduct_expr::Expr;
+use aqueduct_expr::{Expr, SqlError};
 use aqueduct_tables::{SequenceDef, TableId, TableSchema};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
@@ -442,4 +442,79 @@ pub struct StatementTime {
     pub transaction_micros: i64,
     /// When the statement began: `statement_timestamp()`.
     pub statement_micros: i64,
+}
+
+/// Prepares subqueries to run (given by one-shot evaluation).
+pub trait SubqueryCompiler: Send + Sync {
+    /// Prepares `q`, whose outer references are parameters `$first + 1`
+    /// on: its result columns and what runs it.
+    fn prepare(
+        &self,
+        q: &ast::Query,
+        first: usize,
+        outer: usize,
+    ) -> Result<(Vec<Column>, Box<dyn aqueduct_expr::SubqueryRunner>), SqlError>;
+}
+
+/// Whether `q` has a subquery in an expression (`(SELECT ...)`,
+/// `EXISTS`, `IN (SELECT ...)`, `ARRAY(SELECT ...)`).
+pub fn has_subquery(q: &ast::Query) -> bool {
+    ast::visit_expressions(q, |e| match e {
+        ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
+            std::ops::ControlFlow::Break(())
+        }
+        ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)) => {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
+/// The catalog types a cast may name, read as an object's id from its
+/// name (a constant) or as the object's name from its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegType {
+    Class,
+    Type,
+    Namespace,
+    Role,
+    /// `regproc`/`regprocedure`: a function's name (text here: there
+    /// are no function ids to look it up by).
+    Proc,
+}
+
+impl RegType {
+    /// The reg type a cast's target names, if it is one.
+    pub fn of(data_type: &ast::DataType) -> Option<RegType> {
+        let text = data_type.to_string().to_lowercase();
+        Some(match text.strip_prefix("pg_catalog.").unwrap_or(&text) {
+            "regclass" => RegType::Class,
+            "regtype" => RegType::Type,
+            "regnamespace" => RegType::Namespace,
+            "regrole" => RegType::Role,
+            "regproc" | "regprocedure" => RegType::Proc,
+            _ => return None,
+        })
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            RegType::Class => "relation",
+            RegType::Type => "type",
+            RegType::Namespace => "schema",
+            RegType::Role => "role",
+            RegType::Proc => "function",
+        }
+    }
+
+    pub fn missing_code(self) -> &'static str {
+        match self {
+            RegType::Class => "42P01",
+            RegType::Type => "42704",
+            RegType::Namespace => "3F000",
+            RegType::Role => "42704",
+            RegType::Proc => "42883",
+        }
+    }
 }

@@ -10,39 +10,11 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use aqueduct_expr::{Expr, SqlError, Subquery, SubqueryKind, SubqueryRunner};
+use aqueduct_expr::{Expr, SqlError, Subquery, SubqueryKind};
 use aqueduct_values::DataType;
 use sqlparser::ast::{self, Visit, Visitor};
 
 use crate::bind::{ident, object_name, Binder, Scope};
-use crate::plan::Column;
-
-/// Prepares subqueries to run (given by one-shot evaluation).
-pub trait SubqueryCompiler: Send + Sync {
-    /// Prepares `q`, whose outer references are parameters `$first + 1`
-    /// on: its result columns and what runs it.
-    fn prepare(
-        &self,
-        q: &ast::Query,
-        first: usize,
-        outer: usize,
-    ) -> Result<(Vec<Column>, Box<dyn SubqueryRunner>), SqlError>;
-}
-
-/// Whether `q` has a subquery in an expression (`(SELECT ...)`,
-/// `EXISTS`, `IN (SELECT ...)`, `ARRAY(SELECT ...)`).
-pub fn has_subquery(q: &ast::Query) -> bool {
-    ast::visit_expressions(q, |e| match e {
-        ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
-            ControlFlow::Break(())
-        }
-        ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)) => {
-            ControlFlow::Break(())
-        }
-        _ => ControlFlow::Continue(()),
-    })
-    .is_break()
-}
 
 /// The relation names and aliases a query's FROM clauses (at any depth)
 /// introduce.

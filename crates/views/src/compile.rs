@@ -122,7 +122,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
     /// `compiler` (one-shot evaluation's).
     pub fn allow_subqueries(
         &mut self,
-        compiler: std::sync::Arc<dyn aqueduct_plan::subqueries::SubqueryCompiler>,
+        compiler: std::sync::Arc<dyn aqueduct_plan::plan::SubqueryCompiler>,
     ) {
         self.binder.allow_subqueries(compiler);
     }

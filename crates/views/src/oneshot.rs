@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use aqueduct_expr::{SqlError, SubqueryRunner};
-pub use aqueduct_plan::subqueries::has_subquery;
-use aqueduct_plan::subqueries::SubqueryCompiler;
+pub use aqueduct_plan::plan::has_subquery;
+use aqueduct_plan::plan::SubqueryCompiler;
 
 use crate::compile::Compiler;
 use aqueduct_plan::plan::{Column, StatementTime};
