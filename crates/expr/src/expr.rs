@@ -157,6 +157,11 @@ pub enum Func {
     DatePart,
     /// `EXTRACT(unit FROM x)`, the unit as a text first argument: a numeric.
     Extract,
+    /// `array_upper(array, dimension)`: arrays here start at 1, so their
+    /// length.
+    ArrayUpper,
+    /// `array_lower(array, dimension)`: 1 for an array with elements.
+    ArrayLower,
     /// `quote_ident(text)`.
     QuoteIdent,
     /// `array_to_string(array, delimiter [, null_string])`.
@@ -203,6 +208,8 @@ impl Func {
             "make_interval" => Func::MakeInterval,
             "date_part" => Func::DatePart,
             "quote_ident" => Func::QuoteIdent,
+            "array_upper" => Func::ArrayUpper,
+            "array_lower" => Func::ArrayLower,
             "array_to_string" => Func::ArrayToString,
             _ => return None,
         })
@@ -387,6 +394,8 @@ pub struct Lookup {
     pub rows: std::collections::HashMap<Vec<Value>, Value>,
     /// The answer for arguments with no row.
     pub otherwise: LookupMiss,
+    /// The type of the answers.
+    pub ty: DataType,
 }
 
 /// What a catalog function answers for an object it does not know.
@@ -400,6 +409,8 @@ pub enum LookupMiss {
     UnknownOid,
     /// This text (`format_type` of an unknown type is `???`).
     Text(&'static str),
+    /// False (`pg_relation_is_publishable` of what is not a table).
+    False,
 }
 
 impl PartialEq for Lookup {
@@ -427,6 +438,7 @@ impl Lookup {
                 args.first().and_then(Value::to_text).unwrap_or_default()
             )),
             LookupMiss::Text(t) => Value::Text(t.to_string()),
+            LookupMiss::False => Value::Bool(false),
         }
     }
 }
@@ -695,6 +707,64 @@ impl Expr {
                 }
             }
         }
+    }
+
+    /// Visits this expression and all sub-expressions, mutably (children
+    /// after their parent).
+    pub fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        f(self);
+        match self {
+            Expr::Literal(_) | Expr::Param(_) | Expr::Column(_) => {}
+            Expr::Unary(_, e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.walk_mut(f),
+            Expr::Binary(_, l, r) => {
+                l.walk_mut(f);
+                r.walk_mut(f);
+            }
+            Expr::InList(e, list, _) => {
+                e.walk_mut(f);
+                list.iter_mut().for_each(|x| x.walk_mut(f));
+            }
+            Expr::Between(a, b, c, _) => {
+                a.walk_mut(f);
+                b.walk_mut(f);
+                c.walk_mut(f);
+            }
+            Expr::Like { expr, pattern, .. } => {
+                expr.walk_mut(f);
+                pattern.walk_mut(f);
+            }
+            Expr::Call(_, args)
+            | Expr::Volatile(_, args)
+            | Expr::Lookup(_, args)
+            | Expr::Subquery(_, args) => args.iter_mut().for_each(|x| x.walk_mut(f)),
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                if let Some(o) = operand {
+                    o.walk_mut(f);
+                }
+                for (w, t) in whens {
+                    w.walk_mut(f);
+                    t.walk_mut(f);
+                }
+                if let Some(o) = otherwise {
+                    o.walk_mut(f);
+                }
+            }
+        }
+    }
+
+    /// The columns the expression reads.
+    pub fn columns(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.walk(&mut |e| {
+            if let Expr::Column(i) = e {
+                out.push(*i);
+            }
+        });
+        out
     }
 }
 
@@ -1066,7 +1136,11 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         }
         Func::ToJsonb => Value::Jsonb(crate::json::to_jsonb(&arg(0))?),
         Func::Cardinality => crate::array::cardinality(&arg(0))?,
-        Func::ArrayLength => crate::array::length(&arg(0), &arg(1))?,
+        Func::ArrayLength | Func::ArrayUpper => crate::array::length(&arg(0), &arg(1))?,
+        Func::ArrayLower => match crate::array::length(&arg(0), &arg(1))? {
+            Value::Int(_) => Value::Int(1),
+            other => other,
+        },
         Func::Subscript => crate::array::subscript(&arg(0), &arg(1))?,
         Func::JustifyDays => crate::datetime::justify(
             &arg(0),

@@ -991,7 +991,7 @@ impl<'a> Binder<'a> {
     /// The type of a bound expression in `scope`, `None` while unknown (a
     /// NULL literal, a parameter whose type nothing has fixed), as
     /// PostgreSQL's `unknown` takes the type of its context.
-    pub(crate) fn known_type(&self, e: &Expr, scope: &Scope) -> Option<DataType> {
+    pub fn known_type(&self, e: &Expr, scope: &Scope) -> Option<DataType> {
         Some(match e {
             Expr::Literal(Value::Null) => return None,
             Expr::Literal(v) => literal_type(v),
@@ -1034,7 +1034,7 @@ impl<'a> Binder<'a> {
             Expr::Cast(_, ty) => ty.unconstrained(),
             Expr::Volatile(Volatile::GenRandomUuid, _) => DataType::Uuid,
             Expr::Volatile(..) => DataType::Int8,
-            Expr::Lookup(..) => DataType::Text,
+            Expr::Lookup(l, _) => l.ty.clone(),
             Expr::Subquery(sub, _) => sub.ty.clone(),
             Expr::Call(f, args) => match f {
                 Func::Length => DataType::Int4,
@@ -1058,7 +1058,11 @@ impl<'a> Binder<'a> {
                 Func::JsonbBuildObject | Func::JsonbBuildArray | Func::JsonbSet | Func::ToJsonb => {
                     DataType::Jsonb
                 }
-                Func::JsonbArrayLength | Func::Cardinality | Func::ArrayLength => DataType::Int4,
+                Func::JsonbArrayLength
+                | Func::Cardinality
+                | Func::ArrayLength
+                | Func::ArrayUpper
+                | Func::ArrayLower => DataType::Int4,
                 Func::AnyOf(_) | Func::AllOf(_) => DataType::Bool,
                 Func::ArrayCat | Func::ArrayAppend => {
                     return args.first().and_then(|a| self.known_type(a, scope))
@@ -1960,14 +1964,15 @@ impl<'a> Binder<'a> {
         if let ("array", ast::FunctionArguments::Subquery(q)) = (name.as_str(), &f.args) {
             return self.subquery(SubqueryKind::Array, q, None, scope);
         }
-        {
-            let (args, _, _) = self.function_args(f)?;
+
+        if name == "make_interval" {
+            return self.make_interval(f, scope);
+        }
+        // (Arguments a catalog function cannot take are reported below.)
+        if let Ok((args, _, _)) = self.function_args(f) {
             if let Some(e) = self.catalog_function(&name, &args, scope)? {
                 return Ok(e);
             }
-        }
-        if name == "make_interval" {
-            return self.make_interval(f, scope);
         }
         let func = Func::by_name(&name)
             .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
@@ -1998,7 +2003,7 @@ impl<'a> Binder<'a> {
         let arg_hint_at = |i: usize| match (func, i) {
             (Func::JsonbSet, 1) => Some(DataType::Array(Box::new(DataType::Text))),
             (Func::JsonbSet, 3) => Some(DataType::Bool),
-            (Func::ArrayLength, 1) => Some(DataType::Int4),
+            (Func::ArrayLength | Func::ArrayUpper | Func::ArrayLower, 1) => Some(DataType::Int4),
             (Func::DatePart, 0) => Some(DataType::Text),
             _ => arg_hint.clone(),
         };
@@ -4102,7 +4107,7 @@ fn check_arity(func: Func, name: &str, n: usize) -> Result<(), SqlError> {
         | Func::JustifyDays
         | Func::JustifyHours
         | Func::JustifyInterval => n == 1,
-        Func::ArrayLength | Func::DatePart => n == 2,
+        Func::ArrayLength | Func::ArrayUpper | Func::ArrayLower | Func::DatePart => n == 2,
         Func::Age => n == 1 || n == 2,
         Func::JsonbSet => n == 3 || n == 4,
         _ => true,

@@ -171,6 +171,11 @@ impl Binder<'_> {
                 let e = self.expr(&args[0], scope, Some(&DataType::Text))?;
                 Expr::Cast(Box::new(e), DataType::Text)
             }
+            "pg_relation_is_publishable" => {
+                arity(args.len() == 1)?;
+                let l = self.catalog_lookups();
+                Expr::Lookup(l.publishable.clone(), vec![oid_arg(self, 0)?])
+            }
             "pg_get_userbyid" => {
                 arity(args.len() == 1)?;
                 let l = self.catalog_lookups();
@@ -182,8 +187,22 @@ impl Binder<'_> {
                 let base = Expr::Lookup(l.type_name.clone(), vec![oid_arg(self, 0)?]);
                 Expr::Call(Func::FormatTypmod, vec![base, int_arg(self, 1)?])
             }
-            "obj_description" | "col_description" | "shobj_description" => {
-                // Nothing has a comment (COMMENT ON is refused).
+            "obj_description"
+            | "col_description"
+            | "shobj_description"
+            | "pg_get_statisticsobjdef"
+            | "pg_get_statisticsobjdef_columns"
+            | "pg_get_triggerdef"
+            | "pg_get_ruledef"
+            | "pg_get_partkeydef"
+            | "pg_get_partition_constraintdef"
+            | "pg_get_function_result"
+            | "pg_get_function_arguments"
+            | "pg_get_function_identity_arguments" => {
+                // Nothing has a comment (COMMENT ON is refused), and there
+                // are no statistics objects, triggers, rules, partitions or
+                // functions of the user's (their relations are empty): no
+                // object these are asked of exists.
                 for a in args {
                     self.expr(a, scope, None)?;
                 }
@@ -233,6 +252,7 @@ impl Binder<'_> {
                         name: "pg_encoding_to_char",
                         rows,
                         otherwise: LookupMiss::Text(""),
+                        ty: DataType::Text,
                     }),
                     vec![e],
                 )
@@ -271,6 +291,7 @@ impl Binder<'_> {
                         name: "current_setting",
                         rows,
                         otherwise: LookupMiss::Null,
+                        ty: DataType::Text,
                     }),
                     vec![e],
                 )

@@ -1883,6 +1883,8 @@ pub struct CatalogLookups {
     /// `oid::regrole` as text.
     pub relation_name: Arc<Lookup>,
     pub namespace_name: Arc<Lookup>,
+    /// `pg_relation_is_publishable(oid)`: true for tables.
+    pub publishable: Arc<Lookup>,
     /// Names to ids: relations (with the catalog's own), types,
     /// namespaces, roles.
     pub relation_oid: HashMap<String, u32>,
@@ -1896,10 +1898,16 @@ fn lookup(
     rows: HashMap<Vec<Value>, Value>,
     otherwise: LookupMiss,
 ) -> Arc<Lookup> {
+    let ty = if otherwise == LookupMiss::False {
+        DataType::Bool
+    } else {
+        DataType::Text
+    };
     Arc::new(Lookup {
         name,
         rows,
         otherwise,
+        ty,
     })
 }
 
@@ -1961,7 +1969,14 @@ pub fn lookups(catalog: &Catalog, ctx: &CatalogContext) -> CatalogLookups {
         (NS_PUBLIC, "public"),
         (NS_INFORMATION_SCHEMA, "information_schema"),
     ];
+    let publishable = m
+        .relations
+        .iter()
+        .filter(|r| r.kind == "r")
+        .map(|r| (vec![oid(r.oid)], Value::Bool(true)))
+        .collect();
     CatalogLookups {
+        publishable: lookup("pg_relation_is_publishable", publishable, LookupMiss::False),
         index_def: lookup("pg_get_indexdef", index_def, LookupMiss::Null),
         index_column: lookup("pg_get_indexdef", index_column, LookupMiss::Null),
         constraint_def: lookup("pg_get_constraintdef", constraint_def, LookupMiss::Null),

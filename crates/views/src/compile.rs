@@ -31,6 +31,10 @@ pub struct Compiled {
     pub order: Vec<SortColumn>,
 }
 
+/// The source ids functions in `FROM` are read as: above every table id
+/// and catalog relation id.
+pub const FUNCTION_SOURCE_IDS: aqueduct_tables::TableId = u64::MAX / 8 * 3;
+
 /// Deepest nesting of queries (views over views, subqueries) compiled.
 pub const MAX_VIEW_NESTING: usize = 32;
 
@@ -45,6 +49,11 @@ pub struct Compiler<'a, 'g> {
     pub keep_order: bool,
     /// Accept unbound parameters (to describe a statement, not to run it).
     pub allow_params: bool,
+    /// The statement's parameters, when bound (one-shot evaluation).
+    values: Vec<Value>,
+    /// Rows of the functions in `FROM` (`generate_series`, `unnest`), by
+    /// the source id each is read as (one-shot evaluation).
+    pub function_rows: Vec<(aqueduct_tables::TableId, Vec<aqueduct_dataflow::Row>)>,
     /// Compiled to run once and be thrown away: a join with no equality
     /// between its sides (every pair of rows) is allowed, as its state is
     /// never kept.
@@ -105,6 +114,8 @@ impl<'a, 'g> Compiler<'a, 'g> {
             keep_order: false,
             allow_params: false,
             one_shot: false,
+            values: Vec::new(),
+            function_rows: Vec::new(),
             partition_last: 0,
             depth: 0,
             order: Vec::new(),
@@ -113,11 +124,10 @@ impl<'a, 'g> Compiler<'a, 'g> {
 
     /// Binds parameters `$n` to `values` as constants.
     pub fn bind_values(&mut self, values: Vec<aqueduct_values::Value>) {
+        self.values = values.clone();
         self.binder.set_values(values);
     }
 
-    /// Binds `now()` and its kin to `time` (a query evaluated once; a
-    /// maintained view refuses them).
     /// Lets the query have subqueries in expressions, prepared by
     /// `compiler` (one-shot evaluation's).
     pub fn allow_subqueries(
@@ -127,6 +137,8 @@ impl<'a, 'g> Compiler<'a, 'g> {
         self.binder.allow_subqueries(compiler);
     }
 
+    /// Binds `now()` and its kin to `time` (a query evaluated once; a
+    /// maintained view refuses them).
     pub fn bind_time(&mut self, time: StatementTime) {
         self.binder.set_time(time);
     }
@@ -340,6 +352,33 @@ impl<'a, 'g> Compiler<'a, 'g> {
         // memory, to compile.
         aqueduct_expr::interrupt::check()?;
         match f {
+            ast::TableFactor::Table {
+                name,
+                alias,
+                args: Some(args),
+                ..
+            } if self.one_shot => {
+                let args: Vec<&ast::Expr> = args
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(e),
+                        other => Err(unsupported_in_view(&format!("the argument {other}"))),
+                    })
+                    .collect::<Result<_, _>>()?;
+                let n = object_name(name)?;
+                self.function_source(&n, &args, alias.as_ref())
+            }
+            ast::TableFactor::UNNEST {
+                alias,
+                array_exprs,
+                with_offset: false,
+                with_ordinality: false,
+                ..
+            } if self.one_shot => {
+                let args: Vec<&ast::Expr> = array_exprs.iter().collect();
+                self.function_source("unnest", &args, alias.as_ref())
+            }
             ast::TableFactor::Table { name, alias, .. } => {
                 let n = object_name(name)?;
                 let qualifier = alias.as_ref().map(|a| ident(&a.name)).unwrap_or(n.clone());
@@ -381,6 +420,52 @@ impl<'a, 'g> Compiler<'a, 'g> {
             } => self.join_item(table_with_joins, &mut Vec::new()),
             other => Err(unsupported_in_view(&format!("{other}"))),
         }
+    }
+
+    /// A function in `FROM` (`generate_series`, `unnest`): its rows, made
+    /// now from its constant arguments, read as a source of their own.
+    fn function_source(
+        &mut self,
+        name: &str,
+        args: &[&ast::Expr],
+        alias: Option<&ast::TableAlias>,
+    ) -> Result<(NodeId, Scope), SqlError> {
+        let n = name.strip_prefix("pg_catalog.").unwrap_or(name).to_string();
+        let mut values = Vec::new();
+        for e in args {
+            let bound = self.binder.expr(e, &Scope::empty(), None)?;
+            let ty = self.binder.known_type(&bound, &Scope::empty());
+            let v = bound.eval(&Env::new(&[], &self.values))?;
+            values.push((v, ty));
+        }
+        let made = crate::table_functions::rows(&n, &values)?.ok_or_else(|| {
+            SqlError::new("42883", format!("function {n}() does not exist in FROM"))
+                .with_hint("FROM takes generate_series(start, stop [, step]) and unnest(array)")
+        })?;
+        let id = FUNCTION_SOURCE_IDS + self.function_rows.len() as u64;
+        let qualifier = alias.map(|a| ident(&a.name)).unwrap_or(n.clone());
+        let column = alias
+            .and_then(|a| a.columns.first())
+            .map(|c| ident(&c.name))
+            .unwrap_or_else(|| {
+                if alias.is_some() && made.column == n {
+                    qualifier.clone()
+                } else {
+                    made.column.clone()
+                }
+            });
+        self.function_rows.push((id, made.rows));
+        let node = self.graph.source(id, &n);
+        let scope = Scope {
+            columns: vec![ScopeColumn {
+                qualifier: Some(qualifier),
+                name: column,
+                ty: made.ty,
+                qualified_only: false,
+                table: None,
+            }],
+        };
+        Ok((node, scope))
     }
 
     /// Joins `left` and `right` on the equalities in `on` (conjuncts of
@@ -425,9 +510,27 @@ impl<'a, 'g> Compiler<'a, 'g> {
             )
             .with_hint("join on columns, e.g. ON a.id = b.a_id"));
         }
+        // A LEFT JOIN condition that reads only the right side's columns
+        // (`ON a.id = b.a_id AND b.kind = 'x'`) picks the right rows that
+        // may match: it filters the right input before the join.
+        let mut right_node = right.0;
+        if kind == JoinKind::Left {
+            let (right_only, rest): (Vec<Expr>, Vec<Expr>) = residual
+                .into_iter()
+                .partition(|c| c.columns().iter().all(|&i| i >= lw && i < lw + rw));
+            residual = rest;
+            for mut c in right_only {
+                c.walk_mut(&mut |e| {
+                    if let Expr::Column(i) = e {
+                        *i -= lw;
+                    }
+                });
+                right_node = self.add(Box::new(Filter::new(c)), vec![right_node]);
+            }
+        }
         if kind == JoinKind::Left && !residual.is_empty() {
             return Err(unsupported_in_view(
-                "a LEFT JOIN condition other than column equalities",
+                "a LEFT JOIN condition other than column equalities and conditions on the joined relation's columns",
             ));
         }
         for &(l, r) in &keys {
@@ -443,7 +546,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
         let (lk, rk): (Vec<usize>, Vec<usize>) = keys.into_iter().unzip();
         let mut node = self.add(
             Box::new(Join::new(kind, lk, rk, rw).with_left_width(lw)),
-            vec![left.0, right.0],
+            vec![left.0, right_node],
         );
         for r in residual {
             node = self.add(Box::new(Filter::new(r)), vec![node]);

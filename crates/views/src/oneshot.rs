@@ -205,11 +205,15 @@ fn evaluate_with_subqueries(
     }
     let compiled = c.query(q)?;
     let mut nodes = std::mem::take(&mut c.new_nodes);
+    // Functions in FROM made their rows already.
+    let mut tables: Vec<(TableId, Vec<Row>)> = std::mem::take(&mut c.function_rows);
     let (view, reader) = graph.view("result", compiled.node, vec![]);
     nodes.push(view);
     // Every table the plan reads, as the transaction sees it.
-    let mut tables: Vec<(TableId, Vec<Row>)> = Vec::new();
     for id in graph.source_tables() {
+        if tables.iter().any(|(t, _)| *t == id) {
+            continue;
+        }
         let t = catalog
             .table_by_id(id)
             .ok_or_else(|| SqlError::new("XX000", format!("table {id} vanished while reading")))?;

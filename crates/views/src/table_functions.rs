@@ -1,0 +1,102 @@
+//! Functions in `FROM` that make rows (`generate_series`, `unnest`), for
+//! queries evaluated once: their arguments are constants there (the
+//! statement's parameters, and a correlated subquery's outer values, are
+//! bound), so the rows are made when the query is compiled and read as a
+//! source of their own.
+
+use aqueduct_values::{DataType, Value};
+
+use aqueduct_expr::SqlError;
+
+/// The most rows one function in `FROM` may make.
+pub const MAX_FUNCTION_ROWS: usize = 10_000_000;
+
+/// What a function in `FROM` makes: its column's name and type, and rows.
+pub struct FunctionRows {
+    pub column: String,
+    pub ty: DataType,
+    pub rows: Vec<Vec<Value>>,
+}
+
+fn too_many(name: &str) -> SqlError {
+    SqlError::new(
+        "54000",
+        format!("{name} would make more than {MAX_FUNCTION_ROWS} rows"),
+    )
+    .with_hint("narrow its range")
+}
+
+/// The rows of `name(args)`, or `None` when `name` is no such function.
+pub fn rows(
+    name: &str,
+    args: &[(Value, Option<DataType>)],
+) -> Result<Option<FunctionRows>, SqlError> {
+    Ok(Some(match name {
+        "generate_series" => {
+            let int = |i: usize| match args.get(i).map(|a| &a.0) {
+                Some(Value::Int(n)) => Ok(Some(*n)),
+                Some(Value::Null) => Ok(None),
+                None if i == 2 => Ok(Some(1)),
+                _ => Err(SqlError::unsupported(
+                    "generate_series over values that are not integers",
+                )),
+            };
+            if !(2..=3).contains(&args.len()) {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "function generate_series with {} arguments does not exist",
+                        args.len()
+                    ),
+                ));
+            }
+            let (start, stop, step) = (int(0)?, int(1)?, int(2)?);
+            let ty = match args.iter().filter_map(|a| a.1.clone()).next() {
+                Some(DataType::Int8) => DataType::Int8,
+                _ => DataType::Int4,
+            };
+            let mut rows = Vec::new();
+            if let (Some(start), Some(stop), Some(step)) = (start, stop, step) {
+                if step == 0 {
+                    return Err(SqlError::new("22023", "step size cannot equal zero"));
+                }
+                let mut v = start;
+                while (step > 0 && v <= stop) || (step < 0 && v >= stop) {
+                    if rows.len() >= MAX_FUNCTION_ROWS {
+                        return Err(too_many("generate_series"));
+                    }
+                    rows.push(vec![Value::Int(v)]);
+                    match v.checked_add(step) {
+                        Some(next) => v = next,
+                        None => break,
+                    }
+                }
+            }
+            FunctionRows {
+                column: "generate_series".into(),
+                ty,
+                rows,
+            }
+        }
+        "unnest" => {
+            let [(array, ty)] = args else {
+                return Err(SqlError::unsupported("unnest of more than one array"));
+            };
+            let element = match ty {
+                Some(DataType::Array(e)) => (**e).clone(),
+                _ => DataType::Text,
+            };
+            let rows = match array {
+                Value::Array(items) => items.iter().map(|v| vec![v.clone()]).collect(),
+                Value::Null => Vec::new(),
+                _ => return Err(SqlError::new("42883", "function unnest takes an array")),
+            };
+            FunctionRows {
+                column: "unnest".into(),
+                ty: element,
+                rows,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
