@@ -333,3 +333,11 @@ pub const MAX_INSERT_ROWS: usize = 100_000;
 /// `CASCADE`, `SET NULL` and `SET DEFAULT` actions change in turn: the
 /// cascade is a loop over a work list, bounded by this.
 pub const MAX_CASCADED_ROWS: usize = 1_000_000;
+/// Rows one `COPY ... FROM STDIN` may hold before it commits: the rows one
+/// statement may change ([`MAX_CASCADED_ROWS`]), since a COPY is one
+/// statement's writes held in memory until its end.
+pub const MAX_COPY_ROWS: usize = MAX_CASCADED_ROWS;
+/// Bytes of data one `COPY ... FROM STDIN` may receive: with
+/// [`MAX_COPY_ROWS`], what bounds the memory a load holds before it
+/// commits (its rows are parsed as the data arrives, never buffered whole).
+pub const MAX_COPY_BYTES: usize = 256 * 1024 * 1024;

@@ -32,6 +32,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = constraints.as_deref().unwrap_or(sql);
     let overriding = rewrite_overriding(sql);
     let sql = overriding.as_deref().unwrap_or(sql);
+    let force_quote = rewrite_copy_force_quote_all(sql);
+    let sql = force_quote.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -559,6 +561,59 @@ pub(crate) fn rewrite_overriding(sql: &str) -> Option<String> {
         }
         if overwrite_after.contains(&i) {
             out.push_str(" OVERWRITE");
+        }
+    }
+    Some(out)
+}
+
+/// `COPY ... TO STDOUT (FORCE_QUOTE *)` and the older `CSV FORCE QUOTE *`:
+/// sqlparser takes only column names there, so `*` becomes the one quoted
+/// name `"*"`, which `copy.rs` reads as every column (a column really
+/// called `*` is then quoted with all the others). `None` when `sql` has
+/// none.
+pub(crate) fn rewrite_copy_force_quote_all(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !contains_ignore_case(sql, "force") || !sql.contains('*') {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let significant: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    let mut replace: Vec<(usize, &str)> = Vec::new();
+    let mut in_copy = false;
+    let mut first = true;
+    for (n, &i) in significant.iter().enumerate() {
+        if first {
+            in_copy = keyword(&tokens[i]) == Some(Keyword::COPY);
+            first = false;
+        }
+        if matches!(tokens[i], Token::SemiColon) {
+            first = true;
+            continue;
+        }
+        if !in_copy || !matches!(tokens[i], Token::Mul) || n == 0 {
+            continue;
+        }
+        let before = keyword(&tokens[significant[n - 1]]);
+        if before == Some(Keyword::FORCE_QUOTE) {
+            replace.push((i, "(\"*\")"));
+        } else if before == Some(Keyword::QUOTE)
+            && n >= 2
+            && keyword(&tokens[significant[n - 2]]) == Some(Keyword::FORCE)
+        {
+            replace.push((i, "\"*\""));
+        }
+    }
+    if replace.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    for (i, t) in tokens.iter().enumerate() {
+        match replace.iter().find(|(at, _)| *at == i) {
+            Some((_, with)) => out.push_str(with),
+            None => out.push_str(&t.to_string()),
         }
     }
     Some(out)

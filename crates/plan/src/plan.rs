@@ -42,6 +42,24 @@ pub enum Outcome {
     Command { tag: String },
     /// An empty query string.
     Empty,
+    /// `COPY ... FROM STDIN` began: the session waits for the data
+    /// (`Session::copy_in_data`, then `copy_in_done` or `copy_in_fail`);
+    /// the front end asks the client for it (CopyInResponse).
+    CopyIn {
+        /// Binary format (else text: text and CSV).
+        binary: bool,
+        /// Columns each row carries.
+        columns: usize,
+    },
+    /// `COPY ... TO STDOUT`: the encoded data, in chunks of about
+    /// `COPY_OUT_CHUNK_BYTES` (CopyOutResponse, CopyData each, CopyDone).
+    CopyOut {
+        binary: bool,
+        columns: usize,
+        chunks: Vec<Vec<u8>>,
+        /// The command tag (`COPY 3`).
+        tag: String,
+    },
 }
 
 /// A bound statement.
@@ -109,6 +127,8 @@ pub enum Plan {
         statement: Box<ast::Statement>,
         dot: bool,
     },
+    /// `COPY ... FROM STDIN` or `COPY ... TO STDOUT` (`copy.rs`).
+    Copy(CopyPlan),
     /// A query direct evaluation does not answer (it reads one base table
     /// at most): decided from its shape before anything else is bound, so
     /// it goes to the dataflow (an automatic view or one-shot evaluation).
@@ -340,6 +360,91 @@ pub enum RowLocking {
 pub enum InsertSource {
     Values(Vec<Vec<Expr>>),
     Query(Box<SelectPlan>),
+    /// Rows `COPY ... FROM STDIN` read, already of the columns' types.
+    Copied(CopiedRows),
+}
+
+/// The rows of one `COPY ... FROM STDIN`, with the input line each began
+/// on, so an error names it as PostgreSQL's CONTEXT does.
+#[derive(Clone, Debug, Default)]
+pub struct CopiedRows {
+    /// The table as `COPY` named it.
+    pub relation: String,
+    pub rows: Vec<Vec<Value>>,
+    /// The line of each row (1-based; for binary data, the tuple's number).
+    pub lines: Vec<u64>,
+}
+
+impl CopiedRows {
+    /// `e`, raised for row `i`, with the CONTEXT `COPY t, line n` unless
+    /// it has one.
+    pub fn context_of(&self, i: usize, e: aqueduct_expr::SqlError) -> aqueduct_expr::SqlError {
+        if e.context.is_some() {
+            return e;
+        }
+        let line = self.lines.get(i).copied().unwrap_or(0);
+        let relation = &self.relation;
+        e.with_context(format!("COPY {relation}, line {line}"))
+    }
+}
+
+/// A bound `COPY`.
+#[derive(Clone, Debug)]
+pub struct CopyPlan {
+    /// The relation as errors' CONTEXT names it (`COPY t, line 3`), or
+    /// empty for `COPY (query)`.
+    pub relation: String,
+    pub options: CopyOptions,
+    pub direction: CopyDirection,
+}
+
+/// Which way a `COPY` goes.
+#[derive(Clone, Debug)]
+pub enum CopyDirection {
+    /// `COPY t [(cols)] FROM STDIN`: the rows become an `INSERT` of
+    /// `columns` (source [`InsertSource::Copied`]), so defaults,
+    /// constraints and coercion are INSERT's.
+    FromStdin {
+        insert: Box<InsertPlan>,
+        /// The columns each input row carries, in order.
+        columns: Vec<Column>,
+    },
+    /// `COPY t [(cols)] TO STDOUT` (as `SELECT cols FROM t`) or `COPY
+    /// (query) TO STDOUT`: the query, answered by its own route.
+    ToStdout { query: Box<ast::Query> },
+}
+
+/// `COPY`'s data format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyFormat {
+    Text,
+    Csv,
+    Binary,
+}
+
+/// Columns a `FORCE_QUOTE` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForceQuote {
+    /// `FORCE_QUOTE *`.
+    All,
+    Columns(Vec<String>),
+}
+
+/// `COPY`'s options, checked against each other as PostgreSQL checks
+/// them (`copy.rs: options`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyOptions {
+    pub format: CopyFormat,
+    /// `HEADER`: a first line of column names (skipped on input).
+    pub header: bool,
+    pub delimiter: u8,
+    /// The string that stands for NULL (`\N` in text, empty in CSV).
+    pub null: String,
+    pub quote: u8,
+    pub escape: u8,
+    pub force_quote: ForceQuote,
+    pub force_not_null: Vec<String>,
+    pub force_null: Vec<String>,
 }
 
 #[derive(Clone, Debug)]

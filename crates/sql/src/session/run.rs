@@ -50,9 +50,11 @@ impl Session {
         let mut out = Vec::with_capacity(statements.len());
         for st in statements {
             let r = self.statement(|s| s.run(Some(&st), sql, &[], &[]));
-            let failed = r.is_err();
+            // A COPY FROM STDIN waits for its data: the front end runs it
+            // before anything else.
+            let stop = r.is_err() || matches!(r, Ok(Outcome::CopyIn { .. }));
             out.push(r);
-            if failed {
+            if stop {
                 break;
             }
         }
@@ -285,6 +287,7 @@ impl Session {
                 "DEALLOCATE"
             })),
             Plan::Show { name } => self.show(&name),
+            Plan::Copy(copy) => self.run_copy(copy, params),
             plan => self.run_data(plan, bound.columns, params),
         }
     }
