@@ -94,7 +94,7 @@ fn names(ids: &[Ident]) -> Vec<String> {
 }
 
 /// `FORCE_QUOTE` columns: `*` arrives from the parser as the one quoted
-/// name `*` (`parse.rs: rewrite_copy_force_quote_all`).
+/// name `*` (`parse.rs: rewrite_copy_options`).
 fn force_quote_of(ids: &[Ident]) -> ForceQuote {
     match ids {
         [one] if one.value == "*" => ForceQuote::All,

@@ -32,8 +32,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = constraints.as_deref().unwrap_or(sql);
     let overriding = rewrite_overriding(sql);
     let sql = overriding.as_deref().unwrap_or(sql);
-    let force_quote = rewrite_copy_force_quote_all(sql);
-    let sql = force_quote.as_deref().unwrap_or(sql);
+    let copy_options = rewrite_copy_options(sql);
+    let sql = copy_options.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -566,15 +566,17 @@ pub(crate) fn rewrite_overriding(sql: &str) -> Option<String> {
     Some(out)
 }
 
-/// `COPY ... TO STDOUT (FORCE_QUOTE *)` and the older `CSV FORCE QUOTE *`:
-/// sqlparser takes only column names there, so `*` becomes the one quoted
-/// name `"*"`, which `copy.rs` reads as every column (a column really
-/// called `*` is then quoted with all the others). `None` when `sql` has
-/// none.
-pub(crate) fn rewrite_copy_force_quote_all(sql: &str) -> Option<String> {
+/// `COPY` options sqlparser does not take as PostgreSQL writes them:
+/// `FORCE_QUOTE *` and the older `CSV FORCE QUOTE *` (sqlparser takes only
+/// column names there, so `*` becomes the one quoted name `"*"`, which
+/// `copy.rs` reads as every column: a column really called `*` is then
+/// quoted with all the others), and `FREEZE` / `HEADER` with `on`, `off`,
+/// `1` or `0` (pgbench sends `FREEZE ON`), which become `TRUE` / `FALSE`.
+/// `None` when `sql` has none.
+pub(crate) fn rewrite_copy_options(sql: &str) -> Option<String> {
     use sqlparser::keywords::Keyword;
     use sqlparser::tokenizer::{Token, Tokenizer};
-    if !contains_ignore_case(sql, "force") || !sql.contains('*') {
+    if !contains_ignore_case(sql, "copy") {
         return None;
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
@@ -593,10 +595,26 @@ pub(crate) fn rewrite_copy_force_quote_all(sql: &str) -> Option<String> {
             first = true;
             continue;
         }
-        if !in_copy || !matches!(tokens[i], Token::Mul) || n == 0 {
+        if !in_copy || n == 0 {
             continue;
         }
         let before = keyword(&tokens[significant[n - 1]]);
+        if matches!(before, Some(Keyword::FREEZE | Keyword::HEADER)) {
+            let value = match &tokens[i] {
+                Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_lowercase(),
+                Token::Number(n, _) => n.clone(),
+                _ => continue,
+            };
+            match value.as_str() {
+                "on" | "1" => replace.push((i, "TRUE")),
+                "off" | "0" => replace.push((i, "FALSE")),
+                _ => {}
+            }
+            continue;
+        }
+        if !matches!(tokens[i], Token::Mul) {
+            continue;
+        }
         if before == Some(Keyword::FORCE_QUOTE) {
             replace.push((i, "(\"*\")"));
         } else if before == Some(Keyword::QUOTE)
