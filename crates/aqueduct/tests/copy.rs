@@ -125,8 +125,11 @@ async fn rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
         .collect()
 }
 
+/// A row for the binary load: n, t, b, flag.
+type BinaryRow<'a> = (i32, Option<&'a str>, Option<&'a [u8]>, bool);
+
 /// Rows through tokio-postgres' binary COPY writer.
-async fn binary_load(client: &Client, chunk_rows: &[(i32, Option<&str>, Option<&[u8]>, bool)]) {
+async fn binary_load(client: &Client, chunk_rows: &[BinaryRow<'_>]) {
     let sink = client
         .copy_in("COPY items (n, t, b, flag) FROM STDIN (FORMAT binary)")
         .await
@@ -215,7 +218,7 @@ async fn copy_matches_postgres() {
     let more = CSV_ROWS.replace("\n1", "\n2");
     assert_eq!(both.copy_in(&old_csv, &more, 1000).await, Ok(4));
     // Binary, through tokio-postgres' writer.
-    let binary: &[(i32, Option<&str>, Option<&[u8]>, bool)] = &[
+    let binary: &[BinaryRow<'_>] = &[
         (30, Some("bin\t\\"), Some(&[0, 1, 255]), true),
         (31, None, None, false),
         (32, Some(""), Some(&[]), true),

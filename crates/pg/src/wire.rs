@@ -49,7 +49,7 @@ pub(crate) fn type_modifier(ty: &DataType) -> i32 {
 mod tests {
     use super::*;
     use aqueduct_sql::wire_values::{
-        decode_numeric, encode_numeric, PG_EPOCH_DAYS, PG_EPOCH_MICROS,
+        decode_numeric, encode_numeric, INTERVAL_BYTES, PG_EPOCH_DAYS,
     };
     use aqueduct_values::{Decimal, Value};
     use bytes::BytesMut;

@@ -21,7 +21,7 @@ pub const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS as i64 * 86_400_000_000;
 const JSONB_VERSION: u8 = 1;
 
 /// A binary interval: microseconds, days, months.
-const INTERVAL_BYTES: usize = 16;
+pub const INTERVAL_BYTES: usize = 16;
 
 const NUMERIC_POS: u16 = 0x0000;
 const NUMERIC_NEG: u16 = 0x4000;
