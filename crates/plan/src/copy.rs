@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption, Ident};
 
 use crate::limits::{MAX_COPY_BYTES, MAX_COPY_ROWS};
-use crate::plan::{Column, CopyFormat, CopyOptions, ForceQuote};
+use crate::plan::{Column, CopyFormat, CopyOptions, ForceQuote, InsertPlan};
 use crate::wire_values;
 
 /// The 11 bytes that begin binary `COPY` data.
@@ -291,6 +291,13 @@ fn flags(listed: &[String], columns: &[String], option: &str) -> Result<Vec<bool
         }
     }
     Ok(columns.iter().map(|c| listed.contains(c)).collect())
+}
+
+/// A `COPY ... FROM STDIN` under way, as a session holds it: the rows
+/// read so far, and the `INSERT` that writes them when the data ends.
+pub struct CopyLoad {
+    pub decoder: CopyDecoder,
+    pub insert: Box<InsertPlan>,
 }
 
 /// One field of a text or CSV line: its bytes after unescaping, and

@@ -9,19 +9,12 @@ use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 use sqlparser::ast::Statement;
 
-use aqueduct_plan::copy::{CopyDecoder, CopyEncoder};
+use aqueduct_plan::copy::{CopyDecoder, CopyEncoder, CopyLoad};
 use aqueduct_plan::plan::{
     CopiedRows, CopyDirection, CopyFormat, CopyPlan, InsertPlan, InsertSource, Outcome, Plan,
 };
 
 use super::state::Session;
-
-/// A `COPY ... FROM STDIN` under way: the rows read so far, and the
-/// `INSERT` that writes them when the data ends.
-pub(crate) struct CopyIn {
-    decoder: CopyDecoder,
-    insert: Box<InsertPlan>,
-}
 
 impl Session {
     /// Runs a bound `COPY`: `FROM STDIN` begins a load and returns
@@ -35,7 +28,7 @@ impl Session {
         match plan.direction {
             CopyDirection::FromStdin { insert, columns } => {
                 let decoder = CopyDecoder::new(plan.options, &plan.relation, &columns)?;
-                self.copy_in = Some(CopyIn { decoder, insert });
+                self.copy_in = Some(CopyLoad { decoder, insert });
                 Ok(Outcome::CopyIn {
                     binary,
                     columns: columns.len(),
@@ -87,7 +80,7 @@ impl Session {
     /// The data ended (CopyDone): the rows are written as one `INSERT`,
     /// all or none; `COPY n` names how many.
     pub fn copy_in_done(&mut self) -> Result<Outcome, SqlError> {
-        let Some(CopyIn { decoder, insert }) = self.copy_in.take() else {
+        let Some(CopyLoad { decoder, insert }) = self.copy_in.take() else {
             return Err(no_copy());
         };
         let result = self.statement(|s| s.write_copied(decoder, *insert));

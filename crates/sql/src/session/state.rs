@@ -129,7 +129,7 @@ pub struct Session {
     pub(crate) principal: Principal,
     pub(crate) view_relations_cache: ViewRelationsCache,
     /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
-    pub(crate) copy_in: Option<super::copy::CopyIn>,
+    pub(crate) copy_in: Option<aqueduct_plan::copy::CopyLoad>,
 }
 
 impl Session {
