@@ -93,10 +93,14 @@ async fn copy_in(client: &Client, sql: &str, data: &[u8], chunk: usize) -> Resul
         }
         sink.finish().await
     };
-    load.await.map_err(|e: tokio_postgres::Error| {
-        e.code()
-            .map_or_else(|| e.to_string(), |c| c.code().to_string())
-    })
+    load.await
+        .map_err(|e: tokio_postgres::Error| match e.as_db_error() {
+            Some(db) => {
+                let context = db.where_().map(|w| format!(" / {w}")).unwrap_or_default();
+                format!("{}: {}{context}", db.code().code(), db.message())
+            }
+            None => e.to_string(),
+        })
 }
 
 /// The bytes `COPY ... TO STDOUT` sends.
@@ -156,10 +160,20 @@ impl Both {
             .unwrap_or_else(|e| panic!("postgres: {sql}: {e:?}"));
     }
 
-    /// Loads `data` into both; both must give the same row count or SQLSTATE.
+    /// Loads `data` into both; both must give the same row count, or the
+    /// same error: SQLSTATE, message and CONTEXT.
     async fn copy_in(&self, sql: &str, data: &str, chunk: usize) -> Result<u64, String> {
         let a = copy_in(&self.aqueduct, sql, data.as_bytes(), chunk).await;
-        let p = copy_in(&self.postgres, sql, data.as_bytes(), chunk).await;
+        let mut p = copy_in(&self.postgres, sql, data.as_bytes(), chunk).await;
+        // For a constraint a row breaks, PostgreSQL's CONTEXT also quotes
+        // the line (`COPY t, line 3: "..."`); Aqueduct checks constraints
+        // once the data ended and has only the line's number then.
+        if let (Err(a), Err(p)) = (&a, &mut p) {
+            if a.starts_with("23") && p.starts_with(a.as_str()) && p[a.len()..].starts_with(": \"")
+            {
+                p.truncate(a.len());
+            }
+        }
         assert_eq!(a, p, "{sql} (aqueduct, then postgres)");
         a
     }
@@ -246,10 +260,8 @@ async fn copy_matches_postgres() {
         ("100\tc", "23505"),
         ("99999999999\tc", "22003"),
     ] {
-        assert_eq!(
-            both.copy_in(two, &five(third), 4).await,
-            Err(code.to_string())
-        );
+        let e = both.copy_in(two, &five(third), 4).await.unwrap_err();
+        assert!(e.starts_with(&format!("{code}: ")), "{third:?}: {e}");
         assert_eq!(
             both.same_rows(without_ids).await,
             15,
