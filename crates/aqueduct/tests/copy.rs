@@ -259,6 +259,7 @@ async fn copy_matches_postgres() {
         ("1\tc", "23505"),
         ("100\tc", "23505"),
         ("99999999999\tc", "22003"),
+        ("102\tc\rd", "22P04"),
     ] {
         let e = both.copy_in(two, &five(third), 4).await.unwrap_err();
         assert!(e.starts_with(&format!("{code}: ")), "{third:?}: {e}");

@@ -300,6 +300,14 @@ pub struct CopyLoad {
     pub insert: Box<InsertPlan>,
 }
 
+/// How lines end (text and CSV), decided by the first line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Eol {
+    Nl,
+    Cr,
+    CrNl,
+}
+
 /// One field of a text or CSV line: its bytes after unescaping, and
 /// whether it stands for NULL.
 struct Field {
@@ -324,6 +332,8 @@ pub struct CopyDecoder {
     /// whether that point is inside quotes.
     scanned: usize,
     in_quotes: bool,
+    /// How lines end, once the first one did.
+    eol: Option<Eol>,
     /// The last line read (1-based), or the last tuple for binary data.
     line: u64,
     /// The header line (text, CSV) or the binary header is still to come.
@@ -356,6 +366,7 @@ impl CopyDecoder {
             buf: Vec::new(),
             scanned: 0,
             in_quotes: false,
+            eol: None,
             line: 0,
             header_pending,
             ended: false,
@@ -436,16 +447,21 @@ impl CopyDecoder {
         };
         let (line_end, next) = match end {
             Some(e) => {
-                // `\r\n` ends a line as one.
-                let skip = if self.buf[e] == b'\r' && self.buf.get(e + 1) == Some(&b'\n') {
-                    2
-                } else if self.buf[e] == b'\r' && e + 1 == self.buf.len() && !last {
-                    // A `\r` at the end of this chunk: wait for what follows.
-                    return Ok(None);
+                let eol = if self.buf[e] == b'\n' {
+                    Eol::Nl
+                } else if self.eol == Some(Eol::Cr) {
+                    Eol::Cr
                 } else {
-                    1
+                    match self.buf.get(e + 1) {
+                        Some(b'\n') => Eol::CrNl,
+                        Some(_) => Eol::Cr,
+                        // A `\r` at the end of this chunk: wait for what follows.
+                        None if !last => return Ok(None),
+                        None => Eol::Cr,
+                    }
                 };
-                (e, e + skip)
+                self.check_eol(eol)?;
+                (e, e + if eol == Eol::CrNl { 2 } else { 1 })
             }
             None if last => {
                 if csv && self.in_quotes {
@@ -484,6 +500,35 @@ impl CopyDecoder {
         self.rows.push(row);
         self.lines.push(self.line);
         Ok(Some(next))
+    }
+
+    /// The first line's ending is every line's, as in PostgreSQL: a
+    /// carriage return or newline that ends a line otherwise is 22P04
+    /// (data must escape it, or quote it in CSV).
+    fn check_eol(&mut self, eol: Eol) -> Result<(), SqlError> {
+        let seen = *self.eol.get_or_insert(eol);
+        if seen == eol {
+            return Ok(());
+        }
+        let csv = self.options.format == CopyFormat::Csv;
+        let newline = eol == Eol::Nl;
+        let message = match (csv, newline) {
+            (false, true) => "literal newline found in data",
+            (false, false) => "literal carriage return found in data",
+            (true, true) => "unquoted newline found in data",
+            (true, false) => "unquoted carriage return found in data",
+        };
+        let hint = match (csv, newline) {
+            (false, true) => "Use \"\\n\" to represent newline.",
+            (false, false) => "Use \"\\r\" to represent carriage return.",
+            (true, true) => "Use quoted CSV field to represent newline.",
+            (true, false) => "Use quoted CSV field to represent carriage return.",
+        };
+        Err(bad_format(message).with_hint(hint).with_context(format!(
+            "COPY {}, line {}",
+            self.relation,
+            self.line + 1
+        )))
     }
 
     /// Where the CSV line that starts at `at` ends (an unquoted `\n` or

@@ -137,6 +137,15 @@ fn text_format_is_postgresql_s() {
     // Octal and hex escapes, and a backslash before anything else, read back.
     let back = decode(&o, &cols, b"\\101\\x42\\q\t7\n", 1).unwrap();
     assert_eq!(back, vec![vec![Value::Text("ABq".into()), Value::Int(7)]]);
+    // The first line's ending is every line's.
+    let e = decode(&o, &cols, b"x\t1\ny\t2\rz\t3\n", 100).unwrap_err();
+    assert_eq!(e.message, "literal carriage return found in data");
+    let e = decode(&o, &cols, b"x\t1\r\ny\t2\n", 1).unwrap_err();
+    assert_eq!(e.message, "literal newline found in data");
+    let csv = opts("COPY t FROM STDIN (FORMAT csv)").unwrap();
+    let e = decode(&csv, &cols, b"x,1\ry,2\nz,3", 2).unwrap_err();
+    assert_eq!(e.message, "unquoted newline found in data");
+    assert_eq!(decode(&csv, &cols, b"x,1\ry,2\r", 1).unwrap().len(), 2);
     // The end marker stops the data; `\r\n` ends lines.
     let back = decode(&o, &cols, b"x\t1\r\n\\.\r\nignored\n", 3).unwrap();
     assert_eq!(back, vec![vec![Value::Text("x".into()), Value::Int(1)]]);
