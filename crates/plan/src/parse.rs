@@ -42,6 +42,9 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
         .and_then(|tokens| {
             crate::limits::check_tokens(&tokens)
                 .map_err(|_| sqlparser::parser::ParserError::RecursionLimitExceeded)?;
+            if has_copy(&tokens) {
+                return parse_each(&dialect, tokens);
+            }
             Parser::new(&dialect)
                 .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
                 .with_tokens_with_locations(tokens)
@@ -57,6 +60,52 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
         })?;
     for st in &statements {
         crate::limits::check_depth(st)?;
+    }
+    Ok(statements)
+}
+
+/// Whether a statement among `tokens` begins with `COPY`.
+fn has_copy(tokens: &[sqlparser::tokenizer::TokenWithSpan]) -> bool {
+    use sqlparser::tokenizer::Token;
+    let mut first = true;
+    for t in tokens {
+        match &t.token {
+            Token::Whitespace(_) => {}
+            Token::SemiColon => first = true,
+            other if first => {
+                if keyword(other) == Some(sqlparser::keywords::Keyword::COPY) {
+                    return true;
+                }
+                first = false;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Parses the statements between semicolons one by one: sqlparser reads
+/// whatever follows `COPY ... FROM STDIN;` as the COPY's inline data,
+/// so a statement after it would be swallowed.
+fn parse_each(
+    dialect: &PostgreSqlDialect,
+    tokens: Vec<sqlparser::tokenizer::TokenWithSpan>,
+) -> Result<Vec<Statement>, sqlparser::parser::ParserError> {
+    use sqlparser::tokenizer::Token;
+    let mut statements = Vec::new();
+    for group in tokens.split(|t| t.token == Token::SemiColon) {
+        if group
+            .iter()
+            .all(|t| matches!(t.token, Token::Whitespace(_) | Token::EOF))
+        {
+            continue;
+        }
+        statements.extend(
+            Parser::new(dialect)
+                .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
+                .with_tokens_with_locations(group.to_vec())
+                .parse_statements()?,
+        );
     }
     Ok(statements)
 }
