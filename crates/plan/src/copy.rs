@@ -61,6 +61,7 @@ fn one_byte(c: char, what: &str) -> Result<u8, SqlError> {
 /// The options as given, before defaults and checks.
 #[derive(Default)]
 struct Given {
+    /// Each option as given (see [`CopyOptions`]), `None` when it was not.
     format: Option<CopyFormat>,
     header: Option<bool>,
     delimiter: Option<char>,
@@ -296,22 +297,29 @@ fn flags(listed: &[String], columns: &[String], option: &str) -> Result<Vec<bool
 /// A `COPY ... FROM STDIN` under way, as a session holds it: the rows
 /// read so far, and the `INSERT` that writes them when the data ends.
 pub struct CopyLoad {
+    /// The rows read so far.
     pub decoder: CopyDecoder,
+    /// The `INSERT` that writes them (its source replaced by the rows).
     pub insert: Box<InsertPlan>,
 }
 
 /// How lines end (text and CSV), decided by the first line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Eol {
+    /// `\n`.
     Nl,
+    /// `\r`.
     Cr,
+    /// `\r\n`.
     CrNl,
 }
 
 /// One field of a text or CSV line: its bytes after unescaping, and
 /// whether it stands for NULL.
 struct Field {
+    /// The value's text, unescaped (unquoted).
     bytes: Vec<u8>,
+    /// It stands for NULL.
     null: bool,
 }
 
@@ -319,11 +327,14 @@ struct Field {
 /// CSV) or tuples (binary) become rows of the columns' types at once; a
 /// partial one waits in a buffer for the next chunk.
 pub struct CopyDecoder {
+    /// The options, checked.
     options: CopyOptions,
     /// The relation as errors' CONTEXT names it.
     relation: String,
+    /// The copied columns' names and types.
     names: Vec<String>,
     types: Vec<DataType>,
+    /// Per column: `FORCE_NOT_NULL` and `FORCE_NULL` name it.
     force_not_null: Vec<bool>,
     force_null: Vec<bool>,
     /// Bytes received and not yet consumed.
@@ -340,7 +351,9 @@ pub struct CopyDecoder {
     header_pending: bool,
     /// The end-of-data marker (`\.`, or the binary trailer) was read.
     ended: bool,
+    /// Bytes received, for [`MAX_COPY_BYTES`].
     received: usize,
+    /// The rows read, and the line each ended on.
     rows: Vec<Vec<Value>>,
     lines: Vec<u64>,
 }
@@ -893,10 +906,15 @@ fn too_much(message: String) -> SqlError {
 /// Writes `COPY ... TO STDOUT` data: rows in the chosen format, as
 /// PostgreSQL 15 writes them.
 pub struct CopyEncoder {
+    /// The options, checked.
     options: CopyOptions,
+    /// The columns' types.
     types: Vec<DataType>,
+    /// Per column: `FORCE_QUOTE` names it.
     force_quote: Vec<bool>,
+    /// The chunk being filled.
     out: BytesMut,
+    /// Chunks filled.
     chunks: Vec<Vec<u8>>,
 }
 

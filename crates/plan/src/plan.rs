@@ -54,8 +54,11 @@ pub enum Outcome {
     /// `COPY ... TO STDOUT`: the encoded data, in chunks of about
     /// `COPY_OUT_CHUNK_BYTES` (CopyOutResponse, CopyData each, CopyDone).
     CopyOut {
+        /// Binary format (else text: text and CSV).
         binary: bool,
+        /// Columns each row carries.
         columns: usize,
+        /// The data, in the order it is sent.
         chunks: Vec<Vec<u8>>,
         /// The command tag (`COPY 3`).
         tag: String,
@@ -370,6 +373,7 @@ pub enum InsertSource {
 pub struct CopiedRows {
     /// The table as `COPY` named it.
     pub relation: String,
+    /// The rows, each of the copied columns' values in order.
     pub rows: Vec<Vec<Value>>,
     /// The line of each row (1-based; for binary data, the tuple's number).
     pub lines: Vec<u64>,
@@ -394,7 +398,9 @@ pub struct CopyPlan {
     /// The relation as errors' CONTEXT names it (`COPY t, line 3`), or
     /// empty for `COPY (query)`.
     pub relation: String,
+    /// The options, checked and defaulted.
     pub options: CopyOptions,
+    /// From STDIN (with its INSERT) or to STDOUT (with its query).
     pub direction: CopyDirection,
 }
 
@@ -417,8 +423,11 @@ pub enum CopyDirection {
 /// `COPY`'s data format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyFormat {
+    /// Tab-separated lines with backslash escapes.
     Text,
+    /// Comma-separated values with quoting.
     Csv,
+    /// `PGCOPY` tuples of the values' binary forms.
     Binary,
 }
 
@@ -427,6 +436,7 @@ pub enum CopyFormat {
 pub enum ForceQuote {
     /// `FORCE_QUOTE *`.
     All,
+    /// These columns (none by default).
     Columns(Vec<String>),
 }
 
@@ -434,16 +444,24 @@ pub enum ForceQuote {
 /// them (`copy.rs: options`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CopyOptions {
+    /// `FORMAT` (text by default).
     pub format: CopyFormat,
     /// `HEADER`: a first line of column names (skipped on input).
     pub header: bool,
+    /// `DELIMITER`: a tab in text, a comma in CSV.
     pub delimiter: u8,
     /// The string that stands for NULL (`\N` in text, empty in CSV).
     pub null: String,
+    /// `QUOTE` (CSV): `"` by default.
     pub quote: u8,
+    /// `ESCAPE` (CSV): the quote by default.
     pub escape: u8,
+    /// `FORCE_QUOTE` (CSV, `TO`): columns always quoted.
     pub force_quote: ForceQuote,
+    /// `FORCE_NOT_NULL` (CSV, `FROM`): columns whose unquoted NULL string
+    /// is a string.
     pub force_not_null: Vec<String>,
+    /// `FORCE_NULL` (CSV, `FROM`): columns whose quoted NULL string is NULL.
     pub force_null: Vec<String>,
 }
 
