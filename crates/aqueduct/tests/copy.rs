@@ -162,9 +162,15 @@ impl Both {
 
     /// Loads `data` into both; both must give the same row count, or the
     /// same error: SQLSTATE, message and CONTEXT.
-    async fn copy_in(&self, sql: &str, data: &str, chunk: usize) -> Result<u64, String> {
-        let a = copy_in(&self.aqueduct, sql, data.as_bytes(), chunk).await;
-        let mut p = copy_in(&self.postgres, sql, data.as_bytes(), chunk).await;
+    async fn copy_in(
+        &self,
+        sql: &str,
+        data: impl AsRef<[u8]>,
+        chunk: usize,
+    ) -> Result<u64, String> {
+        let data = data.as_ref();
+        let a = copy_in(&self.aqueduct, sql, data, chunk).await;
+        let mut p = copy_in(&self.postgres, sql, data, chunk).await;
         // For a constraint a row breaks, PostgreSQL's CONTEXT also quotes
         // the line (`COPY t, line 3: "..."`); Aqueduct checks constraints
         // once the data ended and has only the line's number then.
@@ -300,6 +306,33 @@ async fn copy_matches_postgres() {
     for sql in OUTPUTS_WITHOUT_IDS {
         both.same_copy_out(sql).await;
     }
+
+    // More kinds of value, each format both ways.
+    both.exec(
+        "CREATE TABLE kinds (id int PRIMARY KEY, f4 real, f8 double precision, d date, \
+         iv interval, u uuid, vc varchar(5), js json, i2 smallint, i8 bigint, tz timestamptz, \
+         ia int[])",
+    )
+    .await;
+    let kinds = "1\t0.1\t-1.5e300\t2024-02-29\t1 year 2 mons 3 days 04:05:06.5\ta0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\tabc\t{\"x\": [1, 2]}\t-32768\t9223372036854775807\t2024-01-02 03:04:05.678+00\t{1,NULL,-3}
+2\t\\N\tNaN\t1970-01-01\t-00:00:01\t\\N\t\t[]\t0\t-1\t1999-12-31 23:59:59+00\t{}
+3\t-Infinity\t0\t0001-01-01\t0\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N
+";
+    assert_eq!(
+        both.copy_in("COPY kinds FROM STDIN", kinds, 11).await,
+        Ok(3)
+    );
+    for format in ["text", "csv", "binary"] {
+        let out = format!("COPY kinds TO STDOUT (FORMAT {format})");
+        both.same_copy_out(&out).await;
+        let data = copy_out(&both.postgres, &out).await;
+        both.exec("DELETE FROM kinds").await;
+        // PostgreSQL's own output loads back into both.
+        let load = format!("COPY kinds FROM STDIN (FORMAT {format})");
+        assert_eq!(both.copy_in(&load, &data, 13).await, Ok(3));
+        both.same_copy_out(&out).await;
+    }
+    both.same_rows("SELECT * FROM kinds ORDER BY id").await;
 
     // From or to a file is refused as PostgreSQL refuses a role without
     // pg_read_server_files (here Aqueduct's only: the cluster's user is a
