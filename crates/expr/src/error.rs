@@ -13,6 +13,9 @@ pub struct SqlError {
     pub message: String,
     pub detail: Option<String>,
     pub hint: Option<String>,
+    /// Where it happened, as PostgreSQL's CONTEXT says it (`COPY t, line
+    /// 3, column b: "abc"`): the wire's Where field.
+    pub context: Option<String>,
 }
 
 impl SqlError {
@@ -22,11 +25,18 @@ impl SqlError {
             message: message.into(),
             detail: None,
             hint: None,
+            context: None,
         }
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> SqlError {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// The error with `context` as its CONTEXT (the wire's Where field).
+    pub fn with_context(mut self, context: impl Into<String>) -> SqlError {
+        self.context = Some(context.into());
         self
     }
 

@@ -56,5 +56,8 @@ pub fn outcome(o: &Outcome, lsn: u64) -> Json {
         }),
         Outcome::Command { tag } => json!({ "command": tag, "lsn": lsn }),
         Outcome::Empty => json!({ "command": "", "lsn": lsn }),
+        // `/v1/sql` refuses COPY before it gets here (`lib.rs`).
+        Outcome::CopyIn { .. } => json!({ "command": "COPY", "lsn": lsn }),
+        Outcome::CopyOut { tag, .. } => json!({ "command": tag, "lsn": lsn }),
     }
 }

@@ -386,6 +386,20 @@ async fn sql(
             let params = req.params.iter().map(json::param).collect::<Vec<_>>();
             session.execute_with_params(&req.sql, &params)
         };
+        // COPY's data travels in the PostgreSQL protocol's own messages.
+        let outcome = match outcome {
+            Ok(Outcome::CopyIn { .. }) | Ok(Outcome::CopyOut { .. }) => {
+                if session.copy_in_active() {
+                    session.copy_in_fail("COPY over HTTP");
+                }
+                Err(SqlError::new(
+                    "0A000",
+                    "COPY FROM STDIN and COPY TO STDOUT need the PostgreSQL protocol",
+                )
+                .with_hint("use psql's \\copy, or a driver's COPY support"))
+            }
+            other => other,
+        };
         (outcome, session.last_lsn(), session.release_read_id())
     })
     .await;

@@ -18,6 +18,7 @@ use pgwire::api::auth::{
 };
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError, SEVERITY_ERROR, SEVERITY_FATAL};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyInResponse, CopyOutResponse};
 use pgwire::messages::data::{
     DataRow, FieldDescription, NoData, ParameterDescription, RowDescription,
 };
@@ -150,6 +151,7 @@ fn error_info(e: &SqlError) -> ErrorInfo {
     );
     info.detail = e.detail.clone().map(truncate);
     info.hint = e.hint.clone().map(truncate);
+    info.where_context = e.context.clone().map(truncate);
     info
 }
 
@@ -699,7 +701,7 @@ impl Conn {
         self.statements.remove("");
         self.portals.remove("");
         let deallocate = deallocate_target(&sql);
-        let (results, snap) = self.blocking(socket, move |s| s.execute(&sql)).await?;
+        let (results, mut snap) = self.blocking(socket, move |s| s.execute(&sql)).await?;
         if let (Some(target), Some(Ok(Outcome::Command { .. }))) = (&deallocate, results.first()) {
             // Protocol-level and SQL-level prepared statements share names.
             match target {
@@ -746,6 +748,25 @@ impl Conn {
                     ))
                     .await
                     .map_err(ConnError::from),
+                Ok(Outcome::CopyIn { binary, columns }) => {
+                    let (done, after) = self.copy_in(socket, binary, columns).await?;
+                    snap = after;
+                    match done {
+                        Ok(tag) => socket
+                            .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                                tag,
+                            )))
+                            .await
+                            .map_err(ConnError::from),
+                        Err(e) => Err(ConnError::Sql(e)),
+                    }
+                }
+                Ok(Outcome::CopyOut {
+                    binary,
+                    columns,
+                    chunks,
+                    tag,
+                }) => send_copy_out(socket, binary, columns, chunks, tag).await,
                 Err(e) => Err(ConnError::Sql(e)),
             };
             match sent {
@@ -1016,6 +1037,28 @@ impl Conn {
                         portal.state = PortalState::Done { tag: None };
                         return Ok(());
                     }
+                    Outcome::CopyIn { binary, columns } => {
+                        let (done, snap) = self.copy_in(socket, binary, columns).await?;
+                        // An error: the serve loop reports it and skips to Sync.
+                        let tag = done?;
+                        socket
+                            .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                                tag.clone(),
+                            )))
+                            .await?;
+                        portal.state = PortalState::Done { tag: Some(tag) };
+                        return self.report_lsn(socket, snap).await;
+                    }
+                    Outcome::CopyOut {
+                        binary,
+                        columns,
+                        chunks,
+                        tag,
+                    } => {
+                        send_copy_out(socket, binary, columns, chunks, tag.clone()).await?;
+                        portal.state = PortalState::Done { tag: Some(tag) };
+                        return Ok(());
+                    }
                 }
             }
             PortalState::Rows {
@@ -1068,6 +1111,82 @@ impl Conn {
             // A write with RETURNING: its LSN follows its rows.
             Some(snap) => self.report_lsn(socket, snap).await,
             None => Ok(()),
+        }
+    }
+
+    /// The copy-in sub-protocol of a `COPY ... FROM STDIN` the session
+    /// began: CopyInResponse, then CopyData messages fed to the session as
+    /// they come (Flush and Sync ignored, as PostgreSQL ignores them
+    /// there), until CopyDone (the rows are written: the command tag) or
+    /// CopyFail (57014). On an error the rest of the client's CopyData is
+    /// dropped by `on_message`, as PostgreSQL drops it.
+    async fn copy_in(
+        &mut self,
+        socket: &mut Socket,
+        binary: bool,
+        columns: usize,
+    ) -> Result<(Result<String, SqlError>, Snapshot), ConnError> {
+        let format = i8::from(binary);
+        let columns = i16::try_from(columns).unwrap_or(i16::MAX);
+        socket
+            .send(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
+                format,
+                columns,
+                vec![i16::from(format); columns as usize],
+            )))
+            .await?;
+        loop {
+            let next = match self.pending.pop_front() {
+                Some(received) => received,
+                None => socket.next().await,
+            };
+            let msg = match next {
+                None => {
+                    return Err(ConnError::Io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the client went away during COPY FROM STDIN",
+                    )))
+                }
+                Some(Err(PgWireError::IoError(e)))
+                    if e.kind() == std::io::ErrorKind::InvalidData =>
+                {
+                    return Err(fatal("08P01", format!("invalid frontend message: {e}")))
+                }
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(m)) => m,
+            };
+            match msg {
+                PgWireFrontendMessage::CopyData(d) => {
+                    let (fed, snap) = self.inline(|s| s.copy_in_data(&d.data));
+                    if let Err(e) = fed {
+                        return Ok((Err(e), snap));
+                    }
+                }
+                PgWireFrontendMessage::CopyDone(_) => {
+                    let (done, snap) = self.blocking(socket, |s| s.copy_in_done()).await?;
+                    let tag = done.and_then(|o| match o {
+                        Outcome::Command { tag } => Ok(tag),
+                        _ => Err(SqlError::new("XX000", "COPY ended without a command tag")),
+                    });
+                    return Ok((tag, snap));
+                }
+                PgWireFrontendMessage::CopyFail(f) => {
+                    let (e, snap) = self.inline(|s| s.copy_in_fail(&f.message));
+                    return Ok((Err(e), snap));
+                }
+                PgWireFrontendMessage::Flush(_) | PgWireFrontendMessage::Sync(_) => {}
+                other => {
+                    let name = message_name(&other);
+                    let (_, snap) = self.inline(|s| s.copy_in_fail(""));
+                    return Ok((
+                        Err(SqlError::new(
+                            "08P01",
+                            format!("unexpected {name} message during COPY from stdin"),
+                        )),
+                        snap,
+                    ));
+                }
+            }
         }
     }
 
@@ -1289,6 +1408,40 @@ async fn send_rows(
         .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
         .await?;
     Ok(true)
+}
+
+/// The data of a `COPY ... TO STDOUT`: CopyOutResponse, a CopyData per
+/// chunk, CopyDone, then CommandComplete with `tag`.
+async fn send_copy_out(
+    socket: &mut Socket,
+    binary: bool,
+    columns: usize,
+    chunks: Vec<Vec<u8>>,
+    tag: String,
+) -> Result<(), ConnError> {
+    let format = i8::from(binary);
+    let columns = i16::try_from(columns).unwrap_or(i16::MAX);
+    socket
+        .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            format,
+            columns,
+            vec![i16::from(format); columns as usize],
+        )))
+        .await?;
+    for chunk in chunks {
+        socket
+            .feed(PgWireBackendMessage::CopyData(CopyData::new(chunk.into())))
+            .await?;
+    }
+    socket
+        .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+        .await?;
+    socket
+        .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+            tag,
+        )))
+        .await?;
+    Ok(())
 }
 
 /// `SET` statements for the settings a client sent in its startup message.

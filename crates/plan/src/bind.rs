@@ -16,9 +16,10 @@ use aqueduct_expr::{BinOp, Expr, Func, SqlError, SubqueryKind, UnOp, Volatile};
 
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
-    Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, Ddl, DeletePlan, ExprUnique,
-    Grouping, InsertPlan, InsertSource, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody,
-    SelectPlan, SequenceChange, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
+    Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, CopiedRows, CopyDirection,
+    CopyPlan, Ddl, DeletePlan, ExprUnique, Grouping, InsertPlan, InsertSource, NeedsDataflow,
+    OnConflict, Plan, RowLocking, SelectBody, SelectPlan, SequenceChange, SortKey, StatementTime,
+    TruncatePlan, TypeChange, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -565,6 +566,7 @@ impl<'a> Binder<'a> {
             S::Insert(i) => return self.insert(i),
             S::Update(u) => return self.update(u),
             S::Delete(d) => return self.delete(d),
+            S::Copy { .. } => return self.copy(st),
             S::CreateTable(c) => (self.create_table(c)?, vec![]),
             S::CreateIndex(c) => (self.create_index(c)?, vec![]),
             S::CreateView(cv) => {
@@ -2886,34 +2888,12 @@ impl<'a> Binder<'a> {
             _ => return Err(SqlError::unsupported("INSERT into a table function")),
         };
         let table = self.table(&name)?;
-        let columns: Vec<usize> = if i.columns.is_empty() {
-            (0..table.schema.columns.len()).collect()
-        } else {
-            i.columns
-                .iter()
-                .map(|c| {
-                    let n = object_name(c)?;
-                    table.schema.column_index(&n).ok_or_else(|| {
-                        SqlError::new(
-                            "42703",
-                            format!("column \"{n}\" of relation \"{name}\" does not exist"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?
-        };
-        let mut seen = std::collections::HashSet::new();
-        for c in &columns {
-            if !seen.insert(*c) {
-                return Err(SqlError::new(
-                    "42701",
-                    format!(
-                        "column \"{}\" specified more than once",
-                        table.schema.columns[*c].name
-                    ),
-                ));
-            }
-        }
+        let names = i
+            .columns
+            .iter()
+            .map(object_name)
+            .collect::<Result<Vec<_>, _>>()?;
+        let columns = target_columns(table, &name, &names)?;
         let empty = Scope::empty();
         let source = match i.source.as_deref() {
             None => return Err(SqlError::unsupported("INSERT without VALUES or SELECT")),
@@ -3063,27 +3043,171 @@ impl<'a> Binder<'a> {
         };
         let row_scope = Scope::table(table, &name);
         let (returning, out_cols) = self.returning(&i.returning, table, &row_scope)?;
+        let mut plan = self.insert_plan(table, &name, columns, source)?;
+        plan.on_conflict = on_conflict;
+        plan.arbiters = arbiters;
+        plan.returning = returning;
+        Ok((Plan::Insert(plan), out_cols))
+    }
+
+    /// An `INSERT` of `source` into `columns` of `table` (called `name`),
+    /// without `ON CONFLICT` (a conflict on the primary key is an error)
+    /// or `RETURNING`: its defaults, CHECK constraints and unique indexes
+    /// on expressions bound. `INSERT` and `COPY ... FROM` both write
+    /// through it.
+    pub(crate) fn insert_plan(
+        &mut self,
+        table: &Table,
+        name: &str,
+        columns: Vec<usize>,
+        source: InsertSource,
+    ) -> Result<InsertPlan, SqlError> {
         let defaults = table
             .schema
             .columns
             .iter()
             .map(|c| self.default_of(c))
             .collect::<Result<Vec<_>, _>>()?;
-        let checks = self.checks_of(table, &name)?;
-        let uniques = self.expr_uniques_of(table, &name)?;
-        Ok((
-            Plan::Insert(InsertPlan {
-                table: table.schema.id,
+        let checks = self.checks_of(table, name)?;
+        let uniques = self.expr_uniques_of(table, name)?;
+        Ok(InsertPlan {
+            table: table.schema.id,
+            columns,
+            source,
+            defaults,
+            on_conflict: OnConflict::Error,
+            arbiters: if table.schema.has_primary_key() {
+                vec![table.schema.primary_key.clone()]
+            } else {
+                Vec::new()
+            },
+            checks,
+            uniques,
+            returning: Vec::new(),
+        })
+    }
+
+    /// `COPY`: `FROM STDIN` as an `INSERT` of the copied columns (rows
+    /// arrive at run time), `TO STDOUT` as its query (`SELECT cols FROM
+    /// t` for a table); from or to a file or a program is refused with
+    /// 42501, as PostgreSQL refuses a role without `pg_read_server_files`.
+    fn copy(&mut self, st: &ast::Statement) -> Result<(Plan, Vec<Column>), SqlError> {
+        let ast::Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            values,
+        } = st
+        else {
+            return Err(SqlError::new("XX000", "not a COPY statement"));
+        };
+        match target {
+            ast::CopyTarget::Stdin | ast::CopyTarget::Stdout => {}
+            ast::CopyTarget::File { .. } | ast::CopyTarget::Program { .. } => {
+                let (role, verb) = match (target, to) {
+                    (ast::CopyTarget::Program { .. }, _) => {
+                        ("pg_execute_server_program", if *to { "to" } else { "from" })
+                    }
+                    (_, true) => ("pg_write_server_files", "to"),
+                    (_, false) => ("pg_read_server_files", "from"),
+                };
+                let what = if matches!(target, ast::CopyTarget::Program { .. }) {
+                    "an external program"
+                } else {
+                    "a file"
+                };
+                return Err(SqlError::new(
+                    "42501",
+                    format!(
+                        "must be superuser or have privileges of the {role} role to COPY {verb} {what}"
+                    ),
+                )
+                .with_hint(
+                    "Anyone can COPY to stdout or from stdin. psql's \\copy command also works for anyone.",
+                ));
+            }
+        }
+        if !values.is_empty() {
+            return Err(SqlError::unsupported(
+                "COPY data in the query string (send it after CopyInResponse)",
+            ));
+        }
+        let opts = crate::copy::options(options, legacy_options, *to)?;
+        let (table_name, column_idents) = match source {
+            ast::CopySource::Table {
+                table_name,
                 columns,
-                source,
-                defaults,
-                on_conflict,
-                arbiters,
-                checks,
-                uniques,
-                returning,
+            } => (table_name, columns),
+            ast::CopySource::Query(q) => {
+                return Ok((
+                    Plan::Copy(CopyPlan {
+                        relation: String::new(),
+                        options: opts,
+                        direction: CopyDirection::ToStdout { query: q.clone() },
+                    }),
+                    Vec::new(),
+                ))
+            }
+        };
+        let name = object_name(table_name)?;
+        let names: Vec<String> = column_idents.iter().map(ident).collect();
+        if *to {
+            let table = self.table(&name)?;
+            target_columns(table, &name, &names)?;
+            let list = if column_idents.is_empty() {
+                "*".to_string()
+            } else {
+                column_idents
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let sql = format!("SELECT {list} FROM {table_name}");
+            let query = match crate::parse::parse(&sql)?.pop() {
+                Some(ast::Statement::Query(q)) => q,
+                _ => return Err(SqlError::new("XX000", "COPY's query did not parse")),
+            };
+            return Ok((
+                Plan::Copy(CopyPlan {
+                    relation: name,
+                    options: opts,
+                    direction: CopyDirection::ToStdout { query },
+                }),
+                Vec::new(),
+            ));
+        }
+        let table = self.table(&name)?;
+        let columns = target_columns(table, &name, &names)?;
+        let copied = columns
+            .iter()
+            .map(|&c| {
+                let def = &table.schema.columns[c];
+                Column {
+                    name: def.name.clone(),
+                    ty: def.ty.clone(),
+                    table_id: table.schema.id,
+                    column_id: c as i16 + 1,
+                }
+            })
+            .collect();
+        let source = InsertSource::Copied(CopiedRows {
+            relation: name.clone(),
+            ..CopiedRows::default()
+        });
+        let insert = self.insert_plan(table, &name, columns, source)?;
+        Ok((
+            Plan::Copy(CopyPlan {
+                relation: name,
+                options: opts,
+                direction: CopyDirection::FromStdin {
+                    insert: Box::new(insert),
+                    columns: copied,
+                },
             }),
-            out_cols,
+            Vec::new(),
         ))
     }
 
@@ -4784,4 +4908,33 @@ pub(crate) fn check_columns<'s>(e: &ast::Expr, schema: &'s TableSchema) -> Vec<&
     first
         .map(|c| vec![schema.columns[c].name.as_str()])
         .unwrap_or_default()
+}
+
+/// The columns of `table` (called `name`) an `INSERT` or `COPY` lists, by
+/// position (all of them when `names` is empty); 42703 for one it does not
+/// have, 42701 for one listed twice.
+fn target_columns(table: &Table, name: &str, names: &[String]) -> Result<Vec<usize>, SqlError> {
+    if names.is_empty() {
+        return Ok((0..table.schema.columns.len()).collect());
+    }
+    let mut columns = Vec::with_capacity(names.len());
+    for n in names {
+        let c = table.schema.column_index(n).ok_or_else(|| {
+            SqlError::new(
+                "42703",
+                format!("column \"{n}\" of relation \"{name}\" does not exist"),
+            )
+        })?;
+        if columns.contains(&c) {
+            return Err(SqlError::new(
+                "42701",
+                format!(
+                    "column \"{}\" specified more than once",
+                    table.schema.columns[c].name
+                ),
+            ));
+        }
+        columns.push(c);
+    }
+    Ok(columns)
 }

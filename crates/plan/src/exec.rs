@@ -90,6 +90,10 @@ pub fn execute(
         | Plan::Explain { .. } => {
             unreachable!("session statements are handled by the session")
         }
+        Plan::Copy(_) => Err(SqlError::new(
+            "XX000",
+            "COPY reached direct evaluation: the session runs it",
+        )),
         Plan::Dataflow(why) => Err(SqlError::new(
             "XX000",
             format!("a query that needs the dataflow ({why}) reached direct evaluation"),
@@ -377,17 +381,30 @@ fn insert(
     let (db, catalog) = (fx.db, fx.catalog);
     let t = table(catalog, p.table)?;
     fx.txn.get_mut().note_shape(catalog, t.schema.id);
-    let sources: Vec<Vec<Value>> = match &p.source {
-        InsertSource::Values(rows) => rows
-            .iter()
-            .map(|r| eval_all(r, &Env::with_effects(&[], params, fx)))
-            .collect::<Result<_, _>>()?,
-        InsertSource::Query(q) => select(catalog, fx.txn.get_mut(), q, params, None)?,
+    let sources: Box<dyn Iterator<Item = Vec<Value>>> = match &p.source {
+        InsertSource::Values(rows) => Box::new(
+            rows.iter()
+                .map(|r| eval_all(r, &Env::with_effects(&[], params, fx)))
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter(),
+        ),
+        InsertSource::Query(q) => {
+            Box::new(select(catalog, fx.txn.get_mut(), q, params, None)?.into_iter())
+        }
+        // One row at a time, so a large COPY is not held twice.
+        InsertSource::Copied(c) => Box::new(c.rows.iter().cloned()),
+    };
+    // An error in a copied row names its line, as PostgreSQL's CONTEXT does.
+    let at = |i: usize| {
+        move |e: SqlError| match &p.source {
+            InsertSource::Copied(c) => c.context_of(i, e),
+            _ => e,
+        }
     };
     let mut written = Vec::new();
     let mut changes = Changes::default();
     let mut unique = constraints::UniqueCheck::new(fx.txn.get_mut(), t, &p.uniques)?;
-    for values in sources {
+    for (i, values) in sources.enumerate() {
         // Defaults are evaluated for each row, and only for the columns
         // the row does not give.
         let mut given: Vec<Option<Value>> = vec![None; t.schema.columns.len()];
@@ -402,19 +419,21 @@ fn insert(
                 Some(v) => Ok(v),
                 None => d.eval(&env),
             })
-            .collect::<Result<Vec<_>, SqlError>>()?;
-        let row = conform(t, row)?;
-        constraints::check_row(t, &p.checks, &row, params)?;
+            .collect::<Result<Vec<_>, SqlError>>()
+            .map_err(at(i))?;
+        let row = conform(t, row).map_err(at(i))?;
+        constraints::check_row(t, &p.checks, &row, params).map_err(at(i))?;
         let txn = fx.txn.get_mut();
         if !t.schema.has_primary_key() && p.arbiters.is_empty() {
             let key = vec![Value::Int(db.allocate_rowid())];
-            unique.check(txn, t, &key, &row)?;
+            unique.check(txn, t, &key, &row).map_err(at(i))?;
             txn.put(t.schema.id, key, row.clone());
             changes.push(t.schema.id, None, Some(row.clone()));
             written.push(row);
             continue;
         }
-        let conflict = constraints::conflicting_row(catalog, txn, t, &p.arbiters, &row)?;
+        let conflict =
+            constraints::conflicting_row(catalog, txn, t, &p.arbiters, &row).map_err(at(i))?;
         match (conflict, &p.on_conflict) {
             (None, _) => {
                 let key = if t.schema.has_primary_key() {
@@ -422,12 +441,12 @@ fn insert(
                 } else {
                     vec![Value::Int(db.allocate_rowid())]
                 };
-                unique.check(txn, t, &key, &row)?;
+                unique.check(txn, t, &key, &row).map_err(at(i))?;
                 txn.put(t.schema.id, key, row.clone());
                 changes.push(t.schema.id, None, Some(row.clone()));
                 written.push(row);
             }
-            (Some((key, _)), OnConflict::Error) => return Err(duplicate_key(t, &key)),
+            (Some((key, _)), OnConflict::Error) => return Err(at(i)(duplicate_key(t, &key))),
             (Some(_), OnConflict::DoNothing) => {}
             (
                 Some((key, existing)),

@@ -16,7 +16,9 @@
 //! DAG (`crates/sql/tests/module_cycles.rs`). From the bottom: `plan.rs`
 //! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`,
 //! `alter.rs`, `alter_sequence.rs` and
-//! `enum_types.rs`, `exec.rs`.
+//! `enum_types.rs`, `exec.rs`; `wire_values.rs` (values in PostgreSQL's
+//! text and binary formats) and `copy.rs` (`COPY`'s options and formats)
+//! after `parse.rs`.
 
 mod alter;
 mod alter_sequence;
@@ -24,6 +26,7 @@ pub mod bind;
 mod catalog_functions;
 pub mod catalog_queries;
 mod constraints;
+pub mod copy;
 mod effects;
 mod enum_types;
 pub mod exec;
@@ -33,6 +36,7 @@ pub mod pg_catalog;
 pub mod plan;
 mod rows;
 pub mod subqueries;
+pub mod wire_values;
 
 pub use parse::param_from_text;
 pub use plan::{Column, Outcome};

@@ -333,3 +333,14 @@ pub const MAX_INSERT_ROWS: usize = 100_000;
 /// `CASCADE`, `SET NULL` and `SET DEFAULT` actions change in turn: the
 /// cascade is a loop over a work list, bounded by this.
 pub const MAX_CASCADED_ROWS: usize = 1_000_000;
+/// Rows one `COPY ... FROM STDIN` may hold before it commits: the rows one
+/// statement may change ([`MAX_CASCADED_ROWS`]), since a COPY is one
+/// statement's writes held in memory until its end.
+pub const MAX_COPY_ROWS: usize = MAX_CASCADED_ROWS;
+/// Bytes of data one `COPY ... FROM STDIN` may receive: the bound on one
+/// transaction's log batch (`MAX_BATCH_BYTES`), which the copied rows
+/// become at commit, so a load too large to commit is refused while it
+/// streams in rather than after it was all held. With [`MAX_COPY_ROWS`]
+/// it bounds the memory a load holds before it commits (its rows are
+/// parsed as the data arrives, never buffered whole).
+pub const MAX_COPY_BYTES: usize = aqueduct_tables::MAX_BATCH_BYTES;

@@ -32,6 +32,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = constraints.as_deref().unwrap_or(sql);
     let overriding = rewrite_overriding(sql);
     let sql = overriding.as_deref().unwrap_or(sql);
+    let copy_options = rewrite_copy_options(sql);
+    let sql = copy_options.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -40,6 +42,9 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
         .and_then(|tokens| {
             crate::limits::check_tokens(&tokens)
                 .map_err(|_| sqlparser::parser::ParserError::RecursionLimitExceeded)?;
+            if has_copy(&tokens) {
+                return parse_each(&dialect, tokens);
+            }
             Parser::new(&dialect)
                 .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
                 .with_tokens_with_locations(tokens)
@@ -55,6 +60,52 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
         })?;
     for st in &statements {
         crate::limits::check_depth(st)?;
+    }
+    Ok(statements)
+}
+
+/// Whether a statement among `tokens` begins with `COPY`.
+fn has_copy(tokens: &[sqlparser::tokenizer::TokenWithSpan]) -> bool {
+    use sqlparser::tokenizer::Token;
+    let mut first = true;
+    for t in tokens {
+        match &t.token {
+            Token::Whitespace(_) => {}
+            Token::SemiColon => first = true,
+            other if first => {
+                if keyword(other) == Some(sqlparser::keywords::Keyword::COPY) {
+                    return true;
+                }
+                first = false;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Parses the statements between semicolons one by one: sqlparser reads
+/// whatever follows `COPY ... FROM STDIN;` as the COPY's inline data,
+/// so a statement after it would be swallowed.
+fn parse_each(
+    dialect: &PostgreSqlDialect,
+    tokens: Vec<sqlparser::tokenizer::TokenWithSpan>,
+) -> Result<Vec<Statement>, sqlparser::parser::ParserError> {
+    use sqlparser::tokenizer::Token;
+    let mut statements = Vec::new();
+    for group in tokens.split(|t| t.token == Token::SemiColon) {
+        if group
+            .iter()
+            .all(|t| matches!(t.token, Token::Whitespace(_) | Token::EOF))
+        {
+            continue;
+        }
+        statements.extend(
+            Parser::new(dialect)
+                .with_recursion_limit(crate::limits::PARSER_RECURSION_LIMIT)
+                .with_tokens_with_locations(group.to_vec())
+                .parse_statements()?,
+        );
     }
     Ok(statements)
 }
@@ -559,6 +610,77 @@ pub(crate) fn rewrite_overriding(sql: &str) -> Option<String> {
         }
         if overwrite_after.contains(&i) {
             out.push_str(" OVERWRITE");
+        }
+    }
+    Some(out)
+}
+
+/// `COPY` options sqlparser does not take as PostgreSQL writes them:
+/// `FORCE_QUOTE *` and the older `CSV FORCE QUOTE *` (sqlparser takes only
+/// column names there, so `*` becomes the one quoted name `"*"`, which
+/// `copy.rs` reads as every column: a column really called `*` is then
+/// quoted with all the others), and `FREEZE` / `HEADER` with `on`, `off`,
+/// `1` or `0` (pgbench sends `FREEZE ON`), which become `TRUE` / `FALSE`.
+/// `None` when `sql` has none.
+pub(crate) fn rewrite_copy_options(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !contains_ignore_case(sql, "copy") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let significant: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    let mut replace: Vec<(usize, &str)> = Vec::new();
+    let mut in_copy = false;
+    let mut first = true;
+    for (n, &i) in significant.iter().enumerate() {
+        if first {
+            in_copy = keyword(&tokens[i]) == Some(Keyword::COPY);
+            first = false;
+        }
+        if matches!(tokens[i], Token::SemiColon) {
+            first = true;
+            continue;
+        }
+        if !in_copy || n == 0 {
+            continue;
+        }
+        let before = keyword(&tokens[significant[n - 1]]);
+        if matches!(before, Some(Keyword::FREEZE | Keyword::HEADER)) {
+            let value = match &tokens[i] {
+                Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_lowercase(),
+                Token::Number(n, _) => n.clone(),
+                _ => continue,
+            };
+            match value.as_str() {
+                "on" | "1" => replace.push((i, "TRUE")),
+                "off" | "0" => replace.push((i, "FALSE")),
+                _ => {}
+            }
+            continue;
+        }
+        if !matches!(tokens[i], Token::Mul) {
+            continue;
+        }
+        if before == Some(Keyword::FORCE_QUOTE) {
+            replace.push((i, "(\"*\")"));
+        } else if before == Some(Keyword::QUOTE)
+            && n >= 2
+            && keyword(&tokens[significant[n - 2]]) == Some(Keyword::FORCE)
+        {
+            replace.push((i, "\"*\""));
+        }
+    }
+    if replace.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    for (i, t) in tokens.iter().enumerate() {
+        match replace.iter().find(|(at, _)| *at == i) {
+            Some((_, with)) => out.push_str(with),
+            None => out.push_str(&t.to_string()),
         }
     }
     Some(out)

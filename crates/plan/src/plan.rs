@@ -42,6 +42,27 @@ pub enum Outcome {
     Command { tag: String },
     /// An empty query string.
     Empty,
+    /// `COPY ... FROM STDIN` began: the session waits for the data
+    /// (`Session::copy_in_data`, then `copy_in_done` or `copy_in_fail`);
+    /// the front end asks the client for it (CopyInResponse).
+    CopyIn {
+        /// Binary format (else text: text and CSV).
+        binary: bool,
+        /// Columns each row carries.
+        columns: usize,
+    },
+    /// `COPY ... TO STDOUT`: the encoded data, in chunks of about
+    /// `COPY_OUT_CHUNK_BYTES` (CopyOutResponse, CopyData each, CopyDone).
+    CopyOut {
+        /// Binary format (else text: text and CSV).
+        binary: bool,
+        /// Columns each row carries.
+        columns: usize,
+        /// The data, in the order it is sent.
+        chunks: Vec<Vec<u8>>,
+        /// The command tag (`COPY 3`).
+        tag: String,
+    },
 }
 
 /// A bound statement.
@@ -109,6 +130,8 @@ pub enum Plan {
         statement: Box<ast::Statement>,
         dot: bool,
     },
+    /// `COPY ... FROM STDIN` or `COPY ... TO STDOUT` (`copy.rs`).
+    Copy(CopyPlan),
     /// A query direct evaluation does not answer (it reads one base table
     /// at most): decided from its shape before anything else is bound, so
     /// it goes to the dataflow (an automatic view or one-shot evaluation).
@@ -343,6 +366,106 @@ pub enum RowLocking {
 pub enum InsertSource {
     Values(Vec<Vec<Expr>>),
     Query(Box<SelectPlan>),
+    /// Rows `COPY ... FROM STDIN` read, already of the columns' types.
+    Copied(CopiedRows),
+}
+
+/// The rows of one `COPY ... FROM STDIN`, with the input line each began
+/// on, so an error names it as PostgreSQL's CONTEXT does.
+#[derive(Clone, Debug, Default)]
+pub struct CopiedRows {
+    /// The table as `COPY` named it.
+    pub relation: String,
+    /// The rows, each of the copied columns' values in order.
+    pub rows: Vec<Vec<Value>>,
+    /// The line of each row (1-based; for binary data, the tuple's number).
+    pub lines: Vec<u64>,
+}
+
+impl CopiedRows {
+    /// `e`, raised for row `i`, with the CONTEXT `COPY t, line n` unless
+    /// it has one.
+    pub fn context_of(&self, i: usize, e: aqueduct_expr::SqlError) -> aqueduct_expr::SqlError {
+        if e.context.is_some() {
+            return e;
+        }
+        let line = self.lines.get(i).copied().unwrap_or(0);
+        let relation = &self.relation;
+        e.with_context(format!("COPY {relation}, line {line}"))
+    }
+}
+
+/// A bound `COPY`.
+#[derive(Clone, Debug)]
+pub struct CopyPlan {
+    /// The relation as errors' CONTEXT names it (`COPY t, line 3`), or
+    /// empty for `COPY (query)`.
+    pub relation: String,
+    /// The options, checked and defaulted.
+    pub options: CopyOptions,
+    /// From STDIN (with its INSERT) or to STDOUT (with its query).
+    pub direction: CopyDirection,
+}
+
+/// Which way a `COPY` goes.
+#[derive(Clone, Debug)]
+pub enum CopyDirection {
+    /// `COPY t [(cols)] FROM STDIN`: the rows become an `INSERT` of
+    /// `columns` (source [`InsertSource::Copied`]), so defaults,
+    /// constraints and coercion are INSERT's.
+    FromStdin {
+        insert: Box<InsertPlan>,
+        /// The columns each input row carries, in order.
+        columns: Vec<Column>,
+    },
+    /// `COPY t [(cols)] TO STDOUT` (as `SELECT cols FROM t`) or `COPY
+    /// (query) TO STDOUT`: the query, answered by its own route.
+    ToStdout { query: Box<ast::Query> },
+}
+
+/// `COPY`'s data format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyFormat {
+    /// Tab-separated lines with backslash escapes.
+    Text,
+    /// Comma-separated values with quoting.
+    Csv,
+    /// `PGCOPY` tuples of the values' binary forms.
+    Binary,
+}
+
+/// Columns a `FORCE_QUOTE` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForceQuote {
+    /// `FORCE_QUOTE *`.
+    All,
+    /// These columns (none by default).
+    Columns(Vec<String>),
+}
+
+/// `COPY`'s options, checked against each other as PostgreSQL checks
+/// them (`copy.rs: options`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyOptions {
+    /// `FORMAT` (text by default).
+    pub format: CopyFormat,
+    /// `HEADER`: a first line of column names (skipped on input).
+    pub header: bool,
+    /// `DELIMITER`: a tab in text, a comma in CSV.
+    pub delimiter: u8,
+    /// The string that stands for NULL (`\N` in text, empty in CSV).
+    pub null: String,
+    /// `QUOTE` (CSV): `"` by default.
+    pub quote: u8,
+    /// `ESCAPE` (CSV): the quote by default.
+    pub escape: u8,
+    /// `FORCE_QUOTE` (CSV, `TO`): columns always quoted.
+    pub force_quote: ForceQuote,
+    /// `FORCE_NOT_NULL` (CSV, `FROM`): columns whose unquoted NULL string
+    /// is a string.
+    pub force_not_null: Vec<String>,
+    /// `FORCE_NULL` (CSV, `FROM`): columns whose quoted NULL string is NULL.
+    pub force_null: Vec<String>,
 }
 
 #[derive(Clone, Debug)]

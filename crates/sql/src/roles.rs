@@ -312,6 +312,19 @@ pub(crate) fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError
             needs.reads_besides(st, &target);
         }
         Statement::Explain { statement, .. } => needs_of(statement, needs)?,
+        // `COPY t FROM` inserts into t; `COPY t TO` and `COPY (query) TO`
+        // read, as the query they stand for would.
+        Statement::Copy { source, to, .. } => match source {
+            ast::CopySource::Table { table_name, .. } => needs.add(
+                object_name(table_name)?,
+                if *to {
+                    Privilege::Select
+                } else {
+                    Privilege::Insert
+                },
+            ),
+            ast::CopySource::Query(q) => needs.reads(query_relations(q)),
+        },
         Statement::CreateView(v) => needs.reads(query_relations(&v.query)),
         Statement::CreateIndex(c) => needs.owned.push(object_name(&c.table_name)?),
         Statement::Drop {

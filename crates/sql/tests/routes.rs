@@ -167,6 +167,9 @@ fn explain_names_the_route_each_statement_takes() {
         ("BEGIN", "transaction control", "run directly"),
         ("SET aqueduct.auto_views = off", "session command", "run directly"),
         ("CREATE ROLE alice", "roles", "run directly"),
+        ("COPY t (id, name) FROM STDIN (FORMAT csv)", "copy from stdin", "run directly"),
+        ("COPY t TO STDOUT", "copy to stdout", "run directly"),
+        ("COPY (SELECT t.name FROM t JOIN u ON t.id = u.t_id) TO STDOUT", "copy to stdout", "run directly"),
     ];
     for (sql, route, first) in cases {
         let (got, line) = explain(&mut s, sql);

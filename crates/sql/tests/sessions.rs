@@ -9,8 +9,8 @@ use common::{engine, ok, rows, run};
 
 fn tag(s: &mut Session, sql: &str) -> String {
     match ok(s, sql) {
-        Outcome::Command { tag } | Outcome::Rows { tag, .. } => tag,
-        Outcome::Empty => String::new(),
+        Outcome::Command { tag } | Outcome::Rows { tag, .. } | Outcome::CopyOut { tag, .. } => tag,
+        Outcome::Empty | Outcome::CopyIn { .. } => String::new(),
     }
 }
 

@@ -28,6 +28,7 @@ use aqueduct_log::{Log, Lsn};
 use aqueduct_values::{EnumType, Value};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+pub use aqueduct_log::MAX_BATCH_BYTES;
 pub use batch::{
     decode_record, decode_row_key, encode_batch, row_log_key, AppliedBatch, Batch, BatchBuilder,
     BatchEntry,

@@ -13,4 +13,14 @@ BEGIN;
 INSERT INTO client_psql (id, name) VALUES (4, 'rolled back');
 ROLLBACK;
 SELECT count(*) AS n FROM client_psql WHERE id = 4;
+-- psql's \copy: COPY ... FROM STDIN and TO STDOUT, with psql reading and
+-- writing the files (the second into $WORK, which scripts/client-tests makes).
+\copy client_psql (id, name, score) from 'tests/clients/psql/copy.csv' csv header
+SELECT id, name, score, ok FROM client_psql WHERE id >= 10 ORDER BY id;
+\getenv work WORK
+\cd :work
+\copy client_psql to 'client_psql.copy'
+\! cat client_psql.copy
+\copy (SELECT id, name FROM client_psql ORDER BY id) to 'client_psql.csv' with csv header force quote *
+\! cat client_psql.csv
 DROP TABLE client_psql;

@@ -11,6 +11,8 @@
 //! - `dataflow.rs`: automatic views and one-shot evaluation;
 //! - `consistency.rs`: waiting for the views, reads as of a release;
 //! - `txn_view_reads.rs`: reads of views inside a transaction block;
+//! - `copy.rs`: `COPY ... FROM STDIN` fed chunk by chunk, `COPY ... TO
+//!   STDOUT`;
 //! - `roles.rs`: the principal, privilege checks, role statements;
 //! - `time_maps.rs`: `CREATE TIME MAP` and its kin.
 //!
@@ -18,6 +20,7 @@
 
 mod consistency;
 mod consumers;
+mod copy;
 mod dataflow;
 mod prepare;
 mod roles;

@@ -129,6 +129,10 @@ impl Route {
                 | Plan::Deallocate { .. }
                 | Plan::ShowViews
                 | Plan::ShowConsumers => "session command",
+                Plan::Copy(c) => match c.direction {
+                    aqueduct_plan::plan::CopyDirection::FromStdin { .. } => "copy from stdin",
+                    aqueduct_plan::plan::CopyDirection::ToStdout { .. } => "copy to stdout",
+                },
                 Plan::Dataflow(_) => "dataflow",
             },
             Route::AutoView { .. } => "automatic view",

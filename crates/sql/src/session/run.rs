@@ -47,12 +47,35 @@ impl Session {
         if statements.is_empty() {
             return vec![Ok(Outcome::Empty)];
         }
+        // The front end feeds a COPY FROM STDIN its data after the query
+        // string ran: nothing may follow it there.
+        let copy_in = |st: &Statement| {
+            matches!(
+                st,
+                Statement::Copy {
+                    to: false,
+                    target: sqlparser::ast::CopyTarget::Stdin,
+                    ..
+                }
+            )
+        };
+        if statements[..statements.len() - 1].iter().any(copy_in) {
+            self.note_error();
+            return vec![Err(SqlError::unsupported(
+                "a statement after COPY FROM STDIN in the same query string",
+            )
+            .with_hint(
+                "send the statements after the COPY in a query of their own",
+            ))];
+        }
         let mut out = Vec::with_capacity(statements.len());
         for st in statements {
             let r = self.statement(|s| s.run(Some(&st), sql, &[], &[]));
-            let failed = r.is_err();
+            // A COPY FROM STDIN waits for its data: the front end runs it
+            // before anything else.
+            let stop = r.is_err() || matches!(r, Ok(Outcome::CopyIn { .. }));
             out.push(r);
-            if failed {
+            if stop {
                 break;
             }
         }
@@ -285,6 +308,7 @@ impl Session {
                 "DEALLOCATE"
             })),
             Plan::Show { name } => self.show(&name),
+            Plan::Copy(copy) => self.run_copy(copy, params),
             plan => self.run_data(plan, bound.columns, params),
         }
     }

@@ -128,6 +128,8 @@ pub struct Session {
     /// Who the session runs as (`roles.rs`).
     pub(crate) principal: Principal,
     pub(crate) view_relations_cache: ViewRelationsCache,
+    /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
+    pub(crate) copy_in: Option<aqueduct_plan::copy::CopyLoad>,
 }
 
 impl Session {
@@ -162,6 +164,7 @@ impl Session {
             txn_began_micros: None,
             principal: Default::default(),
             view_relations_cache: Default::default(),
+            copy_in: None,
             bounds: StatementBounds::default(),
             clock,
         }

@@ -403,10 +403,10 @@ fn sorted(mut rows: Rows) -> Rows {
 /// The number at the end of a command tag (`INSERT 0 3`, `UPDATE 2`).
 fn tag_count(o: &Outcome) -> Option<usize> {
     match o {
-        Outcome::Command { tag } | Outcome::Rows { tag, .. } => {
+        Outcome::Command { tag } | Outcome::Rows { tag, .. } | Outcome::CopyOut { tag, .. } => {
             tag.rsplit(' ').next().and_then(|n| n.parse().ok())
         }
-        Outcome::Empty => None,
+        Outcome::Empty | Outcome::CopyIn { .. } => None,
     }
 }
 
