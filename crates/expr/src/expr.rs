@@ -162,6 +162,10 @@ pub enum Func {
     ArrayUpper,
     /// `array_lower(array, dimension)`: 1 for an array with elements.
     ArrayLower,
+    /// `ltrim(text [, characters])`, `TRIM(LEADING ...)`.
+    LTrim,
+    /// `rtrim(text [, characters])`, `TRIM(TRAILING ...)`.
+    RTrim,
     /// `quote_ident(text)`.
     QuoteIdent,
     /// `array_to_string(array, delimiter [, null_string])`.
@@ -208,6 +212,8 @@ impl Func {
             "make_interval" => Func::MakeInterval,
             "date_part" => Func::DatePart,
             "quote_ident" => Func::QuoteIdent,
+            "ltrim" => Func::LTrim,
+            "rtrim" => Func::RTrim,
             "array_upper" => Func::ArrayUpper,
             "array_lower" => Func::ArrayLower,
             "array_to_string" => Func::ArrayToString,
@@ -1127,7 +1133,24 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
             Value::Bytes(b) => b.len() as i64,
             v => text_of(&v).chars().count() as i64,
         }),
-        Func::Trim => Value::Text(text_of(&arg(0)).trim().to_string()),
+        Func::Trim | Func::LTrim | Func::RTrim => {
+            // Spaces, unless the characters to trim are given.
+            let chars = if vals.len() > 1 {
+                text_of(&arg(1))
+            } else {
+                " ".to_string()
+            };
+            let text = text_of(&arg(0));
+            let cut = |c: char| chars.contains(c);
+            Value::Text(
+                match f {
+                    Func::LTrim => text.trim_start_matches(cut),
+                    Func::RTrim => text.trim_end_matches(cut),
+                    _ => text.trim_matches(cut),
+                }
+                .to_string(),
+            )
+        }
         Func::JsonbTypeof => crate::json::type_of(&arg(0))?,
         Func::JsonbArrayLength => crate::json::array_length(&arg(0))?,
         Func::JsonbSet => {

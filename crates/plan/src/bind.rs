@@ -1360,13 +1360,21 @@ impl<'a> Binder<'a> {
             }
             E::Trim {
                 expr,
-                trim_where: None,
-                trim_what: None,
+                trim_where,
+                trim_what,
                 trim_characters: None,
-            } => Expr::Call(
-                Func::Trim,
-                vec![self.expr(expr, scope, Some(&DataType::Text))?],
-            ),
+            } => {
+                let func = match trim_where {
+                    Some(ast::TrimWhereField::Leading) => Func::LTrim,
+                    Some(ast::TrimWhereField::Trailing) => Func::RTrim,
+                    _ => Func::Trim,
+                };
+                let mut args = vec![self.expr(expr, scope, Some(&DataType::Text))?];
+                if let Some(what) = trim_what {
+                    args.push(self.expr(what, scope, Some(&DataType::Text))?);
+                }
+                Expr::Call(func, args)
+            }
             E::AnyOp {
                 left,
                 compare_op,
@@ -1990,9 +1998,13 @@ impl<'a> Binder<'a> {
         let (args, _, _) = self.function_args(f)?;
         check_arity(func, &name, args.len())?;
         let arg_hint = match func {
-            Func::Lower | Func::Upper | Func::Length | Func::Trim | Func::Concat => {
-                Some(DataType::Text)
-            }
+            Func::Lower
+            | Func::Upper
+            | Func::Length
+            | Func::Trim
+            | Func::LTrim
+            | Func::RTrim
+            | Func::Concat => Some(DataType::Text),
             Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => expected.cloned(),
             Func::JsonbTypeof | Func::JsonbArrayLength | Func::JsonbSet => Some(DataType::Jsonb),
             Func::JustifyDays | Func::JustifyHours | Func::JustifyInterval => {

@@ -171,6 +171,12 @@ impl Binder<'_> {
                 let e = self.expr(&args[0], scope, Some(&DataType::Text))?;
                 Expr::Cast(Box::new(e), DataType::Text)
             }
+            // No table is partitioned: a relation is its own only
+            // ancestor (the one row the set-returning form makes).
+            "pg_partition_ancestors" | "pg_partition_root" => {
+                arity(args.len() == 1)?;
+                oid_arg(self, 0)?
+            }
             "pg_relation_is_publishable" => {
                 arity(args.len() == 1)?;
                 let l = self.catalog_lookups();

@@ -35,7 +35,7 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let copy_options = rewrite_copy_options(sql);
     let sql = copy_options.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
-    let statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
+    let mut statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
         .tokenize_with_location()
         .map_err(sqlparser::parser::ParserError::from)
@@ -58,10 +58,55 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
             let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg);
             SqlError::syntax(format!("syntax error: {msg}"))
         })?;
-    for st in &statements {
+    for st in &mut statements {
         crate::limits::check_depth(st)?;
+        rewrite_string_agg(st);
     }
     Ok(statements)
+}
+
+/// `string_agg(x, sep)` is `array_to_string(array_agg(x), sep)`: both
+/// skip NULL values and are NULL over no rows (the aggregate machinery
+/// takes one argument; the separator is applied to its result).
+fn rewrite_string_agg(st: &mut Statement) {
+    use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, ObjectName};
+    let _ = sqlparser::ast::visit_expressions_mut(st, |e| {
+        if let Expr::Function(f) = e {
+            let named = f
+                .name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(|i| i.value.to_lowercase());
+            if named.as_deref() == Some("string_agg") && f.over.is_none() && f.filter.is_none() {
+                if let FunctionArguments::List(list) = &f.args {
+                    if let [value, FunctionArg::Unnamed(FunctionArgExpr::Expr(sep))] =
+                        list.args.as_slice()
+                    {
+                        let mut agg = f.clone();
+                        agg.name = ObjectName::from(vec![sqlparser::ast::Ident::new("array_agg")]);
+                        let mut args = list.clone();
+                        args.args = vec![value.clone()];
+                        agg.args = FunctionArguments::List(args);
+                        let mut outer = f.clone();
+                        outer.name =
+                            ObjectName::from(vec![sqlparser::ast::Ident::new("array_to_string")]);
+                        let mut outer_args = list.clone();
+                        outer_args.args = vec![
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Function(agg))),
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(sep.clone())),
+                        ];
+                        outer_args.clauses = Vec::new();
+                        outer_args.duplicate_treatment = None;
+                        outer.args = FunctionArguments::List(outer_args);
+                        outer.within_group = Vec::new();
+                        *e = Expr::Function(outer);
+                    }
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }
 
 /// Whether a statement among `tokens` begins with `COPY`.

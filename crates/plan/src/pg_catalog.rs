@@ -730,6 +730,12 @@ const RELATIONS: &[Relation] = &[
                         .iter()
                         .filter(|c| c.table_oid == r.oid && c.kind == "c")
                         .count();
+                    // PostgreSQL keeps a foreign key by triggers on both
+                    // tables, and tools look for foreign keys only then.
+                    let triggers = m
+                        .constraints
+                        .iter()
+                        .any(|c| c.kind == "f" && (c.table_oid == r.oid || c.ref_oid == r.oid));
                     vec![
                         oid(r.oid),
                         text(&r.name),
@@ -755,7 +761,7 @@ const RELATIONS: &[Relation] = &[
                         int(r.columns.len() as i64),
                         int(checks as i64),
                         boolean(r.kind == "v"),
-                        boolean(false),
+                        boolean(triggers),
                         boolean(false),
                         boolean(false),
                         boolean(false),

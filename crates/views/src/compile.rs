@@ -216,6 +216,11 @@ impl<'a, 'g> Compiler<'a, 'g> {
                     top,
                 )
             }
+            ast::SetExpr::Values(v)
+                if self.one_shot && q.order_by.is_none() && limit.is_none() && offset.is_none() =>
+            {
+                self.values(v)
+            }
             other => Err(unsupported_in_view(&format!("{other}"))),
         }
     }
@@ -331,6 +336,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 self.union(set_quantifier, left, right, None, None, None, false)
             }),
             ast::SetExpr::SetOperation { .. } => Err(unsupported_in_view(&format!("{e}"))),
+            ast::SetExpr::Values(v) if self.one_shot => self.values(v),
             other => self.query(&ast::Query {
                 with: None,
                 body: Box::new(other.clone()),
@@ -356,6 +362,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 name,
                 alias,
                 args: Some(args),
+                with_ordinality,
                 ..
             } if self.one_shot => {
                 let args: Vec<&ast::Expr> = args
@@ -367,17 +374,17 @@ impl<'a, 'g> Compiler<'a, 'g> {
                     })
                     .collect::<Result<_, _>>()?;
                 let n = object_name(name)?;
-                self.function_source(&n, &args, alias.as_ref())
+                self.function_source(&n, &args, alias.as_ref(), *with_ordinality)
             }
             ast::TableFactor::UNNEST {
                 alias,
                 array_exprs,
                 with_offset: false,
-                with_ordinality: false,
+                with_ordinality,
                 ..
             } if self.one_shot => {
                 let args: Vec<&ast::Expr> = array_exprs.iter().collect();
-                self.function_source("unnest", &args, alias.as_ref())
+                self.function_source("unnest", &args, alias.as_ref(), *with_ordinality)
             }
             ast::TableFactor::Table { name, alias, .. } => {
                 let n = object_name(name)?;
@@ -413,13 +420,73 @@ impl<'a, 'g> Compiler<'a, 'g> {
                     .as_ref()
                     .map(|a| ident(&a.name))
                     .ok_or_else(|| SqlError::syntax("a subquery in FROM must have an alias"))?;
-                Ok((compiled.node, scope_of(&compiled.columns, &qualifier)))
+                let mut scope = scope_of(&compiled.columns, &qualifier);
+                // `AS v(a, b)` names its columns.
+                let names = alias.iter().flat_map(|a| a.columns.iter());
+                for (c, name) in scope.columns.iter_mut().zip(names) {
+                    c.name = ident(&name.name);
+                }
+                Ok((compiled.node, scope))
             }
             ast::TableFactor::NestedJoin {
                 table_with_joins, ..
             } => self.join_item(table_with_joins, &mut Vec::new()),
             other => Err(unsupported_in_view(&format!("{other}"))),
         }
+    }
+
+    /// `VALUES (...), (...)` evaluated once: its rows, made now, as a
+    /// source with columns `column1`, `column2`, ...
+    fn values(&mut self, v: &ast::Values) -> Result<Compiled, SqlError> {
+        let mut rows = Vec::new();
+        let mut types: Vec<Option<DataType>> = Vec::new();
+        for row in &v.rows {
+            let mut out = Vec::new();
+            for (i, e) in row.iter().enumerate() {
+                let bound = self.binder.expr(e, &Scope::empty(), None)?;
+                if types.len() <= i {
+                    types.push(None);
+                }
+                if types[i].is_none() {
+                    types[i] = self.binder.known_type(&bound, &Scope::empty());
+                }
+                out.push(bound.eval(&Env::new(&[], &self.values))?);
+            }
+            if rows
+                .first()
+                .is_some_and(|r: &Vec<Value>| r.len() != out.len())
+            {
+                return Err(SqlError::new(
+                    "42601",
+                    "VALUES lists must all be the same length",
+                ));
+            }
+            rows.push(out);
+        }
+        let columns: Vec<Column> = types
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| Column::computed(format!("column{}", i + 1), t.unwrap_or(DataType::Text)))
+            .collect();
+        for r in &mut rows {
+            for (v, c) in r.iter_mut().zip(&columns) {
+                *v = std::mem::replace(v, Value::Null).coerce(&c.ty)?;
+            }
+        }
+        let (node, _) = self.rows_source("values", rows);
+        Ok(Compiled {
+            node,
+            columns,
+            order: Vec::new(),
+        })
+    }
+
+    /// A source of rows made now (one-shot evaluation), with an empty
+    /// scope.
+    fn rows_source(&mut self, name: &str, rows: Vec<aqueduct_dataflow::Row>) -> (NodeId, Scope) {
+        let id = FUNCTION_SOURCE_IDS + self.function_rows.len() as u64;
+        self.function_rows.push((id, rows));
+        (self.graph.source(id, name), Scope::empty())
     }
 
     /// A function in `FROM` (`generate_series`, `unnest`): its rows, made
@@ -429,6 +496,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
         name: &str,
         args: &[&ast::Expr],
         alias: Option<&ast::TableAlias>,
+        with_ordinality: bool,
     ) -> Result<(NodeId, Scope), SqlError> {
         let n = name.strip_prefix("pg_catalog.").unwrap_or(name).to_string();
         let mut values = Vec::new();
@@ -442,7 +510,13 @@ impl<'a, 'g> Compiler<'a, 'g> {
             SqlError::new("42883", format!("function {n}() does not exist in FROM"))
                 .with_hint("FROM takes generate_series(start, stop [, step]) and unnest(array)")
         })?;
-        let id = FUNCTION_SOURCE_IDS + self.function_rows.len() as u64;
+        let mut rows = made.rows;
+        if with_ordinality {
+            for (i, r) in rows.iter_mut().enumerate() {
+                r.push(Value::Int(i as i64 + 1));
+            }
+        }
+        let (node, _) = self.rows_source(&n, rows);
         let qualifier = alias.map(|a| ident(&a.name)).unwrap_or(n.clone());
         let column = alias
             .and_then(|a| a.columns.first())
@@ -454,18 +528,26 @@ impl<'a, 'g> Compiler<'a, 'g> {
                     made.column.clone()
                 }
             });
-        self.function_rows.push((id, made.rows));
-        let node = self.graph.source(id, &n);
-        let scope = Scope {
-            columns: vec![ScopeColumn {
+        let mut columns = vec![ScopeColumn {
+            qualifier: Some(qualifier.clone()),
+            name: column,
+            ty: made.ty,
+            qualified_only: false,
+            table: None,
+        }];
+        if with_ordinality {
+            columns.push(ScopeColumn {
                 qualifier: Some(qualifier),
-                name: column,
-                ty: made.ty,
+                name: alias
+                    .and_then(|a| a.columns.get(1))
+                    .map(|c| ident(&c.name))
+                    .unwrap_or_else(|| "ordinality".into()),
+                ty: DataType::Int8,
                 qualified_only: false,
                 table: None,
-            }],
-        };
-        Ok((node, scope))
+            });
+        }
+        Ok((node, Scope { columns }))
     }
 
     /// Joins `left` and `right` on the equalities in `on` (conjuncts of
@@ -589,10 +671,12 @@ impl<'a, 'g> Compiler<'a, 'g> {
         limit: Option<Expr>,
         offset: Option<Expr>,
     ) -> Result<Compiled, SqlError> {
-        let Some((first, rest)) = s.from.split_first() else {
-            return Err(unsupported_in_view("a SELECT without FROM"));
+        let (mut acc, rest) = match s.from.split_first() {
+            Some((first, rest)) => (self.join_item(first, &mut Vec::new())?, rest),
+            // Once: one row of no columns to select from.
+            None if self.one_shot => (self.rows_source("one row", vec![Vec::new()]), &[][..]),
+            None => return Err(unsupported_in_view("a SELECT without FROM")),
         };
-        let mut acc = self.join_item(first, &mut Vec::new())?;
         // Comma-separated items join on equalities found in WHERE.
         let mut where_conjuncts: Vec<ast::Expr> = Vec::new();
         if let Some(w) = &s.selection {

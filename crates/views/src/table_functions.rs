@@ -97,6 +97,23 @@ pub fn rows(
                 rows,
             }
         }
+        // No table is partitioned: a relation is its own only ancestor.
+        "pg_partition_ancestors" => {
+            let [(relation, _)] = args else {
+                return Err(SqlError::new(
+                    "42883",
+                    "function pg_partition_ancestors takes one argument",
+                ));
+            };
+            FunctionRows {
+                column: "relid".into(),
+                ty: DataType::Oid,
+                rows: match relation {
+                    Value::Null => Vec::new(),
+                    v => vec![vec![v.clone()]],
+                },
+            }
+        }
         _ => return Ok(None),
     }))
 }
