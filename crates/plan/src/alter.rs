@@ -623,6 +623,7 @@ impl Work<'_> {
                 self.schema.indexes.push(IndexDef {
                     deferrable,
                     initially_deferred,
+                    constraint: true,
                     ..IndexDef::on_columns(name, cols, true)
                 });
             }

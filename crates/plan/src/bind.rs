@@ -3487,6 +3487,7 @@ impl<'a> Binder<'a> {
                 aqueduct_tables::IndexDef {
                     deferrable,
                     initially_deferred,
+                    constraint: true,
                     ..aqueduct_tables::IndexDef::on_columns(name, cols, true)
                 }
             })

@@ -147,7 +147,11 @@ impl Binder<'_> {
             "pg_get_constraintdef" => {
                 arity(matches!(args.len(), 1 | 2))?;
                 let l = self.catalog_lookups();
-                Expr::Lookup(l.constraint_def.clone(), vec![oid_arg(self, 0)?])
+                let pretty = match args.get(1) {
+                    Some(p) => self.expr(p, scope, Some(&DataType::Bool))?,
+                    None => Expr::Literal(Value::Bool(false)),
+                };
+                Expr::Lookup(l.constraint_def.clone(), vec![oid_arg(self, 0)?, pretty])
             }
             "pg_get_viewdef" => {
                 arity(matches!(args.len(), 1 | 2))?;

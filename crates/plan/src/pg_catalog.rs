@@ -24,6 +24,8 @@ pub const NS_PG_CATALOG: u32 = 11;
 pub const NS_PUBLIC: u32 = 2200;
 /// `information_schema`'s namespace id.
 pub const NS_INFORMATION_SCHEMA: u32 = 13_000;
+/// `pg_database_owner`, the role that owns `public`.
+const DATABASE_OWNER: u32 = 6171;
 /// The database's id.
 pub const DATABASE_OID: u32 = 5;
 /// The ordered index method (`btree`).
@@ -149,6 +151,16 @@ fn formatted_builtin(oid: u32) -> Option<String> {
     Some(ty.to_string())
 }
 
+/// How PostgreSQL stores a type's values (`attstorage`): in the row
+/// (`p`), compressed in the row (`m`, numeric) or out of it (`x`).
+fn storage(ty: &DataType) -> &'static str {
+    match ty {
+        DataType::Numeric | DataType::NumericTypmod { .. } => "m",
+        t if t.pg_len() > 0 => "p",
+        _ => "x",
+    }
+}
+
 /// A column's type modifier as `pg_attribute.atttypmod` has it.
 fn typmod(ty: &DataType) -> i64 {
     match ty {
@@ -210,7 +222,18 @@ struct Constraint {
     check: Option<String>,
     /// The unique constraint a foreign key's referenced columns match.
     ref_constraint: Option<String>,
+    /// `pg_get_constraintdef(oid, true)`; without `pretty` a CHECK's
+    /// condition has parentheses of its own.
     def: String,
+}
+
+impl Constraint {
+    fn plain_def(&self) -> String {
+        match &self.check {
+            Some(sql) => format!("CHECK (({sql}))"),
+            None => self.def.clone(),
+        }
+    }
 }
 
 /// The user's objects as the relations and functions describe them.
@@ -418,9 +441,8 @@ impl<'a> Model<'a> {
             def: String::new(),
         };
         for ix in indexes.iter().filter(|i| i.table == s.id) {
-            let constraint =
-                ix.primary || (ix.unique && ix.expressions.is_empty() && ix.predicate.is_none());
-            if !constraint {
+            let schema_ix = s.indexes.iter().find(|i| i.name == ix.name);
+            if !ix.primary && !schema_ix.is_some_and(|i| i.constraint) {
                 continue;
             }
             let (kind, word) = if ix.primary {
@@ -428,7 +450,6 @@ impl<'a> Model<'a> {
             } else {
                 ("u", "UNIQUE")
             };
-            let schema_ix = s.indexes.iter().find(|i| i.name == ix.name);
             let mut c = blank(ix.name.clone(), kind);
             c.keys = ix.keys.clone();
             c.index_oid = ix.oid;
@@ -486,7 +507,7 @@ impl<'a> Model<'a> {
         for check in &s.checks {
             let mut c = blank(check.name.clone(), "c");
             c.check = Some(check.sql.clone());
-            c.def = format!("CHECK (({}))", check.sql);
+            c.def = format!("CHECK ({})", check.sql);
             out.push(c);
         }
     }
@@ -699,7 +720,11 @@ const RELATIONS: &[Relation] = &[
                 (NS_INFORMATION_SCHEMA, "information_schema"),
             ]
             .iter()
-            .map(|&(o, n)| vec![oid(o), text(n), oid(10), null()])
+            .map(|&(o, n)| {
+                // PostgreSQL 15's `public` belongs to pg_database_owner.
+                let owner = if o == NS_PUBLIC { DATABASE_OWNER } else { 10 };
+                vec![oid(o), text(n), oid(owner), null()]
+            })
             .collect()
         },
     },
@@ -814,7 +839,7 @@ const RELATIONS: &[Relation] = &[
                             4 => "i",
                             _ => "d",
                         }),
-                        text(if ty.pg_len() > 0 { "p" } else { "x" }),
+                        text(storage(ty)),
                         text(""),
                         boolean(*not_null),
                         boolean(default.is_some() && r.kind == "r"),
@@ -1834,6 +1859,13 @@ fn roles(m: &Model) -> Vec<(u32, String, bool, bool, bool)> {
     if !out.iter().any(|r| r.1 == m.ctx.user) {
         out.insert(0, (10, m.ctx.user.clone(), true, true, true));
     }
+    out.push((
+        DATABASE_OWNER,
+        "pg_database_owner".into(),
+        false,
+        false,
+        false,
+    ));
     out
 }
 
@@ -1930,11 +1962,11 @@ pub fn lookups(catalog: &Catalog, ctx: &CatalogContext) -> CatalogLookups {
             index_column.insert(vec![oid(ix.oid), int(i as i64 + 1)], text(k));
         }
     }
-    let constraint_def = m
-        .constraints
-        .iter()
-        .map(|c| (vec![oid(c.oid)], text(&c.def)))
-        .collect();
+    let mut constraint_def = HashMap::new();
+    for c in &m.constraints {
+        constraint_def.insert(vec![oid(c.oid), Value::Bool(true)], text(&c.def));
+        constraint_def.insert(vec![oid(c.oid), Value::Bool(false)], text(&c.plain_def()));
+    }
     let view_def = m
         .relations
         .iter()

@@ -123,6 +123,9 @@ pub struct IndexDef {
     pub deferrable: bool,
     /// `INITIALLY DEFERRED`.
     pub initially_deferred: bool,
+    /// Made by a `UNIQUE` constraint (the catalog lists a constraint
+    /// for it), not by `CREATE UNIQUE INDEX`.
+    pub constraint: bool,
 }
 
 impl IndexDef {
@@ -400,6 +403,8 @@ struct IndexJson {
     deferrable: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     initially_deferred: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    constraint: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -630,6 +635,7 @@ fn index_json(i: &IndexDef) -> IndexJson {
         predicate: i.predicate.clone(),
         deferrable: i.deferrable,
         initially_deferred: i.initially_deferred,
+        constraint: i.constraint,
     }
 }
 
@@ -642,6 +648,7 @@ fn index_def(i: IndexJson) -> IndexDef {
         predicate: i.predicate,
         deferrable: i.deferrable,
         initially_deferred: i.initially_deferred,
+        constraint: i.constraint,
     }
 }
 
