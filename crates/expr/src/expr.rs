@@ -166,6 +166,9 @@ pub enum Func {
     LTrim,
     /// `rtrim(text [, characters])`, `TRIM(TRAILING ...)`.
     RTrim,
+    /// `array_remove(array, element)`: the array without the elements
+    /// equal to it.
+    ArrayRemove,
     /// `quote_ident(text)`.
     QuoteIdent,
     /// `array_to_string(array, delimiter [, null_string])`.
@@ -212,6 +215,7 @@ impl Func {
             "make_interval" => Func::MakeInterval,
             "date_part" => Func::DatePart,
             "quote_ident" => Func::QuoteIdent,
+            "array_remove" => Func::ArrayRemove,
             "ltrim" => Func::LTrim,
             "rtrim" => Func::RTrim,
             "array_upper" => Func::ArrayUpper,
@@ -1110,6 +1114,22 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
             (Value::Null, _) => Value::Null,
             (Value::Text(base), Value::Int(m)) => Value::Text(format_typmod(&base, m)),
             (base, _) => base,
+        },
+        Func::ArrayRemove => match arg(0) {
+            Value::Array(items) => {
+                let gone = arg(1);
+                Value::Array(
+                    items
+                        .into_iter()
+                        .filter(|v| match (v, &gone) {
+                            (Value::Null, Value::Null) => false,
+                            (Value::Null, _) | (_, Value::Null) => true,
+                            (v, g) => v.sql_cmp(g) != Some(Ordering::Equal),
+                        })
+                        .collect(),
+                )
+            }
+            other => other,
         },
         Func::ArrayToString => match (arg(0), arg(1)) {
             (Value::Array(items), Value::Text(sep)) => {

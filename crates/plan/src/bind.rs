@@ -790,6 +790,23 @@ impl<'a> Binder<'a> {
                 (Plan::Show { name }, columns)
             }
             S::ShowTables { .. } => return Ok(show_tables()),
+            S::Lock(lock) => {
+                use ast::LockTableMode as M;
+                for t in &lock.tables {
+                    self.table(&object_name(&t.name)?)?;
+                }
+                match &lock.lock_mode {
+                    None | Some(M::AccessShare | M::RowShare | M::RowExclusive) => {
+                        (Plan::LockTables, vec![])
+                    }
+                    Some(other) => {
+                        return Err(SqlError::unsupported(format!(
+                            "LOCK TABLE ... IN {other} MODE"
+                        ))
+                        .with_hint("rows are locked by SELECT ... FOR UPDATE; ACCESS SHARE, ROW SHARE and ROW EXCLUSIVE are taken"))
+                    }
+                }
+            }
             S::ShowViews { .. } => return Ok((Plan::ShowViews, show_views_columns())),
             S::Deallocate { name, .. } => (Plan::Deallocate { name: ident(name) }, vec![]),
             S::Discard { .. } => (
@@ -882,6 +899,61 @@ impl<'a> Binder<'a> {
     }
 
     /// The table named `name`, or `undefined_table`.
+    /// `SELECT set_config(name, value, is_local) [FROM ... WHERE ...]` (as
+    /// pg_dump sends it): a setting changed for each row, planned as
+    /// `SET`. `None` for any other query; `set_config` elsewhere in a
+    /// query is refused by `function`.
+    fn set_config(&mut self, q: &ast::Query) -> Result<Option<Plan>, SqlError> {
+        let ast::SetExpr::Select(s) = q.body.as_ref() else {
+            return Ok(None);
+        };
+        let [item] = s.projection.as_slice() else {
+            return Ok(None);
+        };
+        let (ast::SelectItem::UnnamedExpr(ast::Expr::Function(f))
+        | ast::SelectItem::ExprWithAlias {
+            expr: ast::Expr::Function(f),
+            ..
+        }) = item
+        else {
+            return Ok(None);
+        };
+        if object_name(&f.name)? != "set_config" {
+            return Ok(None);
+        }
+        let (args, _, _) = self.function_args(f)?;
+        let [name, value, local] = args.as_slice() else {
+            return Err(SqlError::new(
+                "42883",
+                "function set_config takes (text, text, boolean)",
+            ));
+        };
+        let is_local = match self.expr(local, &Scope::empty(), Some(&DataType::Bool))? {
+            Expr::Literal(Value::Bool(b)) => b,
+            _ => {
+                return Err(SqlError::unsupported(
+                    "set_config whose is_local is not a constant",
+                ))
+            }
+        };
+        if is_local {
+            return Err(SqlError::unsupported(
+                "set_config(..., true): a setting local to the transaction",
+            )
+            .with_hint("use set_config(name, value, false) or SET"));
+        }
+        let mut rows = q.clone();
+        let mut select = (**s).clone();
+        select.projection = vec![
+            ast::SelectItem::UnnamedExpr(name.clone()),
+            ast::SelectItem::UnnamedExpr(value.clone()),
+        ];
+        rows.body = Box::new(ast::SetExpr::Select(Box::new(select)));
+        Ok(Some(Plan::SetConfig {
+            rows: Box::new(rows),
+        }))
+    }
+
     /// Lets subqueries in expressions be bound, prepared by `compiler`.
     pub fn allow_subqueries(
         &mut self,
@@ -1066,7 +1138,7 @@ impl<'a> Binder<'a> {
                 | Func::ArrayUpper
                 | Func::ArrayLower => DataType::Int4,
                 Func::AnyOf(_) | Func::AllOf(_) => DataType::Bool,
-                Func::ArrayCat | Func::ArrayAppend => {
+                Func::ArrayCat | Func::ArrayAppend | Func::ArrayRemove => {
                     return args.first().and_then(|a| self.known_type(a, scope))
                 }
                 Func::ArrayPrepend => return args.get(1).and_then(|a| self.known_type(a, scope)),
@@ -2276,6 +2348,9 @@ impl<'a> Binder<'a> {
     // ---- queries ----
 
     fn query(&mut self, q: &ast::Query) -> Result<(Plan, Vec<Column>), SqlError> {
+        if let Some(plan) = self.set_config(q)? {
+            return Ok((plan, vec![Column::computed("set_config", DataType::Text)]));
+        }
         if let Some(why) = needs_dataflow(self.catalog, q) {
             if !q.locks.is_empty() {
                 return Err(SqlError::unsupported(format!(

@@ -232,6 +232,18 @@ impl Binder<'_> {
                 oid_arg(self, 0)?;
                 always(true)
             }
+            // Access privileges are not kept as ACLs: an object's ACL and
+            // its default are NULL (pg_dump then dumps no GRANT; roles'
+            // grants are statements of their own here).
+            "acldefault" => {
+                for a in args {
+                    self.expr(a, scope, None)?;
+                }
+                Expr::Cast(
+                    Box::new(Expr::Literal(Value::Null)),
+                    DataType::Array(Box::new(DataType::Text)),
+                )
+            }
             "pg_is_in_recovery" => {
                 arity(args.is_empty())?;
                 always(false)

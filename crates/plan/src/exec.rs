@@ -83,6 +83,8 @@ pub fn execute(
         | Plan::RollbackTo { .. }
         | Plan::SetConstraints { .. }
         | Plan::Set { .. }
+        | Plan::SetConfig { .. }
+        | Plan::LockTables
         | Plan::Show { .. }
         | Plan::Deallocate { .. }
         | Plan::ShowViews

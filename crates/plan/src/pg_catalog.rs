@@ -736,8 +736,8 @@ const RELATIONS: &[Relation] = &[
                   relisshared bool, relpersistence char, relkind char, relnatts int2, \
                   relchecks int2, relhasrules bool, relhastriggers bool, relhassubclass bool, \
                   relrowsecurity bool, relforcerowsecurity bool, relispopulated bool, \
-                  relreplident char, relispartition bool, relrewrite oid, relacl text[], \
-                  reloptions text[], relpartbound text",
+                  relreplident char, relispartition bool, relrewrite oid, relfrozenxid int8, \
+                  relminmxid int8, relacl text[], reloptions text[], relpartbound text",
         rows: |m| {
             m.relations
                 .iter()
@@ -794,6 +794,8 @@ const RELATIONS: &[Relation] = &[
                         text(if r.kind == "r" { "d" } else { "n" }),
                         boolean(false),
                         oid(0),
+                        int(0),
+                        int(0),
                         null(),
                         null(),
                         null(),
@@ -1891,7 +1893,16 @@ pub fn with_relations(catalog: &Catalog, names: &[String], ctx: &CatalogContext)
             continue;
         }
         let id = CATALOG_RELATION_IDS + i as u64;
-        let columns = columns(r.columns);
+        let mut columns = columns(r.columns);
+        // A system catalog (not a view over one) has PostgreSQL's system
+        // column `tableoid`, which pg_dump reads; it comes last here.
+        let tableoid = SYSTEM_RELATIONS
+            .iter()
+            .find(|(n, _)| *n == r.name)
+            .map(|&(_, o)| o);
+        if tableoid.is_some() {
+            columns.push(ColumnDef::new("tableoid", DataType::Oid));
+        }
         let width = columns.len();
         out.apply_schema(SchemaChange::CreateTable(TableSchema {
             id,
@@ -1899,7 +1910,10 @@ pub fn with_relations(catalog: &Catalog, names: &[String], ctx: &CatalogContext)
             columns,
             ..TableSchema::default()
         }));
-        for (rowid, row) in (r.rows)(&model).into_iter().enumerate() {
+        for (rowid, mut row) in (r.rows)(&model).into_iter().enumerate() {
+            if let Some(o) = tableoid {
+                row.push(oid(o));
+            }
             debug_assert_eq!(row.len(), width, "{}: a row of another width", r.name);
             out.apply_row(id, vec![Value::Int(rowid as i64 + 1)], Some(row), 1);
         }

@@ -107,6 +107,18 @@ pub enum Plan {
         name: String,
         value: Option<String>,
     },
+    /// `LOCK TABLE ... IN ACCESS SHARE | ROW SHARE | ROW EXCLUSIVE MODE`
+    /// inside a transaction block: these modes conflict only with schema
+    /// changes, which a transaction's commit check already orders, so
+    /// the lock is granted at once (pg_dump takes ACCESS SHARE).
+    LockTables,
+    /// `SELECT set_config(name, value, false) [FROM ... WHERE ...]`:
+    /// `SET name = value` for each row of `rows` (a query whose columns
+    /// are the name and the value; one row of constants without FROM),
+    /// answering each new value.
+    SetConfig {
+        rows: Box<ast::Query>,
+    },
     /// `SET CONSTRAINTS {ALL | names} {DEFERRED | IMMEDIATE}` (`names`
     /// `None` for ALL).
     SetConstraints {

@@ -610,9 +610,25 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 right_node = self.add(Box::new(Filter::new(c)), vec![right_node]);
             }
         }
+        // One that reads only the left side's columns (`ON c.kind = 'S'
+        // AND d.id = c.id`) decides which left rows may match: their key
+        // is NULL (which never matches) where it does not hold.
+        let mut left_only = Vec::new();
+        if kind == JoinKind::Left {
+            let (l, rest): (Vec<Expr>, Vec<Expr>) = residual
+                .into_iter()
+                .partition(|c| c.columns().iter().all(|&i| i < lw));
+            left_only = l;
+            residual = rest;
+        }
         if kind == JoinKind::Left && !residual.is_empty() {
             return Err(unsupported_in_view(
-                "a LEFT JOIN condition other than column equalities and conditions on the joined relation's columns",
+                "a LEFT JOIN condition that reads both sides other than column equalities",
+            ));
+        }
+        if !left_only.is_empty() && keys.is_empty() {
+            return Err(unsupported_in_view(
+                "a LEFT JOIN with no equality between its sides and a condition on the left side",
             ));
         }
         for &(l, r) in &keys {
@@ -626,10 +642,34 @@ impl<'a, 'g> Compiler<'a, 'g> {
             }
         }
         let (lk, rk): (Vec<usize>, Vec<usize>) = keys.into_iter().unzip();
-        let mut node = self.add(
-            Box::new(Join::new(kind, lk, rk, rw).with_left_width(lw)),
-            vec![left.0, right_node],
-        );
+        let mut node = if left_only.is_empty() {
+            self.add(
+                Box::new(Join::new(kind, lk, rk, rw).with_left_width(lw)),
+                vec![left.0, right_node],
+            )
+        } else {
+            let cond = left_only
+                .into_iter()
+                .reduce(|a, b| Expr::Binary(BinOp::And, Box::new(a), Box::new(b)))
+                .expect("a condition");
+            let mut outputs: Vec<Expr> = (0..lw).map(Expr::Column).collect();
+            outputs.extend(lk.iter().map(|&k| Expr::Case {
+                operand: None,
+                whens: vec![(cond.clone(), Expr::Column(k))],
+                otherwise: None,
+            }));
+            let keyed = self.add(Box::new(Project::new(outputs)), vec![left.0]);
+            let gated: Vec<usize> = (lw..lw + lk.len()).collect();
+            let joined = self.add(
+                Box::new(Join::new(kind, gated, rk, rw).with_left_width(lw + lk.len())),
+                vec![keyed, right_node],
+            );
+            let back: Vec<Expr> = (0..lw)
+                .chain(lw + lk.len()..lw + lk.len() + rw)
+                .map(Expr::Column)
+                .collect();
+            self.add(Box::new(Project::new(back)), vec![joined])
+        };
         for r in residual {
             node = self.add(Box::new(Filter::new(r)), vec![node]);
         }
@@ -654,11 +694,35 @@ impl<'a, 'g> Compiler<'a, 'g> {
                     )))
                 }
             };
+            let mut using = Vec::new();
             let on = match constraint {
                 ast::JoinConstraint::On(e) => Some(e),
-                _ => return Err(unsupported_in_view("a join without ON")),
+                // `USING (a, b)`: each column of that name on the left
+                // equals the right's (both stay in scope).
+                ast::JoinConstraint::Using(names) => {
+                    let lw = acc.1.columns.len();
+                    for n in names {
+                        let name = object_name(n)?;
+                        let find = |scope: &Scope| {
+                            scope.columns.iter().rposition(|c| c.name == name).ok_or_else(|| {
+                                SqlError::new(
+                                    "42703",
+                                    format!("column \"{name}\" specified in USING clause does not exist in both tables"),
+                                )
+                            })
+                        };
+                        let (l, r) = (find(&acc.1)?, find(&right.1)?);
+                        using.push(Expr::Binary(
+                            BinOp::Eq,
+                            Box::new(Expr::Column(l)),
+                            Box::new(Expr::Column(lw + r)),
+                        ));
+                    }
+                    None
+                }
+                _ => return Err(unsupported_in_view("a join without ON or USING")),
             };
-            acc = self.join(acc, right, kind, on, &mut Vec::new())?;
+            acc = self.join(acc, right, kind, on, &mut using)?;
         }
         let _ = extra;
         Ok(acc)

@@ -125,6 +125,8 @@ impl Route {
                 | Plan::SetConstraints { .. } => "transaction control",
                 Plan::Explain { .. } => "explain",
                 Plan::Set { .. }
+                | Plan::SetConfig { .. }
+                | Plan::LockTables
                 | Plan::Show { .. }
                 | Plan::Deallocate { .. }
                 | Plan::ShowViews

@@ -302,6 +302,11 @@ impl Session {
             Plan::ShowConsumers => Ok(self.show_consumers()),
             Plan::Explain { statement, dot } => self.explain(&statement, dot),
             Plan::Set { name, value } => self.set(&name, value),
+            Plan::SetConfig { rows } => self.set_config(&rows),
+            Plan::LockTables => match self.txn {
+                Some(_) => Ok(command("LOCK TABLE")),
+                None => Err(outside_block("LOCK TABLE")),
+            },
             Plan::Deallocate { name } => Ok(command(if name == "all" {
                 "DEALLOCATE ALL"
             } else {
@@ -474,6 +479,38 @@ impl Session {
         ))
     }
 
+    /// `SELECT set_config(name, value, false) [FROM ...]`: `rows` (the
+    /// names and values) run as a query, then each set as `SET` does.
+    pub(crate) fn set_config(&mut self, rows: &sqlparser::ast::Query) -> Result<Outcome, SqlError> {
+        let st = Statement::Query(Box::new(rows.clone()));
+        let route = self.route(&st, &[])?;
+        let Outcome::Rows { rows, .. } = self.run_route(&st, route, &[], &[])? else {
+            return Err(SqlError::new(
+                "XX000",
+                "set_config's arguments gave no rows",
+            ));
+        };
+        let mut out = Vec::new();
+        for row in rows {
+            let (Some(name), value) = (row[0].to_text(), row[1].to_text()) else {
+                return Err(SqlError::new(
+                    "22004",
+                    "NULL value not allowed for the name of set_config",
+                ));
+            };
+            let name = name.to_lowercase();
+            self.set(&name, Some(value.unwrap_or_default()))?;
+            out.push(vec![Value::Text(
+                self.settings.get(&name).cloned().unwrap_or_default(),
+            )]);
+        }
+        Ok(Outcome::Rows {
+            tag: format!("SELECT {}", out.len()),
+            columns: vec![Column::computed("set_config", DataType::Text)],
+            rows: out,
+        })
+    }
+
     /// The catalog with the catalog relations `st` names built in, from
     /// the catalog as this session sees it.
     pub(crate) fn with_catalog_relations(&self, st: &Statement) -> Catalog {
@@ -497,6 +534,12 @@ impl Session {
             settings: self.settings.clone(),
             view_columns,
         };
+        // A REPEATABLE READ transaction's snapshot, once it has one.
+        if let (Some(snapshot), Some(txn)) = (&self.snapshot, &self.txn) {
+            if !txn.changes_schema() {
+                return aqueduct_plan::pg_catalog::with_relations(snapshot, &names, &ctx);
+            }
+        }
         let catalog = self.engine.database().read_in(self.txn.as_ref());
         aqueduct_plan::pg_catalog::with_relations(&catalog, &names, &ctx)
     }
@@ -534,6 +577,9 @@ impl Session {
             return Err(SqlError::new("42809", refusal.to_string()));
         };
         let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
+        if let Plan::SetConfig { rows } = &bound.plan {
+            return self.set_config(rows);
+        }
         if let Plan::Dataflow(_) = &bound.plan {
             let (columns, rows) = aqueduct_views::oneshot::evaluate_shared(
                 std::sync::Arc::new(catalog),

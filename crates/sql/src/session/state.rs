@@ -61,6 +61,8 @@ pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("row_security", "on"),
     ("synchronous_commit", "on"),
     ("xmloption", "content"),
+    ("synchronize_seqscans", "on"),
+    ("quote_all_identifiers", "off"),
     ("client_encoding", "UTF8"),
     ("datestyle", "ISO, MDY"),
     ("default_transaction_isolation", "serializable"),
@@ -453,6 +455,15 @@ pub fn parse_duration(v: &str) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ms))
 }
 
+/// A boolean setting's value as PostgreSQL reads it.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" | "t" | "y" => Some(true),
+        "off" | "false" | "no" | "0" | "f" | "n" => Some(false),
+        _ => None,
+    }
+}
+
 /// Refuses a value a setting cannot take, saying what it takes.
 pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
     let ok = match key {
@@ -481,6 +492,8 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         ),
         "bytea_output" => value.eq_ignore_ascii_case("hex"),
         "default_table_access_method" => value.eq_ignore_ascii_case("heap"),
+        "synchronize_seqscans" => parse_bool(value).is_some(),
+        "quote_all_identifiers" => parse_bool(value) == Some(false),
         "aqueduct.statement_memory_limit" => aqueduct_plan::limits::parse_bytes(value).is_some(),
         _ => true,
     };
@@ -501,6 +514,8 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         }
         "client_min_messages" => "a message level: debug5 to debug1, log, notice, warning or error",
         "bytea_output" => "'hex' (the only output Aqueduct writes)",
+        "synchronize_seqscans" => "a boolean (it changes nothing here)",
+        "quote_all_identifiers" => "off (identifiers are quoted only where they must be)",
         "default_table_access_method" => "'heap'",
         "aqueduct.statement_memory_limit" => "a size such as '512MB' or '2GB' (0: none)",
         _ => "'on' or 'off'",
