@@ -38,9 +38,26 @@ pub enum AggFunc {
     ArrayAgg,
     /// `jsonb_agg`: likewise, as a jsonb array.
     JsonbAgg,
+    /// `array_agg(x ORDER BY k [DESC] [NULLS FIRST|LAST], ...)`: its
+    /// argument is the array `[k, desc, nulls_first, ..., x]` the binder
+    /// makes, and the values come out in the keys' order.
+    OrderedArrayAgg,
+    /// `jsonb_agg(x ORDER BY ...)`, likewise.
+    OrderedJsonbAgg,
 }
 
 impl AggFunc {
+    /// Whether it collects every value (NULLs too) into an array.
+    pub fn collects(self) -> bool {
+        matches!(
+            self,
+            AggFunc::ArrayAgg
+                | AggFunc::JsonbAgg
+                | AggFunc::OrderedArrayAgg
+                | AggFunc::OrderedJsonbAgg
+        )
+    }
+
     /// The function called `name` (lower case). `count` is `COUNT(expr)`.
     pub fn by_name(name: &str) -> Option<AggFunc> {
         Some(match name {
@@ -62,8 +79,8 @@ impl AggFunc {
             AggFunc::Min => "min",
             AggFunc::Max => "max",
             AggFunc::Avg => "avg",
-            AggFunc::ArrayAgg => "array_agg",
-            AggFunc::JsonbAgg => "jsonb_agg",
+            AggFunc::ArrayAgg | AggFunc::OrderedArrayAgg => "array_agg",
+            AggFunc::JsonbAgg | AggFunc::OrderedJsonbAgg => "jsonb_agg",
         }
     }
 
@@ -83,10 +100,54 @@ impl AggFunc {
                 other => other.unconstrained(),
             },
             AggFunc::Min | AggFunc::Max => input.unconstrained(),
-            AggFunc::ArrayAgg => input.array_of(),
-            AggFunc::JsonbAgg => DataType::Jsonb,
+            AggFunc::ArrayAgg | AggFunc::OrderedArrayAgg => input.array_of(),
+            AggFunc::JsonbAgg | AggFunc::OrderedJsonbAgg => DataType::Jsonb,
         }
     }
+}
+
+/// An ordered aggregate's entries (`[k, desc, nulls_first, ..., x]`, see
+/// [`AggFunc::OrderedArrayAgg`]) sorted by their keys, as their values;
+/// entries with equal keys keep the order they came in.
+fn in_key_order(entries: &[(Value, i64)]) -> Vec<(Value, i64)> {
+    let parts = |v: &Value| -> Vec<Value> {
+        match v {
+            Value::Array(items) => items.clone(),
+            other => vec![other.clone()],
+        }
+    };
+    let mut keyed: Vec<(Vec<Value>, i64)> = entries.iter().map(|(v, n)| (parts(v), *n)).collect();
+    keyed.sort_by(|(a, _), (b, _)| {
+        let keys = a.len().saturating_sub(1) / 3;
+        for i in 0..keys {
+            let (x, y) = (&a[3 * i], &b[3 * i]);
+            let desc = a[3 * i + 1] == Value::Bool(true);
+            let nulls_first = a[3 * i + 2] == Value::Bool(true);
+            let order = match (x.is_null(), y.is_null()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) if nulls_first => std::cmp::Ordering::Less,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) if nulls_first => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                (false, false) => {
+                    let o = x.sql_cmp(y).unwrap_or(std::cmp::Ordering::Equal);
+                    if desc {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                }
+            };
+            if order != std::cmp::Ordering::Equal {
+                return order;
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+    keyed
+        .into_iter()
+        .map(|(mut p, n)| (p.pop().unwrap_or(Value::Null), n))
+        .collect()
 }
 
 /// A value in the MIN/MAX multiset. Values equal in SQL but written
@@ -162,7 +223,10 @@ impl Accumulator {
             AggFunc::CountStar | AggFunc::Count => State::Count(0),
             AggFunc::Sum | AggFunc::Avg => State::Sum(Box::new(ExactSum::new())),
             AggFunc::Min | AggFunc::Max => State::Extreme(BTreeMap::new()),
-            AggFunc::ArrayAgg | AggFunc::JsonbAgg => State::Collect(Vec::new()),
+            AggFunc::ArrayAgg
+            | AggFunc::JsonbAgg
+            | AggFunc::OrderedArrayAgg
+            | AggFunc::OrderedJsonbAgg => State::Collect(Vec::new()),
         };
         Accumulator {
             func,
@@ -204,7 +268,7 @@ impl Accumulator {
             self.apply(v, weight);
             return Ok(());
         }
-        if v.is_null() && !matches!(self.func, AggFunc::ArrayAgg | AggFunc::JsonbAgg) {
+        if v.is_null() && !self.func.collects() {
             return Ok(());
         }
         if matches!(self.func, AggFunc::Sum | AggFunc::Avg) && !ExactSum::accepts(v) {
@@ -314,10 +378,20 @@ impl Accumulator {
             }
             State::Collect(values) if values.is_empty() => Ok(Value::Null),
             State::Collect(values) => {
+                let ordered;
+                let values = if matches!(
+                    self.func,
+                    AggFunc::OrderedArrayAgg | AggFunc::OrderedJsonbAgg
+                ) {
+                    ordered = in_key_order(values);
+                    &ordered
+                } else {
+                    values
+                };
                 let all = values
                     .iter()
                     .flat_map(|(v, n)| std::iter::repeat_n(v, usize::try_from(*n).unwrap_or(0)));
-                if self.func == AggFunc::JsonbAgg {
+                if matches!(self.func, AggFunc::JsonbAgg | AggFunc::OrderedJsonbAgg) {
                     Ok(Value::Jsonb(aqueduct_values::Jsonb::Array(
                         all.map(crate::json::to_jsonb).collect::<Result<_, _>>()?,
                     )))

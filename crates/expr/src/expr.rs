@@ -171,6 +171,8 @@ pub enum Func {
     ArrayRemove,
     /// `quote_ident(text)`.
     QuoteIdent,
+    /// `quote_literal(text)`: the text as a quoted SQL literal.
+    QuoteLiteral,
     /// `array_to_string(array, delimiter [, null_string])`.
     ArrayToString,
     /// `format_type`'s text from a type's base name and its modifier; the
@@ -215,6 +217,7 @@ impl Func {
             "make_interval" => Func::MakeInterval,
             "date_part" => Func::DatePart,
             "quote_ident" => Func::QuoteIdent,
+            "quote_literal" => Func::QuoteLiteral,
             "array_remove" => Func::ArrayRemove,
             "ltrim" => Func::LTrim,
             "rtrim" => Func::RTrim,
@@ -1147,6 +1150,16 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         },
         _ if vals.iter().any(strict) => Value::Null,
         Func::QuoteIdent => Value::Text(quote_ident(&text_of(&arg(0)))),
+        Func::QuoteLiteral => {
+            let t = text_of(&arg(0));
+            // A backslash makes it an escape string literal (E'...').
+            let quoted = t.replace('\'', "''");
+            Value::Text(if t.contains('\\') {
+                format!("E'{}'", quoted.replace('\\', "\\\\"))
+            } else {
+                format!("'{quoted}'")
+            })
+        }
         Func::Lower => Value::Text(text_of(&arg(0)).chars().map(lower_char).collect()),
         Func::Upper => Value::Text(text_of(&arg(0)).chars().map(upper_char).collect()),
         Func::Length => Value::Int(match arg(0) {

@@ -1258,6 +1258,30 @@ impl<'a> Binder<'a> {
                 }
             },
             E::IsNull(e) => Expr::IsNull(Box::new(self.expr(e, scope, None)?), false),
+            // NULL-safe comparison: two NULLs are not distinct, a NULL and
+            // a value are.
+            E::IsDistinctFrom(a, b) | E::IsNotDistinctFrom(a, b) => {
+                let distinct = matches!(e, E::IsDistinctFrom(..));
+                let eq = self.binary(BinOp::Eq, a, b, scope)?;
+                let (l, r) = match &eq {
+                    Expr::Binary(_, l, r) => ((**l).clone(), (**r).clone()),
+                    _ => (self.expr(a, scope, None)?, self.expr(b, scope, None)?),
+                };
+                let null = |x: &Expr| Expr::IsNull(Box::new(x.clone()), false);
+                let both_null = Expr::Binary(BinOp::And, Box::new(null(&l)), Box::new(null(&r)));
+                let one_null = Expr::Binary(BinOp::Or, Box::new(null(&l)), Box::new(null(&r)));
+                let differ = Expr::Unary(UnOp::Not, Box::new(eq));
+                let answer = |b: bool| Expr::Literal(Value::Bool(b == distinct));
+                Expr::Case {
+                    operand: None,
+                    whens: vec![(both_null, answer(false)), (one_null, answer(true))],
+                    otherwise: Some(Box::new(if distinct {
+                        differ
+                    } else {
+                        Expr::Unary(UnOp::Not, Box::new(differ))
+                    })),
+                }
+            }
             E::IsNotNull(e) => Expr::IsNull(Box::new(self.expr(e, scope, None)?), true),
             E::IsTrue(e) => self.is_bool(e, scope, true, false)?,
             E::IsNotTrue(e) => self.is_bool(e, scope, true, true)?,
@@ -1477,6 +1501,40 @@ impl<'a> Binder<'a> {
                     let array = self.expr(root, scope, None)?;
                     match self.known_type(&array, scope) {
                         None | Some(DataType::Array(_)) => {}
+                        // int2vector and oidvector count from 0.
+                        Some(DataType::Vector(kind)) => {
+                            let i = self.expr(index, scope, Some(&DataType::Int4))?;
+                            let from = Expr::Binary(
+                                BinOp::Add,
+                                Box::new(i),
+                                Box::new(Expr::Literal(Value::Int(1))),
+                            );
+                            let element = match kind {
+                                aqueduct_values::VectorKind::Int2 => DataType::Int2,
+                                aqueduct_values::VectorKind::Oid => DataType::Oid,
+                            };
+                            return Ok(Expr::Cast(
+                                Box::new(Expr::Call(Func::Subscript, vec![array, from])),
+                                element,
+                            ));
+                        }
+                        // A `name` is an array of bytes, from 0
+                        // (`typname[0] = '_'`).
+                        Some(DataType::Name) => {
+                            let i = self.expr(index, scope, Some(&DataType::Int4))?;
+                            let from = Expr::Binary(
+                                BinOp::Add,
+                                Box::new(i),
+                                Box::new(Expr::Literal(Value::Int(1))),
+                            );
+                            return Ok(Expr::Cast(
+                                Box::new(Expr::Call(
+                                    Func::Substring,
+                                    vec![array, from, Expr::Literal(Value::Int(1))],
+                                )),
+                                DataType::Char,
+                            ));
+                        }
                         Some(ty) => {
                             return Err(SqlError::new(
                                 "42804",
@@ -2768,6 +2826,13 @@ impl<'a> Binder<'a> {
             ast::Expr::Function(f) => {
                 let name = object_name(&f.name)?;
                 if let Some(func) = AggFunc::by_name(&name) {
+                    let (plain, order) = split_order_by(f);
+                    let f = &plain;
+                    if !order.is_empty() && !func.collects() {
+                        return Err(SqlError::unsupported(format!(
+                            "ORDER BY inside {name}() (its result does not depend on the order)"
+                        )));
+                    }
                     let (args, distinct, star) = self.function_args(f)?;
                     let (func, arg) = match (func, star, args.as_slice()) {
                         (AggFunc::Count, true, []) => (AggFunc::CountStar, None),
@@ -2791,13 +2856,42 @@ impl<'a> Binder<'a> {
                         Some(a) => func.result_type(&self.type_of(a, scope)),
                         None => DataType::Int8,
                     };
+                    // `array_agg(x ORDER BY k DESC)`: the argument is
+                    // `[k, desc, nulls_first, ..., x]` (`agg.rs`).
+                    let (func, arg) = match (func, arg) {
+                        (AggFunc::ArrayAgg | AggFunc::JsonbAgg, Some(x)) if !order.is_empty() => {
+                            let mut parts = Vec::new();
+                            for o in &order {
+                                if contains_aggregate(&o.expr) {
+                                    return Err(SqlError::new(
+                                        "42803",
+                                        "aggregate function calls cannot be nested",
+                                    ));
+                                }
+                                let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+                                parts.push(self.expr(&o.expr, scope, None)?);
+                                parts.push(Expr::Literal(Value::Bool(desc)));
+                                parts.push(Expr::Literal(Value::Bool(
+                                    o.options.nulls_first.unwrap_or(desc),
+                                )));
+                            }
+                            parts.push(x);
+                            let ordered = if func == AggFunc::ArrayAgg {
+                                AggFunc::OrderedArrayAgg
+                            } else {
+                                AggFunc::OrderedJsonbAgg
+                            };
+                            (ordered, Some(Expr::Call(Func::MakeArray, parts)))
+                        }
+                        other => other,
+                    };
                     // agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END):
                     // every aggregate but COUNT(*) skips NULLs, and COUNT(*)
                     // becomes COUNT(CASE WHEN c THEN 1 END). Direct evaluation
                     // and views both see the rewritten argument.
                     let (func, arg) = match &f.filter {
                         None => (func, arg),
-                        Some(_) if matches!(func, AggFunc::ArrayAgg | AggFunc::JsonbAgg) => {
+                        Some(_) if func.collects() => {
                             // The rewrite below would collect NULLs for
                             // the rows the filter leaves out.
                             return Err(SqlError::unsupported(format!(
@@ -4423,6 +4517,23 @@ fn is_placeholder(e: &ast::Expr) -> bool {
         ast::Expr::Nested(inner) => is_placeholder(inner),
         _ => false,
     }
+}
+
+/// An aggregate call without its `ORDER BY` clause, and that clause's
+/// keys (none when it has none).
+fn split_order_by(f: &ast::Function) -> (ast::Function, Vec<ast::OrderByExpr>) {
+    let mut plain = f.clone();
+    let mut order = Vec::new();
+    if let ast::FunctionArguments::List(list) = &mut plain.args {
+        list.clauses.retain(|c| match c {
+            ast::FunctionArgumentClause::OrderBy(keys) => {
+                order.extend(keys.iter().cloned());
+                false
+            }
+            _ => true,
+        });
+    }
+    (plain, order)
 }
 
 /// `SHOW TABLES`: one column of names.

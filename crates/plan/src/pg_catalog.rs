@@ -98,6 +98,41 @@ const SYSTEM_RELATIONS: &[(&str, u32)] = &[
     ("pg_collation", 3456),
     ("pg_enum", 3501),
     ("pg_extension", 3079),
+    ("pg_init_privs", 3394),
+    ("pg_language", 2612),
+    ("pg_cast", 2605),
+    ("pg_opclass", 2616),
+    ("pg_opfamily", 2753),
+    ("pg_operator", 2617),
+    ("pg_aggregate", 2600),
+    ("pg_conversion", 2607),
+    ("pg_ts_parser", 3601),
+    ("pg_ts_template", 3764),
+    ("pg_ts_dict", 3600),
+    ("pg_ts_config", 3602),
+    ("pg_foreign_data_wrapper", 2328),
+    ("pg_foreign_server", 1417),
+    ("pg_user_mapping", 1418),
+    ("pg_default_acl", 826),
+    ("pg_event_trigger", 3466),
+    ("pg_transform", 3576),
+    ("pg_subscription", 6100),
+    ("pg_largeobject_metadata", 2995),
+    ("pg_seclabel", 3596),
+    ("pg_shseclabel", 3592),
+    ("pg_shdescription", 2396),
+    ("pg_db_role_setting", 2964),
+    ("pg_amop", 2602),
+    ("pg_amproc", 2603),
+    ("pg_publication", 6104),
+    ("pg_publication_rel", 6106),
+    ("pg_publication_namespace", 6237),
+    ("pg_policy", 3256),
+    ("pg_statistic_ext", 3381),
+    ("pg_foreign_table", 3118),
+    ("pg_partitioned_table", 3350),
+    ("pg_range", 3541),
+    ("pg_auth_members", 1261),
 ];
 
 /// A built-in type as `pg_type` lists it: (oid, name, length, category,
@@ -811,7 +846,7 @@ const RELATIONS: &[Relation] = &[
                   attalign char, attstorage char, attcompression char, attnotnull bool, \
                   atthasdef bool, atthasmissing bool, attidentity char, attgenerated char, \
                   attisdropped bool, attislocal bool, attinhcount int4, attcollation oid, \
-                  attacl text[], attoptions text[], attfdwoptions text[]",
+                  attacl text[], attoptions text[], attfdwoptions text[], attmissingval text",
         rows: |m| {
             let mut out = Vec::new();
             for r in &m.relations {
@@ -852,6 +887,7 @@ const RELATIONS: &[Relation] = &[
                         boolean(true),
                         int(0),
                         oid(if textual { 100 } else { 0 }),
+                        null(),
                         null(),
                         null(),
                         null(),
@@ -957,7 +993,8 @@ const RELATIONS: &[Relation] = &[
                   indisunique bool, indnullsnotdistinct bool, indisprimary bool, \
                   indisexclusion bool, indimmediate bool, indisclustered bool, indisvalid bool, \
                   indcheckxmin bool, indisready bool, indislive bool, indisreplident bool, \
-                  indkey int2[], indcollation oid[], indclass oid[], indoption int2[], \
+                  indkey int2vector, indcollation oidvector, indclass oidvector, \
+                  indoption int2vector, \
                   indexprs text, indpred text",
         rows: |m| {
             m.indexes
@@ -1153,7 +1190,7 @@ const RELATIONS: &[Relation] = &[
                   procost float4, prorows float4, provariadic oid, prosupport text, \
                   prokind char, prosecdef bool, proleakproof bool, proisstrict bool, \
                   proretset bool, provolatile char, proparallel char, pronargs int2, \
-                  pronargdefaults int2, prorettype oid, proargtypes oid[], proallargtypes oid[], \
+                  pronargdefaults int2, prorettype oid, proargtypes oidvector, proallargtypes oid[], \
                   proargmodes char[], proargnames text[], prosrc text, probin text, \
                   proconfig text[], proacl text[]",
         rows: |_| Vec::new(),
@@ -1477,6 +1514,136 @@ const RELATIONS: &[Relation] = &[
                 vec![oid(1664), text("pg_global"), oid(10), null(), null()],
             ]
         },
+    },
+    Relation {
+        name: "pg_init_privs",
+        columns: "objoid oid, classoid oid, objsubid int4, privtype char, initprivs text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_language",
+        columns: "oid oid, lanname name, lanowner oid, lanispl bool, lanpltrusted bool, lanplcallfoid oid, laninline oid, lanvalidator oid, lanacl text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_cast",
+        columns: "oid oid, castsource oid, casttarget oid, castfunc oid, castcontext char, castmethod char",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_opclass",
+        columns: "oid oid, opcmethod oid, opcname name, opcnamespace oid, opcowner oid, opcfamily oid, opcintype oid, opcdefault bool, opckeytype oid",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_opfamily",
+        columns: "oid oid, opfmethod oid, opfname name, opfnamespace oid, opfowner oid",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_operator",
+        columns: "oid oid, oprname name, oprnamespace oid, oprowner oid, oprkind char, oprcanmerge bool, oprcanhash bool, oprleft oid, oprright oid, oprresult oid, oprcom oid, oprnegate oid, oprcode text, oprrest text, oprjoin text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_aggregate",
+        columns: "aggfnoid oid, aggkind char, aggnumdirectargs int2, aggtransfn text, aggfinalfn text, aggcombinefn text, aggserialfn text, aggdeserialfn text, aggmtransfn text, aggminvtransfn text, aggmfinalfn text, aggfinalextra bool, aggmfinalextra bool, aggfinalmodify char, aggmfinalmodify char, aggsortop oid, aggtranstype oid, aggtransspace int4, aggmtranstype oid, aggmtransspace int4, agginitval text, aggminitval text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_conversion",
+        columns: "oid oid, conname name, connamespace oid, conowner oid, conforencoding int4, contoencoding int4, conproc text, condefault bool",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_ts_parser",
+        columns: "oid oid, prsname name, prsnamespace oid, prsstart text, prstoken text, prsend text, prsheadline text, prslextype text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_ts_template",
+        columns: "oid oid, tmplname name, tmplnamespace oid, tmplinit text, tmpllexize text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_ts_dict",
+        columns: "oid oid, dictname name, dictnamespace oid, dictowner oid, dicttemplate oid, dictinitoption text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_ts_config",
+        columns: "oid oid, cfgname name, cfgnamespace oid, cfgowner oid, cfgparser oid",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_foreign_data_wrapper",
+        columns: "oid oid, fdwname name, fdwowner oid, fdwhandler oid, fdwvalidator oid, fdwacl text[], fdwoptions text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_foreign_server",
+        columns: "oid oid, srvname name, srvowner oid, srvfdw oid, srvtype text, srvversion text, srvacl text[], srvoptions text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_user_mapping",
+        columns: "oid oid, umuser oid, umserver oid, umoptions text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_default_acl",
+        columns: "oid oid, defaclrole oid, defaclnamespace oid, defaclobjtype char, defaclacl text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_event_trigger",
+        columns: "oid oid, evtname name, evtevent name, evtowner oid, evtfoid oid, evtenabled char, evttags text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_transform",
+        columns: "oid oid, trftype oid, trflang oid, trffromsql text, trftosql text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_subscription",
+        columns: "oid oid, subdbid oid, subname name, subowner oid, subenabled bool, subbinary bool, substream bool, subtwophasestate char, subdisableonerr bool, subconninfo text, subslotname name, subsynccommit text, subpublications text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_largeobject_metadata",
+        columns: "oid oid, lomowner oid, lomacl text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_seclabel",
+        columns: "objoid oid, classoid oid, objsubid int4, provider text, label text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_shseclabel",
+        columns: "objoid oid, classoid oid, provider text, label text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_shdescription",
+        columns: "objoid oid, classoid oid, description text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_db_role_setting",
+        columns: "setdatabase oid, setrole oid, setconfig text[]",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_amop",
+        columns: "oid oid, amopfamily oid, amoplefttype oid, amoprighttype oid, amopstrategy int2, amoppurpose char, amopopr oid, amopmethod oid, amopsortfamily oid",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_amproc",
+        columns: "oid oid, amprocfamily oid, amproclefttype oid, amprocrighttype oid, amprocnum int2, amproc text",
+        rows: |_| Vec::new(),
     },
     Relation {
         name: "information_schema.schemata",

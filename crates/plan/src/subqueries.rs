@@ -29,10 +29,13 @@ impl Visitor for Relations {
 
     fn pre_visit_table_factor(&mut self, f: &ast::TableFactor) -> ControlFlow<()> {
         match f {
+            // An alias hides the relation's name.
             ast::TableFactor::Table { name, alias, .. } => {
                 if let Ok(n) = object_name(name) {
                     let last = n.rsplit('.').next().unwrap_or(&n).to_string();
-                    self.qualifiers.insert(last);
+                    if alias.is_none() {
+                        self.qualifiers.insert(last);
+                    }
                     self.names.push(n);
                 }
                 if let Some(a) = alias {

@@ -51,6 +51,12 @@ pub fn encode_text(v: &Value, ty: &DataType, out: &mut BytesMut) -> Result<(), S
         out.put_slice(aqueduct_values::format_float4(*f as f32).as_bytes());
         return Ok(());
     }
+    // An int2vector or oidvector is its numbers separated by spaces.
+    if let (DataType::Vector(_), Value::Array(items)) = (ty, v) {
+        let text: Vec<String> = items.iter().filter_map(Value::to_text).collect();
+        out.put_slice(text.join(" ").as_bytes());
+        return Ok(());
+    }
     if let (DataType::Array(element), Value::Array(items)) = (ty, v) {
         if **element == DataType::Float4 {
             let text = aqueduct_values::format_array(items, |e| match e {
@@ -287,6 +293,14 @@ pub fn decode_binary(b: &[u8], ty: &DataType) -> Result<Value, SqlError> {
         }
         DataType::Json => Value::Json(utf8(b)?),
         DataType::Array(element) => decode_array(b, ty, element)?,
+        // Binary vectors are arrays of their elements.
+        DataType::Vector(kind) => {
+            let element = match kind {
+                aqueduct_values::VectorKind::Int2 => DataType::Int2,
+                aqueduct_values::VectorKind::Oid => DataType::Oid,
+            };
+            decode_array(b, &element.array_of(), &element)?
+        }
         DataType::Jsonb => match b.split_first() {
             Some((&JSONB_VERSION, rest)) => Value::Json(utf8(rest)?),
             Some((v, _)) => return Err(bad_binary(ty, &format!("unsupported jsonb version {v}"))),

@@ -44,7 +44,9 @@ pub use jsonb::{
 pub use rust_decimal::Decimal;
 pub use text::format_float4;
 pub use text::{format_date, format_finite_float, format_timestamp, parse_date, parse_timestamp};
-pub use types::{numeric_typmod, parse_numeric, real_to_numeric, DataType, MAX_NUMERIC_DIGITS};
+pub use types::{
+    numeric_typmod, parse_numeric, real_to_numeric, DataType, VectorKind, MAX_NUMERIC_DIGITS,
+};
 
 /// Largest text, bytea or json value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1024 * 1024;

@@ -50,6 +50,18 @@ pub enum DataType {
     /// `"char"`: a single byte (the system catalog's kind codes such as
     /// `relkind`), text here.
     Char,
+    /// `int2vector` and `oidvector`: the system catalog's lists of column
+    /// numbers and of ids (`pg_index.indkey`), held as [`Value::Array`];
+    /// their text is the numbers separated by spaces, and they are
+    /// subscripted from 0.
+    Vector(VectorKind),
+}
+
+/// Which of the system catalog's vector types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VectorKind {
+    Int2,
+    Oid,
 }
 
 impl DataType {
@@ -96,6 +108,8 @@ impl DataType {
             "oid" => DataType::Oid,
             "name" => DataType::Name,
             "\"char\"" => DataType::Char,
+            "int2vector" => DataType::Vector(VectorKind::Int2),
+            "oidvector" => DataType::Vector(VectorKind::Oid),
             _ => return None,
         })
     }
@@ -124,6 +138,8 @@ impl DataType {
             DataType::Oid => 26,
             DataType::Name => 19,
             DataType::Char => 18,
+            DataType::Vector(VectorKind::Int2) => 22,
+            DataType::Vector(VectorKind::Oid) => 30,
             DataType::Array(element) => match &**element {
                 DataType::Bool => 1000,
                 DataType::Bytea => 1001,
@@ -146,6 +162,8 @@ impl DataType {
                 DataType::Oid => 1028,
                 DataType::Name => 1003,
                 DataType::Char => 1002,
+                DataType::Vector(VectorKind::Int2) => 1006,
+                DataType::Vector(VectorKind::Oid) => 1013,
                 DataType::Array(_) => unreachable!("arrays of arrays are never built"),
             },
         }
@@ -190,6 +208,8 @@ impl DataType {
             26 => DataType::Oid,
             19 => DataType::Name,
             18 => DataType::Char,
+            22 => DataType::Vector(VectorKind::Int2),
+            30 => DataType::Vector(VectorKind::Oid),
             1000 | 1001 | 1005 | 1007 | 1009 | 1015 | 1016 | 1021 | 1022 | 1115 | 1182 | 1185
             | 1231 | 2951 | 199 | 3807 | 1187 | 1028 | 1003 | 1002 => {
                 let element = [
@@ -291,6 +311,8 @@ impl fmt::Display for DataType {
             DataType::Oid => "oid",
             DataType::Name => "name",
             DataType::Char => "\"char\"",
+            DataType::Vector(VectorKind::Int2) => "int2vector",
+            DataType::Vector(VectorKind::Oid) => "oidvector",
         })
     }
 }
@@ -355,6 +377,17 @@ pub(crate) fn parse_text(s: &str, ty: &DataType) -> Result<Value, ValueError> {
         DataType::Oid => parse_oid(t).ok_or_else(|| syntax(ty, s)),
         DataType::Name => check_len(Value::Text(truncate_name(s).to_string())),
         DataType::Char => Ok(Value::Text(first_byte_char(s))),
+        DataType::Vector(kind) => {
+            let element = match kind {
+                VectorKind::Int2 => DataType::Int2,
+                VectorKind::Oid => DataType::Oid,
+            };
+            Ok(Value::Array(
+                t.split_whitespace()
+                    .map(|n| parse_text(n, &element))
+                    .collect::<Result<_, _>>()?,
+            ))
+        }
         DataType::Int2 | DataType::Int4 | DataType::Int8 => {
             let i: i64 = t.parse().map_err(|e: std::num::ParseIntError| {
                 if matches!(
@@ -725,6 +758,7 @@ pub(crate) fn coerce(v: Value, ty: &DataType) -> Result<Value, ValueError> {
         (Value::Jsonb(j), DataType::Jsonb) => Ok(Value::Jsonb(j)),
         (Value::Jsonb(j), DataType::Json) => Ok(Value::Json(j.to_string())),
         (Value::Json(s), DataType::Text | DataType::Varchar(_)) => coerce(Value::Text(s), ty),
+        (Value::Array(items), DataType::Vector(_)) => Ok(Value::Array(items)),
         (Value::Array(items), DataType::Array(element)) => Ok(Value::Array(
             items
                 .into_iter()

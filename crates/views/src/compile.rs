@@ -508,7 +508,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
         }
         let made = crate::table_functions::rows(&n, &values)?.ok_or_else(|| {
             SqlError::new("42883", format!("function {n}() does not exist in FROM"))
-                .with_hint("FROM takes generate_series(start, stop [, step]) and unnest(array)")
+                .with_hint("FROM takes generate_series(start, stop [, step]), unnest(array), pg_options_to_table(options) and pg_partition_ancestors(relation)")
         })?;
         let mut rows = made.rows;
         if with_ordinality {
@@ -518,30 +518,32 @@ impl<'a, 'g> Compiler<'a, 'g> {
         }
         let (node, _) = self.rows_source(&n, rows);
         let qualifier = alias.map(|a| ident(&a.name)).unwrap_or(n.clone());
-        let column = alias
-            .and_then(|a| a.columns.first())
-            .map(|c| ident(&c.name))
-            .unwrap_or_else(|| {
-                if alias.is_some() && made.column == n {
-                    qualifier.clone()
-                } else {
-                    made.column.clone()
-                }
-            });
-        let mut columns = vec![ScopeColumn {
-            qualifier: Some(qualifier.clone()),
-            name: column,
-            ty: made.ty,
-            qualified_only: false,
-            table: None,
-        }];
+        let named = |i: usize| alias.and_then(|a| a.columns.get(i)).map(|c| ident(&c.name));
+        let single = made.columns.len() == 1;
+        let mut columns: Vec<ScopeColumn> = made
+            .columns
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, ty))| ScopeColumn {
+                qualifier: Some(qualifier.clone()),
+                // A function of one column named by its alias alone
+                // (`generate_series(1, 3) s`) has the alias as its name.
+                name: named(i).unwrap_or_else(|| {
+                    if single && alias.is_some() && name == n {
+                        qualifier.clone()
+                    } else {
+                        name
+                    }
+                }),
+                ty,
+                qualified_only: false,
+                table: None,
+            })
+            .collect();
         if with_ordinality {
             columns.push(ScopeColumn {
-                qualifier: Some(qualifier),
-                name: alias
-                    .and_then(|a| a.columns.get(1))
-                    .map(|c| ident(&c.name))
-                    .unwrap_or_else(|| "ordinality".into()),
+                qualifier: Some(qualifier.clone()),
+                name: named(columns.len()).unwrap_or_else(|| "ordinality".into()),
                 ty: DataType::Int8,
                 qualified_only: false,
                 table: None,

@@ -11,10 +11,10 @@ use aqueduct_expr::SqlError;
 /// The most rows one function in `FROM` may make.
 pub const MAX_FUNCTION_ROWS: usize = 10_000_000;
 
-/// What a function in `FROM` makes: its column's name and type, and rows.
+/// What a function in `FROM` makes: its columns' names and types, and
+/// rows.
 pub struct FunctionRows {
-    pub column: String,
-    pub ty: DataType,
+    pub columns: Vec<(String, DataType)>,
     pub rows: Vec<Vec<Value>>,
 }
 
@@ -73,8 +73,7 @@ pub fn rows(
                 }
             }
             FunctionRows {
-                column: "generate_series".into(),
-                ty,
+                columns: vec![("generate_series".into(), ty)],
                 rows,
             }
         }
@@ -92,8 +91,7 @@ pub fn rows(
                 _ => return Err(SqlError::new("42883", "function unnest takes an array")),
             };
             FunctionRows {
-                column: "unnest".into(),
-                ty: element,
+                columns: vec![("unnest".into(), element)],
                 rows,
             }
         }
@@ -106,12 +104,38 @@ pub fn rows(
                 ));
             };
             FunctionRows {
-                column: "relid".into(),
-                ty: DataType::Oid,
+                columns: vec![("relid".into(), DataType::Oid)],
                 rows: match relation {
                     Value::Null => Vec::new(),
                     v => vec![vec![v.clone()]],
                 },
+            }
+        }
+        // Storage options (`{fillfactor=70}`) as (name, value) rows.
+        "pg_options_to_table" => {
+            let [(options, _)] = args else {
+                return Err(SqlError::new(
+                    "42883",
+                    "function pg_options_to_table takes one argument",
+                ));
+            };
+            let rows = match options {
+                Value::Array(items) => items
+                    .iter()
+                    .filter_map(Value::to_text)
+                    .map(|o| match o.split_once('=') {
+                        Some((k, v)) => vec![Value::Text(k.into()), Value::Text(v.into())],
+                        None => vec![Value::Text(o), Value::Null],
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            FunctionRows {
+                columns: vec![
+                    ("option_name".into(), DataType::Text),
+                    ("option_value".into(), DataType::Text),
+                ],
+                rows,
             }
         }
         _ => return Ok(None),
