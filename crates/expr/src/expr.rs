@@ -124,6 +124,8 @@ pub enum Func {
     /// (`0.1::real::numeric` is 0.1). Not callable by name either.
     RealNumeric,
     JsonbBuildObject,
+    /// `json_build_object`: a `json` object, members in the order given.
+    JsonBuildObject,
     JsonbBuildArray,
     JsonbTypeof,
     JsonbSet,
@@ -200,6 +202,7 @@ impl Func {
             "current_schema" => Func::CurrentSchema,
             "current_user" | "session_user" | "user" => Func::CurrentUser,
             "jsonb_build_object" => Func::JsonbBuildObject,
+            "json_build_object" => Func::JsonBuildObject,
             "jsonb_build_array" => Func::JsonbBuildArray,
             "jsonb_typeof" => Func::JsonbTypeof,
             "jsonb_set" => Func::JsonbSet,
@@ -1099,6 +1102,7 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         }
         Func::Concat => Value::Text(vals.iter().filter_map(|v| v.to_text()).collect()),
         Func::JsonbBuildObject => crate::json::build_object(&vals)?,
+        Func::JsonBuildObject => crate::json::build_json_object(&vals)?,
         Func::JsonbBuildArray => crate::json::build_array(&vals)?,
         Func::MakeArray => Value::Array(vals),
         Func::ArrayCat => match (arg(0), arg(1)) {

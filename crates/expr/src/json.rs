@@ -247,6 +247,21 @@ pub fn to_jsonb(v: &Value) -> Result<Jsonb, SqlError> {
 
 /// `jsonb_build_object(k1, v1, ...)`.
 pub fn build_object(args: &[Value]) -> Result<Value, SqlError> {
+    Ok(Value::Jsonb(Jsonb::object(object_members(args)?)))
+}
+
+/// `json_build_object(k1, v1, ...)`: the members in the order given, as
+/// PostgreSQL writes a `json` object (`{"a" : 1, "b" : 2}`).
+pub fn build_json_object(args: &[Value]) -> Result<Value, SqlError> {
+    let members: Vec<String> = object_members(args)?
+        .into_iter()
+        .map(|(k, v)| format!("{} : {}", Jsonb::String(k), v))
+        .collect();
+    Ok(Value::Json(format!("{{{}}}", members.join(", "))))
+}
+
+/// The members `(k1, v1, ...)` make, keys as text.
+fn object_members(args: &[Value]) -> Result<Vec<(String, Jsonb)>, SqlError> {
     if !args.len().is_multiple_of(2) {
         return Err(SqlError::new(
             "22023",
@@ -279,7 +294,7 @@ pub fn build_object(args: &[Value]) -> Result<Value, SqlError> {
         };
         members.push((key, to_jsonb(&pair[1])?));
     }
-    Ok(Value::Jsonb(Jsonb::object(members)))
+    Ok(members)
 }
 
 /// `jsonb_build_array(...)`.

@@ -982,7 +982,11 @@ impl<'a> Binder<'a> {
             .ok_or_else(|| SqlError::undefined_table(name))
     }
 
-    fn param(&mut self, text: &str, expected: Option<&DataType>) -> Result<Expr, SqlError> {
+    pub(crate) fn param(
+        &mut self,
+        text: &str,
+        expected: Option<&DataType>,
+    ) -> Result<Expr, SqlError> {
         let n: usize = text
             .strip_prefix('$')
             .and_then(|d| d.parse().ok())
@@ -1132,6 +1136,7 @@ impl<'a> Binder<'a> {
                 Func::JsonbBuildObject | Func::JsonbBuildArray | Func::JsonbSet | Func::ToJsonb => {
                     DataType::Jsonb
                 }
+                Func::JsonBuildObject => DataType::Json,
                 Func::JsonbArrayLength
                 | Func::Cardinality
                 | Func::ArrayLength
@@ -2569,7 +2574,10 @@ impl<'a> Binder<'a> {
             Some(ast::Distinct::On(_)) => return Err(SqlError::unsupported("DISTINCT ON")),
         };
         let group_exprs: Vec<ast::Expr> = match &select.group_by {
-            ast::GroupByExpr::Expressions(e, _) => e.clone(),
+            ast::GroupByExpr::Expressions(e, _) => e
+                .iter()
+                .map(|g| group_by_ordinal(g, &select.projection))
+                .collect::<Result<_, _>>()?,
             ast::GroupByExpr::All(_) => return Err(SqlError::unsupported("GROUP BY ALL")),
         };
         let has_aggregates = !group_exprs.is_empty()
@@ -3922,21 +3930,33 @@ impl<'a> Binder<'a> {
     /// `serial` or identity column owns, or NULL.
     fn serial_sequence(&mut self, f: &ast::Function, scope: &Scope) -> Result<Expr, SqlError> {
         let (args, _, _) = self.function_args(f)?;
-        let texts = args
+        let bound = args
             .iter()
-            .map(|a| match self.expr(a, scope, Some(&DataType::Text))? {
-                Expr::Literal(Value::Text(t)) => Ok(t),
-                Expr::Cast(inner, _) if matches!(inner.as_ref(), Expr::Literal(Value::Text(_))) => {
-                    let Expr::Literal(Value::Text(t)) = *inner else {
-                        unreachable!()
-                    };
-                    Ok(t)
-                }
-                _ => Err(SqlError::unsupported(
-                    "pg_get_serial_sequence with arguments that are not constants",
-                )),
-            })
+            .map(|a| self.expr(a, scope, Some(&DataType::Text)))
             .collect::<Result<Vec<_>, _>>()?;
+        let constant = |e: &Expr| match e {
+            Expr::Literal(Value::Text(t)) => Some(t.clone()),
+            Expr::Cast(inner, _) => match inner.as_ref() {
+                Expr::Literal(Value::Text(t)) => Some(t.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let texts: Vec<String> = bound.iter().filter_map(constant).collect();
+        if texts.len() != bound.len() {
+            // Known when the statement runs (a catalog query's columns):
+            // looked up among the sequences columns own.
+            return match bound.as_slice() {
+                [_, _] => {
+                    let l = self.catalog_lookups();
+                    Ok(Expr::Lookup(l.serial_sequence.clone(), bound))
+                }
+                _ => Err(SqlError::new(
+                    "42883",
+                    "function pg_get_serial_sequence() takes two arguments",
+                )),
+            };
+        }
         let [table, column] = texts.as_slice() else {
             return Err(SqlError::new(
                 "42883",
@@ -4519,6 +4539,30 @@ fn is_placeholder(e: &ast::Expr) -> bool {
     }
 }
 
+/// `GROUP BY 2`: the second output column's expression (42P10 past the
+/// last one); any other grouping expression as it is.
+fn group_by_ordinal(g: &ast::Expr, projection: &[ast::SelectItem]) -> Result<ast::Expr, SqlError> {
+    let ast::Expr::Value(v) = g else {
+        return Ok(g.clone());
+    };
+    let ast::Value::Number(n, _) = &v.value else {
+        return Ok(g.clone());
+    };
+    let out_of_range = || {
+        SqlError::new(
+            "42P10",
+            format!("GROUP BY position {n} is not in select list"),
+        )
+    };
+    let i: usize = n.parse().map_err(|_| out_of_range())?;
+    match i.checked_sub(1).and_then(|i| projection.get(i)) {
+        Some(ast::SelectItem::UnnamedExpr(e))
+        | Some(ast::SelectItem::ExprWithAlias { expr: e, .. }) => Ok(e.clone()),
+        Some(_) => Err(SqlError::unsupported("GROUP BY the position of a wildcard")),
+        None => Err(out_of_range()),
+    }
+}
+
 /// An aggregate call without its `ORDER BY` clause, and that clause's
 /// keys (none when it has none).
 fn split_order_by(f: &ast::Function) -> (ast::Function, Vec<ast::OrderByExpr>) {
@@ -4612,6 +4656,16 @@ fn column_name(e: &ast::Expr) -> String {
             }
         }
         ast::Expr::Case { .. } => "case".into(),
+        ast::Expr::Exists { .. } => "exists".into(),
+        // A scalar subquery is named by its one column.
+        ast::Expr::Subquery(q) => match q.body.as_ref() {
+            ast::SetExpr::Select(s) => match s.projection.first() {
+                Some(ast::SelectItem::UnnamedExpr(e)) => column_name(e),
+                Some(ast::SelectItem::ExprWithAlias { alias, .. }) => ident(alias),
+                _ => "?column?".into(),
+            },
+            _ => "?column?".into(),
+        },
         _ => "?column?".into(),
     }
 }

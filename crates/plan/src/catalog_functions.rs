@@ -89,6 +89,21 @@ impl Binder<'_> {
                 )),
             };
         }
+        // Text known only when the statement runs (`$1::regclass`): the
+        // object's id by its name, NULL when there is none.
+        let textual = match self.known_type(&bound, scope) {
+            None => true,
+            Some(t) => t.is_textual(),
+        };
+        if textual && matches!(reg, RegType::Class | RegType::Type) {
+            let name = self.expr(inner, scope, Some(&DataType::Text))?;
+            let table = if reg == RegType::Class {
+                lookups.relation_by_name.clone()
+            } else {
+                lookups.type_by_name.clone()
+            };
+            return Ok(Expr::Lookup(table, vec![name]));
+        }
         let table = match reg {
             RegType::Class => lookups.relation_name.clone(),
             RegType::Type => lookups.type_name.clone(),
@@ -180,6 +195,18 @@ impl Binder<'_> {
             "pg_partition_ancestors" | "pg_partition_root" => {
                 arity(args.len() == 1)?;
                 oid_arg(self, 0)?
+            }
+            // The object's id by its name, NULL when there is none.
+            "to_regclass" | "to_regtype" => {
+                arity(args.len() == 1)?;
+                let l = self.catalog_lookups();
+                let object = self.expr(&args[0], scope, Some(&DataType::Text))?;
+                let table = if name == "to_regclass" {
+                    l.relation_by_name.clone()
+                } else {
+                    l.type_by_name.clone()
+                };
+                Expr::Lookup(table, vec![object])
             }
             "pg_relation_is_publishable" => {
                 arity(args.len() == 1)?;

@@ -2104,6 +2104,13 @@ pub struct CatalogLookups {
     pub namespace_name: Arc<Lookup>,
     /// `pg_relation_is_publishable(oid)`: true for tables.
     pub publishable: Arc<Lookup>,
+    /// `pg_get_serial_sequence(table, column)`: the sequence the column
+    /// owns, schema-qualified.
+    pub serial_sequence: Arc<Lookup>,
+    /// A relation's or a type's id by its name (plain or schema-qualified):
+    /// `$1::regclass`, `to_regclass(text)`, `to_regtype(text)`.
+    pub relation_by_name: Arc<Lookup>,
+    pub type_by_name: Arc<Lookup>,
     /// Names to ids: relations (with the catalog's own), types,
     /// namespaces, roles.
     pub relation_oid: HashMap<String, u32>,
@@ -2194,7 +2201,71 @@ pub fn lookups(catalog: &Catalog, ctx: &CatalogContext) -> CatalogLookups {
         .filter(|r| r.kind == "r")
         .map(|r| (vec![oid(r.oid)], Value::Bool(true)))
         .collect();
+    let by_name = |name: &'static str, names: &HashMap<String, u32>, schema: &str| {
+        let mut rows = HashMap::new();
+        for (n, o) in names {
+            rows.insert(vec![text(n)], oid(*o));
+            rows.insert(vec![text(&format!("{schema}.{n}"))], oid(*o));
+            rows.insert(vec![text(&format!("{schema}.{}", quote_ident(n)))], oid(*o));
+            rows.insert(vec![text(&quote_ident(n))], oid(*o));
+        }
+        Arc::new(Lookup {
+            name,
+            rows,
+            otherwise: LookupMiss::Null,
+            ty: DataType::Oid,
+        })
+    };
+    let relation_by_name = {
+        let mut l = (*by_name("regclass", &relation_oid, "public")).rows.clone();
+        for &(n, o) in SYSTEM_RELATIONS {
+            l.insert(vec![text(&format!("pg_catalog.{n}"))], oid(o));
+        }
+        Arc::new(Lookup {
+            name: "regclass",
+            rows: l,
+            otherwise: LookupMiss::Null,
+            ty: DataType::Oid,
+        })
+    };
+    let type_by_name = {
+        let mut l = (*by_name("regtype", &type_oid, "pg_catalog")).rows.clone();
+        for t in m.catalog.types.values() {
+            l.insert(vec![text(&format!("public.{}", t.name))], oid(t.oid()));
+        }
+        Arc::new(Lookup {
+            name: "regtype",
+            rows: l,
+            otherwise: LookupMiss::Null,
+            ty: DataType::Oid,
+        })
+    };
+    let mut serial = HashMap::new();
+    for seq in catalog.sequences.values() {
+        let Some((table, column)) = seq.def.owned_by else {
+            continue;
+        };
+        let Some(t) = catalog.table_by_id(table) else {
+            continue;
+        };
+        let Some(c) = t.schema.columns.get(column) else {
+            continue;
+        };
+        let answer = text(&format!("public.{}", quote_ident(&seq.def.name)));
+        let name = &t.schema.name;
+        for table_name in [
+            name.clone(),
+            quote_ident(name),
+            format!("public.{name}"),
+            format!("public.{}", quote_ident(name)),
+        ] {
+            serial.insert(vec![text(&table_name), text(&c.name)], answer.clone());
+        }
+    }
     CatalogLookups {
+        serial_sequence: lookup("pg_get_serial_sequence", serial, LookupMiss::Null),
+        relation_by_name,
+        type_by_name,
         publishable: lookup("pg_relation_is_publishable", publishable, LookupMiss::False),
         index_def: lookup("pg_get_indexdef", index_def, LookupMiss::Null),
         index_column: lookup("pg_get_indexdef", index_column, LookupMiss::Null),

@@ -579,6 +579,14 @@ pub struct StatementTime {
     pub statement_micros: i64,
 }
 
+/// A subquery prepared to run: its result columns, the types of the
+/// statement's parameters it uses (by position), and what runs it.
+pub struct PreparedSubquery {
+    pub columns: Vec<Column>,
+    pub params: Vec<DataType>,
+    pub runner: Box<dyn aqueduct_expr::SubqueryRunner>,
+}
+
 /// Prepares subqueries to run (given by one-shot evaluation).
 pub trait SubqueryCompiler: Send + Sync {
     /// Prepares `q`, whose outer references are parameters `$first + 1`
@@ -588,7 +596,7 @@ pub trait SubqueryCompiler: Send + Sync {
         q: &ast::Query,
         first: usize,
         outer: usize,
-    ) -> Result<(Vec<Column>, Box<dyn aqueduct_expr::SubqueryRunner>), SqlError>;
+    ) -> Result<PreparedSubquery, SqlError>;
 }
 
 /// Whether `q` has a subquery in an expression (`(SELECT ...)`,

@@ -86,8 +86,20 @@ impl Binder<'_> {
             })
         };
         // The outer references, in the order first met, as the parameter
-        // each becomes.
-        let first = self.parameter_count();
+        // each becomes: numbered after every parameter of the statement's
+        // the subquery names, and every one seen so far.
+        let mut named = 0;
+        let _ = ast::visit_expressions(q, |e| {
+            if let ast::Expr::Value(v) = e {
+                if let ast::Value::Placeholder(p) = &v.value {
+                    if let Some(n) = p.strip_prefix('$').and_then(|d| d.parse::<usize>().ok()) {
+                        named = named.max(n);
+                    }
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        let first = self.parameter_count().max(named);
         let mut outer: Vec<ast::Expr> = Vec::new();
         let mut rewritten = q.clone();
         let _ = ast::visit_expressions_mut(&mut rewritten, |e| {
@@ -95,6 +107,14 @@ impl Binder<'_> {
                 ast::Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
                     let q = ident(&parts[0]);
                     !inner.qualifiers.contains(&q) && outer_has(Some(&q), &ident(&parts[1]))
+                }
+                // `pg_catalog.pg_attribute.attrelid`: schema, table, column.
+                ast::Expr::CompoundIdentifier(parts)
+                    if parts.len() == 3
+                        && matches!(ident(&parts[0]).as_str(), "pg_catalog" | "public") =>
+                {
+                    let q = ident(&parts[1]);
+                    !inner.qualifiers.contains(&q) && outer_has(Some(&q), &ident(&parts[2]))
                 }
                 ast::Expr::Identifier(i) => {
                     let n = ident(i);
@@ -123,7 +143,12 @@ impl Binder<'_> {
         for o in &outer {
             args.push(self.expr(o, scope, None)?);
         }
-        let (columns, runner) = compiler.prepare(&rewritten, first, outer.len())?;
+        let prepared = compiler.prepare(&rewritten, first, outer.len())?;
+        // The statement's parameters the subquery names are the statement's.
+        for (i, ty) in prepared.params.iter().enumerate().take(named) {
+            self.param(&format!("${}", i + 1), Some(ty))?;
+        }
+        let (columns, runner) = (prepared.columns, prepared.runner);
         if kind != SubqueryKind::Exists && columns.len() != 1 {
             return Err(SqlError::new(
                 "42601",

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use aqueduct_expr::{SqlError, SubqueryRunner};
 pub use aqueduct_plan::plan::has_subquery;
-use aqueduct_plan::plan::SubqueryCompiler;
+use aqueduct_plan::plan::{PreparedSubquery, SubqueryCompiler};
 
 use crate::compile::Compiler;
 use aqueduct_plan::plan::{Column, StatementTime};
@@ -99,6 +99,48 @@ pub fn evaluate_shared(
     })
 }
 
+/// Runs `q` once inside transaction `txn`, with subqueries in its
+/// expressions: every table it names is read as the transaction sees it
+/// (its own writes in, each read recorded for the commit's check) into a
+/// copy of the catalog the query and its subqueries then read.
+pub fn evaluate_in_transaction(
+    catalog: &Catalog,
+    txn: &mut Txn,
+    q: &ast::Query,
+    params: &[Value],
+    time: Option<StatementTime>,
+) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
+    let mut names: Vec<String> = Vec::new();
+    let _ = ast::visit_relations(q, |n| {
+        if let Ok(name) = aqueduct_plan::bind::object_name(n) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    let mut seen = catalog.clone();
+    for name in names {
+        let Some(t) = catalog.table(&name) else {
+            continue;
+        };
+        let rows = aqueduct_plan::exec::scan_rows(catalog, txn, t)?;
+        let schema = t.schema.as_ref().clone();
+        let id = schema.id;
+        seen.apply_schema(aqueduct_tables::SchemaChange::DropTable { id });
+        seen.apply_schema(aqueduct_tables::SchemaChange::CreateTable(schema.clone()));
+        for (i, row) in rows.into_iter().enumerate() {
+            let key = if schema.has_primary_key() {
+                schema.key_of(&row)
+            } else {
+                vec![Value::Int(i as i64)]
+            };
+            seen.apply_row(id, key, Some(row), 1);
+        }
+    }
+    evaluate_shared(Arc::new(seen), q, params, time)
+}
+
 /// One-shot evaluation's [`SubqueryCompiler`]: a subquery is evaluated
 /// once per distinct set of outer values, over the same catalog.
 struct Subqueries {
@@ -116,18 +158,19 @@ impl SubqueryCompiler for Subqueries {
         q: &ast::Query,
         first: usize,
         outer: usize,
-    ) -> Result<(Vec<Column>, Box<dyn SubqueryRunner>), SqlError> {
+    ) -> Result<PreparedSubquery, SqlError> {
         let hints: Vec<Option<DataType>> = vec![None; first + outer];
         let time = self.time.unwrap_or(StatementTime {
             transaction_micros: 0,
             statement_micros: 0,
         });
-        let (columns, _) = describe(&self.catalog, q, &hints, time)?;
+        let (columns, param_types) = describe(&self.catalog, q, &hints, time)?;
         let mut params = self.params.clone();
         params.resize(first, Value::Null);
-        Ok((
+        Ok(PreparedSubquery {
             columns,
-            Box::new(SubqueryRun {
+            params: param_types,
+            runner: Box::new(SubqueryRun {
                 catalog: self.catalog.clone(),
                 query: q.clone(),
                 params,
@@ -135,7 +178,7 @@ impl SubqueryCompiler for Subqueries {
                 describe: self.describe,
                 answers: Mutex::new(HashMap::new()),
             }),
-        ))
+        })
     }
 }
 

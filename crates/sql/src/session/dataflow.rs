@@ -236,7 +236,11 @@ impl Session {
         let (columns, rows) = match self.txn.as_mut() {
             Some(txn) => {
                 let catalog = db.read_in(Some(txn));
-                oneshot::evaluate(&catalog, txn, q, params, Some(self.time))?
+                if oneshot::has_subquery(q) {
+                    oneshot::evaluate_in_transaction(&catalog, txn, q, params, Some(self.time))?
+                } else {
+                    oneshot::evaluate(&catalog, txn, q, params, Some(self.time))?
+                }
             }
             None => {
                 let seen = db.applied_lsn();
