@@ -685,7 +685,7 @@ fn default_sql(c: &ColumnDef) -> Option<String> {
     let text = v.to_text()?;
     Some(match v {
         Value::Int(_) | Value::Float(_) | Value::Numeric(_) => text,
-        Value::Bool(_) => text,
+        Value::Bool(b) => b.to_string(),
         _ => format!("'{}'::{}", text.replace('\'', "''"), type_sql_name(&c.ty)),
     })
 }
@@ -2217,7 +2217,7 @@ pub fn lookups(catalog: &Catalog, ctx: &CatalogContext) -> CatalogLookups {
         })
     };
     let relation_by_name = {
-        let mut l = (*by_name("regclass", &relation_oid, "public")).rows.clone();
+        let mut l = by_name("regclass", &relation_oid, "public").rows.clone();
         for &(n, o) in SYSTEM_RELATIONS {
             l.insert(vec![text(&format!("pg_catalog.{n}"))], oid(o));
         }
@@ -2229,7 +2229,7 @@ pub fn lookups(catalog: &Catalog, ctx: &CatalogContext) -> CatalogLookups {
         })
     };
     let type_by_name = {
-        let mut l = (*by_name("regtype", &type_oid, "pg_catalog")).rows.clone();
+        let mut l = by_name("regtype", &type_oid, "pg_catalog").rows.clone();
         for t in m.catalog.types.values() {
             l.insert(vec![text(&format!("public.{}", t.name))], oid(t.oid()));
         }
