@@ -41,6 +41,9 @@ pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow
         }
         other => return Some(NeedsDataflow::OtherBody(other.to_string())),
     };
+    if select.projection.iter().any(is_set_function) {
+        return Some(NeedsDataflow::SetFunction);
+    }
     let [twj] = select.from.as_slice() else {
         if select.from.is_empty() {
             let clauses =
@@ -4537,6 +4540,25 @@ fn is_placeholder(e: &ast::Expr) -> bool {
         ast::Expr::Nested(inner) => is_placeholder(inner),
         _ => false,
     }
+}
+
+/// A select-list item that is a set-returning function (`unnest(a)`,
+/// `generate_subscripts(a, 1)`, `generate_series(x, y)`).
+fn is_set_function(item: &ast::SelectItem) -> bool {
+    let (ast::SelectItem::UnnamedExpr(ast::Expr::Function(f))
+    | ast::SelectItem::ExprWithAlias {
+        expr: ast::Expr::Function(f),
+        ..
+    }) = item
+    else {
+        return false;
+    };
+    object_name(&f.name).is_ok_and(|n| {
+        matches!(
+            n.strip_prefix("pg_catalog.").unwrap_or(&n),
+            "unnest" | "generate_subscripts" | "generate_series"
+        )
+    })
 }
 
 /// `GROUP BY 2`: the second output column's expression (42P10 past the

@@ -157,6 +157,8 @@ pub enum NeedsDataflow {
     With,
     /// A subquery in an expression (`(SELECT ...)`, `EXISTS`, `IN`).
     Subquery,
+    /// A set-returning function in the select list (`unnest(a)`).
+    SetFunction,
     /// `UNION`, `EXCEPT`, `INTERSECT`
     SetOperation(String),
     /// A query body other than a SELECT (`VALUES ...`, `TABLE t`).
@@ -179,6 +181,7 @@ impl std::fmt::Display for NeedsDataflow {
         match self {
             NeedsDataflow::With => write!(f, "a WITH clause"),
             NeedsDataflow::Subquery => write!(f, "a subquery in an expression"),
+            NeedsDataflow::SetFunction => write!(f, "a set-returning function in the select list"),
             NeedsDataflow::SetOperation(op) => write!(f, "{op} of queries"),
             NeedsDataflow::OtherBody(body) => {
                 write!(f, "a query body that is not a SELECT ({body})")

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 
 use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::ops::{
-    AggCall, Aggregate, Distinct, Filter, Join, JoinKind, Project, SortColumn, TopK, Union,
+    AggCall, Aggregate, Distinct, Expand, Filter, Join, JoinKind, Project, SetFunction, SortColumn,
+    TopK, Union,
 };
 use aqueduct_expr::{BinOp, Env, Expr};
 use aqueduct_values::{DataType, Value};
@@ -30,6 +31,10 @@ pub struct Compiled {
     /// rows, which then carry hidden sort columns after `columns`.
     pub order: Vec<SortColumn>,
 }
+
+/// The qualifier of the columns set-returning functions in a select list
+/// add (not one a query can name: it starts with a space).
+const SET_FUNCTION_QUALIFIER: &str = " set function";
 
 /// The source ids functions in `FROM` are read as: above every table id
 /// and catalog relation id.
@@ -764,9 +769,30 @@ impl<'a, 'g> Compiler<'a, 'g> {
             remaining = keep;
             acc = self.join(acc, right, JoinKind::Inner, None, &mut linking)?;
         }
-        let (input, scope) = acc;
+        let (mut input, mut scope) = acc;
         let mut select = s.clone();
         select.selection = conjoin(remaining);
+        // Set-returning functions in the select list expand each row
+        // after WHERE (`expand.rs`); the list then reads their columns.
+        if let Some(functions) = self.set_functions(&mut select, &scope)? {
+            if let Some(w) = select.selection.take() {
+                let cond = self.binder.expr(&w, &scope, Some(&DataType::Bool))?;
+                input = self.add(Box::new(Filter::new(cond)), vec![input]);
+            }
+            let width = scope.columns.len();
+            let mut set = Vec::new();
+            for (i, (f, ty)) in functions.into_iter().enumerate() {
+                set.push(f);
+                scope.columns.push(ScopeColumn {
+                    qualifier: Some(SET_FUNCTION_QUALIFIER.into()),
+                    name: format!("f{i}"),
+                    ty,
+                    qualified_only: true,
+                    table: None,
+                });
+            }
+            input = self.add(Box::new(Expand::new(set, width)), vec![input]);
+        }
         let origin = |c: usize| {
             let col = &scope.columns[c];
             Column::computed(col.name.clone(), col.ty.clone())
@@ -783,6 +809,92 @@ impl<'a, 'g> Compiler<'a, 'g> {
             columns,
             order: Vec::new(),
         })
+    }
+
+    /// The set-returning functions of `select`'s list (`unnest(a)`,
+    /// `generate_subscripts(a, 1)`, `generate_series(x, y)` as whole
+    /// items), bound over `scope`; each item becomes a reference to the
+    /// column its function's values will be in, keeping its name. `None`
+    /// when there is none.
+    fn set_functions(
+        &mut self,
+        select: &mut ast::Select,
+        scope: &Scope,
+    ) -> Result<Option<Vec<(SetFunction, DataType)>>, SqlError> {
+        let mut found = Vec::new();
+        for item in &mut select.projection {
+            let (expr, alias) = match item {
+                ast::SelectItem::UnnamedExpr(e) => (e.clone(), None),
+                ast::SelectItem::ExprWithAlias { expr, alias } => {
+                    (expr.clone(), Some(alias.clone()))
+                }
+                _ => continue,
+            };
+            let ast::Expr::Function(f) = &expr else {
+                continue;
+            };
+            let name = object_name(&f.name)?;
+            let name = name
+                .strip_prefix("pg_catalog.")
+                .unwrap_or(&name)
+                .to_string();
+            if !matches!(
+                name.as_str(),
+                "unnest" | "generate_subscripts" | "generate_series"
+            ) {
+                continue;
+            }
+            let ast::FunctionArguments::List(list) = &f.args else {
+                continue;
+            };
+            let mut args = Vec::new();
+            for a in &list.args {
+                let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = a else {
+                    return Err(unsupported_in_view(&format!("the argument {a} of {name}")));
+                };
+                args.push(self.binder.expr(e, scope, None)?);
+            }
+            let (function, ty) = match (name.as_str(), args.as_slice()) {
+                ("unnest", [a]) => {
+                    let ty = match self.binder.known_type(a, scope) {
+                        Some(DataType::Array(e)) => *e,
+                        _ => DataType::Text,
+                    };
+                    (SetFunction::Unnest(a.clone()), ty)
+                }
+                ("generate_subscripts", [a, d]) => (
+                    SetFunction::Subscripts(a.clone(), d.clone()),
+                    DataType::Int4,
+                ),
+                ("generate_series", [a, b]) => (
+                    SetFunction::Series(a.clone(), b.clone(), None),
+                    DataType::Int4,
+                ),
+                ("generate_series", [a, b, c]) => (
+                    SetFunction::Series(a.clone(), b.clone(), Some(c.clone())),
+                    DataType::Int4,
+                ),
+                _ => {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!(
+                            "function {name} with {} arguments does not exist",
+                            args.len()
+                        ),
+                    ))
+                }
+            };
+            let column = ast::Expr::CompoundIdentifier(vec![
+                ast::Ident::new(SET_FUNCTION_QUALIFIER),
+                ast::Ident::new(format!("f{}", found.len())),
+            ]);
+            *item = ast::SelectItem::ExprWithAlias {
+                expr: column,
+                alias: alias.unwrap_or_else(|| ast::Ident::new(name.clone())),
+            };
+            found.push((function, ty));
+        }
+        Ok((!found.is_empty()).then_some(found))
     }
 
     fn body(&mut self, input: NodeId, body: SelectBody) -> Result<NodeId, SqlError> {

@@ -2,6 +2,7 @@
 
 mod aggregate;
 mod distinct;
+mod expand;
 mod filter;
 mod join;
 mod project;
@@ -10,6 +11,7 @@ mod union;
 
 pub use aggregate::{AggCall, Aggregate};
 pub use distinct::Distinct;
+pub use expand::{Expand, SetFunction, MAX_EXPANSION};
 pub use filter::Filter;
 pub use join::{Join, JoinKind};
 pub use project::Project;
