@@ -63,8 +63,10 @@ impl AggFunc {
         Some(match name {
             "count" => AggFunc::Count,
             "sum" => AggFunc::Sum,
-            "min" => AggFunc::Min,
-            "max" => AggFunc::Max,
+            // Over booleans false sorts first: bool_and (every) is the
+            // least value, bool_or the greatest.
+            "min" | "bool_and" | "every" => AggFunc::Min,
+            "max" | "bool_or" => AggFunc::Max,
             "avg" => AggFunc::Avg,
             "array_agg" => AggFunc::ArrayAgg,
             "jsonb_agg" => AggFunc::JsonbAgg,

@@ -3130,6 +3130,9 @@ impl<'a> Binder<'a> {
                     }
                     InsertSource::Values(rows)
                 }
+                _ if needs_dataflow(self.catalog, q).is_some() => {
+                    InsertSource::Evaluated(Box::new(q.clone()))
+                }
                 ast::SetExpr::Select(s) => {
                     let (limit, offset) = self.limit(q)?;
                     let (plan, cols) = self.select(s, q.order_by.as_ref(), limit, offset)?;

@@ -395,6 +395,12 @@ fn insert(
         }
         // One row at a time, so a large COPY is not held twice.
         InsertSource::Copied(c) => Box::new(c.rows.iter().cloned()),
+        InsertSource::Evaluated(_) => {
+            return Err(SqlError::new(
+                "XX000",
+                "an INSERT's query was not evaluated before the insert",
+            ))
+        }
     };
     // An error in a copied row names its line, as PostgreSQL's CONTEXT does.
     let at = |i: usize| {

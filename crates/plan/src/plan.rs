@@ -383,6 +383,10 @@ pub enum InsertSource {
     Query(Box<SelectPlan>),
     /// Rows `COPY ... FROM STDIN` read, already of the columns' types.
     Copied(CopiedRows),
+    /// A query only one-shot evaluation answers (a join, `VALUES` or a
+    /// function in FROM, a subquery): the session runs it first and
+    /// writes its rows as [`InsertSource::Copied`] ones.
+    Evaluated(Box<ast::Query>),
 }
 
 /// The rows of one `COPY ... FROM STDIN`, with the input line each began
@@ -401,7 +405,8 @@ impl CopiedRows {
     /// `e`, raised for row `i`, with the CONTEXT `COPY t, line n` unless
     /// it has one.
     pub fn context_of(&self, i: usize, e: aqueduct_expr::SqlError) -> aqueduct_expr::SqlError {
-        if e.context.is_some() {
+        // Rows a query made (`INSERT ... SELECT`) have no lines.
+        if e.context.is_some() || self.lines.is_empty() {
             return e;
         }
         let line = self.lines.get(i).copied().unwrap_or(0);

@@ -858,6 +858,8 @@ impl<'a, 'g> Compiler<'a, 'g> {
                 ("unnest", [a]) => {
                     let ty = match self.binder.known_type(a, scope) {
                         Some(DataType::Array(e)) => *e,
+                        Some(DataType::Vector(aqueduct_values::VectorKind::Int2)) => DataType::Int2,
+                        Some(DataType::Vector(aqueduct_values::VectorKind::Oid)) => DataType::Oid,
                         _ => DataType::Text,
                     };
                     (SetFunction::Unnest(a.clone()), ty)

@@ -77,23 +77,39 @@ pub fn rows(
                 rows,
             }
         }
+        // `unnest(a, b, ...)`: the arrays side by side, the shorter ones
+        // NULL past their ends.
         "unnest" => {
-            let [(array, ty)] = args else {
-                return Err(SqlError::unsupported("unnest of more than one array"));
-            };
-            let element = match ty {
-                Some(DataType::Array(e)) => (**e).clone(),
-                _ => DataType::Text,
-            };
-            let rows = match array {
-                Value::Array(items) => items.iter().map(|v| vec![v.clone()]).collect(),
-                Value::Null => Vec::new(),
-                _ => return Err(SqlError::new("42883", "function unnest takes an array")),
-            };
-            FunctionRows {
-                columns: vec![("unnest".into(), element)],
-                rows,
+            if args.is_empty() {
+                return Err(SqlError::new("42883", "function unnest() takes an array"));
             }
+            let mut columns = Vec::new();
+            let mut arrays = Vec::new();
+            for (array, ty) in args {
+                let element = match ty {
+                    Some(DataType::Array(e)) => (**e).clone(),
+                    _ => DataType::Text,
+                };
+                columns.push(("unnest".to_string(), element));
+                arrays.push(match array {
+                    Value::Array(items) => items.clone(),
+                    Value::Null => Vec::new(),
+                    _ => return Err(SqlError::new("42883", "function unnest takes an array")),
+                });
+            }
+            let n = arrays.iter().map(Vec::len).max().unwrap_or(0);
+            if n > MAX_FUNCTION_ROWS {
+                return Err(too_many("unnest"));
+            }
+            let rows = (0..n)
+                .map(|i| {
+                    arrays
+                        .iter()
+                        .map(|a| a.get(i).cloned().unwrap_or(Value::Null))
+                        .collect()
+                })
+                .collect();
+            FunctionRows { columns, rows }
         }
         // No table is partitioned: a relation is its own only ancestor.
         "pg_partition_ancestors" => {

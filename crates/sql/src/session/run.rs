@@ -10,7 +10,7 @@ use aqueduct_plan::bind;
 use aqueduct_plan::catalog_queries;
 use aqueduct_plan::exec;
 use aqueduct_plan::parse::parse;
-use aqueduct_plan::plan::{Column, Outcome, Plan};
+use aqueduct_plan::plan::{Column, InsertSource, Outcome, Plan};
 
 use super::route::Route;
 use super::state::{command, Session};
@@ -343,6 +343,7 @@ impl Session {
         columns: Vec<Column>,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
+        let plan = self.evaluate_insert_source(plan, params)?;
         let db = self.engine.database();
         if let Some(txn) = self.txn.as_mut() {
             if !txn.isolation.locks() {
@@ -477,6 +478,35 @@ impl Session {
                 "could not lock the rows the statement writes in {MAX_LOCK_ROUNDS} rounds; retry the transaction"
             ),
         ))
+    }
+
+    /// An `INSERT` whose rows come from a query only one-shot evaluation
+    /// answers: the query run now (inside the transaction block, if any),
+    /// its rows then written as copied ones. Other plans pass through.
+    fn evaluate_insert_source(&mut self, plan: Plan, params: &[Value]) -> Result<Plan, SqlError> {
+        let Plan::Insert(mut insert) = plan else {
+            return Ok(plan);
+        };
+        let InsertSource::Evaluated(q) = &insert.source else {
+            return Ok(Plan::Insert(insert));
+        };
+        let Outcome::Rows { rows, .. } = self.answer_by_dataflow(q, None, params)? else {
+            return Err(SqlError::new("XX000", "an INSERT's query gave no rows"));
+        };
+        if let Some(r) = rows.first() {
+            if r.len() != insert.columns.len() {
+                return Err(SqlError::syntax(format!(
+                    "INSERT has {} expressions but {} target columns",
+                    r.len(),
+                    insert.columns.len()
+                )));
+            }
+        }
+        insert.source = InsertSource::Copied(aqueduct_plan::plan::CopiedRows {
+            rows,
+            ..Default::default()
+        });
+        Ok(Plan::Insert(insert))
     }
 
     /// `SELECT set_config(name, value, false) [FROM ...]`: `rows` (the
