@@ -848,6 +848,12 @@ fn unify(a: Value, b: Value) -> Result<(Value, Value), SqlError> {
     })
 }
 
+/// The type a value is of, as far as the value tells (text for text,
+/// enums and NULL; bigint for integers).
+pub fn type_of_value(v: &Value) -> DataType {
+    kind_type(v)
+}
+
 fn kind_type(v: &Value) -> DataType {
     match v {
         Value::Bool(_) => DataType::Bool,

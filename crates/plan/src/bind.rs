@@ -1504,6 +1504,33 @@ impl<'a> Binder<'a> {
                     vec![Expr::Literal(Value::Text(unit.to_lowercase())), x],
                 )
             }
+            // `c.conkey[1]`: the qualified column, subscripted.
+            E::CompoundFieldAccess { root, access_chain }
+                if matches!(
+                    (root.as_ref(), access_chain.as_slice()),
+                    (
+                        ast::Expr::Identifier(_),
+                        [
+                            ast::AccessExpr::Dot(ast::Expr::Identifier(_)),
+                            ast::AccessExpr::Subscript(_)
+                        ]
+                    )
+                ) =>
+            {
+                let (
+                    ast::Expr::Identifier(q),
+                    [ast::AccessExpr::Dot(ast::Expr::Identifier(c)), sub],
+                ) = (root.as_ref(), access_chain.as_slice())
+                else {
+                    unreachable!("matched above")
+                };
+                let column = ast::Expr::CompoundIdentifier(vec![q.clone(), c.clone()]);
+                let inner = E::CompoundFieldAccess {
+                    root: Box::new(column),
+                    access_chain: vec![sub.clone()],
+                };
+                self.expr(&inner, scope, expected)?
+            }
             E::CompoundFieldAccess { root, access_chain } => match access_chain.as_slice() {
                 [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] => {
                     let array = self.expr(root, scope, None)?;

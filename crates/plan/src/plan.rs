@@ -603,7 +603,7 @@ pub trait SubqueryCompiler: Send + Sync {
         &self,
         q: &ast::Query,
         first: usize,
-        outer: usize,
+        outer: &[Option<DataType>],
     ) -> Result<PreparedSubquery, SqlError>;
 }
 

@@ -53,6 +53,50 @@ impl Visitor for Relations {
     }
 }
 
+/// Whether `q` refers to relations outside it: a qualifier none of its
+/// FROM items introduces, or a bare column none of its tables has.
+pub fn is_correlated(catalog: &aqueduct_tables::Catalog, q: &ast::Query) -> bool {
+    let mut inner = Relations::default();
+    let _ = q.visit(&mut inner);
+    let columns: HashSet<String> = inner
+        .names
+        .iter()
+        .filter_map(|n| catalog.table(n))
+        .flat_map(|t| t.schema.columns.iter().map(|c| c.name.clone()))
+        .collect();
+    // Output names the query gives its own items (ORDER BY may use them).
+    let aliases: HashSet<String> = match q.body.as_ref() {
+        ast::SetExpr::Select(s) => s
+            .projection
+            .iter()
+            .filter_map(|i| match i {
+                ast::SelectItem::ExprWithAlias { alias, .. } => Some(ident(alias)),
+                _ => None,
+            })
+            .collect(),
+        _ => HashSet::new(),
+    };
+    ast::visit_expressions(q, |e| {
+        let outer = match e {
+            ast::Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                let q = ident(&parts[parts.len() - 2]);
+                !inner.qualifiers.contains(&q)
+            }
+            ast::Expr::Identifier(i) => {
+                let n = ident(i);
+                !columns.contains(&n) && !aliases.contains(&n)
+            }
+            _ => false,
+        };
+        if outer {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .is_break()
+}
+
 impl Binder<'_> {
     /// Binds a subquery in an expression: `kind` says what it answers,
     /// `left` is `IN`'s or `ANY`'s left operand.
@@ -140,10 +184,13 @@ impl Binder<'_> {
         if let Some(l) = left {
             args.push(self.expr(l, scope, None)?);
         }
+        let mut outer_types = Vec::new();
         for o in &outer {
-            args.push(self.expr(o, scope, None)?);
+            let bound = self.expr(o, scope, None)?;
+            outer_types.push(self.known_type(&bound, scope));
+            args.push(bound);
         }
-        let prepared = compiler.prepare(&rewritten, first, outer.len())?;
+        let prepared = compiler.prepare(&rewritten, first, &outer_types)?;
         // The statement's parameters the subquery names are the statement's.
         for (i, ty) in prepared.params.iter().enumerate().take(named) {
             self.param(&format!("${}", i + 1), Some(ty))?;

@@ -157,9 +157,10 @@ impl SubqueryCompiler for Subqueries {
         &self,
         q: &ast::Query,
         first: usize,
-        outer: usize,
+        outer: &[Option<DataType>],
     ) -> Result<PreparedSubquery, SqlError> {
-        let hints: Vec<Option<DataType>> = vec![None; first + outer];
+        let mut hints: Vec<Option<DataType>> = vec![None; first];
+        hints.extend(outer.iter().cloned());
         let time = self.time.unwrap_or(StatementTime {
             transaction_micros: 0,
             statement_micros: 0,

@@ -154,8 +154,122 @@ impl Session {
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
         self.start_statement();
+        let inlined = self.inline_subqueries(st, params)?;
+        let st = inlined.as_ref().unwrap_or(st);
         let route = self.route(st, hints)?;
         self.run_route(st, route, hints, params)
+    }
+
+    /// `UPDATE` and `DELETE` whose WHERE has subqueries that do not refer
+    /// to the row (`WHERE id IN (SELECT ... JOIN ...)`, as ORMs write a
+    /// filter across relations): each run once now and replaced by its
+    /// answer, so the write is bound with constants. A correlated one is
+    /// refused (0A000).
+    fn inline_subqueries(
+        &mut self,
+        st: &Statement,
+        params: &[Value],
+    ) -> Result<Option<Statement>, SqlError> {
+        let selection = match st {
+            Statement::Update(u) => u.selection.as_ref(),
+            Statement::Delete(d) => d.selection.as_ref(),
+            _ => None,
+        };
+        let Some(selection) = selection else {
+            return Ok(None);
+        };
+        let mut found = false;
+        let _ = sqlparser::ast::visit_expressions(selection, |e| {
+            found |= matches!(
+                e,
+                sqlparser::ast::Expr::Subquery(_)
+                    | sqlparser::ast::Expr::Exists { .. }
+                    | sqlparser::ast::Expr::InSubquery { .. }
+            );
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        if !found {
+            return Ok(None);
+        }
+        let mut st = st.clone();
+        let mut failure = None;
+        let _ = sqlparser::ast::visit_expressions_mut(&mut st, |e| {
+            if failure.is_some() {
+                return std::ops::ControlFlow::Break(());
+            }
+            let replaced = match e {
+                sqlparser::ast::Expr::Subquery(q) => {
+                    self.subquery_answer(q, params)
+                        .map(|rows| match rows.as_slice() {
+                            [] => Ok(literal_of(&Value::Null)),
+                            [one] => Ok(literal_of(&one[0])),
+                            _ => Err(SqlError::new(
+                                "21000",
+                                "more than one row returned by a subquery used as an expression",
+                            )),
+                        })
+                }
+                sqlparser::ast::Expr::Exists { subquery, negated } => {
+                    let negated = *negated;
+                    self.subquery_answer(subquery, params)
+                        .map(|rows| Ok(literal_of(&Value::Bool(rows.is_empty() == negated))))
+                }
+                sqlparser::ast::Expr::InSubquery {
+                    expr,
+                    subquery,
+                    negated,
+                } => {
+                    let (expr, negated) = (expr.clone(), *negated);
+                    self.subquery_answer(subquery, params).map(|rows| {
+                        Ok(if rows.is_empty() {
+                            literal_of(&Value::Bool(negated))
+                        } else {
+                            sqlparser::ast::Expr::InList {
+                                expr,
+                                list: rows.iter().map(|r| literal_of(&r[0])).collect(),
+                                negated,
+                            }
+                        })
+                    })
+                }
+                _ => return std::ops::ControlFlow::Continue(()),
+            };
+            match replaced.and_then(|r| r) {
+                Ok(new) => *e = new,
+                Err(err) => failure = Some(err),
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(Some(st)),
+        }
+    }
+
+    /// The rows of a subquery of a write, run once (0A000 when it refers
+    /// to the row being written).
+    fn subquery_answer(
+        &mut self,
+        q: &sqlparser::ast::Query,
+        params: &[Value],
+    ) -> Result<Vec<Vec<Value>>, SqlError> {
+        let correlated = {
+            let db = self.engine.database();
+            let catalog = db.read_in(self.txn.as_ref());
+            aqueduct_plan::subqueries::is_correlated(&catalog, q)
+        };
+        if correlated {
+            return Err(SqlError::unsupported(
+                "a subquery in UPDATE or DELETE that refers to the row being written",
+            )
+            .with_hint("write the condition as a join in a subquery that does not refer to the row: WHERE id IN (SELECT ...)"));
+        }
+        let st = Statement::Query(Box::new(q.clone()));
+        let route = self.route(&st, &[])?;
+        match self.run_route(&st, route, &[], params)? {
+            Outcome::Rows { rows, .. } => Ok(rows),
+            _ => Err(SqlError::new("XX000", "a subquery gave no rows")),
+        }
     }
 
     /// Runs `st` the way `route` says.
@@ -636,6 +750,37 @@ impl Session {
             bound.columns,
             params,
         )
+    }
+}
+
+/// `v` as a SQL literal of its type (`'2024-01-01'::date`, `42`, `NULL`).
+fn literal_of(v: &Value) -> sqlparser::ast::Expr {
+    use sqlparser::ast::{Expr, Value as Lit};
+    let text = match v {
+        Value::Null => return Expr::Value(Lit::Null.into()),
+        Value::Bool(b) => return Expr::Value(Lit::Boolean(*b).into()),
+        Value::Int(i) => return Expr::Value(Lit::Number(i.to_string(), false).into()),
+        other => other.to_text().unwrap_or_default(),
+    };
+    let quoted = Expr::Value(Lit::SingleQuotedString(text).into());
+    match v {
+        // An untyped literal: read as the other side's type (an enum's).
+        Value::Text(_) | Value::Enum(..) => quoted,
+        other => {
+            let ty = aqueduct_expr::expr::type_of_value(other);
+            match sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+                .try_with_sql(&ty.to_string())
+                .and_then(|mut p| p.parse_data_type())
+            {
+                Ok(data_type) => Expr::Cast {
+                    kind: sqlparser::ast::CastKind::DoubleColon,
+                    expr: Box::new(quoted),
+                    data_type,
+                    format: None,
+                },
+                Err(_) => quoted,
+            }
+        }
     }
 }
 
