@@ -43,6 +43,10 @@ pub enum BinOp {
     HasAllKeys,
     /// `&&` (arrays)
     Overlap,
+    /// `&` (integers).
+    BitAnd,
+    /// `|` (integers).
+    BitOr,
     /// `~`: the text matches the regular expression.
     Regex,
     /// `~*`: matches, ignoring case.
@@ -77,6 +81,8 @@ impl BinOp {
             BinOp::HasAnyKey => "?|",
             BinOp::HasAllKeys => "?&",
             BinOp::Overlap => "&&",
+            BinOp::BitAnd => "&",
+            BinOp::BitOr => "|",
             BinOp::Regex => "~",
             BinOp::RegexI => "~*",
         }
@@ -955,6 +961,8 @@ fn arithmetic(op: BinOp, a: Value, b: Value) -> Result<Value, SqlError> {
                 // i64::MIN % -1 is 0 (checked_rem calls it an overflow).
                 BinOp::Mod if y == -1 => Some(0),
                 BinOp::Mod => x.checked_rem(y),
+                BinOp::BitAnd => Some(x & y),
+                BinOp::BitOr => Some(x | y),
                 _ => return Err(operator_error(op.symbol(), &a, &b)),
             }
             .ok_or_else(overflow)?)

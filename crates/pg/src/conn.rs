@@ -1324,7 +1324,14 @@ fn row_description(columns: &[Column], formats: &[Format]) -> RowDescription {
             .map(|(i, c)| {
                 FieldDescription::new(
                     c.name.clone(),
-                    u32::try_from(c.table_id).map_or(0, |id| id as i32),
+                    // The table's OID as pg_class has it (0: computed).
+                    if c.table_id == 0
+                        || c.table_id >= aqueduct_sql::pg_catalog::CATALOG_RELATION_IDS
+                    {
+                        0
+                    } else {
+                        aqueduct_sql::pg_catalog::object_oid(c.table_id) as i32
+                    },
                     c.column_id,
                     c.ty.pg_oid(),
                     c.ty.pg_len(),

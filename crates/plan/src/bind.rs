@@ -1005,11 +1005,13 @@ impl<'a> Binder<'a> {
             let v = values.get(n - 1).cloned().ok_or_else(|| {
                 SqlError::new("08P01", format!("no value given for parameter {text}"))
             })?;
-            let v = match expected {
-                Some(ty) => v.coerce(ty)?,
-                None => v,
-            };
-            return Ok(Expr::Literal(v));
+            return Ok(match (expected, self.params[n - 1].clone()) {
+                (Some(ty), _) => Expr::Literal(v.coerce(ty)?),
+                // A declared type stays the value's (an empty array's
+                // elements keep their type).
+                (None, Some(ty)) => Expr::Cast(Box::new(Expr::Literal(v.coerce(&ty)?)), ty),
+                (None, None) => Expr::Literal(v),
+            });
         }
         Ok(Expr::Param(n - 1))
     }
@@ -1103,13 +1105,17 @@ impl<'a> Binder<'a> {
                     _ => DataType::Jsonb,
                 },
                 BinOp::JsonGetText | BinOp::JsonPathText => DataType::Text,
-                BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
-                    match (self.known_type(l, scope), self.known_type(r, scope)) {
-                        (None, None) => return None,
-                        (Some(t), None) | (None, Some(t)) => t,
-                        (Some(a), Some(b)) => arithmetic_type(&a, &b),
-                    }
-                }
+                BinOp::Add
+                | BinOp::Sub
+                | BinOp::Mul
+                | BinOp::Div
+                | BinOp::Mod
+                | BinOp::BitAnd
+                | BinOp::BitOr => match (self.known_type(l, scope), self.known_type(r, scope)) {
+                    (None, None) => return None,
+                    (Some(t), None) | (None, Some(t)) => t,
+                    (Some(a), Some(b)) => arithmetic_type(&a, &b),
+                },
                 _ => DataType::Bool,
             },
             Expr::Cast(_, ty) => ty.unconstrained(),
@@ -1503,33 +1509,6 @@ impl<'a> Binder<'a> {
                     Func::Extract,
                     vec![Expr::Literal(Value::Text(unit.to_lowercase())), x],
                 )
-            }
-            // `c.conkey[1]`: the qualified column, subscripted.
-            E::CompoundFieldAccess { root, access_chain }
-                if matches!(
-                    (root.as_ref(), access_chain.as_slice()),
-                    (
-                        ast::Expr::Identifier(_),
-                        [
-                            ast::AccessExpr::Dot(ast::Expr::Identifier(_)),
-                            ast::AccessExpr::Subscript(_)
-                        ]
-                    )
-                ) =>
-            {
-                let (
-                    ast::Expr::Identifier(q),
-                    [ast::AccessExpr::Dot(ast::Expr::Identifier(c)), sub],
-                ) = (root.as_ref(), access_chain.as_slice())
-                else {
-                    unreachable!("matched above")
-                };
-                let column = ast::Expr::CompoundIdentifier(vec![q.clone(), c.clone()]);
-                let inner = E::CompoundFieldAccess {
-                    root: Box::new(column),
-                    access_chain: vec![sub.clone()],
-                };
-                self.expr(&inner, scope, expected)?
             }
             E::CompoundFieldAccess { root, access_chain } => match access_chain.as_slice() {
                 [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] => {
@@ -4516,6 +4495,8 @@ fn bin_op(op: &ast::BinaryOperator) -> Result<BinOp, SqlError> {
         ast::BinaryOperator::QuestionPipe => BinOp::HasAnyKey,
         ast::BinaryOperator::QuestionAnd => BinOp::HasAllKeys,
         ast::BinaryOperator::PGOverlap => BinOp::Overlap,
+        ast::BinaryOperator::BitwiseAnd => BinOp::BitAnd,
+        ast::BinaryOperator::BitwiseOr => BinOp::BitOr,
         other => return Err(SqlError::unsupported(format!("operator {other}"))),
     })
 }

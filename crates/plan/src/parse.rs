@@ -61,8 +61,34 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     for st in &mut statements {
         crate::limits::check_depth(st)?;
         rewrite_string_agg(st);
+        fold_qualified_subscripts(st);
     }
     Ok(statements)
+}
+
+/// `c.conkey[1]` parses as field access `.conkey` then a subscript on `c`;
+/// it is the column `c.conkey`, subscripted.
+fn fold_qualified_subscripts(st: &mut Statement) {
+    use sqlparser::ast::{AccessExpr, Expr};
+    let _ = sqlparser::ast::visit_expressions_mut(st, |e| {
+        if let Expr::CompoundFieldAccess { root, access_chain } = e {
+            if let (Expr::Identifier(q), Some(AccessExpr::Dot(Expr::Identifier(c)))) =
+                (root.as_ref(), access_chain.first())
+            {
+                let column = Expr::CompoundIdentifier(vec![q.clone(), c.clone()]);
+                let rest: Vec<AccessExpr> = access_chain[1..].to_vec();
+                *e = if rest.is_empty() {
+                    column
+                } else {
+                    Expr::CompoundFieldAccess {
+                        root: Box::new(column),
+                        access_chain: rest,
+                    }
+                };
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }
 
 /// `string_agg(x, sep)` is `array_to_string(array_agg(x), sep)`: both

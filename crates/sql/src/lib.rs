@@ -29,7 +29,7 @@ mod time_maps;
 pub use aqueduct_expr::{expr, SqlError};
 pub use aqueduct_plan::limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
 pub use aqueduct_plan::param_from_text;
-pub use aqueduct_plan::{bind, copy, exec, limits, wire_values};
+pub use aqueduct_plan::{bind, copy, exec, limits, pg_catalog, wire_values};
 pub use aqueduct_plan::{Column, Outcome};
 pub use aqueduct_releases as releases;
 pub use aqueduct_views::{views, MAX_RELEASE_VIEWS};

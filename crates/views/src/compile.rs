@@ -579,6 +579,14 @@ impl<'a, 'g> Compiler<'a, 'g> {
         // Conditions from WHERE that link a comma-separated FROM item.
         let mut keys: Vec<(usize, usize)> = Vec::new();
         let mut residual = Vec::new();
+        // `b.attnum = a.conkey[1]`: an expression over the left side equal
+        // to a right column is a key too, computed into a left column
+        // (after the left's own, at `lw + i`).
+        let mut computed: Vec<Expr> = Vec::new();
+        let left_only = |e: &Expr| {
+            let cols = e.columns();
+            !cols.is_empty() && cols.iter().all(|&i| i < lw)
+        };
         for c in conjuncts.into_iter().chain(std::mem::take(extra)) {
             if let Expr::Binary(BinOp::Eq, a, b) = &c {
                 match (a.as_ref(), b.as_ref()) {
@@ -586,6 +594,13 @@ impl<'a, 'g> Compiler<'a, 'g> {
                         if *i < lw && *j >= lw && *j < lw + rw =>
                     {
                         keys.push((*i, *j - lw));
+                        continue;
+                    }
+                    (e, Expr::Column(j)) | (Expr::Column(j), e)
+                        if *j >= lw && *j < lw + rw && left_only(e) =>
+                    {
+                        computed.push(e.clone());
+                        keys.push((lw + computed.len() - 1, *j - lw));
                         continue;
                     }
                     _ => {}
@@ -639,7 +654,15 @@ impl<'a, 'g> Compiler<'a, 'g> {
             ));
         }
         for &(l, r) in &keys {
-            let (lt, rt) = (&scope.columns[l].ty, &scope.columns[lw + r].ty);
+            // (A computed key's type is its expression's.)
+            let lt = match scope.columns.get(l).filter(|_| l < lw) {
+                Some(c) => c.ty.clone(),
+                None => self
+                    .binder
+                    .known_type(&computed[l - lw], &scope)
+                    .unwrap_or(DataType::Text),
+            };
+            let (lt, rt) = (&lt, &scope.columns[lw + r].ty);
             if lt.is_textual() != rt.is_textual() {
                 return Err(SqlError::new(
                     "42883",
@@ -649,32 +672,36 @@ impl<'a, 'g> Compiler<'a, 'g> {
             }
         }
         let (lk, rk): (Vec<usize>, Vec<usize>) = keys.into_iter().unzip();
-        let mut node = if left_only.is_empty() {
+        let mut node = if left_only.is_empty() && computed.is_empty() {
             self.add(
                 Box::new(Join::new(kind, lk, rk, rw).with_left_width(lw)),
                 vec![left.0, right_node],
             )
         } else {
-            let cond = left_only
+            // The left side with its computed keys, and with its keys NULL
+            // where a condition on it alone does not hold.
+            let mut outputs: Vec<Expr> = (0..lw).map(Expr::Column).collect();
+            outputs.extend(computed.iter().cloned());
+            let mut width = outputs.len();
+            let mut keys_left = lk.clone();
+            if let Some(cond) = left_only
                 .into_iter()
                 .reduce(|a, b| Expr::Binary(BinOp::And, Box::new(a), Box::new(b)))
-                .expect("a condition");
-            let mut outputs: Vec<Expr> = (0..lw).map(Expr::Column).collect();
-            outputs.extend(lk.iter().map(|&k| Expr::Case {
-                operand: None,
-                whens: vec![(cond.clone(), Expr::Column(k))],
-                otherwise: None,
-            }));
+            {
+                outputs.extend(lk.iter().map(|&k| Expr::Case {
+                    operand: None,
+                    whens: vec![(cond.clone(), Expr::Column(k))],
+                    otherwise: None,
+                }));
+                keys_left = (width..width + lk.len()).collect();
+                width += lk.len();
+            }
             let keyed = self.add(Box::new(Project::new(outputs)), vec![left.0]);
-            let gated: Vec<usize> = (lw..lw + lk.len()).collect();
             let joined = self.add(
-                Box::new(Join::new(kind, gated, rk, rw).with_left_width(lw + lk.len())),
+                Box::new(Join::new(kind, keys_left, rk, rw).with_left_width(width)),
                 vec![keyed, right_node],
             );
-            let back: Vec<Expr> = (0..lw)
-                .chain(lw + lk.len()..lw + lk.len() + rw)
-                .map(Expr::Column)
-                .collect();
+            let back: Vec<Expr> = (0..lw).chain(width..width + rw).map(Expr::Column).collect();
             self.add(Box::new(Project::new(back)), vec![joined])
         };
         for r in residual {
@@ -755,6 +782,12 @@ impl<'a, 'g> Compiler<'a, 'g> {
         }
         let mut remaining = where_conjuncts;
         for item in rest {
+            // `FROM t, unnest(t.a) WITH ORDINALITY x(v, i)`: a function
+            // over the items before it expands their rows.
+            if let Some(lateral) = self.lateral_function(item, &acc)? {
+                acc = lateral;
+                continue;
+            }
             let right = self.join_item(item, &mut Vec::new())?;
             let mut scope = acc.1.clone();
             scope.columns.extend(right.1.columns.iter().cloned());
@@ -809,6 +842,120 @@ impl<'a, 'g> Compiler<'a, 'g> {
             columns,
             order: Vec::new(),
         })
+    }
+
+    /// A comma item that is `unnest(...)` or `generate_series(...)` over
+    /// columns of the items before it (`acc`): those rows expanded by it
+    /// (`expand.rs`), with its columns in scope. `None` for any other item.
+    fn lateral_function(
+        &mut self,
+        item: &ast::TableWithJoins,
+        acc: &(NodeId, Scope),
+    ) -> Result<Option<(NodeId, Scope)>, SqlError> {
+        if !item.joins.is_empty() {
+            return Ok(None);
+        }
+        let (name, args, alias, ordinality): (String, Vec<&ast::Expr>, _, bool) = match &item
+            .relation
+        {
+            ast::TableFactor::Table {
+                name,
+                alias,
+                args: Some(args),
+                with_ordinality,
+                ..
+            } => {
+                let mut exprs = Vec::new();
+                for a in &args.args {
+                    match a {
+                        ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => exprs.push(e),
+                        _ => return Ok(None),
+                    }
+                }
+                (object_name(name)?, exprs, alias.as_ref(), *with_ordinality)
+            }
+            ast::TableFactor::UNNEST {
+                alias,
+                array_exprs,
+                with_offset: false,
+                with_ordinality,
+                ..
+            } => (
+                "unnest".into(),
+                array_exprs.iter().collect(),
+                alias.as_ref(),
+                *with_ordinality,
+            ),
+            _ => return Ok(None),
+        };
+        let name = name
+            .strip_prefix("pg_catalog.")
+            .unwrap_or(&name)
+            .to_string();
+        if !matches!(name.as_str(), "unnest" | "generate_series") {
+            return Ok(None);
+        }
+        // Lateral only when an argument reads the items before it.
+        let mut bound = Vec::new();
+        for a in &args {
+            match self.binder.expr(a, &acc.1, None) {
+                Ok(e) => bound.push(e),
+                Err(_) => return Ok(None),
+            }
+        }
+        if bound.iter().all(|e| e.columns().is_empty()) {
+            return Ok(None);
+        }
+        let mut functions = Vec::new();
+        let mut types = Vec::new();
+        if name == "unnest" {
+            for e in bound {
+                types.push(match self.binder.known_type(&e, &acc.1) {
+                    Some(DataType::Array(t)) => *t,
+                    Some(DataType::Vector(aqueduct_values::VectorKind::Int2)) => DataType::Int2,
+                    Some(DataType::Vector(aqueduct_values::VectorKind::Oid)) => DataType::Oid,
+                    _ => DataType::Text,
+                });
+                functions.push(SetFunction::Unnest(e));
+            }
+        } else {
+            let mut it = bound.into_iter();
+            let (Some(a), Some(b)) = (it.next(), it.next()) else {
+                return Err(SqlError::new(
+                    "42883",
+                    "generate_series takes two or three arguments",
+                ));
+            };
+            functions.push(SetFunction::Series(a, b, it.next()));
+            types.push(DataType::Int4);
+        }
+        if ordinality {
+            functions.push(SetFunction::Ordinality);
+            types.push(DataType::Int8);
+        }
+        let qualifier = alias.map(|a| ident(&a.name)).unwrap_or(name.clone());
+        let width = acc.1.columns.len();
+        let node = self.add(Box::new(Expand::new(functions, width)), vec![acc.0]);
+        let mut scope = acc.1.clone();
+        let single = types.len() == 1;
+        for (i, ty) in types.into_iter().enumerate() {
+            let given = alias.and_then(|a| a.columns.get(i)).map(|c| ident(&c.name));
+            let default = if ordinality && i + 1 == scope.columns.len() - width + 1 && !single {
+                "ordinality".to_string()
+            } else if single && alias.is_some() {
+                qualifier.clone()
+            } else {
+                name.clone()
+            };
+            scope.columns.push(ScopeColumn {
+                qualifier: Some(qualifier.clone()),
+                name: given.unwrap_or(default),
+                ty,
+                qualified_only: false,
+                table: None,
+            });
+        }
+        Ok(Some((node, scope)))
     }
 
     /// The set-returning functions of `select`'s list (`unnest(a)`,

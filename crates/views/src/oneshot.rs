@@ -87,6 +87,18 @@ pub fn evaluate_shared(
     params: &[Value],
     time: Option<StatementTime>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
+    evaluate_typed(catalog, q, params, &[], time)
+}
+
+/// [`evaluate_shared`], the parameters' types known (`hints`, by
+/// position): a subquery's outer values keep their columns' types.
+fn evaluate_typed(
+    catalog: Arc<Catalog>,
+    q: &ast::Query,
+    params: &[Value],
+    hints: &[Option<DataType>],
+    time: Option<StatementTime>,
+) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
     let subqueries = Arc::new(Subqueries {
         catalog: catalog.clone(),
         params: params.to_vec(),
@@ -94,9 +106,15 @@ pub fn evaluate_shared(
         describe: false,
     });
     let mut scratch = Txn::default();
-    evaluate_with_subqueries(&catalog, q, params, time, Some(subqueries), &mut |t| {
-        aqueduct_plan::exec::scan_rows(&catalog, &mut scratch, t)
-    })
+    evaluate_with_subqueries(
+        &catalog,
+        q,
+        params,
+        hints,
+        time,
+        Some(subqueries),
+        &mut |t| aqueduct_plan::exec::scan_rows(&catalog, &mut scratch, t),
+    )
 }
 
 /// Runs `q` once inside transaction `txn`, with subqueries in its
@@ -175,6 +193,7 @@ impl SubqueryCompiler for Subqueries {
                 catalog: self.catalog.clone(),
                 query: q.clone(),
                 params,
+                hints,
                 time: self.time,
                 describe: self.describe,
                 answers: Mutex::new(HashMap::new()),
@@ -190,6 +209,9 @@ struct SubqueryRun {
     catalog: Arc<Catalog>,
     query: ast::Query,
     params: Vec<Value>,
+    /// The parameters' types: the statement's unknown, the outer
+    /// references' their columns'.
+    hints: Vec<Option<DataType>>,
     time: Option<StatementTime>,
     describe: bool,
     answers: Mutex<HashMap<Vec<Value>, Vec<Vec<Value>>>>,
@@ -206,7 +228,13 @@ impl SubqueryRunner for SubqueryRun {
         let mut params = self.params.clone();
         params.extend_from_slice(outer);
         let rows = aqueduct_expr::limits::grow(|| {
-            evaluate_shared(self.catalog.clone(), &self.query, &params, self.time)
+            evaluate_typed(
+                self.catalog.clone(),
+                &self.query,
+                &params,
+                &self.hints,
+                self.time,
+            )
         })?
         .1;
         let mut answers = self.answers.lock().expect("not poisoned");
@@ -225,13 +253,14 @@ fn evaluate_with(
     time: Option<StatementTime>,
     scan: &mut dyn FnMut(&aqueduct_tables::Table) -> Result<Vec<Row>, SqlError>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
-    evaluate_with_subqueries(catalog, q, params, time, None, scan)
+    evaluate_with_subqueries(catalog, q, params, &[], time, None, scan)
 }
 
 fn evaluate_with_subqueries(
     catalog: &Catalog,
     q: &ast::Query,
     params: &[Value],
+    hints: &[Option<DataType>],
     time: Option<StatementTime>,
     subqueries: Option<Arc<Subqueries>>,
     scan: &mut dyn FnMut(&aqueduct_tables::Table) -> Result<Vec<Row>, SqlError>,
@@ -243,6 +272,7 @@ fn evaluate_with_subqueries(
     if let Some(s) = subqueries {
         c.allow_subqueries(s);
     }
+    c.seed_param_types(hints);
     c.bind_values(params.to_vec());
     if let Some(time) = time {
         c.bind_time(time);

@@ -19,6 +19,8 @@ pub enum SetFunction {
     Subscripts(Expr, Expr),
     /// `generate_series(start, stop [, step])` over integers.
     Series(Expr, Expr, Option<Expr>),
+    /// `WITH ORDINALITY`: the number of each row the others make, from 1.
+    Ordinality,
 }
 
 /// The most rows one input row may expand to.
@@ -40,6 +42,7 @@ impl SetFunction {
             }
         };
         Ok(match self {
+            SetFunction::Ordinality => Vec::new(),
             SetFunction::Unnest(e) => match e.eval(env)? {
                 Value::Array(items) => items,
                 _ => Vec::new(),
@@ -125,10 +128,10 @@ impl Operator for Expand {
             let n = sets.iter().map(Vec::len).max().unwrap_or(0);
             for k in 0..n {
                 let mut r = row.clone();
-                r.extend(
-                    sets.iter()
-                        .map(|s| s.get(k).cloned().unwrap_or(Value::Null)),
-                );
+                r.extend(sets.iter().zip(&self.functions).map(|(s, f)| match f {
+                    SetFunction::Ordinality => Value::Int(k as i64 + 1),
+                    _ => s.get(k).cloned().unwrap_or(Value::Null),
+                }));
                 out.push((r, w));
             }
         }
