@@ -793,6 +793,20 @@ impl<'a> Binder<'a> {
                 (Plan::Show { name }, columns)
             }
             S::ShowTables { .. } => return Ok(show_tables()),
+            // Rows are never left behind to vacuum and there are no planner
+            // statistics: both only check their table.
+            S::Vacuum(v) => {
+                if let Some(t) = &v.table_name {
+                    self.table(&object_name(t)?)?;
+                }
+                (Plan::Maintenance { tag: "VACUUM" }, vec![])
+            }
+            S::Analyze(a) => {
+                if let Some(t) = &a.table_name {
+                    self.table(&object_name(t)?)?;
+                }
+                (Plan::Maintenance { tag: "ANALYZE" }, vec![])
+            }
             S::Lock(lock) => {
                 use ast::LockTableMode as M;
                 for t in &lock.tables {

@@ -85,6 +85,7 @@ pub fn execute(
         | Plan::Set { .. }
         | Plan::SetConfig { .. }
         | Plan::LockTables
+        | Plan::Maintenance { .. }
         | Plan::Show { .. }
         | Plan::Deallocate { .. }
         | Plan::ShowViews

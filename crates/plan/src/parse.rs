@@ -34,6 +34,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = overriding.as_deref().unwrap_or(sql);
     let copy_options = rewrite_copy_options(sql);
     let sql = copy_options.as_deref().unwrap_or(sql);
+    let vacuum = rewrite_vacuum(sql);
+    let sql = vacuum.as_deref().unwrap_or(sql);
     let dialect = PostgreSqlDialect {};
     let mut statements = sqlparser::tokenizer::Tokenizer::new(&dialect, sql)
         .with_unescape(true)
@@ -631,6 +633,51 @@ pub(crate) fn rewrite_set_constraints(sql: &str) -> Option<String> {
             Some(format!("SET CONSTRAINTS TO {}", values.join(", ")))
         })
         .flatten()
+    })
+}
+
+/// PostgreSQL's `VACUUM [FULL] [FREEZE] [VERBOSE] [ANALYZE] [(options)]
+/// [table [, ...]]` (pgbench sends `vacuum analyze t`): the parser takes
+/// only `VACUUM [table]`, so the options are dropped (they change nothing
+/// here: rows are never left behind to vacuum, and there are no planner
+/// statistics) and the first table kept, for the binder to check.
+pub(crate) fn rewrite_vacuum(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::Token;
+    if !contains_ignore_case(sql, "vacuum") {
+        return None;
+    }
+    rewrite_statements(sql, |words| {
+        if words.first().and_then(|w| keyword(w)) != Some(Keyword::VACUUM) {
+            return None;
+        }
+        let mut at = 1;
+        // `VACUUM (ANALYZE, VERBOSE) t`.
+        if matches!(words.get(at), Some(Token::LParen)) {
+            let close = words.iter().position(|t| matches!(t, Token::RParen))?;
+            at = close + 1;
+        }
+        while words.get(at).and_then(|w| keyword(w)).is_some_and(|k| {
+            matches!(
+                k,
+                Keyword::FULL | Keyword::FREEZE | Keyword::VERBOSE | Keyword::ANALYZE
+            )
+        }) {
+            at += 1;
+        }
+        let mut table = String::new();
+        while let Some(t) = words.get(at) {
+            match t {
+                Token::Word(_) | Token::Period => table.push_str(&t.to_string()),
+                _ => break,
+            }
+            at += 1;
+        }
+        Some(if table.is_empty() {
+            "VACUUM".to_string()
+        } else {
+            format!("VACUUM {table}")
+        })
     })
 }
 

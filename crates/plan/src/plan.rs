@@ -107,6 +107,11 @@ pub enum Plan {
         name: String,
         value: Option<String>,
     },
+    /// `VACUUM` and `ANALYZE`: nothing to do (no dead rows, no planner
+    /// statistics); the command tag.
+    Maintenance {
+        tag: &'static str,
+    },
     /// `LOCK TABLE ... IN ACCESS SHARE | ROW SHARE | ROW EXCLUSIVE MODE`
     /// inside a transaction block: these modes conflict only with schema
     /// changes, which a transaction's commit check already orders, so

@@ -127,6 +127,7 @@ impl Route {
                 Plan::Set { .. }
                 | Plan::SetConfig { .. }
                 | Plan::LockTables
+                | Plan::Maintenance { .. }
                 | Plan::Show { .. }
                 | Plan::Deallocate { .. }
                 | Plan::ShowViews

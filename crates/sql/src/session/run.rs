@@ -417,6 +417,7 @@ impl Session {
             Plan::Explain { statement, dot } => self.explain(&statement, dot),
             Plan::Set { name, value } => self.set(&name, value),
             Plan::SetConfig { rows } => self.set_config(&rows),
+            Plan::Maintenance { tag } => Ok(command(tag)),
             Plan::LockTables => match self.txn {
                 Some(_) => Ok(command("LOCK TABLE")),
                 None => Err(outside_block("LOCK TABLE")),
