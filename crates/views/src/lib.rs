@@ -11,13 +11,14 @@
 //! This file only declares modules and re-exports: modules import each
 //! other by their own paths, never through the crate root, so they form a
 //! DAG (`crates/sql/tests/module_cycles.rs`). From the bottom:
-//! `table_functions.rs`, `compile.rs`,
+//! `table_functions.rs`, `compile.rs`, `recursive.rs`,
 //! `oneshot.rs`, `view_entry.rs`, `auto_views.rs`, `views.rs`,
 //! `view_read.rs`, `release_views.rs`.
 
 pub mod auto_views;
 pub mod compile;
 pub mod oneshot;
+pub mod recursive;
 pub mod release_views;
 pub mod table_functions;
 pub mod view_entry;

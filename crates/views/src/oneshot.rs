@@ -33,6 +33,15 @@ pub fn describe(
     hints: &[Option<DataType>],
     time: StatementTime,
 ) -> Result<(Vec<Column>, Vec<DataType>), SqlError> {
+    // `WITH RECURSIVE`: its tables' columns from their first terms, empty.
+    if crate::recursive::is_recursive(q) {
+        let mut columns_of = |c: Arc<Catalog>, q: &ast::Query| {
+            describe(&c, q, hints, time).map(|(columns, _)| (columns, Vec::new()))
+        };
+        let (shaped, body) =
+            crate::recursive::materialize(Arc::new(catalog.clone()), q, &mut columns_of)?;
+        return describe(&shaped, &body, hints, time);
+    }
     let mut scratch = Graph::new();
     let mut c = Compiler::new(catalog, &mut scratch);
     c.bind_time(time);
@@ -99,6 +108,12 @@ fn evaluate_typed(
     hints: &[Option<DataType>],
     time: Option<StatementTime>,
 ) -> Result<(Vec<Column>, Vec<Row>), SqlError> {
+    if crate::recursive::is_recursive(q) {
+        let mut evaluate =
+            |c: Arc<Catalog>, q: &ast::Query| evaluate_typed(c, q, params, hints, time);
+        let (catalog, body) = crate::recursive::materialize(catalog, q, &mut evaluate)?;
+        return evaluate_typed(catalog, &body, params, hints, time);
+    }
     let subqueries = Arc::new(Subqueries {
         catalog: catalog.clone(),
         params: params.to_vec(),

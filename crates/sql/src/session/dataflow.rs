@@ -236,7 +236,7 @@ impl Session {
         let (columns, rows) = match self.txn.as_mut() {
             Some(txn) => {
                 let catalog = db.read_in(Some(txn));
-                if oneshot::has_subquery(q) {
+                if oneshot::has_subquery(q) || aqueduct_views::recursive::is_recursive(q) {
                     oneshot::evaluate_in_transaction(&catalog, txn, q, params, Some(self.time))?
                 } else {
                     oneshot::evaluate(&catalog, txn, q, params, Some(self.time))?
@@ -244,7 +244,8 @@ impl Session {
             }
             None => {
                 let seen = db.applied_lsn();
-                let out = if oneshot::has_subquery(q) {
+                let out = if oneshot::has_subquery(q) || aqueduct_views::recursive::is_recursive(q)
+                {
                     let catalog = std::sync::Arc::new(db.read().clone());
                     oneshot::evaluate_shared(catalog, q, params, Some(self.time))?
                 } else {
