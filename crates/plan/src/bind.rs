@@ -494,7 +494,7 @@ fn arithmetic_type(a: &DataType, b: &DataType) -> DataType {
     }
 }
 
-pub(crate) fn sql_type(catalog: &Catalog, dt: &ast::DataType) -> Result<DataType, SqlError> {
+pub fn sql_type(catalog: &Catalog, dt: &ast::DataType) -> Result<DataType, SqlError> {
     // A name that is not a built-in type may be an enum type's.
     match dt {
         ast::DataType::Custom(name, modifiers) if modifiers.is_empty() => {

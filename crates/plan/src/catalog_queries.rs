@@ -38,6 +38,23 @@ pub fn uses_virtual_tables(st: &ast::Statement) -> bool {
     !catalog_relations(st).is_empty()
 }
 
+/// The sequences a query reads as relations (`SELECT last_value FROM s`).
+pub fn sequences_read(catalog: &Catalog, st: &ast::Statement) -> Vec<String> {
+    let ast::Statement::Query(_) = st else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let _ = ast::visit_relations(st, |name| {
+        if let Ok(n) = crate::bind::object_name(name) {
+            if catalog.sequence(&n).is_some() && catalog.table(&n).is_none() && !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    out
+}
+
 /// Runs a catalog plan.
 pub fn run(catalog: &Catalog, plan: &CatalogPlan, params: &[Value]) -> Vec<Vec<Value>> {
     let _ = params;

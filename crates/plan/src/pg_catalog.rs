@@ -191,6 +191,7 @@ fn formatted_builtin(oid: u32) -> Option<String> {
 fn storage(ty: &DataType) -> &'static str {
     match ty {
         DataType::Numeric | DataType::NumericTypmod { .. } => "m",
+        DataType::Enum(_) => "p",
         t if t.pg_len() > 0 => "p",
         _ => "x",
     }
@@ -1412,6 +1413,30 @@ const RELATIONS: &[Relation] = &[
                     ]);
                 }
             }
+            // A serial column's default reads its sequence: pg_dump makes
+            // the sequence first.
+            for seq in m.catalog.sequences.values() {
+                let Some((table, column)) = seq.def.owned_by else {
+                    continue;
+                };
+                let Some(t) = m.catalog.table_by_id(table) else {
+                    continue;
+                };
+                let Some(c) = t.schema.columns.get(column) else {
+                    continue;
+                };
+                if c.default_expr.is_some() {
+                    out.push(vec![
+                        oid(2604),
+                        oid(sub_oid(table, b'd', &c.name)),
+                        int(0),
+                        oid(1259),
+                        oid(object_oid(seq.def.id)),
+                        int(0),
+                        text("n"),
+                    ]);
+                }
+            }
             for ix in &m.indexes {
                 let constraint = m
                     .constraints
@@ -1602,7 +1627,7 @@ const RELATIONS: &[Relation] = &[
     },
     Relation {
         name: "pg_transform",
-        columns: "oid oid, trftype oid, trflang oid, trffromsql text, trftosql text",
+        columns: "oid oid, trftype oid, trflang oid, trffromsql oid, trftosql oid",
         rows: |_| Vec::new(),
     },
     Relation {
@@ -1643,6 +1668,12 @@ const RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_amproc",
         columns: "oid oid, amprocfamily oid, amproclefttype oid, amprocrighttype oid, amprocnum int2, amproc text",
+        rows: |_| Vec::new(),
+    },
+    Relation {
+        name: "pg_seclabels",
+        columns: "objoid oid, classoid oid, objsubid int4, objtype text, objnamespace oid, \
+                  objname text, provider text, label text",
         rows: |_| Vec::new(),
     },
     Relation {
@@ -2055,6 +2086,29 @@ pub fn is_catalog_relation(name: &str) -> bool {
 pub fn with_relations(catalog: &Catalog, names: &[String], ctx: &CatalogContext) -> Catalog {
     let model = Model::new(catalog, ctx);
     let mut out = catalog.clone();
+    // A sequence read as a relation (`SELECT last_value, is_called FROM
+    // s`, as pg_dump reads one): its one row.
+    for (i, name) in names.iter().enumerate() {
+        let Some(seq) = catalog
+            .sequence(name)
+            .filter(|_| catalog.table(name).is_none())
+        else {
+            continue;
+        };
+        let id = CATALOG_RELATION_IDS + (RELATIONS.len() + i) as u64;
+        out.apply_schema(SchemaChange::CreateTable(TableSchema {
+            id,
+            name: name.clone(),
+            columns: columns("last_value int8, log_cnt int8, is_called bool"),
+            ..TableSchema::default()
+        }));
+        out.apply_row(
+            id,
+            vec![Value::Int(1)],
+            Some(vec![int(seq.value), int(0), boolean(seq.is_called)]),
+            1,
+        );
+    }
     for (i, r) in RELATIONS.iter().enumerate() {
         if !names.iter().any(|n| n == r.name) {
             continue;

@@ -167,8 +167,15 @@ impl Session {
         if crate::roles::is_role_statement(st) {
             return Ok(Route::Roles);
         }
-        // (`EXPLAIN` names the relations of the statement it explains.)
-        if !matches!(st, Statement::Explain { .. }) && catalog_queries::uses_virtual_tables(st) {
+        // (`EXPLAIN` and `PREPARE` name the relations of the statement
+        // they explain or keep.)
+        let reads_sequences = || {
+            let catalog = self.engine.database().read_in(self.txn.as_ref());
+            !catalog_queries::sequences_read(&catalog, st).is_empty()
+        };
+        if !matches!(st, Statement::Explain { .. } | Statement::Prepare { .. })
+            && (catalog_queries::uses_virtual_tables(st) || reads_sequences())
+        {
             return Ok(Route::CatalogRelations);
         }
         if release && self.release_read(Some(st)).is_some() {

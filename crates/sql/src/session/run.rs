@@ -154,10 +154,102 @@ impl Session {
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
         self.start_statement();
+        match st {
+            Statement::Prepare {
+                name,
+                data_types,
+                statement,
+            } => return self.sql_prepare(name, data_types, statement),
+            Statement::Execute {
+                name: Some(name),
+                parameters,
+                immediate: false,
+                ..
+            } => return self.sql_execute(name, parameters),
+            _ => {}
+        }
         let inlined = self.inline_subqueries(st, params)?;
         let st = inlined.as_ref().unwrap_or(st);
         let route = self.route(st, hints)?;
         self.run_route(st, route, hints, params)
+    }
+
+    /// `PREPARE name [(types)] AS statement`: kept for `EXECUTE` in this
+    /// session (42P05 when the name is taken).
+    fn sql_prepare(
+        &mut self,
+        name: &sqlparser::ast::Ident,
+        types: &[sqlparser::ast::DataType],
+        statement: &Statement,
+    ) -> Result<Outcome, SqlError> {
+        let name = aqueduct_plan::bind::ident(name);
+        if self.sql_prepared.contains_key(&name) {
+            return Err(SqlError::new(
+                "42P05",
+                format!("prepared statement \"{name}\" already exists"),
+            ));
+        }
+        if self.sql_prepared.len() >= MAX_SQL_PREPARED {
+            return Err(SqlError::new(
+                "53400",
+                format!("more than {MAX_SQL_PREPARED} prepared statements in one session"),
+            )
+            .with_hint("DEALLOCATE the ones no longer used"));
+        }
+        let hints = {
+            let db = self.engine.database();
+            let catalog = db.read_in(self.txn.as_ref());
+            types
+                .iter()
+                .map(|t| aqueduct_plan::bind::sql_type(&catalog, t).map(Some))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let prepared = self.prepare_inner(&statement.to_string(), &hints)?;
+        self.sql_prepared.insert(name, prepared);
+        Ok(command("PREPARE"))
+    }
+
+    /// `EXECUTE name [(values)]`: a statement `PREPARE` kept, run with
+    /// its parameters bound to the values (26000 when there is none).
+    fn sql_execute(
+        &mut self,
+        name: &sqlparser::ast::ObjectName,
+        arguments: &[sqlparser::ast::Expr],
+    ) -> Result<Outcome, SqlError> {
+        let key = aqueduct_plan::bind::object_name(name)?;
+        let Some(prepared) = self.sql_prepared.get(&key).cloned() else {
+            return Err(SqlError::new(
+                "26000",
+                format!("prepared statement \"{key}\" does not exist"),
+            ));
+        };
+        if arguments.len() != prepared.params.len() {
+            return Err(SqlError::new(
+                "42601",
+                format!(
+                    "wrong number of parameters for prepared statement \"{key}\": expected {}, got {}",
+                    prepared.params.len(),
+                    arguments.len()
+                ),
+            ));
+        }
+        let mut values = Vec::with_capacity(arguments.len());
+        for (a, ty) in arguments.iter().zip(&prepared.params) {
+            let select = aqueduct_plan::parse::parse(&format!("SELECT {a}"))?
+                .pop()
+                .ok_or_else(|| SqlError::syntax(format!("bad parameter {a}")))?;
+            let route = self.route(&select, &[])?;
+            let Outcome::Rows { rows, .. } = self.run_route(&select, route, &[], &[])? else {
+                return Err(SqlError::syntax(format!("bad parameter {a}")));
+            };
+            let v = rows
+                .into_iter()
+                .next()
+                .and_then(|r| r.into_iter().next())
+                .unwrap_or(Value::Null);
+            values.push(v.coerce(ty)?);
+        }
+        self.execute_prepared_here(&prepared, &values)
     }
 
     /// `UPDATE` and `DELETE` whose WHERE has subqueries that do not refer
@@ -423,8 +515,10 @@ impl Session {
                 None => Err(outside_block("LOCK TABLE")),
             },
             Plan::Deallocate { name } => Ok(command(if name == "all" {
+                self.sql_prepared.clear();
                 "DEALLOCATE ALL"
             } else {
+                self.sql_prepared.remove(&name);
                 "DEALLOCATE"
             })),
             Plan::Show { name } => self.show(&name),
@@ -659,7 +753,11 @@ impl Session {
     /// The catalog with the catalog relations `st` names built in, from
     /// the catalog as this session sees it.
     pub(crate) fn with_catalog_relations(&self, st: &Statement) -> Catalog {
-        let names = catalog_queries::catalog_relations(st);
+        let mut names = catalog_queries::catalog_relations(st);
+        {
+            let catalog = self.engine.database().read_in(self.txn.as_ref());
+            names.extend(catalog_queries::sequences_read(&catalog, st));
+        }
         let views = &self.engine.views;
         let view_columns = views
             .names()
@@ -784,6 +882,9 @@ fn literal_of(v: &Value) -> sqlparser::ast::Expr {
         }
     }
 }
+
+/// The most statements one session may keep by `PREPARE`.
+const MAX_SQL_PREPARED: usize = 10_000;
 
 /// Rounds of locking one statement of a locking transaction may take (each
 /// round finds rows others changed meanwhile).

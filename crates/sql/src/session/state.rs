@@ -132,6 +132,8 @@ pub struct Session {
     pub(crate) view_relations_cache: ViewRelationsCache,
     /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
     pub(crate) copy_in: Option<aqueduct_plan::copy::CopyLoad>,
+    /// Statements `PREPARE name AS ...` made, by name.
+    pub(crate) sql_prepared: std::collections::HashMap<String, super::prepare::Prepared>,
 }
 
 impl Session {
@@ -166,6 +168,7 @@ impl Session {
             txn_began_micros: None,
             principal: Default::default(),
             view_relations_cache: Default::default(),
+            sql_prepared: Default::default(),
             copy_in: None,
             bounds: StatementBounds::default(),
             clock,
