@@ -204,8 +204,10 @@ impl Session {
                 .map(|t| aqueduct_plan::bind::sql_type(&catalog, t).map(Some))
                 .collect::<Result<Vec<_>, _>>()?
         };
-        let prepared = self.prepare_inner(&statement.to_string(), &hints)?;
-        self.sql_prepared.insert(name, prepared);
+        let sql = statement.to_string();
+        // Checked now, as PostgreSQL does.
+        self.prepare_inner(&sql, &hints)?;
+        self.sql_prepared.insert(name, (sql, hints));
         Ok(command("PREPARE"))
     }
 
@@ -217,12 +219,13 @@ impl Session {
         arguments: &[sqlparser::ast::Expr],
     ) -> Result<Outcome, SqlError> {
         let key = aqueduct_plan::bind::object_name(name)?;
-        let Some(prepared) = self.sql_prepared.get(&key).cloned() else {
+        let Some((sql, hints)) = self.sql_prepared.get(&key).cloned() else {
             return Err(SqlError::new(
                 "26000",
                 format!("prepared statement \"{key}\" does not exist"),
             ));
         };
+        let prepared = self.prepare_inner(&sql, &hints)?;
         if arguments.len() != prepared.params.len() {
             return Err(SqlError::new(
                 "42601",

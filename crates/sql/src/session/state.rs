@@ -132,8 +132,10 @@ pub struct Session {
     pub(crate) view_relations_cache: ViewRelationsCache,
     /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
     pub(crate) copy_in: Option<aqueduct_plan::copy::CopyLoad>,
-    /// Statements `PREPARE name AS ...` made, by name.
-    pub(crate) sql_prepared: std::collections::HashMap<String, super::prepare::Prepared>,
+    /// Statements `PREPARE name AS ...` made, by name: their text and
+    /// declared parameter types (prepared again by each `EXECUTE`, so
+    /// they bind against the catalog then).
+    pub(crate) sql_prepared: std::collections::HashMap<String, (String, Vec<Option<DataType>>)>,
 }
 
 impl Session {
