@@ -49,6 +49,8 @@ pub struct CatalogContext {
     pub settings: BTreeMap<String, String>,
     /// The result columns of each maintained view, by name.
     pub view_columns: BTreeMap<String, Vec<(String, DataType)>>,
+    /// The base tables each maintained view reads, by name.
+    pub view_tables: BTreeMap<String, Vec<TableId>>,
 }
 
 /// The id of a table, view, sequence or enum type with log id `id`.
@@ -72,6 +74,11 @@ pub fn sub_oid(table: TableId, kind: u8, name: &str) -> u32 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     SUB_OID_BASE + (h % u64::from(SUB_OID_SPAN)) as u32
+}
+
+/// The id of the `_RETURN` rule of the view with log id `view`.
+fn view_rule_oid(view: TableId) -> u32 {
+    sub_oid(view, b'r', "_RETURN")
 }
 
 /// The catalog's own relations with PostgreSQL's fixed ids, as
@@ -1413,6 +1420,22 @@ const RELATIONS: &[Relation] = &[
                     ]);
                 }
             }
+            // A view's rule belongs to the view and reads its tables.
+            for r in m.relations.iter().filter(|r| r.kind == "v") {
+                let rule = oid(view_rule_oid(r.table));
+                out.push(vec![oid(2618), rule.clone(), int(0), oid(1259), oid(r.oid), int(0), text("i")]);
+                for &t in m.ctx.view_tables.get(&r.name).into_iter().flatten() {
+                    out.push(vec![
+                        oid(2618),
+                        rule.clone(),
+                        int(0),
+                        oid(1259),
+                        oid(object_oid(t)),
+                        int(0),
+                        text("n"),
+                    ]);
+                }
+            }
             // A serial column's default reads its sequence: pg_dump makes
             // the sequence first.
             for seq in m.catalog.sequences.values() {
@@ -1483,7 +1506,25 @@ const RELATIONS: &[Relation] = &[
         name: "pg_rewrite",
         columns: "oid oid, rulename name, ev_class oid, ev_type char, ev_enabled char, \
                   is_instead bool, ev_qual text, ev_action text",
-        rows: |_| Vec::new(),
+        // A view's `_RETURN` rule: what pg_dump orders views by.
+        rows: |m| {
+            m.relations
+                .iter()
+                .filter(|r| r.kind == "v")
+                .map(|r| {
+                    vec![
+                        oid(view_rule_oid(r.table)),
+                        text("_RETURN"),
+                        oid(r.oid),
+                        text("1"),
+                        text("O"),
+                        boolean(true),
+                        null(),
+                        null(),
+                    ]
+                })
+                .collect()
+        },
     },
     Relation {
         name: "pg_policy",

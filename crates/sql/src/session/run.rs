@@ -762,23 +762,25 @@ impl Session {
             names.extend(catalog_queries::sequences_read(&catalog, st));
         }
         let views = &self.engine.views;
-        let view_columns = views
-            .names()
-            .into_iter()
-            .filter_map(|n| {
-                let entry = views.get(&n)?;
-                let columns = entry
-                    .columns
-                    .iter()
-                    .map(|c| (c.name.clone(), c.ty.clone()))
-                    .collect();
-                Some((n, columns))
-            })
-            .collect();
+        let mut view_columns = std::collections::BTreeMap::new();
+        let mut view_tables = std::collections::BTreeMap::new();
+        for n in views.names() {
+            let Some(entry) = views.get(&n) else {
+                continue;
+            };
+            let columns = entry
+                .columns
+                .iter()
+                .map(|c| (c.name.clone(), c.ty.clone()))
+                .collect();
+            view_columns.insert(n.clone(), columns);
+            view_tables.insert(n, entry.tables.clone());
+        }
         let ctx = aqueduct_plan::pg_catalog::CatalogContext {
             user: self.principal.name.clone(),
             settings: self.settings.clone(),
             view_columns,
+            view_tables,
         };
         // A REPEATABLE READ transaction's snapshot, once it has one.
         if let (Some(snapshot), Some(txn)) = (&self.snapshot, &self.txn) {
