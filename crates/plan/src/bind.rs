@@ -18,7 +18,7 @@ use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, CopiedRows, CopyDirection,
     CopyPlan, Ddl, DeletePlan, ExprUnique, Grouping, InsertPlan, InsertSource, NeedsDataflow,
-    OnConflict, Plan, RowLocking, SelectBody, SelectPlan, SequenceChange, SortKey, StatementTime,
+    JoinLocking, LockTarget, OnConflict, Plan, RowLocking, SelectBody, SelectPlan, SequenceChange, SortKey, StatementTime,
     TruncatePlan, TypeChange, UpdatePlan,
 };
 
@@ -2439,10 +2439,7 @@ impl<'a> Binder<'a> {
         }
         if let Some(why) = needs_dataflow(self.catalog, q) {
             if !q.locks.is_empty() {
-                return Err(SqlError::unsupported(format!(
-                    "FOR UPDATE / FOR SHARE on a query with {why}"
-                ))
-                .with_hint("lock the rows of one table: SELECT ... FROM t WHERE ... FOR UPDATE"));
+                return self.join_locking(q, &why);
             }
             return Ok((Plan::Dataflow(why), Vec::new()));
         }
@@ -2527,6 +2524,102 @@ impl<'a> Binder<'a> {
             outputs.push(x);
         }
         Ok((Plan::Values(outputs), columns))
+    }
+
+    /// `FOR UPDATE [OF t, ...]` on a query that needs the dataflow: the
+    /// tables of its FROM it locks rows of (all of them without OF). A
+    /// query that groups, or is not one SELECT, is refused as PostgreSQL
+    /// refuses it.
+    fn join_locking(
+        &self,
+        q: &ast::Query,
+        why: &NeedsDataflow,
+    ) -> Result<(Plan, Vec<Column>), SqlError> {
+        let select = match q.body.as_ref() {
+            ast::SetExpr::Select(s) => s,
+            _ => {
+                return Err(SqlError::new(
+                    "0A000",
+                    format!("FOR UPDATE is not allowed with {why}"),
+                ))
+            }
+        };
+        let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+        if grouped || select.distinct.is_some() || select.having.is_some() {
+            return Err(SqlError::new(
+                "0A000",
+                "FOR UPDATE is not allowed with GROUP BY, aggregate functions or DISTINCT",
+            ));
+        }
+        let mut tables: Vec<(String, &Table)> = Vec::new();
+        let mut factors: Vec<&ast::TableFactor> = Vec::new();
+        for twj in &select.from {
+            factors.push(&twj.relation);
+            factors.extend(twj.joins.iter().map(|j| &j.relation));
+        }
+        while let Some(f) = factors.pop() {
+            match f {
+                ast::TableFactor::Table { name, alias, .. } => {
+                    let n = object_name(name)?;
+                    if let Some(t) = self.catalog.table(&n) {
+                        let qualifier = alias.as_ref().map(|a| ident(&a.name)).unwrap_or(n);
+                        tables.push((qualifier, t));
+                    }
+                }
+                ast::TableFactor::NestedJoin {
+                    table_with_joins, ..
+                } => {
+                    factors.push(&table_with_joins.relation);
+                    factors.extend(table_with_joins.joins.iter().map(|j| &j.relation));
+                }
+                _ => {}
+            }
+        }
+        let mut named: Vec<String> = Vec::new();
+        let mut locking = RowLocking::Wait;
+        for lock in &q.locks {
+            if let Some(of) = &lock.of {
+                named.push(object_name(of)?);
+            }
+            locking = match lock.nonblock {
+                None => locking,
+                Some(ast::NonBlock::Nowait) => RowLocking::NoWait,
+                Some(ast::NonBlock::SkipLocked) => RowLocking::SkipLocked,
+            };
+        }
+        for n in &named {
+            if !tables.iter().any(|(q, _)| q == n) {
+                return Err(SqlError::new(
+                    "42P01",
+                    format!("relation \"{n}\" in FOR UPDATE clause not found in FROM clause"),
+                ));
+            }
+        }
+        let mut targets = Vec::new();
+        for (qualifier, t) in tables {
+            if !named.is_empty() && !named.contains(&qualifier) {
+                continue;
+            }
+            if !t.schema.has_primary_key() {
+                return Err(SqlError::unsupported(format!(
+                    "FOR UPDATE over several relations locking rows of \"{}\", which has no primary key",
+                    t.schema.name
+                ))
+                .with_hint("name the tables with primary keys to lock: FOR UPDATE OF t"));
+            }
+            targets.push(LockTarget {
+                table: t.schema.name.clone(),
+                qualifier,
+                key: t
+                    .schema
+                    .primary_key
+                    .iter()
+                    .map(|&i| t.schema.columns[i].name.clone())
+                    .collect(),
+            });
+        }
+        targets.reverse();
+        Ok((Plan::JoinLocking(JoinLocking { targets, locking }), Vec::new()))
     }
 
     fn resolve_from(&self, from: &[ast::TableWithJoins]) -> Result<(&'a Table, String), SqlError> {

@@ -101,6 +101,10 @@ pub fn execute(
             "XX000",
             format!("a query that needs the dataflow ({why}) reached direct evaluation"),
         )),
+        Plan::JoinLocking(_) => Err(SqlError::new(
+            "XX000",
+            "a locking query over several relations reached direct evaluation: the session runs it",
+        )),
     }
 }
 

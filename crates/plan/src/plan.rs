@@ -149,6 +149,9 @@ pub enum Plan {
     },
     /// `COPY ... FROM STDIN` or `COPY ... TO STDOUT` (`copy.rs`).
     Copy(CopyPlan),
+    /// `SELECT ... FROM a JOIN b ... FOR UPDATE [OF a]`: a query that
+    /// needs the dataflow and locks the rows it reads of some tables.
+    JoinLocking(JoinLocking),
     /// A query direct evaluation does not answer (it reads one base table
     /// at most): decided from its shape before anything else is bound, so
     /// it goes to the dataflow (an automatic view or one-shot evaluation).
@@ -369,6 +372,29 @@ pub struct SelectPlan {
     pub body: SelectBody,
     /// `FOR UPDATE` / `FOR SHARE` (both lock rows exclusively).
     pub locking: Option<RowLocking>,
+}
+
+/// The tables whose rows a `SELECT ... FOR UPDATE` over several tables
+/// locks, and how it waits. The session finds the keys of the rows the
+/// query reads of each table, locks them through the one-table locking
+/// select, then runs the query over the rows it locked (so `SKIP LOCKED`
+/// leaves the others out, and a row changed while waiting is seen as it
+/// is now).
+#[derive(Clone, Debug)]
+pub struct JoinLocking {
+    pub targets: Vec<LockTarget>,
+    pub locking: RowLocking,
+}
+
+/// One table a [`JoinLocking`] locks rows of.
+#[derive(Clone, Debug)]
+pub struct LockTarget {
+    /// The table's name.
+    pub table: String,
+    /// The name the query calls it by (its alias, or its name).
+    pub qualifier: String,
+    /// Its primary key's columns.
+    pub key: Vec<String>,
 }
 
 /// How a `SELECT ... FOR UPDATE` treats rows another transaction locked.

@@ -357,3 +357,81 @@ fn a_wait_for_a_row_lock_ends_at_lock_timeout() {
     assert_eq!(r, Ok(()));
     assert_eq!(balance(&mut waiter, 1), 111);
 }
+
+/// `FOR UPDATE` over a join (as ORMs write `select_for_update()` with a
+/// filter across relations): the rows read of each locked table are
+/// locked (only those of `OF` tables), `SKIP LOCKED` leaves others' rows
+/// out before the LIMIT, `NOWAIT` fails with 55P03, and an `OF` naming a
+/// relation not in FROM fails with 42P01 as in PostgreSQL.
+#[test]
+fn for_update_over_a_join_locks_the_rows_it_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let (mut a, mut b) = (e.session(), e.session());
+    ok(&mut a, "CREATE TABLE owners (id int PRIMARY KEY, name text NOT NULL)");
+    ok(
+        &mut a,
+        "CREATE TABLE jobs (id int PRIMARY KEY, owner int REFERENCES owners (id), done boolean NOT NULL)",
+    );
+    ok(&mut a, "INSERT INTO owners VALUES (1, 'ann'), (2, 'bob')");
+    ok(
+        &mut a,
+        "INSERT INTO jobs VALUES (1, 1, false), (2, 1, false), (3, 2, false)",
+    );
+    let take = "SELECT j.id, o.name FROM jobs j JOIN owners o ON o.id = j.owner \
+                WHERE o.name = 'ann' AND NOT j.done ORDER BY j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED";
+    begin(&mut a, "READ COMMITTED");
+    begin(&mut b, "READ COMMITTED");
+    assert_eq!(rows(&mut a, take), vec![vec!["1".to_string(), "ann".to_string()]]);
+    assert_eq!(rows(&mut b, take), vec![vec!["2".to_string(), "ann".to_string()]]);
+    // Only the jobs were locked: the owner's row is free.
+    assert_eq!(
+        rows(&mut b, "SELECT name FROM owners WHERE id = 1 FOR UPDATE NOWAIT"),
+        vec![vec!["ann".to_string()]]
+    );
+    assert_eq!(
+        run(
+            &mut b,
+            "SELECT j.id FROM jobs j JOIN owners o ON o.id = j.owner WHERE j.id = 1 FOR UPDATE NOWAIT"
+        )
+        .unwrap_err()
+        .code,
+        "55P03"
+    );
+    ok(&mut b, "ROLLBACK");
+    begin(&mut b, "READ COMMITTED");
+    // Without OF every table's rows are locked: b now holds owner 2.
+    assert_eq!(
+        rows(
+            &mut b,
+            "SELECT j.id FROM jobs j JOIN owners o ON o.id = j.owner WHERE o.id = 2 FOR UPDATE"
+        ),
+        vec![vec!["3".to_string()]]
+    );
+    assert_eq!(
+        run(&mut a, "SELECT id FROM owners WHERE id = 2 FOR UPDATE NOWAIT")
+            .unwrap_err()
+            .code,
+        "55P03"
+    );
+    ok(&mut b, "COMMIT");
+    ok(&mut a, "ROLLBACK");
+    assert_eq!(
+        run(
+            &mut a,
+            "SELECT j.id FROM jobs j JOIN owners o ON o.id = j.owner FOR UPDATE OF nobody"
+        )
+        .unwrap_err()
+        .code,
+        "42P01"
+    );
+    assert_eq!(
+        run(
+            &mut a,
+            "SELECT count(*) FROM jobs j JOIN owners o ON o.id = j.owner GROUP BY o.id FOR UPDATE"
+        )
+        .unwrap_err()
+        .code,
+        "0A000"
+    );
+}

@@ -22,6 +22,7 @@ mod consistency;
 mod consumers;
 mod copy;
 mod dataflow;
+mod join_locking;
 mod prepare;
 mod roles;
 mod route;

@@ -129,22 +129,20 @@ impl Session {
                 let catalog = self.with_catalog_relations(st);
                 let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
                 if let (Plan::Dataflow(_), Statement::Query(q)) = (&bound.plan, st) {
-                    let (columns, params) =
-                        aqueduct_views::oneshot::describe(&catalog, q, hints, self.time)?;
-                    return Ok(Prepared {
-                        sql: sql.to_string(),
-                        params,
-                        columns,
-                        quick: false,
-                        statement,
-                        auto: None,
-                        view_read: None,
-                        custom: false,
-                    });
+                    let q = q.as_ref().clone();
+                    return self.prepared_one_shot(sql, statement, &catalog, &q, hints);
                 }
                 bound
             }
-            Route::Direct(bound) => bound,
+            Route::Direct(bound) => {
+                if let (Plan::JoinLocking(_), Statement::Query(q)) = (&bound.plan, st) {
+                    let q = q.as_ref().clone();
+                    let db = self.engine.database();
+                    let catalog = db.read_in(self.txn.as_ref());
+                    return self.prepared_one_shot(sql, statement, &catalog, &q, hints);
+                }
+                bound
+            }
             other => return self.prepare_dataflow(sql, hints, statement, other),
         };
         let quick = match &bound.plan {
@@ -210,10 +208,23 @@ impl Session {
                 });
             }
         }
-        let (columns, params) = {
-            let catalog = self.engine.database().read_in(self.txn.as_ref());
-            aqueduct_views::oneshot::describe(&catalog, q, hints, self.time)?
-        };
+        let q = q.as_ref().clone();
+        let db = self.engine.database();
+        let catalog = db.read_in(self.txn.as_ref());
+        self.prepared_one_shot(sql, statement, &catalog, &q, hints)
+    }
+
+    /// `q` prepared for one-shot evaluation over `catalog`: its columns and
+    /// parameter types as the dataflow compiles it.
+    fn prepared_one_shot(
+        &self,
+        sql: &str,
+        statement: Option<Statement>,
+        catalog: &aqueduct_tables::Catalog,
+        q: &sqlparser::ast::Query,
+        hints: &[Option<DataType>],
+    ) -> Result<Prepared, SqlError> {
+        let (columns, params) = aqueduct_views::oneshot::describe(catalog, q, hints, self.time)?;
         Ok(Prepared {
             sql: sql.to_string(),
             params,

@@ -137,6 +137,7 @@ impl Route {
                     aqueduct_plan::plan::CopyDirection::ToStdout { .. } => "copy to stdout",
                 },
                 Plan::Dataflow(_) => "dataflow",
+                Plan::JoinLocking(_) => "locking join",
             },
             Route::AutoView { .. } => "automatic view",
             Route::OneShot { .. } => "one-shot dataflow",

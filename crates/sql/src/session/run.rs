@@ -406,7 +406,9 @@ impl Session {
         };
         let m = &self.engine.metrics;
         match &bound.plan {
-            Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_) => m.count(&m.select),
+            Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_) | Plan::JoinLocking(_) => {
+                m.count(&m.select)
+            }
             Plan::Insert(_) => m.count(&m.insert),
             Plan::Update(_) => m.count(&m.update),
             Plan::Delete(_) => m.count(&m.delete),
@@ -526,6 +528,7 @@ impl Session {
             })),
             Plan::Show { name } => self.show(&name),
             Plan::Copy(copy) => self.run_copy(copy, params),
+            Plan::JoinLocking(locking) => self.run_join_locking(st, &locking, hints, params),
             plan => self.run_data(plan, bound.columns, params),
         }
     }
@@ -858,7 +861,7 @@ impl Session {
 }
 
 /// `v` as a SQL literal of its type (`'2024-01-01'::date`, `42`, `NULL`).
-fn literal_of(v: &Value) -> sqlparser::ast::Expr {
+pub(super) fn literal_of(v: &Value) -> sqlparser::ast::Expr {
     use sqlparser::ast::{Expr, Value as Lit};
     let text = match v {
         Value::Null => return Expr::Value(Lit::Null.into()),
