@@ -36,11 +36,14 @@ impl Format {
     }
 }
 
-/// The type modifier RowDescription reports (`varchar(n)` carries n + 4,
-/// as PostgreSQL's `atttypmod` does).
+/// The type modifier RowDescription reports, as PostgreSQL's `atttypmod`
+/// has it: `varchar(n)` carries n + 4, `numeric(p, s)` (p << 16 | s) + 4.
 pub(crate) fn type_modifier(ty: &DataType) -> i32 {
     match ty {
         DataType::Varchar(Some(n)) => i32::try_from(*n).map_or(-1, |n| n.saturating_add(4)),
+        DataType::NumericTypmod { precision, scale } => {
+            i32::try_from((precision << 16 | scale) + 4).unwrap_or(-1)
+        }
         _ => -1,
     }
 }

@@ -17,9 +17,9 @@ use aqueduct_expr::{BinOp, Expr, Func, SqlError, SubqueryKind, UnOp, Volatile};
 use crate::limits::{MAX_INSERT_ROWS, MAX_PARAMS};
 pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, CopiedRows, CopyDirection,
-    CopyPlan, Ddl, DeletePlan, ExprUnique, Grouping, InsertPlan, InsertSource, NeedsDataflow,
-    JoinLocking, LockTarget, OnConflict, Plan, RowLocking, SelectBody, SelectPlan, SequenceChange, SortKey, StatementTime,
-    TruncatePlan, TypeChange, UpdatePlan,
+    CopyPlan, Ddl, DeletePlan, ExprUnique, Grouping, InsertPlan, InsertSource, JoinLocking,
+    LockTarget, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody, SelectPlan,
+    SequenceChange, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -2544,7 +2544,8 @@ impl<'a> Binder<'a> {
                 ))
             }
         };
-        let grouped = !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+        let grouped =
+            !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
         if grouped || select.distinct.is_some() || select.having.is_some() {
             return Err(SqlError::new(
                 "0A000",
@@ -2619,7 +2620,10 @@ impl<'a> Binder<'a> {
             });
         }
         targets.reverse();
-        Ok((Plan::JoinLocking(JoinLocking { targets, locking }), Vec::new()))
+        Ok((
+            Plan::JoinLocking(JoinLocking { targets, locking }),
+            Vec::new(),
+        ))
     }
 
     fn resolve_from(&self, from: &[ast::TableWithJoins]) -> Result<(&'a Table, String), SqlError> {
@@ -4768,7 +4772,9 @@ fn table_column(t: &Table, i: usize) -> Column {
     let c = &t.schema.columns[i];
     Column {
         name: c.name.clone(),
-        ty: c.ty.unconstrained(),
+        // `numeric(p, s)` stays so: RowDescription reports its type
+        // modifier, which drivers read as precision and scale.
+        ty: c.ty.clone(),
         table_id: t.schema.id,
         column_id: (i + 1) as i16,
     }

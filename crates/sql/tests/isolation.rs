@@ -368,7 +368,10 @@ fn for_update_over_a_join_locks_the_rows_it_reads() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
     let (mut a, mut b) = (e.session(), e.session());
-    ok(&mut a, "CREATE TABLE owners (id int PRIMARY KEY, name text NOT NULL)");
+    ok(
+        &mut a,
+        "CREATE TABLE owners (id int PRIMARY KEY, name text NOT NULL)",
+    );
     ok(
         &mut a,
         "CREATE TABLE jobs (id int PRIMARY KEY, owner int REFERENCES owners (id), done boolean NOT NULL)",
@@ -382,11 +385,20 @@ fn for_update_over_a_join_locks_the_rows_it_reads() {
                 WHERE o.name = 'ann' AND NOT j.done ORDER BY j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED";
     begin(&mut a, "READ COMMITTED");
     begin(&mut b, "READ COMMITTED");
-    assert_eq!(rows(&mut a, take), vec![vec!["1".to_string(), "ann".to_string()]]);
-    assert_eq!(rows(&mut b, take), vec![vec!["2".to_string(), "ann".to_string()]]);
+    assert_eq!(
+        rows(&mut a, take),
+        vec![vec!["1".to_string(), "ann".to_string()]]
+    );
+    assert_eq!(
+        rows(&mut b, take),
+        vec![vec!["2".to_string(), "ann".to_string()]]
+    );
     // Only the jobs were locked: the owner's row is free.
     assert_eq!(
-        rows(&mut b, "SELECT name FROM owners WHERE id = 1 FOR UPDATE NOWAIT"),
+        rows(
+            &mut b,
+            "SELECT name FROM owners WHERE id = 1 FOR UPDATE NOWAIT"
+        ),
         vec![vec!["ann".to_string()]]
     );
     assert_eq!(
@@ -409,9 +421,12 @@ fn for_update_over_a_join_locks_the_rows_it_reads() {
         vec![vec!["3".to_string()]]
     );
     assert_eq!(
-        run(&mut a, "SELECT id FROM owners WHERE id = 2 FOR UPDATE NOWAIT")
-            .unwrap_err()
-            .code,
+        run(
+            &mut a,
+            "SELECT id FROM owners WHERE id = 2 FOR UPDATE NOWAIT"
+        )
+        .unwrap_err()
+        .code,
         "55P03"
     );
     ok(&mut b, "COMMIT");

@@ -339,9 +339,17 @@ fn numeric_columns_with_precision_and_scale() {
         rows(&mut s, "SELECT count(*) FROM money WHERE amount = 1.234"),
         vec![vec!["0"]]
     );
+    // The column keeps its modifier (RowDescription reports it, as
+    // PostgreSQL does); arithmetic on it is plain numeric.
     assert_eq!(
         column_types(&mut s, "SELECT amount, amount * 2 FROM money"),
-        vec![DataType::Numeric, DataType::Numeric]
+        vec![
+            DataType::NumericTypmod {
+                precision: 10,
+                scale: 2
+            },
+            DataType::Numeric
+        ]
     );
     // information_schema gives the type without its modifiers.
     assert_eq!(

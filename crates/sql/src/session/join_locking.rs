@@ -162,16 +162,14 @@ fn lock_query(target: &LockTarget, keys: &[Vec<Value>], locking: RowLocking) -> 
             RowLocking::SkipLocked => " SKIP LOCKED",
         }
     );
-    let mut q = match sqlparser::parser::Parser::parse_sql(
-        &sqlparser::dialect::PostgreSqlDialect {},
-        &sql,
-    )
-    .ok()
-    .and_then(|mut v| v.pop())
-    {
-        Some(Statement::Query(q)) => *q,
-        other => unreachable!("a locking select built from names parses: {other:?}"),
-    };
+    let mut q =
+        match sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, &sql)
+            .ok()
+            .and_then(|mut v| v.pop())
+        {
+            Some(Statement::Query(q)) => *q,
+            other => unreachable!("a locking select built from names parses: {other:?}"),
+        };
     if let ast::SetExpr::Select(select) = q.body.as_mut() {
         select.selection = Some(key_in(None, &target.key, keys));
     }
