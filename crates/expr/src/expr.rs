@@ -322,6 +322,35 @@ pub enum Expr {
     /// `ARRAY(SELECT ...)`), run for the values its outer references take
     /// in the row (one-shot evaluation only).
     Subquery(std::sync::Arc<Subquery>, Vec<Expr>),
+    /// A function that acts on the server outside the statement
+    /// (`pg_cancel_backend(pid)`), called with its arguments' values.
+    Server(std::sync::Arc<ServerCall>, Vec<Expr>),
+}
+
+/// What a [`ServerCall`] does.
+pub trait ServerFunction: Send + Sync {
+    fn call(&self, args: &[Value]) -> Result<Value, SqlError>;
+}
+
+/// A bound call of a function that acts on the server (see
+/// [`Expr::Server`]).
+pub struct ServerCall {
+    pub name: &'static str,
+    pub function: Box<dyn ServerFunction>,
+    /// The type of its answer.
+    pub ty: DataType,
+}
+
+impl std::fmt::Debug for ServerCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}()", self.name)
+    }
+}
+
+impl PartialEq for ServerCall {
+    fn eq(&self, other: &ServerCall) -> bool {
+        std::ptr::eq(self, other)
+    }
 }
 
 /// Runs a subquery for the values of its outer references.
@@ -631,6 +660,12 @@ impl Expr {
                     .map(|a| a.eval(env))
                     .collect::<Result<Vec<_>, _>>()?,
             )?,
+            Expr::Server(call, args) => call.function.call(
+                &args
+                    .iter()
+                    .map(|a| a.eval(env))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )?,
             Expr::Lookup(table, args) => table.answer(
                 args.iter()
                     .map(|a| a.eval(env))
@@ -711,7 +746,8 @@ impl Expr {
             Expr::Call(_, args)
             | Expr::Volatile(_, args)
             | Expr::Lookup(_, args)
-            | Expr::Subquery(_, args) => args.iter().for_each(|x| x.walk(f)),
+            | Expr::Subquery(_, args)
+            | Expr::Server(_, args) => args.iter().for_each(|x| x.walk(f)),
             Expr::Case {
                 operand,
                 whens,
@@ -758,7 +794,8 @@ impl Expr {
             Expr::Call(_, args)
             | Expr::Volatile(_, args)
             | Expr::Lookup(_, args)
-            | Expr::Subquery(_, args) => args.iter_mut().for_each(|x| x.walk_mut(f)),
+            | Expr::Subquery(_, args)
+            | Expr::Server(_, args) => args.iter_mut().for_each(|x| x.walk_mut(f)),
             Expr::Case {
                 operand,
                 whens,

@@ -15,5 +15,5 @@ pub mod numeric;
 pub use error::SqlError;
 pub use expr::{
     format_typmod, quote_ident, random_uuid, BinOp, Effects, Env, Expr, Func, Lookup, LookupMiss,
-    Subquery, SubqueryKind, SubqueryRunner, UnOp, Volatile,
+    ServerCall, ServerFunction, Subquery, SubqueryKind, SubqueryRunner, UnOp, Volatile,
 };

@@ -254,6 +254,7 @@ pub(crate) async fn run(
             shared.config.startup_timeout
         };
         let deadline = Instant::now() + timeout;
+        let tcp_local = tcp.local_addr().ok();
         let negotiated = tokio::time::timeout_at(
             deadline,
             negotiate_tls::<()>(tcp, shared.tls_acceptor.clone()),
@@ -280,7 +281,10 @@ pub(crate) async fn run(
         let mut new_parts = FramedParts::new::<PgWireBackendMessage>(guard, parts.codec);
         new_parts.write_buf = parts.write_buf;
         let mut socket: Socket = Framed::from_parts(new_parts);
+        let local = tcp_local;
         let mut conn = Conn {
+            peer,
+            local,
             shared,
             session: None,
             sasl: None,
@@ -303,6 +307,9 @@ pub(crate) async fn run(
 }
 
 struct Conn {
+    /// The client's address, and the server's it connected to.
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
     shared: Arc<Shared>,
     session: Option<SessionHandle>,
     sasl: Option<SASLAuthStartupHandler<StartupParameters>>,
@@ -340,6 +347,9 @@ impl Conn {
         mut stop: watch::Receiver<bool>,
     ) {
         let mut authenticated = false;
+        // `pg_terminate_backend` of this backend ends the connection.
+        let (terminate, mut terminated) = watch::channel(false);
+        let mut terminate = Some(terminate);
         loop {
             let next = if let Some(received) = self.pending.pop_front() {
                 received
@@ -347,6 +357,11 @@ impl Conn {
                 tokio::select! {
                     biased;
                     _ = stop.changed() => {
+                        let _ = send_fatal(socket, fatal("57P01", "terminating connection due to administrator command")).await;
+                        return;
+                    }
+                    _ = terminated.changed() => {
+                        info!("pg_terminate_backend: closing");
                         let _ = send_fatal(socket, fatal("57P01", "terminating connection due to administrator command")).await;
                         return;
                     }
@@ -429,7 +444,25 @@ impl Conn {
                 // From now on a CancelRequest with this backend's key
                 // cancels its statements.
                 let (pid, key) = socket.pid_and_secret_key();
-                let handle = self.session().lock().interrupt_handle();
+                let handle = {
+                    let application_name = socket
+                        .metadata()
+                        .get("application_name")
+                        .cloned()
+                        .unwrap_or_default();
+                    let mut session = self.session().lock();
+                    let terminate = terminate.take().expect("a backend authenticates once");
+                    session.attach_backend(
+                        pid,
+                        &application_name,
+                        Some(self.peer),
+                        self.local,
+                        Box::new(move || {
+                            let _ = terminate.send(true);
+                        }),
+                    );
+                    session.interrupt_handle()
+                };
                 self.shared.backends.lock().insert(pid, (key, handle));
                 self.registered = Some(pid);
                 debug!(

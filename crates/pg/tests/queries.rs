@@ -878,3 +878,64 @@ async fn intervals_in_binary_through_a_driver() {
     })
     .await;
 }
+
+/// `pg_stat_activity` lists each connected backend under the process id
+/// `pg_backend_pid()` gives it (the one cancel requests name), with its
+/// state; `txid_current()` is one number through a transaction block;
+/// `pg_terminate_backend` ends another backend's connection (57P01 there)
+/// and answers false for no such backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_are_listed_and_can_be_terminated() {
+    let server = Server::start(PgConfig::default()).await;
+    bounded(async {
+        let a = server.connect().await;
+        let b = server.connect().await;
+        let pid_a: i32 = a
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        a.batch_execute("BEGIN").await.unwrap();
+        let x1: i64 = a.query_one("SELECT txid_current()", &[]).await.unwrap().get(0);
+        let x2: i64 = a.query_one("SELECT txid_current()", &[]).await.unwrap().get(0);
+        assert_eq!(x1, x2);
+        let rows = b
+            .query(
+                "SELECT pid, state, query, pid = pg_backend_pid() FROM pg_stat_activity ORDER BY pid",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2);
+        let of_a = rows.iter().find(|r| r.get::<_, i32>(0) == pid_a).unwrap();
+        assert_eq!(of_a.get::<_, String>(1), "idle in transaction");
+        assert_eq!(of_a.get::<_, String>(2), "SELECT txid_current()");
+        assert!(!of_a.get::<_, bool>(3));
+        let ended: bool = b
+            .query_one("SELECT pg_terminate_backend($1::int4)", &[&pid_a])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(ended);
+        let err = a.simple_query("SELECT 1").await.unwrap_err();
+        assert!(
+            err.is_closed() || err.code() == Some(&SqlState::ADMIN_SHUTDOWN),
+            "{err}"
+        );
+        let none: bool = b
+            .query_one("SELECT pg_cancel_backend(1)", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!none);
+        // The ended backend left the list.
+        let n: i64 = b
+            .query_one("SELECT count(*) FROM pg_stat_activity", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1);
+    })
+    .await;
+    server.stop().await.unwrap();
+}

@@ -19,7 +19,7 @@ pub use crate::plan::{
     Access, Aggregate, AlterTablePlan, Bound, CatalogPlan, Column, CopiedRows, CopyDirection,
     CopyPlan, Ddl, DeletePlan, ExprUnique, Grouping, InsertPlan, InsertSource, JoinLocking,
     LockTarget, NeedsDataflow, OnConflict, Plan, RowLocking, SelectBody, SelectPlan,
-    SequenceChange, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
+    SequenceChange, SessionFacts, SortKey, StatementTime, TruncatePlan, TypeChange, UpdatePlan,
 };
 
 /// Why direct evaluation does not answer `q`, from its shape and the names
@@ -121,6 +121,7 @@ pub fn bind(
     hints: &[Option<DataType>],
     settings: &BTreeMap<String, String>,
     time: StatementTime,
+    session: &SessionFacts,
 ) -> Result<Bound, SqlError> {
     let mut b = Binder {
         catalog,
@@ -128,6 +129,7 @@ pub fn bind(
         values: None,
         time: Some(time),
         settings: Some(settings.clone()),
+        session: Some(session.clone()),
         lookups: None,
         subqueries: None,
     };
@@ -156,6 +158,9 @@ pub struct Binder<'a> {
     time: Option<StatementTime>,
     /// The session's settings (`current_setting`); `None` in a view.
     settings: Option<BTreeMap<String, String>>,
+    /// The session's backend and transaction (`pg_backend_pid()`); `None`
+    /// in a view (`session_functions.rs`).
+    pub(crate) session: Option<SessionFacts>,
     /// The catalog functions' tables, made on first use
     /// (`catalog_functions.rs`).
     pub(crate) lookups: Option<std::sync::Arc<crate::pg_catalog::CatalogLookups>>,
@@ -194,6 +199,7 @@ impl<'a> Binder<'a> {
             values: None,
             time: None,
             settings: None,
+            session: None,
             lookups: None,
             subqueries: None,
         }
@@ -202,6 +208,11 @@ impl<'a> Binder<'a> {
     /// Binds `now()` and its kin to `time`.
     pub fn set_time(&mut self, time: StatementTime) {
         self.time = Some(time);
+    }
+
+    /// Whether the statement has a time (a view's query has none).
+    pub(crate) fn has_time(&self) -> bool {
+        self.time.is_some()
     }
 
     /// The catalog names are resolved against.
@@ -400,7 +411,7 @@ pub fn reads_one_relation(st: &ast::Statement) -> bool {
 
 /// SQLSTATE 0A000 for `name()` in a maintained view: its value depends on
 /// when or by whom the view is read, which no write to the tables reports.
-fn session_dependent_in_view(name: &str) -> SqlError {
+pub(crate) fn session_dependent_in_view(name: &str) -> SqlError {
     SqlError::new(
         "0A000",
         format!("{name}() is not allowed in a maintained view: its value depends on when or by whom the view is read, which no write to the tables reports"),
@@ -1137,6 +1148,7 @@ impl<'a> Binder<'a> {
             Expr::Volatile(..) => DataType::Int8,
             Expr::Lookup(l, _) => l.ty.clone(),
             Expr::Subquery(sub, _) => sub.ty.clone(),
+            Expr::Server(call, _) => call.ty.clone(),
             Expr::Call(f, args) => match f {
                 Func::Length => DataType::Int4,
                 Func::RealNumeric => DataType::Numeric,
@@ -2139,6 +2151,9 @@ impl<'a> Binder<'a> {
         // (Arguments a catalog function cannot take are reported below.)
         if let Ok((args, _, _)) = self.function_args(f) {
             if let Some(e) = self.catalog_function(&name, &args, scope)? {
+                return Ok(e);
+            }
+            if let Some(e) = self.session_function(&name, &args, scope)? {
                 return Ok(e);
             }
         }

@@ -35,6 +35,7 @@ pub mod parse;
 pub mod pg_catalog;
 pub mod plan;
 mod rows;
+mod session_functions;
 pub mod subqueries;
 pub mod wire_values;
 

@@ -51,6 +51,24 @@ pub struct CatalogContext {
     pub view_columns: BTreeMap<String, Vec<(String, DataType)>>,
     /// The base tables each maintained view reads, by name.
     pub view_tables: BTreeMap<String, Vec<TableId>>,
+    /// The server's backends (`pg_stat_activity`).
+    pub activity: Vec<BackendActivity>,
+}
+
+/// One backend as `pg_stat_activity` shows it (times in microseconds
+/// since the Unix epoch).
+#[derive(Clone, Debug, Default)]
+pub struct BackendActivity {
+    pub pid: i32,
+    pub user: String,
+    pub application_name: String,
+    pub client: Option<std::net::SocketAddr>,
+    pub backend_start: i64,
+    pub xact_start: Option<i64>,
+    pub query_start: Option<i64>,
+    pub state_change: i64,
+    pub state: String,
+    pub query: String,
 }
 
 /// The id of a table, view, sequence or enum type with log id `id`.
@@ -1182,6 +1200,48 @@ const RELATIONS: &[Relation] = &[
                         text("********"),
                         null(),
                         null(),
+                    ]
+                })
+                .collect()
+        },
+    },
+    Relation {
+        name: "pg_stat_activity",
+        columns: "datid oid, datname name, pid int4, leader_pid int4, usesysid oid, \
+                  usename name, application_name text, client_addr text, \
+                  client_hostname text, client_port int4, backend_start timestamptz, \
+                  xact_start timestamptz, query_start timestamptz, state_change timestamptz, \
+                  wait_event_type text, wait_event text, state text, backend_xid int8, \
+                  backend_xmin int8, query_id int8, query text, backend_type text",
+        rows: |m| {
+            let at = |micros: Option<i64>| micros.map_or(Value::Null, Value::TimestampTz);
+            m.ctx
+                .activity
+                .iter()
+                .map(|b| {
+                    vec![
+                        oid(DATABASE_OID),
+                        text("aqueduct"),
+                        int(i64::from(b.pid)),
+                        null(),
+                        oid(role_oid(m.catalog, &b.user)),
+                        text(&b.user),
+                        text(&b.application_name),
+                        b.client.map_or(Value::Null, |c| text(&c.ip().to_string())),
+                        null(),
+                        b.client.map_or(int(-1), |c| int(i64::from(c.port()))),
+                        at(Some(b.backend_start)),
+                        at(b.xact_start),
+                        at(b.query_start),
+                        at(Some(b.state_change)),
+                        if b.state == "active" { null() } else { text("Client") },
+                        if b.state == "active" { null() } else { text("ClientRead") },
+                        text(&b.state),
+                        null(),
+                        null(),
+                        null(),
+                        text(&b.query),
+                        text("client backend"),
                     ]
                 })
                 .collect()

@@ -618,6 +618,31 @@ pub struct StatementTime {
     pub statement_micros: i64,
 }
 
+/// What a statement knows of the session and server running it:
+/// `pg_backend_pid()`, `txid_current()`, `inet_server_addr()` and their
+/// kin are bound to these as constants; `pg_cancel_backend` and
+/// `pg_terminate_backend` act through `signals`.
+#[derive(Clone, Default)]
+pub struct SessionFacts {
+    /// The backend's process id (0 for a session no connection holds).
+    pub backend_pid: i32,
+    /// The transaction's number: the same for every statement of a
+    /// transaction block, a new one for each statement outside one.
+    pub transaction_id: i64,
+    pub server_addr: Option<std::net::SocketAddr>,
+    pub client_addr: Option<std::net::SocketAddr>,
+    /// When the server started (microseconds since the Unix epoch).
+    pub server_started_micros: i64,
+    /// What cancels or ends other backends.
+    pub signals: Option<std::sync::Arc<dyn BackendSignals>>,
+}
+
+/// Acts on the server's backends by process id (true when there is one).
+pub trait BackendSignals: Send + Sync {
+    fn cancel(&self, pid: i32) -> bool;
+    fn terminate(&self, pid: i32) -> bool;
+}
+
 /// A subquery prepared to run: its result columns, the types of the
 /// statement's parameters it uses (by position), and what runs it.
 pub struct PreparedSubquery {

@@ -77,6 +77,12 @@ pub struct Engine {
     clock: parking_lot::RwLock<Arc<dyn Clock>>,
     /// Users from the server's configuration: superusers outside the catalog.
     pub(crate) bootstrap_users: parking_lot::RwLock<std::collections::BTreeSet<String>>,
+    /// Sessions clients hold through a connection, by process id.
+    pub backends: Arc<crate::backends::Backends>,
+    /// The next transaction number `txid_current()` gives: from the wall
+    /// clock's microseconds at start, so numbers keep growing across
+    /// restarts.
+    pub(crate) next_xid: std::sync::atomic::AtomicI64,
 }
 
 impl Engine {
@@ -151,6 +157,12 @@ impl Engine {
             replay,
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
             bootstrap_users: Default::default(),
+            backends: Default::default(),
+            next_xid: std::sync::atomic::AtomicI64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX / 2)),
+            ),
         });
         engine.views.attach(&engine.db);
         Ok(engine)

@@ -20,6 +20,7 @@
 //! other by their own paths, never through the crate root, so they form a
 //! DAG (`tests/module_cycles.rs`).
 
+pub mod backends;
 mod consistency;
 mod engine;
 mod roles;

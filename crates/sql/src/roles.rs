@@ -102,6 +102,28 @@ pub(crate) fn substitute_current_user(statements: &mut [Statement], sql: &str, n
         .iter_mut()
         .filter(|st| !matches!(st, Statement::CreateView(_)))
     {
+        // `SELECT current_user` names its column as PostgreSQL does, after
+        // the function, not `?column?` as a literal would.
+        if let Statement::Query(q) = st {
+            if let ast::SetExpr::Select(select) = q.body.as_mut() {
+                for item in &mut select.projection {
+                    let ast::SelectItem::UnnamedExpr(e) = item else {
+                        continue;
+                    };
+                    let called = match e {
+                        ast::Expr::Function(f) if f.name.0.len() == 1 => f.name.to_string(),
+                        ast::Expr::Identifier(i) if i.quote_style.is_none() => i.value.clone(),
+                        _ => continue,
+                    };
+                    if is_user_function(&called) {
+                        *item = ast::SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: ast::Ident::new(called.to_ascii_lowercase()),
+                        };
+                    }
+                }
+            }
+        }
         let _ = ast::visit_expressions_mut(st, |e| {
             let replace = match e {
                 ast::Expr::Function(f) => {

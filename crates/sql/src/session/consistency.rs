@@ -160,7 +160,7 @@ impl Session {
         let catalog: &Catalog = &snap.catalog;
         let db = self.engine.database();
         if let Some(views) = self.release_view_catalog(snap, st, params)? {
-            let bound = aqueduct_plan::bind::bind(&views, st, hints, &self.settings, self.time)?;
+            let bound = self.bind(&views, st, hints)?;
             return aqueduct_plan::exec::execute(
                 db,
                 &views,
@@ -171,7 +171,7 @@ impl Session {
                 params,
             );
         }
-        let bound = aqueduct_plan::bind::bind(catalog, st, hints, &self.settings, self.time)?;
+        let bound = self.bind(catalog, st, hints)?;
         match (&bound.plan, st) {
             (aqueduct_plan::bind::Plan::Dataflow(_), Statement::Query(q)) => {
                 let (columns, rows) = aqueduct_views::oneshot::evaluate(

@@ -117,7 +117,7 @@ impl Session {
                     });
                 }
                 match self.views_as_tables(st, &[], None)? {
-                    Some(views) => bind::bind(&views, st, hints, &self.settings, self.time)?,
+                    Some(views) => self.bind(&views, st, hints)?,
                     // The views went meanwhile: as if they never were.
                     None => match self.route_bound(st, hints)? {
                         Route::Direct(bound) => bound,
@@ -127,7 +127,7 @@ impl Session {
             }
             Route::CatalogRelations => {
                 let catalog = self.with_catalog_relations(st);
-                let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
+                let bound = self.bind(&catalog, st, hints)?;
                 if let (Plan::Dataflow(_), Statement::Query(q)) = (&bound.plan, st) {
                     let q = q.as_ref().clone();
                     return self.prepared_one_shot(sql, statement, &catalog, &q, hints);
@@ -262,7 +262,10 @@ impl Session {
         p: &Prepared,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
-        self.statement(|s| s.execute_prepared_here(p, params))
+        self.activity_starts(&p.sql);
+        let outcome = self.statement(|s| s.execute_prepared_here(p, params));
+        self.activity_ends();
+        outcome
     }
 
     pub(crate) fn execute_prepared_here(

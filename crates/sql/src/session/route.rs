@@ -30,7 +30,6 @@ use sqlparser::ast::{self, Statement};
 
 use aqueduct_expr::SqlError;
 
-use aqueduct_plan::bind;
 use aqueduct_plan::catalog_queries;
 use aqueduct_plan::plan::{Access, Bound, Column, Ddl, NeedsDataflow, Outcome, Plan};
 use aqueduct_views::auto_views::{lift_literals, AutoView, KeyParam, Lifted};
@@ -204,7 +203,7 @@ impl Session {
     ) -> Result<Route, SqlError> {
         let bound = {
             let catalog = self.engine.database().read_in(self.txn.as_ref());
-            let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
+            let bound = self.bind(&catalog, st, hints)?;
             // A view is compiled against the catalog now, so a bad one
             // fails before anything is written.
             if let (Plan::Ddl(Ddl::CreateView { .. }), Statement::CreateView(cv)) =

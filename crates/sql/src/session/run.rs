@@ -6,7 +6,6 @@ use aqueduct_tables::{Catalog, Txn};
 use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
-use aqueduct_plan::bind;
 use aqueduct_plan::catalog_queries;
 use aqueduct_plan::exec;
 use aqueduct_plan::parse::parse;
@@ -19,7 +18,10 @@ impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
     pub fn execute(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
-        aqueduct_plan::limits::with_statement_stack(|| self.execute_text(sql))
+        self.activity_starts(sql);
+        let outcomes = aqueduct_plan::limits::with_statement_stack(|| self.execute_text(sql));
+        self.activity_ends();
+        outcomes
     }
 
     pub(crate) fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
@@ -784,6 +786,27 @@ impl Session {
             settings: self.settings.clone(),
             view_columns,
             view_tables,
+            activity: self
+                .engine
+                .backends
+                .list()
+                .iter()
+                .map(|b| {
+                    let a = b.activity();
+                    aqueduct_plan::pg_catalog::BackendActivity {
+                        pid: b.pid,
+                        user: b.user.clone(),
+                        application_name: b.application_name.clone(),
+                        client: b.client,
+                        backend_start: b.started_micros,
+                        xact_start: a.transaction_start_micros,
+                        query_start: a.query_start_micros,
+                        state_change: a.state_change_micros,
+                        state: a.state.to_string(),
+                        query: a.query,
+                    }
+                })
+                .collect(),
         };
         // A REPEATABLE READ transaction's snapshot, once it has one.
         if let (Some(snapshot), Some(txn)) = (&self.snapshot, &self.txn) {
@@ -827,7 +850,7 @@ impl Session {
         let Statement::Query(q) = st else {
             return Err(SqlError::new("42809", refusal.to_string()));
         };
-        let bound = bind::bind(&catalog, st, hints, &self.settings, self.time)?;
+        let bound = self.bind(&catalog, st, hints)?;
         if let Plan::SetConfig { rows } = &bound.plan {
             return self.set_config(rows);
         }

@@ -127,6 +127,12 @@ pub struct Session {
     pub(crate) bounds: StatementBounds,
     /// Stops the running statement (cancel, timeout, memory, shutdown).
     pub(crate) interrupt: aqueduct_expr::interrupt::Interrupt,
+    /// Its entry among the server's backends, once a client's connection
+    /// holds it (`backends.rs`).
+    pub(crate) backend: Option<Arc<crate::backends::Backend>>,
+    /// The transaction block (by when it began) and its number, once
+    /// `txid_current()` asked.
+    pub(crate) xid: std::cell::Cell<Option<(i64, i64)>>,
     /// Who the session runs as (`roles.rs`).
     pub(crate) principal: Principal,
     pub(crate) view_relations_cache: ViewRelationsCache,
@@ -153,6 +159,8 @@ impl Session {
         let clock = engine.clock();
         Session {
             interrupt,
+            backend: None,
+            xid: Default::default(),
             engine,
             txn: None,
             snapshot: None,
@@ -206,6 +214,113 @@ impl Session {
     pub(crate) fn with_default_principal(mut self) -> Session {
         self.set_principal(Principal::default());
         self
+    }
+
+    /// Makes this session the backend `pid` of a client connected from
+    /// `client` to `server` (`pg_stat_activity`, `pg_backend_pid()`);
+    /// `terminate` ends the connection (`pg_terminate_backend`).
+    pub fn attach_backend(
+        &mut self,
+        pid: i32,
+        application_name: &str,
+        client: Option<std::net::SocketAddr>,
+        server: Option<std::net::SocketAddr>,
+        terminate: crate::backends::Terminate,
+    ) {
+        let backend = Arc::new(crate::backends::Backend::new(
+            pid,
+            self.principal.name.clone(),
+            "aqueduct".into(),
+            application_name.into(),
+            client,
+            server,
+            self.clock.now_micros(),
+            self.interrupt.clone(),
+            terminate,
+        ));
+        self.engine.backends.attach(backend.clone());
+        self.backend = Some(backend);
+    }
+
+    /// What the statement binds session functions to (`pg_backend_pid()`,
+    /// `txid_current()`, ...).
+    pub(crate) fn facts(&self) -> aqueduct_plan::plan::SessionFacts {
+        let fresh = || {
+            self.engine
+                .next_xid
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        };
+        let transaction_id = match (&self.txn, self.txn_began_micros) {
+            (Some(_), Some(began)) => match self.xid.get() {
+                Some((b, xid)) if b == began => xid,
+                _ => {
+                    let xid = fresh();
+                    self.xid.set(Some((began, xid)));
+                    xid
+                }
+            },
+            _ => fresh(),
+        };
+        let elapsed = i64::try_from(self.engine.started.elapsed().as_micros()).unwrap_or(0);
+        aqueduct_plan::plan::SessionFacts {
+            backend_pid: self.backend_pid(),
+            transaction_id,
+            server_addr: self.backend.as_ref().and_then(|b| b.server),
+            client_addr: self.backend.as_ref().and_then(|b| b.client),
+            server_started_micros: self.clock.now_micros() - elapsed,
+            signals: Some(self.engine.backends.clone()),
+        }
+    }
+
+    /// Binds `st` against `catalog` with the session's settings, time and
+    /// facts.
+    pub(crate) fn bind(
+        &self,
+        catalog: &aqueduct_tables::Catalog,
+        st: &sqlparser::ast::Statement,
+        hints: &[Option<DataType>],
+    ) -> Result<aqueduct_plan::plan::Bound, SqlError> {
+        aqueduct_plan::bind::bind(catalog, st, hints, &self.settings, self.time, &self.facts())
+    }
+
+    /// The backend's process id (0 for a session no connection holds).
+    pub fn backend_pid(&self) -> i32 {
+        self.backend.as_ref().map_or(0, |b| b.pid)
+    }
+
+    /// `pg_stat_activity`: a statement starts running.
+    pub(crate) fn activity_starts(&self, sql: &str) {
+        if let Some(b) = &self.backend {
+            let now = self.clock.now_micros();
+            let txn_start = self.txn_began_micros.filter(|_| self.txn.is_some());
+            b.set_activity(|a| {
+                a.state = "active";
+                a.query = sql
+                    .chars()
+                    .take(crate::backends::MAX_ACTIVITY_QUERY_CHARS)
+                    .collect();
+                a.query_start_micros = Some(now);
+                a.transaction_start_micros = txn_start.or(Some(now));
+                a.state_change_micros = now;
+            });
+        }
+    }
+
+    /// `pg_stat_activity`: the statement ended.
+    pub(crate) fn activity_ends(&self) {
+        if let Some(b) = &self.backend {
+            let now = self.clock.now_micros();
+            let (state, txn_start) = match (&self.txn, self.failed) {
+                (None, _) => ("idle", None),
+                (Some(_), false) => ("idle in transaction", self.txn_began_micros),
+                (Some(_), true) => ("idle in transaction (aborted)", self.txn_began_micros),
+            };
+            b.set_activity(|a| {
+                a.state = state;
+                a.transaction_start_micros = txn_start;
+                a.state_change_micros = now;
+            });
+        }
     }
 
     /// The handle that stops this session's running statement from another
@@ -435,6 +550,9 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Some(txn) = self.txn.take() {
             self.engine.database().end(&txn);
+        }
+        if let Some(b) = &self.backend {
+            self.engine.backends.detach(b.pid);
         }
     }
 }
