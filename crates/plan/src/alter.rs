@@ -374,8 +374,59 @@ impl Work<'_> {
                         self.fills[p] = Some(Fill::Expr(Expr::Cast(Box::new(value), ty.clone())));
                         self.schema.columns[p].ty = ty;
                     }
-                    other => {
-                        return Err(SqlError::unsupported(format!("ALTER COLUMN ... {other}")))
+                    ast::AlterColumnOperation::AddGenerated {
+                        generated_as,
+                        sequence_options,
+                    } => {
+                        let c = &self.schema.columns[p];
+                        let table = &self.schema.name;
+                        if !matches!(
+                            c.ty,
+                            aqueduct_values::DataType::Int2
+                                | aqueduct_values::DataType::Int4
+                                | aqueduct_values::DataType::Int8
+                        ) {
+                            return Err(SqlError::new(
+                                "22023",
+                                format!("identity column type must be smallint, integer, or bigint (column \"{name}\")"),
+                            ));
+                        }
+                        if c.identity.is_some() {
+                            return Err(SqlError::new(
+                                "42611",
+                                format!("column \"{name}\" of relation \"{table}\" is already an identity column"),
+                            ));
+                        }
+                        if c.has_default() {
+                            return Err(SqlError::new(
+                                "42611",
+                                format!("column \"{name}\" of relation \"{table}\" already has a default value"),
+                            ));
+                        }
+                        if !c.not_null {
+                            return Err(SqlError::new(
+                                "55000",
+                                format!("column \"{name}\" of relation \"{table}\" must be declared NOT NULL before identity can be added"),
+                            ));
+                        }
+                        let seq_name = format!("{table}_{name}_seq");
+                        if catalog.sequence(&seq_name).is_some() || catalog.table(&seq_name).is_some() {
+                            return Err(SqlError::new(
+                                "42P07",
+                                format!("relation \"{seq_name}\" already exists"),
+                            ));
+                        }
+                        let def = bind::sequence_def(
+                            &seq_name,
+                            &c.ty,
+                            sequence_options.as_deref().unwrap_or(&[]),
+                        )?;
+                        self.sequences.push((def, name.clone()));
+                        self.schema.columns[p].identity = Some(aqueduct_tables::Identity {
+                            always: !matches!(generated_as, Some(ast::GeneratedAs::ByDefault)),
+                            // Given its sequence's id when the change is written.
+                            sequence: 0,
+                        });
                     }
                 }
                 Ok(())
@@ -601,7 +652,7 @@ impl Work<'_> {
                 self.new_checks.push(name.clone());
                 self.schema.checks.push(CheckDef {
                     name,
-                    sql: ck.expr.to_string(),
+                    sql: bind::stored_sql(&ck.expr),
                 });
             }
             ast::TableConstraint::Unique(u) => {
@@ -742,7 +793,7 @@ impl Work<'_> {
 
     /// Checks the new definition against every row the transaction sees
     /// and writes the change.
-    fn finish(self, fx: &mut Fx<'_>, binder: &mut Binder<'_>) -> Result<Outcome, SqlError> {
+    fn finish(mut self, fx: &mut Fx<'_>, binder: &mut Binder<'_>) -> Result<Outcome, SqlError> {
         let catalog = fx.catalog;
         let first_id = catalog.next_table_id();
         let mut sequence_ids = Vec::new();
@@ -750,6 +801,12 @@ impl Work<'_> {
             let id = first_id + n as TableId;
             let p = self.schema.column_index(column).expect("the owning column");
             sequence_ids.push((id, def.start, def.increment, p));
+            // An identity added here draws from the sequence made for it.
+            if let Some(identity) = &mut self.schema.columns[p].identity {
+                if identity.sequence == 0 {
+                    identity.sequence = id;
+                }
+            }
         }
         // Checks of the new definition, bound over the new row.
         let scope = Scope::table_schema(&self.schema, &self.schema.name);

@@ -421,6 +421,29 @@ pub(crate) fn session_dependent_in_view(name: &str) -> SqlError {
     )
 }
 
+/// An expression as the catalog keeps its text (a default, a CHECK): the
+/// parentheses around the whole of it dropped (pg_get_constraintdef adds
+/// its own, and a dump's `CHECK ((x > 0))` must load back as it was),
+/// and type names as PostgreSQL prints them (`::regclass`).
+pub(crate) fn stored_sql(e: &ast::Expr) -> String {
+    let mut e = e.clone();
+    while let ast::Expr::Nested(inner) = e {
+        e = *inner;
+    }
+    let _ = ast::visit_expressions_mut(&mut e, |x| {
+        if let ast::Expr::Cast { data_type, .. } = x {
+            if matches!(data_type, ast::DataType::Regclass) {
+                *data_type = ast::DataType::Custom(
+                    ast::ObjectName::from(vec![ast::Ident::new("regclass")]),
+                    vec![],
+                );
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    e.to_string()
+}
+
 /// The last part of an object name (schema qualifiers such as `public.` are ignored).
 pub fn object_name(n: &ast::ObjectName) -> Result<String, SqlError> {
     let parts: Vec<String> =
@@ -3826,7 +3849,7 @@ impl<'a> Binder<'a> {
             });
             schema.checks.push(CheckDef {
                 name: check_name,
-                sql: e.to_string(),
+                sql: stored_sql(&e),
             });
         }
         for (given, cols, fk) in foreign_keys {
@@ -3864,7 +3887,7 @@ impl<'a> Binder<'a> {
             }
             _ => {
                 def.default = None;
-                def.default_expr = Some(e.to_string());
+                def.default_expr = Some(stored_sql(e));
             }
         }
         Ok(())

@@ -224,8 +224,28 @@ impl Binder<'_> {
                 let base = Expr::Lookup(l.type_name.clone(), vec![oid_arg(self, 0)?]);
                 Expr::Call(Func::FormatTypmod, vec![base, int_arg(self, 1)?])
             }
-            "obj_description"
-            | "col_description"
+            "obj_description" => {
+                // obj_description(oid [, catalog]): pg_description's rows.
+                arity(matches!(args.len(), 1 | 2))?;
+                let (objoid, classoid, description) = pg_catalog::PUBLIC_SCHEMA_COMMENT;
+                let mut key = vec![oid_arg(self, 0)?];
+                let mut row = vec![Value::Int(i64::from(objoid))];
+                if let Some(catalog) = args.get(1) {
+                    key.push(self.expr(catalog, scope, Some(&DataType::Text))?);
+                    let catalog = pg_catalog::relation_name_of(classoid).unwrap_or_default();
+                    row.push(Value::Text(catalog.to_string()));
+                }
+                Expr::Lookup(
+                    Arc::new(Lookup {
+                        name: "obj_description",
+                        rows: HashMap::from([(row, Value::Text(description.into()))]),
+                        otherwise: LookupMiss::Null,
+                        ty: DataType::Text,
+                    }),
+                    key,
+                )
+            }
+            "col_description"
             | "shobj_description"
             | "pg_get_statisticsobjdef"
             | "pg_get_statisticsobjdef_columns"
@@ -236,7 +256,8 @@ impl Binder<'_> {
             | "pg_get_function_result"
             | "pg_get_function_arguments"
             | "pg_get_function_identity_arguments" => {
-                // Nothing has a comment (COMMENT ON is refused), and there
+                // No column or shared object has a comment (COMMENT ON is
+                // refused), and there
                 // are no statistics objects, triggers, rules, partitions or
                 // functions of the user's (their relations are empty): no
                 // object these are asked of exists.

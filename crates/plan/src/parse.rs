@@ -28,6 +28,10 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     let sql = reordered.as_deref().unwrap_or(sql);
     let altered = rewrite_alter_sequence(sql);
     let sql = altered.as_deref().unwrap_or(sql);
+    let named = rewrite_identity_sequence_name(sql);
+    let sql = named.as_deref().unwrap_or(sql);
+    let owned = rewrite_alter_type_owner(sql);
+    let sql = owned.as_deref().unwrap_or(sql);
     let constraints = rewrite_set_constraints(sql);
     let sql = constraints.as_deref().unwrap_or(sql);
     let overriding = rewrite_overriding(sql);
@@ -406,6 +410,101 @@ pub(crate) fn rewrite_alter_sequence(sql: &str) -> Option<String> {
         is_alter_sequence
             .then(|| alter_sequence_as_table(&words[2..]))
             .flatten()
+    })
+}
+
+/// The parser has no `ALTER TYPE name OWNER TO role` (pg_dump writes it
+/// for each enum type): it becomes `ALTER TABLE name OWNER TO role`,
+/// which changes the owner of whatever object has that name (a table,
+/// view, sequence or type share one namespace). `None` when `sql` has
+/// none.
+pub(crate) fn rewrite_alter_type_owner(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    if !contains_ignore_case(sql, "owner") {
+        return None;
+    }
+    rewrite_statements(sql, |words| {
+        let owner_at = words.len().checked_sub(3)?;
+        let is_it = words.len() > 5
+            && keyword(words[0]) == Some(Keyword::ALTER)
+            && keyword(words[1]) == Some(Keyword::TYPE)
+            && keyword(words[owner_at]) == Some(Keyword::OWNER)
+            && keyword(words[owner_at + 1]) == Some(Keyword::TO);
+        is_it.then(|| {
+            let rest: Vec<String> = words[2..].iter().map(|t| t.to_string()).collect();
+            format!("ALTER TABLE {}", rest.join(" "))
+        })
+    })
+}
+
+/// The parser takes no `SEQUENCE NAME n` among an identity column's
+/// options, which pg_dump always writes (`ALTER TABLE t ALTER COLUMN c ADD
+/// GENERATED ... AS IDENTITY (SEQUENCE NAME n ...)`). The option goes;
+/// the sequence gets the name Aqueduct gives (`t_c_seq`), renamed to `n`
+/// by a statement that follows when `n` is another. `None` when `sql` has
+/// none.
+pub(crate) fn rewrite_identity_sequence_name(sql: &str) -> Option<String> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::Token;
+    if !contains_ignore_case(sql, "identity") || !contains_ignore_case(sql, "name") {
+        return None;
+    }
+    let last_name = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_some() => w.value.clone(),
+        Token::Word(w) => w.value.to_lowercase(),
+        other => other.to_string(),
+    };
+    rewrite_statements(sql, |words| {
+        // ALTER TABLE [ONLY] [IF EXISTS] name ALTER [COLUMN] c ADD GENERATED
+        if keyword(words.first()?) != Some(Keyword::ALTER)
+            || keyword(words.get(1)?) != Some(Keyword::TABLE)
+        {
+            return None;
+        }
+        let seq = (0..words.len().saturating_sub(1)).find(|&i| {
+            keyword(words[i]) == Some(Keyword::SEQUENCE) && keyword(words[i + 1]) == Some(Keyword::NAME)
+        })?;
+        let mut at = 2;
+        while matches!(keyword(words.get(at)?), Some(Keyword::ONLY | Keyword::IF | Keyword::EXISTS)) {
+            at += 1;
+        }
+        // The table's name: its last dotted part.
+        let mut table = last_name(words.get(at)?);
+        while matches!(words.get(at + 1), Some(Token::Period)) {
+            at += 2;
+            table = last_name(words.get(at)?);
+        }
+        at += 1;
+        if keyword(words.get(at)?) != Some(Keyword::ALTER) {
+            return None;
+        }
+        at += 1;
+        if keyword(words.get(at)?) == Some(Keyword::COLUMN) {
+            at += 1;
+        }
+        let column = last_name(words.get(at)?);
+        // SEQUENCE NAME [schema.]n
+        let mut end = seq + 2;
+        let mut wanted = last_name(words.get(end)?);
+        while matches!(words.get(end + 1), Some(Token::Period)) {
+            end += 2;
+            wanted = last_name(words.get(end)?);
+        }
+        let kept: Vec<String> = words[..seq]
+            .iter()
+            .chain(&words[end + 1..])
+            .map(|t| t.to_string())
+            .collect();
+        let mut text = kept.join(" ");
+        let given = format!("{table}_{column}_seq");
+        if wanted != given {
+            text.push_str(&format!(
+                "; ALTER TABLE {} RENAME TO {}",
+                aqueduct_expr::quote_ident(&given),
+                aqueduct_expr::quote_ident(&wanted)
+            ));
+        }
+        Some(text)
     })
 }
 

@@ -22,6 +22,11 @@ use aqueduct_values::{DataType, Value, FIRST_USER_OID};
 pub const NS_PG_CATALOG: u32 = 11;
 /// `public`'s namespace id.
 pub const NS_PUBLIC: u32 = 2200;
+
+/// The one comment there is (COMMENT ON is refused): the `public`
+/// schema's, as PostgreSQL has it (pg_dump leaves that one out of a dump),
+/// by the object's id and its catalog's.
+pub const PUBLIC_SCHEMA_COMMENT: (u32, u32, &str) = (NS_PUBLIC, 2615, "standard public schema");
 /// `information_schema`'s namespace id.
 pub const NS_INFORMATION_SCHEMA: u32 = 13_000;
 /// `pg_database_owner`, the role that owns `public`.
@@ -97,6 +102,14 @@ pub fn sub_oid(table: TableId, kind: u8, name: &str) -> u32 {
 /// The id of the `_RETURN` rule of the view with log id `view`.
 fn view_rule_oid(view: TableId) -> u32 {
     sub_oid(view, b'r', "_RETURN")
+}
+
+/// The name of the catalog relation with PostgreSQL's fixed id `oid`.
+pub fn relation_name_of(oid: u32) -> Option<&'static str> {
+    SYSTEM_RELATIONS
+        .iter()
+        .find(|(_, o)| *o == oid)
+        .map(|(name, _)| *name)
 }
 
 /// The catalog's own relations with PostgreSQL's fixed ids, as
@@ -975,7 +988,12 @@ const RELATIONS: &[Relation] = &[
                             4 => "i",
                             _ => "d",
                         }),
-                        text(if t.len > 0 { "p" } else { "x" }),
+                        // As `attstorage` has it for a column of the type.
+                        text(match t.oid {
+                            1700 => "m",
+                            _ if t.len > 0 => "p",
+                            _ => "x",
+                        }),
                         boolean(false),
                         oid(0),
                         int(-1),
@@ -1123,7 +1141,10 @@ const RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_description",
         columns: "objoid oid, classoid oid, objsubid int4, description text",
-        rows: |_| Vec::new(),
+        rows: |_| {
+            let (objoid, classoid, description) = PUBLIC_SCHEMA_COMMENT;
+            vec![vec![oid(objoid), oid(classoid), int(0), text(description)]]
+        },
     },
     Relation {
         name: "pg_database",

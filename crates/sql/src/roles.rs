@@ -156,6 +156,10 @@ pub(crate) fn is_role_statement(st: &Statement) -> bool {
                 object_type: ast::ObjectType::Role | ast::ObjectType::User,
                 ..
             }
+    ) || matches!(
+        st,
+        Statement::AlterTable(a) if !a.operations.is_empty()
+            && a.operations.iter().all(|op| matches!(op, ast::AlterTableOperation::OwnerTo { .. }))
     )
 }
 
@@ -727,6 +731,55 @@ impl Acting<'_> {
             }
         }
         Ok(verb)
+    }
+
+    /// `ALTER TABLE | VIEW | SEQUENCE | TYPE name OWNER TO role`: the
+    /// object's owner (its owner or a superuser may give it away).
+    pub(crate) fn set_owner(
+        &self,
+        name: &ast::ObjectName,
+        operations: &[ast::AlterTableOperation],
+        txn: &mut Txn,
+    ) -> Result<&'static str, SqlError> {
+        let name = object_name(name)?;
+        let (object, kind) = match Relation::find(self.catalog, &name) {
+            Some(rel) => (rel.id(), rel.kind()),
+            None => match (self.catalog.sequence(&name), self.catalog.enum_type(&name)) {
+                (Some(seq), _) => (seq.def.id, "sequence"),
+                (None, Some(t)) => (t.id, "type"),
+                (None, None) => return Err(SqlError::undefined_table(&name)),
+            },
+        };
+        if !self.superuser() && !self.catalog.is_owner(&self.me.name, object) {
+            return Err(must_be_owner(kind, &name));
+        }
+        for op in operations {
+            let ast::AlterTableOperation::OwnerTo { new_owner } = op else {
+                continue;
+            };
+            let owner = match new_owner {
+                ast::Owner::Ident(i) => {
+                    let role = if i.quote_style.is_some() {
+                        i.value.clone()
+                    } else {
+                        i.value.to_lowercase()
+                    };
+                    let known = self.catalog.role(&role).is_some()
+                        || self.bootstrap.contains(&role)
+                        || role == self.me.name;
+                    if !known {
+                        return Err(undefined_role(&role));
+                    }
+                    role
+                }
+                _ => self.me.name.clone(),
+            };
+            txn.schema(SchemaChange::SetOwner { object, owner });
+        }
+        Ok(match kind {
+            "type" => "ALTER TYPE",
+            _ => "ALTER TABLE",
+        })
     }
 
     pub(crate) fn grantee(&self, g: &ast::Grantee) -> Result<Grantee, SqlError> {

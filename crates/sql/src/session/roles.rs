@@ -220,6 +220,7 @@ impl Session {
                 Statement::Grant(g) => {
                     acting.grant(&g.privileges, g.objects.as_ref(), &g.grantees, true, txn)
                 }
+                Statement::AlterTable(a) => acting.set_owner(&a.name, &a.operations, txn),
                 Statement::Revoke(r) => {
                     acting.grant(&r.privileges, r.objects.as_ref(), &r.grantees, false, txn)
                 }
