@@ -410,7 +410,9 @@ impl Work<'_> {
                             ));
                         }
                         let seq_name = format!("{table}_{name}_seq");
-                        if catalog.sequence(&seq_name).is_some() || catalog.table(&seq_name).is_some() {
+                        if catalog.sequence(&seq_name).is_some()
+                            || catalog.table(&seq_name).is_some()
+                        {
                             return Err(SqlError::new(
                                 "42P07",
                                 format!("relation \"{seq_name}\" already exists"),

@@ -421,6 +421,48 @@ pub(crate) fn session_dependent_in_view(name: &str) -> SqlError {
     )
 }
 
+/// `COMMENT ON kind name IS text`.
+fn comment_on(
+    kind: ast::CommentObject,
+    name: &ast::ObjectName,
+    text: Option<&str>,
+) -> Result<Plan, SqlError> {
+    use crate::plan::CommentOn;
+    let on = match kind {
+        ast::CommentObject::Table => CommentOn::Table,
+        ast::CommentObject::View | ast::CommentObject::MaterializedView => CommentOn::View,
+        ast::CommentObject::Sequence => CommentOn::Sequence,
+        ast::CommentObject::Type => CommentOn::Type,
+        ast::CommentObject::Column => CommentOn::Column,
+        other => {
+            return Err(SqlError::unsupported(format!("COMMENT ON {other}"))
+                .with_hint("comments are kept on tables, views, sequences, types and columns"))
+        }
+    };
+    let (name, column) = if on == CommentOn::Column {
+        // [public.]table.column
+        let mut parts = name.0.clone();
+        let column = parts
+            .pop()
+            .and_then(|p| p.as_ident().map(ident))
+            .ok_or_else(|| SqlError::syntax(format!("column name must be qualified: {name}")))?;
+        if parts.is_empty() {
+            return Err(SqlError::syntax(format!(
+                "column name must be qualified: {name}"
+            )));
+        }
+        (object_name(&ast::ObjectName(parts))?, Some(column))
+    } else {
+        (object_name(name)?, None)
+    };
+    Ok(Plan::Ddl(Ddl::Comment {
+        on,
+        name,
+        column,
+        text: text.filter(|t| !t.is_empty()).map(str::to_string),
+    }))
+}
+
 /// An expression as the catalog keeps its text (a default, a CHECK): the
 /// parentheses around the whole of it dropped (pg_get_constraintdef adds
 /// its own, and a dump's `CHECK ((x > 0))` must load back as it was),
@@ -606,6 +648,12 @@ impl<'a> Binder<'a> {
             S::Copy { .. } => return self.copy(st),
             S::CreateTable(c) => (self.create_table(c)?, vec![]),
             S::CreateIndex(c) => (self.create_index(c)?, vec![]),
+            S::Comment {
+                object_type,
+                object_name: name,
+                comment,
+                ..
+            } => (comment_on(*object_type, name, comment.as_deref())?, vec![]),
             S::CreateView(cv) => {
                 if !cv.columns.is_empty() {
                     return Err(SqlError::unsupported("column names in CREATE VIEW"));

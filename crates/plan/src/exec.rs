@@ -678,6 +678,72 @@ fn ddl(catalog: &Catalog, txn: &mut Txn, d: &Ddl) -> Result<Outcome, SqlError> {
             if_exists,
             cascade,
         } => crate::enum_types::drop_types(catalog, txn, names, *if_exists, *cascade),
+        Ddl::Comment {
+            on,
+            name,
+            column,
+            text,
+        } => {
+            use crate::plan::CommentOn;
+            let wrong_kind =
+                || SqlError::new("42809", format!("\"{name}\" is not a {}", on.kind()));
+            let (object, position) = match on {
+                CommentOn::Table | CommentOn::Column => {
+                    let t = match catalog.table(name) {
+                        Some(t) => t,
+                        None if catalog.view(name).is_some() && *on == CommentOn::Table => {
+                            return Err(wrong_kind())
+                        }
+                        None if catalog.view(name).is_some() => {
+                            return Err(SqlError::unsupported("COMMENT ON COLUMN of a view")
+                                .with_hint(
+                                    "comment on the view itself: COMMENT ON VIEW v IS '...'",
+                                ))
+                        }
+                        None => return Err(SqlError::undefined_table(name)),
+                    };
+                    let position = match column {
+                        Some(c) => {
+                            t.schema.column_index(c).ok_or_else(|| {
+                                SqlError::new(
+                                    "42703",
+                                    format!("column \"{c}\" of relation \"{name}\" does not exist"),
+                                )
+                            })? + 1
+                        }
+                        None => 0,
+                    };
+                    (t.schema.id, position as u32)
+                }
+                CommentOn::View => match catalog.view(name) {
+                    Some(id) => (id, 0),
+                    None if catalog.table(name).is_some() => return Err(wrong_kind()),
+                    None => return Err(SqlError::undefined_table(name)),
+                },
+                CommentOn::Sequence => match catalog.sequence(name) {
+                    Some(s) => (s.def.id, 0),
+                    None if catalog.table(name).is_some() || catalog.view(name).is_some() => {
+                        return Err(wrong_kind())
+                    }
+                    None => return Err(SqlError::undefined_table(name)),
+                },
+                CommentOn::Type => match catalog.enum_type(name) {
+                    Some(t) => (t.id, 0),
+                    None => {
+                        return Err(SqlError::new(
+                            "42704",
+                            format!("type \"{name}\" does not exist"),
+                        ))
+                    }
+                },
+            };
+            txn.schema(SchemaChange::Comment {
+                object,
+                column: position,
+                text: text.clone(),
+            });
+            tag("COMMENT")
+        }
         Ddl::CreateSequence { def, if_not_exists } => {
             if catalog.sequence(&def.name).is_some() && *if_not_exists {
                 return tag("CREATE SEQUENCE");

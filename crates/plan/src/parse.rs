@@ -462,10 +462,14 @@ pub(crate) fn rewrite_identity_sequence_name(sql: &str) -> Option<String> {
             return None;
         }
         let seq = (0..words.len().saturating_sub(1)).find(|&i| {
-            keyword(words[i]) == Some(Keyword::SEQUENCE) && keyword(words[i + 1]) == Some(Keyword::NAME)
+            keyword(words[i]) == Some(Keyword::SEQUENCE)
+                && keyword(words[i + 1]) == Some(Keyword::NAME)
         })?;
         let mut at = 2;
-        while matches!(keyword(words.get(at)?), Some(Keyword::ONLY | Keyword::IF | Keyword::EXISTS)) {
+        while matches!(
+            keyword(words.get(at)?),
+            Some(Keyword::ONLY | Keyword::IF | Keyword::EXISTS)
+        ) {
             at += 1;
         }
         // The table's name: its last dotted part.

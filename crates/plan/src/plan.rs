@@ -269,6 +269,36 @@ pub enum Ddl {
         if_exists: bool,
         cascade: bool,
     },
+    /// `COMMENT ON {TABLE | VIEW | SEQUENCE | TYPE} name IS text` and
+    /// `COMMENT ON COLUMN table.column IS text` (`column` set); `text`
+    /// `None` (`IS NULL` or `IS ''`) removes the comment.
+    Comment {
+        on: CommentOn,
+        name: String,
+        column: Option<String>,
+        text: Option<String>,
+    },
+}
+
+/// What kind of object `COMMENT ON` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommentOn {
+    Table,
+    View,
+    Sequence,
+    Type,
+    Column,
+}
+
+impl CommentOn {
+    pub fn kind(self) -> &'static str {
+        match self {
+            CommentOn::Table | CommentOn::Column => "table",
+            CommentOn::View => "view",
+            CommentOn::Sequence => "sequence",
+            CommentOn::Type => "type",
+        }
+    }
 }
 
 /// What `ALTER TYPE` does to an enum type.

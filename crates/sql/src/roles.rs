@@ -353,6 +353,25 @@ pub(crate) fn needs_of(st: &Statement, needs: &mut Needs) -> Result<(), SqlError
         },
         Statement::CreateView(v) => needs.reads(query_relations(&v.query)),
         Statement::CreateIndex(c) => needs.owned.push(object_name(&c.table_name)?),
+        // Only the owner of a table or view may comment on it (or on its
+        // columns).
+        Statement::Comment {
+            object_type:
+                ast::CommentObject::Table
+                | ast::CommentObject::View
+                | ast::CommentObject::MaterializedView,
+            object_name: name,
+            ..
+        } => needs.owned.push(object_name(name)?),
+        Statement::Comment {
+            object_type: ast::CommentObject::Column,
+            object_name: name,
+            ..
+        } => {
+            let mut parts = name.0.clone();
+            parts.pop();
+            needs.owned.push(object_name(&ast::ObjectName(parts))?);
+        }
         Statement::Drop {
             object_type:
                 ast::ObjectType::Table | ast::ObjectType::View | ast::ObjectType::MaterializedView,

@@ -114,6 +114,9 @@ pub struct Catalog {
     next_table_id: TableId,
     /// Maintained views by id (creation order): name and defining SQL.
     pub views: BTreeMap<TableId, (String, String)>,
+    /// `COMMENT ON`: by object and column (0 for the object itself, else
+    /// the column's 1-based position).
+    pub comments: BTreeMap<(TableId, u32), String>,
     /// Time maps by id.
     pub time_maps: BTreeMap<TableId, TimeMapDef>,
     /// Roles, owners and privileges (`roles.rs`).
@@ -206,6 +209,7 @@ impl Catalog {
                 if let Some(t) = self.tables.remove(&id) {
                     self.by_name.remove(&t.schema.name);
                 }
+                self.drop_comments(id);
             }
             SchemaChange::CreateIndex { table, index } => {
                 if let Some(t) = self.tables.get_mut(&table) {
@@ -228,6 +232,7 @@ impl Catalog {
             }
             SchemaChange::DropView { id } => {
                 self.views.remove(&id);
+                self.drop_comments(id);
             }
             SchemaChange::CreateTimeMap(def) => {
                 self.next_table_id = self.next_table_id.max(def.id + 1);
@@ -237,6 +242,22 @@ impl Catalog {
                 self.time_maps.remove(&id);
             }
             SchemaChange::AlterTable { schema, sources } => {
+                // A column's comment follows the column to its new place.
+                let id = schema.id;
+                let moved: Vec<((TableId, u32), String)> = sources
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(new, s)| match s {
+                        ColumnSource::Old(old) => self
+                            .comments
+                            .get(&(id, *old as u32 + 1))
+                            .map(|c| ((id, new as u32 + 1), c.clone())),
+                        ColumnSource::Value(_) => None,
+                    })
+                    .collect();
+                self.comments
+                    .retain(|(object, column), _| *object != id || *column == 0);
+                self.comments.extend(moved);
                 if let Some(t) = self.tables.get_mut(&schema.id) {
                     if t.schema.name != schema.name {
                         self.by_name.remove(&t.schema.name);
@@ -267,7 +288,20 @@ impl Catalog {
             }
             SchemaChange::DropType { id } => {
                 self.types.remove(&id);
+                self.drop_comments(id);
             }
+            SchemaChange::Comment {
+                object,
+                column,
+                text,
+            } => match text {
+                Some(text) => {
+                    self.comments.insert((object, column), text);
+                }
+                None => {
+                    self.comments.remove(&(object, column));
+                }
+            },
             SchemaChange::CreateSequence(def) => {
                 self.next_table_id = self.next_table_id.max(def.id + 1);
                 self.sequences.insert(def.id, SequenceState::new(def));
@@ -286,6 +320,7 @@ impl Catalog {
             }
             SchemaChange::DropSequence { id } => {
                 self.sequences.remove(&id);
+                self.drop_comments(id);
             }
             SchemaChange::SetSequence {
                 id,
@@ -313,6 +348,10 @@ impl Catalog {
             | SchemaChange::Grant { .. }
             | SchemaChange::Revoke { .. } => {}
         }
+    }
+
+    fn drop_comments(&mut self, object: TableId) {
+        self.comments.retain(|(o, _), _| *o != object);
     }
 
     /// Applies a row write (replay, commit, and catalogs built in memory).

@@ -286,6 +286,14 @@ pub enum SchemaChange {
     DropType {
         id: TableId,
     },
+    /// `COMMENT ON`: the comment of a table, view, sequence or type
+    /// (`column` 0) or of a table's column (`column` its 1-based
+    /// position); `text` `None` removes it.
+    Comment {
+        object: TableId,
+        column: u32,
+        text: Option<String>,
+    },
 }
 
 /// Where a column of an altered table takes existing rows' values from.
@@ -624,6 +632,13 @@ enum ChangeJson {
         v: u32,
         id: TableId,
     },
+    Comment {
+        v: u32,
+        object: TableId,
+        column: u32,
+        #[serde(default)]
+        text: Option<String>,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -678,6 +693,7 @@ impl SchemaChange {
             | SchemaChange::ReserveSequence { id, .. } => *id,
             SchemaChange::CreateType(t) | SchemaChange::AlterType(t) => t.id,
             SchemaChange::DropType { id } => *id,
+            SchemaChange::Comment { object, .. } => *object,
         }
     }
 
@@ -809,6 +825,16 @@ impl SchemaChange {
                 def: enum_json(t),
             },
             SchemaChange::DropType { id } => ChangeJson::DropType { v, id: *id },
+            SchemaChange::Comment {
+                object,
+                column,
+                text,
+            } => ChangeJson::Comment {
+                v,
+                object: *object,
+                column: *column,
+                text: text.clone(),
+            },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -990,6 +1016,19 @@ impl SchemaChange {
             ChangeJson::DropType { v, id } => {
                 check(v)?;
                 SchemaChange::DropType { id }
+            }
+            ChangeJson::Comment {
+                v,
+                object,
+                column,
+                text,
+            } => {
+                check(v)?;
+                SchemaChange::Comment {
+                    object,
+                    column,
+                    text,
+                }
             }
         })
     }
@@ -1193,6 +1232,16 @@ mod tests {
             SchemaChange::CreateTable(table.clone()),
             SchemaChange::AlterType(added.clone()),
             SchemaChange::DropType { id: 3 },
+            SchemaChange::Comment {
+                object: 7,
+                column: 2,
+                text: Some("the user's \"name\"".into()),
+            },
+            SchemaChange::Comment {
+                object: 7,
+                column: 0,
+                text: None,
+            },
         ] {
             assert_eq!(SchemaChange::decode(&c.encode()).unwrap(), c);
         }
