@@ -183,6 +183,8 @@ pub enum Func {
     QuoteLiteral,
     /// `array_to_string(array, delimiter [, null_string])`.
     ArrayToString,
+    /// `replace(text, from, to)`: every occurrence of `from` replaced.
+    Replace,
     /// `format_type`'s text from a type's base name and its modifier; the
     /// binder looks the name up.
     FormatTypmod,
@@ -204,9 +206,9 @@ impl Func {
             "greatest" => Func::Greatest,
             "least" => Func::Least,
             "version" => Func::Version,
-            "current_database" => Func::CurrentDatabase,
+            "current_database" | "current_catalog" => Func::CurrentDatabase,
             "current_schema" => Func::CurrentSchema,
-            "current_user" | "session_user" | "user" => Func::CurrentUser,
+            "current_user" | "current_role" | "session_user" | "user" => Func::CurrentUser,
             "jsonb_build_object" => Func::JsonbBuildObject,
             "json_build_object" => Func::JsonBuildObject,
             "jsonb_build_array" => Func::JsonbBuildArray,
@@ -233,6 +235,7 @@ impl Func {
             "array_upper" => Func::ArrayUpper,
             "array_lower" => Func::ArrayLower,
             "array_to_string" => Func::ArrayToString,
+            "replace" => Func::Replace,
             _ => return None,
         })
     }
@@ -1205,6 +1208,15 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
         },
         _ if vals.iter().any(strict) => Value::Null,
         Func::QuoteIdent => Value::Text(quote_ident(&text_of(&arg(0)))),
+        Func::Replace => {
+            let (t, from) = (text_of(&arg(0)), text_of(&arg(1)));
+            // An empty `from` matches nowhere (PostgreSQL's answer).
+            Value::Text(if from.is_empty() {
+                t
+            } else {
+                t.replace(&from, &text_of(&arg(2)))
+            })
+        }
         Func::QuoteLiteral => {
             let t = text_of(&arg(0));
             // A backslash makes it an escape string literal (E'...').

@@ -671,6 +671,7 @@ impl Work<'_> {
                         "key",
                     ),
                 };
+                crate::limits::check_index_keys(cols.len())?;
                 self.new_uniques.push(name.clone());
                 let (deferrable, initially_deferred) = bind::deferral(&u.characteristics);
                 self.schema.indexes.push(IndexDef {
@@ -731,6 +732,7 @@ impl Work<'_> {
                         ))),
                     })
                     .collect::<Result<_, _>>()?;
+                crate::limits::check_index_keys(cols.len())?;
                 // The key's columns become NOT NULL; every row is checked
                 // (23502) and keyed anew by them (23505 on a duplicate).
                 for &c in &cols {

@@ -2248,6 +2248,7 @@ impl<'a> Binder<'a> {
             | Func::Trim
             | Func::LTrim
             | Func::RTrim
+            | Func::Replace
             | Func::Concat => Some(DataType::Text),
             Func::Coalesce | Func::NullIf | Func::Greatest | Func::Least => expected.cloned(),
             Func::JsonbTypeof | Func::JsonbArrayLength | Func::JsonbSet => Some(DataType::Jsonb),
@@ -2872,9 +2873,9 @@ impl<'a> Binder<'a> {
                             col.name = name.clone();
                             col
                         }
-                        _ => Column::computed(name.clone(), ty),
+                        _ => computed_column(name.clone(), &x, ty),
                     },
-                    _ => Column::computed(name.clone(), ty),
+                    _ => computed_column(name.clone(), &x, ty),
                 });
                 outputs.push(x);
             }
@@ -2922,7 +2923,7 @@ impl<'a> Binder<'a> {
                             col.name = name.clone();
                             col
                         }
-                        _ => Column::computed(name.clone(), self.type_of(&x, &scope)),
+                        _ => computed_column(name.clone(), &x, self.type_of(&x, &scope)),
                     });
                     outputs.push(x);
                 }
@@ -3860,6 +3861,10 @@ impl<'a> Binder<'a> {
                 other => return Err(SqlError::unsupported(format!("constraint {other}"))),
             }
         }
+        crate::limits::check_index_keys(primary_key.len())?;
+        for (_, cols, _) in &uniques {
+            crate::limits::check_index_keys(cols.len())?;
+        }
         for &k in &primary_key {
             columns[k].not_null = true;
         }
@@ -4246,6 +4251,7 @@ impl<'a> Binder<'a> {
         fk: &ast::ForeignKeyConstraint,
         names: &mut ConstraintNames,
     ) -> Result<ForeignKeyDef, SqlError> {
+        crate::limits::check_foreign_key_keys(cols.len())?;
         let ref_name = object_name(&fk.foreign_table)?;
         let referenced: &TableSchema = if ref_name == schema.name {
             schema
@@ -4442,6 +4448,7 @@ impl<'a> Binder<'a> {
             Some(n) => object_name(n)?,
             None => format!("{table_name}_{}_idx", words.join("_")),
         };
+        crate::limits::check_index_keys(c.columns.len())?;
         let index = aqueduct_tables::IndexDef {
             name,
             columns,
@@ -4643,6 +4650,7 @@ fn check_arity(func: Func, name: &str, n: usize) -> Result<(), SqlError> {
         | Func::JustifyHours
         | Func::JustifyInterval => n == 1,
         Func::ArrayLength | Func::ArrayUpper | Func::ArrayLower | Func::DatePart => n == 2,
+        Func::Replace => n == 3,
         Func::Age => n == 1 || n == 2,
         Func::JsonbSet => n == 3 || n == 4,
         _ => true,
@@ -4863,6 +4871,16 @@ fn table_column(t: &Table, i: usize) -> Column {
         ty: c.ty.clone(),
         table_id: t.schema.id,
         column_id: (i + 1) as i16,
+    }
+}
+
+/// A computed result column of type `ty`: a cast to `numeric(p, s)` as the
+/// whole expression keeps its modifier in the result's metadata, as
+/// PostgreSQL's RowDescription does (drivers read precision and scale).
+fn computed_column(name: String, x: &Expr, ty: DataType) -> Column {
+    match x {
+        Expr::Cast(_, t @ DataType::NumericTypmod { .. }) => Column::computed(name, t.clone()),
+        _ => Column::computed(name, ty),
     }
 }
 

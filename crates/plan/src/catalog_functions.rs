@@ -47,7 +47,18 @@ impl Binder<'_> {
         scope: &Scope,
         expected: Option<&DataType>,
     ) -> Result<Expr, SqlError> {
-        if reg == RegType::Proc || expected.is_some_and(DataType::is_textual) {
+        if reg == RegType::Proc {
+            // A function's name as `regproc` prints it: every function is
+            // in pg_catalog, always on the search path, so unqualified
+            // (`'pg_catalog.array_in'::regproc = typinput`).
+            if let ast::Expr::Value(v) = inner {
+                if let ast::Value::SingleQuotedString(name) = &v.value {
+                    return Ok(Expr::Literal(Value::Text(unqualified(name))));
+                }
+            }
+            return self.expr(inner, scope, Some(&DataType::Text));
+        }
+        if expected.is_some_and(DataType::is_textual) {
             return self.expr(inner, scope, Some(&DataType::Text));
         }
         let bound = self.expr(inner, scope, None)?;

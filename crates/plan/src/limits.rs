@@ -31,6 +31,34 @@ pub fn parse_bytes(v: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+/// Most columns (or expressions) of one index, primary key or unique
+/// constraint, and most keys of one foreign key: PostgreSQL's limit, which
+/// its `max_index_keys` setting reports (drivers read it to list keys).
+pub const MAX_INDEX_KEYS: usize = 32;
+
+/// SQLSTATE 54011 for an index or key of more than [`MAX_INDEX_KEYS`]
+/// columns, as PostgreSQL words it.
+pub fn check_index_keys(n: usize) -> Result<(), aqueduct_expr::SqlError> {
+    if n > MAX_INDEX_KEYS {
+        return Err(aqueduct_expr::SqlError::new(
+            "54011",
+            format!("cannot use more than {MAX_INDEX_KEYS} columns in an index"),
+        ));
+    }
+    Ok(())
+}
+
+/// SQLSTATE 54011 for a foreign key of more than [`MAX_INDEX_KEYS`] keys.
+pub fn check_foreign_key_keys(n: usize) -> Result<(), aqueduct_expr::SqlError> {
+    if n > MAX_INDEX_KEYS {
+        return Err(aqueduct_expr::SqlError::new(
+            "54011",
+            format!("cannot have more than {MAX_INDEX_KEYS} keys in a foreign key"),
+        ));
+    }
+    Ok(())
+}
+
 /// Recursion limit given to the SQL parser: its recursive descent (nested
 /// parentheses, unary operators, subqueries) stops here. Each level of
 /// nesting takes at least one of its recursive calls and at least one level

@@ -83,7 +83,8 @@ fn scope_of(columns: &[Column], qualifier: &str) -> Scope {
             .map(|c| ScopeColumn {
                 qualifier: Some(qualifier.to_string()),
                 name: c.name.clone(),
-                ty: c.ty.clone(),
+                // Expressions over a numeric(p, s) column are plain numeric.
+                ty: c.ty.unconstrained(),
                 qualified_only: false,
                 table: None,
             })
@@ -826,9 +827,25 @@ impl<'a, 'g> Compiler<'a, 'g> {
             }
             input = self.add(Box::new(Expand::new(set, width)), vec![input]);
         }
+        // A column of a table keeps its table, position and declared type
+        // (`numeric(p, s)` with its modifier) in the result's metadata, as
+        // in a read of one table.
+        let catalog = self.binder.catalog();
         let origin = |c: usize| {
             let col = &scope.columns[c];
-            Column::computed(col.name.clone(), col.ty.clone())
+            let declared = col.table.and_then(|(id, i)| {
+                let t = catalog.table_by_id(id)?;
+                Some((id, i, t.schema.columns.get(i)?.ty.clone()))
+            });
+            match declared {
+                Some((table_id, i, ty)) => Column {
+                    name: col.name.clone(),
+                    ty,
+                    table_id,
+                    column_id: (i + 1) as i16,
+                },
+                None => Column::computed(col.name.clone(), col.ty.clone()),
+            }
         };
         let (body, columns) = self
             .binder

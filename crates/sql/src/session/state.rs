@@ -70,6 +70,9 @@ pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("integer_datetimes", "on"),
     ("intervalstyle", "postgres"),
     ("is_superuser", "off"),
+    // The most columns of an index or keys of a foreign key
+    // (aqueduct_plan::limits::MAX_INDEX_KEYS); drivers read it.
+    ("max_index_keys", "32"),
     ("search_path", "public"),
     ("server_encoding", "UTF8"),
     ("server_version", "15.0 (Aqueduct)"),
@@ -97,6 +100,7 @@ pub(crate) const READ_ONLY_SETTINGS: &[&str] = &[
     "server_encoding",
     "integer_datetimes",
     "is_superuser",
+    "max_index_keys",
     "aqueduct.last_lsn",
     "aqueduct.release",
 ];
@@ -661,5 +665,23 @@ impl Engine {
         let mut s = self.session();
         s.set_principal(principal);
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_index_keys_is_the_limit_enforced() {
+        let (_, v) = DEFAULT_SETTINGS
+            .iter()
+            .find(|(n, _)| *n == "max_index_keys")
+            .expect("the setting");
+        assert_eq!(
+            v.parse::<usize>().ok(),
+            Some(aqueduct_plan::limits::MAX_INDEX_KEYS)
+        );
+        assert!(READ_ONLY_SETTINGS.contains(&"max_index_keys"));
     }
 }
