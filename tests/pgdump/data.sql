@@ -1,7 +1,7 @@
 -- Rows loaded (after tests/psql/schema.sql) into the Aqueduct database
 -- scripts/pgdump-roundtrip dumps: NULLs, quotes, tabs, backslashes and
 -- newlines in text, arrays, jsonb, timestamps, an enum, identity and
--- serial values, and a sequence moved on.
+-- serial values, a sequence moved on, and comments.
 INSERT INTO users (email, name, score) VALUES
   ('ann@example.com', 'Ann', 12.50),
   ('bob@example.com', NULL, NULL),
@@ -16,3 +16,9 @@ INSERT INTO people (id, m, doc, born, at) VALUES
   (3, DEFAULT, '[]', '2000-02-29', '1999-12-31 23:59:59.999999');
 SELECT nextval('tickets');
 SELECT nextval('tickets');
+COMMENT ON TABLE users IS 'people who post';
+COMMENT ON COLUMN users.email IS 'login; it''s unique';
+COMMENT ON VIEW user_posts IS 'posts per user';
+COMMENT ON SEQUENCE tickets IS 'ticket numbers';
+COMMENT ON TYPE mood IS 'how one feels';
+COMMENT ON COLUMN people.ident IS E'line one\nline two';

@@ -235,29 +235,55 @@ impl Binder<'_> {
                 let base = Expr::Lookup(l.type_name.clone(), vec![oid_arg(self, 0)?]);
                 Expr::Call(Func::FormatTypmod, vec![base, int_arg(self, 1)?])
             }
-            "obj_description" => {
-                // obj_description(oid [, catalog]): pg_description's rows.
+            "obj_description" | "col_description" => {
+                // obj_description(oid [, catalog]) and col_description(table
+                // oid, column): pg_description's rows.
+                let column = name == "col_description";
                 arity(matches!(args.len(), 1 | 2))?;
-                let (objoid, classoid, description) = pg_catalog::PUBLIC_SCHEMA_COMMENT;
                 let mut key = vec![oid_arg(self, 0)?];
-                let mut row = vec![Value::Int(i64::from(objoid))];
-                if let Some(catalog) = args.get(1) {
+                if column {
+                    key.push(int_arg(self, 1)?);
+                } else if let Some(catalog) = args.get(1) {
                     key.push(self.expr(catalog, scope, Some(&DataType::Text))?);
-                    let catalog = pg_catalog::relation_name_of(classoid).unwrap_or_default();
-                    row.push(Value::Text(catalog.to_string()));
                 }
+                let rows = pg_catalog::descriptions(self.catalog())
+                    .into_iter()
+                    .filter(|(_, class, sub, _)| {
+                        if column {
+                            *class == 1259 && *sub > 0
+                        } else {
+                            *sub == 0
+                        }
+                    })
+                    .map(|(o, class, sub, text)| {
+                        let mut k = vec![Value::Int(i64::from(o))];
+                        match (column, key.len()) {
+                            (true, _) => k.push(Value::Int(sub)),
+                            (false, 2) => k.push(Value::Text(
+                                pg_catalog::relation_name_of(class)
+                                    .unwrap_or_default()
+                                    .to_string(),
+                            )),
+                            _ => {}
+                        }
+                        (k, Value::Text(text))
+                    })
+                    .collect();
                 Expr::Lookup(
                     Arc::new(Lookup {
-                        name: "obj_description",
-                        rows: HashMap::from([(row, Value::Text(description.into()))]),
+                        name: if column {
+                            "col_description"
+                        } else {
+                            "obj_description"
+                        },
+                        rows,
                         otherwise: LookupMiss::Null,
                         ty: DataType::Text,
                     }),
                     key,
                 )
             }
-            "col_description"
-            | "shobj_description"
+            "shobj_description"
             | "pg_get_statisticsobjdef"
             | "pg_get_statisticsobjdef_columns"
             | "pg_get_triggerdef"
@@ -267,8 +293,7 @@ impl Binder<'_> {
             | "pg_get_function_result"
             | "pg_get_function_arguments"
             | "pg_get_function_identity_arguments" => {
-                // No column or shared object has a comment (COMMENT ON is
-                // refused), and there
+                // No shared object (database, role) has a comment, and there
                 // are no statistics objects, triggers, rules, partitions or
                 // functions of the user's (their relations are empty): no
                 // object these are asked of exists.

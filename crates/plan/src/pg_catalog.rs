@@ -23,10 +23,30 @@ pub const NS_PG_CATALOG: u32 = 11;
 /// `public`'s namespace id.
 pub const NS_PUBLIC: u32 = 2200;
 
-/// The one comment there is (COMMENT ON is refused): the `public`
-/// schema's, as PostgreSQL has it (pg_dump leaves that one out of a dump),
-/// by the object's id and its catalog's.
-pub const PUBLIC_SCHEMA_COMMENT: (u32, u32, &str) = (NS_PUBLIC, 2615, "standard public schema");
+/// The `public` schema's comment, as PostgreSQL has it (pg_dump leaves
+/// that one out of a dump), by the object's id and its catalog's.
+const PUBLIC_SCHEMA_COMMENT: (u32, u32, &str) = (NS_PUBLIC, 2615, "standard public schema");
+
+/// `pg_description`'s rows: the object's id, its catalog's id, the column
+/// (0 for the object itself) and the comment (`COMMENT ON`).
+pub fn descriptions(catalog: &Catalog) -> Vec<(u32, u32, i64, String)> {
+    let (objoid, classoid, public) = PUBLIC_SCHEMA_COMMENT;
+    let mut out = vec![(objoid, classoid, 0, public.to_string())];
+    for (&(object, column), text) in &catalog.comments {
+        let classoid = if catalog.types.contains_key(&object) {
+            1247
+        } else {
+            1259
+        };
+        out.push((
+            object_oid(object),
+            classoid,
+            i64::from(column),
+            text.clone(),
+        ));
+    }
+    out
+}
 /// `information_schema`'s namespace id.
 pub const NS_INFORMATION_SCHEMA: u32 = 13_000;
 /// `pg_database_owner`, the role that owns `public`.
@@ -1141,9 +1161,13 @@ const RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_description",
         columns: "objoid oid, classoid oid, objsubid int4, description text",
-        rows: |_| {
-            let (objoid, classoid, description) = PUBLIC_SCHEMA_COMMENT;
-            vec![vec![oid(objoid), oid(classoid), int(0), text(description)]]
+        rows: |m| {
+            descriptions(m.catalog)
+                .into_iter()
+                .map(|(o, class, column, description)| {
+                    vec![oid(o), oid(class), int(column), text(&description)]
+                })
+                .collect()
         },
     },
     Relation {
