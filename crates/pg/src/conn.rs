@@ -1484,12 +1484,22 @@ async fn send_copy_out(
     Ok(())
 }
 
-/// `SET` statements for the settings a client sent in its startup message.
+/// `SET` statements for the settings a client sent in its startup message:
+/// those in its `options` parameter (libpq's `PGOPTIONS`, as
+/// `-c name=value`) first, then the parameters, as PostgreSQL applies them.
 fn startup_settings(startup: &Startup) -> Vec<String> {
-    startup
+    let options = startup
+        .parameters
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("options"))
+        .flat_map(|(_, v)| startup_options(v));
+    let parameters = startup
         .parameters
         .iter()
         .filter(|(k, _)| !STARTUP_NON_SETTINGS.contains(&k.to_ascii_lowercase().as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()));
+    options
+        .chain(parameters)
         .filter(|(k, _)| {
             k.len() <= MAX_SETTING_NAME_BYTES
                 && k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -1498,6 +1508,48 @@ fn startup_settings(startup: &Startup) -> Vec<String> {
         })
         .map(|(k, v)| format!("SET {k} TO '{}'", v.replace('\'', "''")))
         .collect()
+}
+
+/// The settings in a startup `options` string, split as PostgreSQL splits
+/// it: words separated by white space, a backslash taking the next
+/// character as it is (`-c default_transaction_isolation=read\ committed`).
+/// `-c name=value`, `-cname=value` and `--name=value` each set one (a `-`
+/// in the name stands for `_`); other switches are ignored.
+fn startup_options(options: &str) -> Vec<(String, String)> {
+    let mut words = Vec::new();
+    let mut chars = options.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut word = String::new();
+        while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+            if c == '\\' {
+                if let Some(next) = chars.next() {
+                    word.push(next);
+                }
+            } else {
+                word.push(c);
+            }
+        }
+        words.push(word);
+    }
+    let mut settings = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(word) = words.next() {
+        let setting = if word == "-c" {
+            words.next()
+        } else if let Some(rest) = word.strip_prefix("--") {
+            Some(rest.to_string())
+        } else {
+            word.strip_prefix("-c").map(str::to_string)
+        };
+        if let Some((name, value)) = setting.as_deref().and_then(|s| s.split_once('=')) {
+            settings.push((name.replace('-', "_"), value.to_string()));
+        }
+    }
+    settings
 }
 
 /// For a lone `DEALLOCATE [PREPARE] name | ALL`: `Some(None)` for ALL,

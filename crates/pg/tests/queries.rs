@@ -938,4 +938,32 @@ async fn backends_are_listed_and_can_be_terminated() {
     })
     .await;
     server.stop().await.unwrap();
+
+/// Settings in the startup `options` parameter (libpq's PGOPTIONS, as
+/// pgbench passes them) apply to the session: `-c name=value` with a
+/// backslash before a space, `-cname=value` and `--name=value`; a
+/// parameter sent on its own wins over the same one in `options`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_options_set_session_settings() {
+    let server = Server::start(PgConfig::default()).await;
+    bounded(async {
+        let mut config = server.config("test");
+        config.options(
+            "-c default_transaction_isolation=read\\ committed -cextra_float_digits=2 \
+             --application-name=from_options -X",
+        );
+        config.application_name("from_parameter");
+        let client = connect(config).await.unwrap();
+        let show = |name: &'static str| {
+            let client = &client;
+            async move {
+                let rows = rows_of(client.simple_query(&format!("SHOW {name}")).await.unwrap());
+                rows[0][0].clone().unwrap()
+            }
+        };
+        assert_eq!(show("default_transaction_isolation").await, "read committed");
+        assert_eq!(show("extra_float_digits").await, "2");
+        assert_eq!(show("application_name").await, "from_parameter");
+    })
+    .await;
 }
