@@ -938,6 +938,7 @@ async fn backends_are_listed_and_can_be_terminated() {
     })
     .await;
     server.stop().await.unwrap();
+}
 
 /// Settings in the startup `options` parameter (libpq's PGOPTIONS, as
 /// pgbench passes them) apply to the session: `-c name=value` with a
@@ -966,4 +967,5 @@ async fn startup_options_set_session_settings() {
         assert_eq!(show("application_name").await, "from_parameter");
     })
     .await;
+    server.stop().await.unwrap();
 }

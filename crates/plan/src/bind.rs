@@ -908,10 +908,27 @@ impl<'a> Binder<'a> {
             }
             S::ShowViews { .. } => return Ok((Plan::ShowViews, show_views_columns())),
             S::Deallocate { name, .. } => (Plan::Deallocate { name: ident(name) }, vec![]),
+            S::Reset(r) => (
+                match &r.reset {
+                    ast::Reset::ALL => Plan::ResetAll,
+                    ast::Reset::SessionAuthorization => Plan::Set {
+                        name: "session_authorization".into(),
+                        value: None,
+                        local: false,
+                    },
+                    ast::Reset::ConfigurationParameter(name) => Plan::Set {
+                        name: name.to_string().to_lowercase(),
+                        value: None,
+                        local: false,
+                    },
+                },
+                vec![],
+            ),
             S::Discard { .. } => (
                 Plan::Set {
                     name: "application_name".into(),
                     value: None,
+                    local: false,
                 },
                 vec![],
             ),
@@ -959,8 +976,12 @@ impl<'a> Binder<'a> {
                 Ok(Plan::SetConstraints { names, deferred })
             }
             ast::Set::SingleAssignment {
-                variable, values, ..
+                variable,
+                values,
+                scope,
+                ..
             } => {
+                let local = matches!(scope, Some(ast::ContextModifier::Local));
                 let name = variable.to_string().to_lowercase();
                 let value = values
                     .iter()
@@ -979,19 +1000,22 @@ impl<'a> Binder<'a> {
                 } else {
                     Some(value)
                 };
-                Ok(Plan::Set { name, value })
+                Ok(Plan::Set { name, value, local })
             }
-            ast::Set::SetTimeZone { value, .. } => Ok(Plan::Set {
+            ast::Set::SetTimeZone { value, local } => Ok(Plan::Set {
                 name: "timezone".into(),
                 value: Some(value.to_string().trim_matches('\'').to_string()),
+                local: *local,
             }),
             ast::Set::SetNames { charset_name, .. } => Ok(Plan::Set {
                 name: "client_encoding".into(),
                 value: Some(charset_name.to_string()),
+                local: false,
             }),
             ast::Set::SetTransaction { modes, .. } => Ok(Plan::Set {
                 name: "transaction_isolation".into(),
                 value: isolation_of(modes)?.map(|i| i.as_str().to_string()),
+                local: false,
             }),
             other => Err(SqlError::unsupported(format!("{other}"))),
         }
@@ -1035,12 +1059,6 @@ impl<'a> Binder<'a> {
                 ))
             }
         };
-        if is_local {
-            return Err(SqlError::unsupported(
-                "set_config(..., true): a setting local to the transaction",
-            )
-            .with_hint("use set_config(name, value, false) or SET"));
-        }
         let mut rows = q.clone();
         let mut select = (**s).clone();
         select.projection = vec![
@@ -1050,6 +1068,7 @@ impl<'a> Binder<'a> {
         rows.body = Box::new(ast::SetExpr::Select(Box::new(select)));
         Ok(Some(Plan::SetConfig {
             rows: Box::new(rows),
+            local: is_local,
         }))
     }
 

@@ -84,6 +84,7 @@ pub fn execute(
         | Plan::SetConstraints { .. }
         | Plan::Set { .. }
         | Plan::SetConfig { .. }
+        | Plan::ResetAll
         | Plan::LockTables
         | Plan::Maintenance { .. }
         | Plan::Show { .. }

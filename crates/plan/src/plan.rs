@@ -106,6 +106,8 @@ pub enum Plan {
     Set {
         name: String,
         value: Option<String>,
+        /// `SET LOCAL`: until the transaction block ends.
+        local: bool,
     },
     /// `VACUUM` and `ANALYZE`: nothing to do (no dead rows, no planner
     /// statistics); the command tag.
@@ -121,8 +123,12 @@ pub enum Plan {
     /// `SET name = value` for each row of `rows` (a query whose columns
     /// are the name and the value; one row of constants without FROM),
     /// answering each new value.
+    /// `RESET ALL`: every setting back to its default.
+    ResetAll,
     SetConfig {
         rows: Box<ast::Query>,
+        /// `is_local` true: as `SET LOCAL`.
+        local: bool,
     },
     /// `SET CONSTRAINTS {ALL | names} {DEFERRED | IMMEDIATE}` (`names`
     /// `None` for ALL).

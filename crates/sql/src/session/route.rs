@@ -125,6 +125,7 @@ impl Route {
                 Plan::Explain { .. } => "explain",
                 Plan::Set { .. }
                 | Plan::SetConfig { .. }
+                | Plan::ResetAll
                 | Plan::LockTables
                 | Plan::Maintenance { .. }
                 | Plan::Show { .. }

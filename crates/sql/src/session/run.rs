@@ -435,37 +435,16 @@ impl Session {
                 Ok(command("BEGIN"))
             }
             Plan::Commit => {
-                self.savepoints.clear();
-                self.snapshot = None;
-                let Some(txn) = self.txn.take() else {
-                    return Ok(command("COMMIT"));
-                };
-                let db = self.engine.database();
-                if std::mem::take(&mut self.failed) {
-                    db.end(&txn);
-                    return Ok(command("ROLLBACK"));
-                }
-                let mut txn = txn;
-                // The foreign key checks put off to now.
-                let deferred = {
-                    let catalog = db.read_in(Some(&txn));
-                    exec::check_deferred(&catalog, &mut txn, exec::CheckDue::All)
-                };
-                if let Err(e) = deferred {
-                    db.end(&txn);
-                    return Err(e);
-                }
-                let committed = db.commit_checked(&txn, &|c| exec::check_at_commit(c, &txn));
-                db.end(&txn);
-                if let Some(lsn) = committed? {
-                    self.set_last_lsn(lsn);
-                }
-                Ok(command("COMMIT"))
+                let outcome = self.commit_block();
+                let committed = matches!(&outcome, Ok(Outcome::Command { tag }) if tag == "COMMIT");
+                self.settings_at_end(committed);
+                outcome
             }
             Plan::Rollback => {
                 if let Some(txn) = self.txn.take() {
                     self.engine.database().end(&txn);
                 }
+                self.settings_at_end(false);
                 self.snapshot = None;
                 self.failed = false;
                 self.savepoints.clear();
@@ -514,8 +493,9 @@ impl Session {
             Plan::ShowViews => Ok(self.show_views()),
             Plan::ShowConsumers => Ok(self.show_consumers()),
             Plan::Explain { statement, dot } => self.explain(&statement, dot),
-            Plan::Set { name, value } => self.set(&name, value),
-            Plan::SetConfig { rows } => self.set_config(&rows),
+            Plan::Set { name, value, local } => self.set_in_block(&name, value, local),
+            Plan::ResetAll => self.reset_all(),
+            Plan::SetConfig { rows, local } => self.set_config(&rows, local),
             Plan::Maintenance { tag } => Ok(command(tag)),
             Plan::LockTables => match self.txn {
                 Some(_) => Ok(command("LOCK TABLE")),
@@ -728,7 +708,42 @@ impl Session {
 
     /// `SELECT set_config(name, value, false) [FROM ...]`: `rows` (the
     /// names and values) run as a query, then each set as `SET` does.
-    pub(crate) fn set_config(&mut self, rows: &sqlparser::ast::Query) -> Result<Outcome, SqlError> {
+    /// `COMMIT`: the block's deferred checks, then its commit
+    /// (`ROLLBACK` when the block had failed).
+    fn commit_block(&mut self) -> Result<Outcome, SqlError> {
+        self.savepoints.clear();
+        self.snapshot = None;
+        let Some(txn) = self.txn.take() else {
+            return Ok(command("COMMIT"));
+        };
+        let db = self.engine.database();
+        if std::mem::take(&mut self.failed) {
+            db.end(&txn);
+            return Ok(command("ROLLBACK"));
+        }
+        let mut txn = txn;
+        // The foreign key checks put off to now.
+        let deferred = {
+            let catalog = db.read_in(Some(&txn));
+            exec::check_deferred(&catalog, &mut txn, exec::CheckDue::All)
+        };
+        if let Err(e) = deferred {
+            db.end(&txn);
+            return Err(e);
+        }
+        let committed = db.commit_checked(&txn, &|c| exec::check_at_commit(c, &txn));
+        db.end(&txn);
+        if let Some(lsn) = committed? {
+            self.set_last_lsn(lsn);
+        }
+        Ok(command("COMMIT"))
+    }
+
+    pub(crate) fn set_config(
+        &mut self,
+        rows: &sqlparser::ast::Query,
+        local: bool,
+    ) -> Result<Outcome, SqlError> {
         let st = Statement::Query(Box::new(rows.clone()));
         let route = self.route(&st, &[])?;
         let Outcome::Rows { rows, .. } = self.run_route(&st, route, &[], &[])? else {
@@ -746,7 +761,7 @@ impl Session {
                 ));
             };
             let name = name.to_lowercase();
-            self.set(&name, Some(value.unwrap_or_default()))?;
+            self.set_in_block(&name, Some(value.unwrap_or_default()), local)?;
             out.push(vec![Value::Text(
                 self.settings.get(&name).cloned().unwrap_or_default(),
             )]);
@@ -851,8 +866,8 @@ impl Session {
             return Err(SqlError::new("42809", refusal.to_string()));
         };
         let bound = self.bind(&catalog, st, hints)?;
-        if let Plan::SetConfig { rows } = &bound.plan {
-            return self.set_config(rows);
+        if let Plan::SetConfig { rows, local } = &bound.plan {
+            return self.set_config(rows, *local);
         }
         if let Plan::Dataflow(_) = &bound.plan {
             let (columns, rows) = aqueduct_views::oneshot::evaluate_shared(

@@ -5,7 +5,7 @@
 //! in a transaction block, or in a failed block that only `ROLLBACK` (or
 //! `COMMIT`, which then rolls back) ends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use aqueduct_expr::SqlError;
@@ -137,6 +137,12 @@ pub struct Session {
     /// The transaction block (by when it began) and its number, once
     /// `txid_current()` asked.
     pub(crate) xid: std::cell::Cell<Option<(i64, i64)>>,
+    /// The settings before the transaction block's first `SET`, put back
+    /// if it does not commit.
+    pub(crate) settings_before_block: Option<BTreeMap<String, String>>,
+    /// Each name `SET LOCAL` changed in the block, with its value before
+    /// (`None`: it had none), put back when the block ends.
+    pub(crate) local_settings: BTreeMap<String, Option<String>>,
     /// Who the session runs as (`roles.rs`).
     pub(crate) principal: Principal,
     pub(crate) view_relations_cache: ViewRelationsCache,
@@ -165,6 +171,8 @@ impl Session {
             interrupt,
             backend: None,
             xid: Default::default(),
+            settings_before_block: None,
+            local_settings: BTreeMap::new(),
             engine,
             txn: None,
             snapshot: None,
@@ -494,6 +502,95 @@ impl Session {
             self.refresh_bounds();
         }
         Ok(command("SET"))
+    }
+
+    /// `SET [SESSION | LOCAL] name = value` as PostgreSQL has it: inside a
+    /// transaction block a `SET` is undone by `ROLLBACK`, and a `SET LOCAL`
+    /// (or `set_config(..., true)`) lasts until the block ends; outside a
+    /// block `SET LOCAL` changes nothing (PostgreSQL warns).
+    pub(crate) fn set_in_block(
+        &mut self,
+        name: &str,
+        value: Option<String>,
+        local: bool,
+    ) -> Result<Outcome, SqlError> {
+        let key = name.to_ascii_lowercase();
+        if self.txn.is_none() {
+            return if local {
+                Ok(command("SET"))
+            } else {
+                self.set(&key, value)
+            };
+        }
+        let before = self.settings.clone();
+        let outcome = self.set(&key, value)?;
+        if self.settings_before_block.is_none() {
+            self.settings_before_block = Some(before.clone());
+        }
+        if local {
+            self.local_settings
+                .entry(key.clone())
+                .or_insert_with(|| before.get(&key).cloned());
+        }
+        Ok(outcome)
+    }
+
+    /// `RESET ALL`: each setting back to its default (in a transaction
+    /// block, undone by `ROLLBACK` like a `SET`); a custom one goes.
+    pub(crate) fn reset_all(&mut self) -> Result<Outcome, SqlError> {
+        let names: Vec<String> = self
+            .settings
+            .keys()
+            .filter(|k| {
+                !READ_ONLY_SETTINGS.contains(&k.as_str()) && k.as_str() != "aqueduct.last_lsn"
+            })
+            .cloned()
+            .collect();
+        for name in names {
+            if DEFAULT_SETTINGS.iter().any(|(k, _)| *k == name) {
+                self.set_in_block(&name, None, false)?;
+            } else {
+                if self.txn.is_some() && self.settings_before_block.is_none() {
+                    self.settings_before_block = Some(self.settings.clone());
+                }
+                self.settings.remove(&name);
+            }
+        }
+        Ok(command("RESET"))
+    }
+
+    /// The transaction block ended: its `SET LOCAL`s are undone, and all
+    /// its `SET`s when it did not commit.
+    pub(crate) fn settings_at_end(&mut self, committed: bool) {
+        let before = self.settings_before_block.take();
+        let locals = std::mem::take(&mut self.local_settings);
+        let restore: Vec<(String, Option<String>)> = match (committed, before) {
+            (false, Some(before)) => {
+                let mut names: BTreeSet<&String> = before.keys().collect();
+                names.extend(self.settings.keys());
+                names
+                    .into_iter()
+                    .filter(|k| before.get(*k) != self.settings.get(*k))
+                    .map(|k| (k.clone(), before.get(k).cloned()))
+                    .collect()
+            }
+            _ => locals.into_iter().collect(),
+        };
+        for (name, value) in restore {
+            if name == "aqueduct.last_lsn" {
+                continue;
+            }
+            match value {
+                Some(v) => {
+                    // A value it held before passes its checks again.
+                    let _ = self.set(&name, Some(v));
+                }
+                None => {
+                    self.settings.remove(&name);
+                }
+            }
+        }
+        self.refresh_bounds();
     }
 
     pub(crate) fn show(&self, name: &str) -> Result<Outcome, SqlError> {
