@@ -712,6 +712,18 @@ impl Expr {
         writes
     }
 
+    /// Whether evaluating the expression needs a statement's effects (the
+    /// sequences: `nextval`, `currval`, ...).
+    pub fn needs_effects(&self) -> bool {
+        let mut needs = false;
+        self.walk(&mut |e| {
+            if let Expr::Volatile(f, _) = e {
+                needs |= *f != Volatile::GenRandomUuid;
+            }
+        });
+        needs
+    }
+
     /// True when the expression reads no column (a constant or parameter).
     pub fn is_constant(&self) -> bool {
         let mut constant = true;

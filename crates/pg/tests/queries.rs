@@ -962,9 +962,70 @@ async fn startup_options_set_session_settings() {
                 rows[0][0].clone().unwrap()
             }
         };
-        assert_eq!(show("default_transaction_isolation").await, "read committed");
+        assert_eq!(
+            show("default_transaction_isolation").await,
+            "read committed"
+        );
         assert_eq!(show("extra_float_digits").await, "2");
         assert_eq!(show("application_name").await, "from_parameter");
+    })
+    .await;
+    server.stop().await.unwrap();
+}
+
+/// `SELECT pg_sleep(n)` holds no lock (others write meanwhile), ends at
+/// `statement_timeout` or when `pg_cancel_backend` names its backend, and
+/// is refused (0A000) where it would hold a read of a table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_sleep_blocks_nobody_and_can_be_cancelled() {
+    let server = Server::start(PgConfig::default()).await;
+    bounded(async {
+        let a = std::sync::Arc::new(server.connect().await);
+        let b = server.connect().await;
+        b.batch_execute("CREATE TABLE t (a int)").await.unwrap();
+        let pid_a: i32 = a
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let sleeper = {
+            let a = a.clone();
+            tokio::spawn(async move { a.simple_query("SELECT pg_sleep(30)").await })
+        };
+        // It shows as active, and writes go on meanwhile.
+        loop {
+            let state: String = b
+                .query_one(
+                    "SELECT state FROM pg_stat_activity WHERE pid = $1::int4",
+                    &[&pid_a],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if state == "active" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        b.batch_execute("INSERT INTO t VALUES (1)").await.unwrap();
+        let cancelled: bool = b
+            .query_one("SELECT pg_cancel_backend($1::int4)", &[&pid_a])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(cancelled);
+        let err = sleeper.await.unwrap().unwrap_err();
+        assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
+        a.batch_execute("SET statement_timeout = '50ms'")
+            .await
+            .unwrap();
+        let err = a.simple_query("SELECT pg_sleep(5)").await.unwrap_err();
+        assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
+        let err = b
+            .simple_query("SELECT pg_sleep(1) FROM t")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{err}");
     })
     .await;
     server.stop().await.unwrap();

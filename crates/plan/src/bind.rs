@@ -130,6 +130,7 @@ pub fn bind(
         time: Some(time),
         settings: Some(settings.clone()),
         session: Some(session.clone()),
+        without_from: false,
         lookups: None,
         subqueries: None,
     };
@@ -161,6 +162,9 @@ pub struct Binder<'a> {
     /// The session's backend and transaction (`pg_backend_pid()`); `None`
     /// in a view (`session_functions.rs`).
     pub(crate) session: Option<SessionFacts>,
+    /// Binding the select list of a SELECT without FROM (`pg_sleep` is
+    /// allowed only there: it runs holding nothing).
+    pub(crate) without_from: bool,
     /// The catalog functions' tables, made on first use
     /// (`catalog_functions.rs`).
     pub(crate) lookups: Option<std::sync::Arc<crate::pg_catalog::CatalogLookups>>,
@@ -200,6 +204,7 @@ impl<'a> Binder<'a> {
             time: None,
             settings: None,
             session: None,
+            without_from: false,
             lookups: None,
             subqueries: None,
         }
@@ -2612,6 +2617,20 @@ impl<'a> Binder<'a> {
         let scope = Scope::empty();
         let mut outputs = Vec::new();
         let mut columns = Vec::new();
+        self.without_from = true;
+        let bound = self.values_items(select, &scope, &mut outputs, &mut columns);
+        self.without_from = false;
+        bound?;
+        Ok((Plan::Values(outputs), columns))
+    }
+
+    fn values_items(
+        &mut self,
+        select: &ast::Select,
+        scope: &Scope,
+        outputs: &mut Vec<Expr>,
+        columns: &mut Vec<Column>,
+    ) -> Result<(), SqlError> {
         for item in &select.projection {
             let (e, alias) = match item {
                 ast::SelectItem::UnnamedExpr(e) => (e, None),
@@ -2622,14 +2641,14 @@ impl<'a> Binder<'a> {
                     ))
                 }
             };
-            let x = self.expr(e, &scope, None)?;
+            let x = self.expr(e, scope, None)?;
             columns.push(Column::computed(
                 alias.unwrap_or_else(|| column_name(e)),
-                self.type_of(&x, &scope),
+                self.type_of(&x, scope),
             ));
             outputs.push(x);
         }
-        Ok((Plan::Values(outputs), columns))
+        Ok(())
     }
 
     /// `FOR UPDATE [OF t, ...]` on a query that needs the dataflow: the

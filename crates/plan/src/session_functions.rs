@@ -48,6 +48,38 @@ impl ServerFunction for Signal {
     }
 }
 
+/// `pg_sleep(seconds)`: waits, stopping early with the statement
+/// (statement_timeout, a cancel request, shutdown).
+struct Sleep;
+
+/// How often a sleeping statement looks whether it should stop.
+const SLEEP_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+impl ServerFunction for Sleep {
+    fn call(&self, args: &[Value]) -> Result<Value, SqlError> {
+        let seconds = match args {
+            [Value::Float(s)] => *s,
+            _ => return Ok(Value::Null),
+        };
+        if !seconds.is_finite() {
+            return Err(SqlError::new(
+                "22023",
+                "pg_sleep takes a finite number of seconds",
+            ));
+        }
+        let until = std::time::Instant::now()
+            + std::time::Duration::from_secs_f64(seconds.clamp(0.0, u32::MAX as f64));
+        loop {
+            aqueduct_expr::interrupt::check()?;
+            let now = std::time::Instant::now();
+            if now >= until {
+                return Ok(Value::Null);
+            }
+            std::thread::sleep(SLEEP_CHECK_INTERVAL.min(until - now));
+        }
+    }
+}
+
 impl Binder<'_> {
     /// Binds a session function `name(args)`; `None` when `name` is not
     /// one.
@@ -71,6 +103,25 @@ impl Binder<'_> {
                 .with_hint("No function matches the given name and argument types."))
             }
         };
+        if name == "pg_sleep" {
+            arity(1)?;
+            if !self.without_from {
+                return Err(SqlError::unsupported(
+                    "pg_sleep() anywhere but in a SELECT without FROM",
+                )
+                .with_hint("sleep in a statement of its own: SELECT pg_sleep(1)"));
+            }
+            let e = self.expr(&args[0], scope, Some(&DataType::Float8))?;
+            return Ok(Some(Expr::Server(
+                Arc::new(ServerCall {
+                    name: "pg_sleep",
+                    function: Box::new(Sleep),
+                    // PostgreSQL's is void; its one value is NULL either way.
+                    ty: DataType::Text,
+                }),
+                vec![Expr::Cast(Box::new(e), DataType::Float8)],
+            )));
+        }
         let known = matches!(
             name,
             "pg_backend_pid"

@@ -30,7 +30,6 @@ pub struct Backend {
     pub pid: i32,
     pub user: String,
     pub database: String,
-    pub application_name: String,
     /// The client's address and port; `None` over a Unix socket.
     pub client: Option<std::net::SocketAddr>,
     /// The server's address the client connected to.
@@ -45,6 +44,8 @@ pub struct Backend {
 /// What a backend's session is doing, as `pg_stat_activity` shows it.
 #[derive(Clone, Debug, Default)]
 pub struct Activity {
+    /// `application_name` as the session has it now.
+    pub application_name: String,
     /// `active`, `idle`, `idle in transaction` or `idle in transaction
     /// (aborted)`.
     pub state: &'static str,
@@ -73,13 +74,13 @@ impl Backend {
             pid,
             user,
             database,
-            application_name,
             client,
             server,
             started_micros,
             interrupt,
             terminate,
             activity: Mutex::new(Activity {
+                application_name,
                 state: "idle",
                 state_change_micros: started_micros,
                 ..Activity::default()

@@ -540,6 +540,22 @@ impl Session {
         columns: Vec<Column>,
         params: &[Value],
     ) -> Result<Outcome, SqlError> {
+        // A SELECT without FROM that touches no sequence reads nothing:
+        // evaluated holding no lock (`SELECT pg_sleep(10)` stalls nobody).
+        if let Plan::Values(outputs) = &plan {
+            if !outputs.iter().any(aqueduct_expr::Expr::needs_effects) {
+                let env = aqueduct_expr::Env::new(&[], params);
+                let row = outputs
+                    .iter()
+                    .map(|e| e.eval(&env))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return Ok(Outcome::Rows {
+                    tag: "SELECT 1".into(),
+                    columns,
+                    rows: vec![row],
+                });
+            }
+        }
         let plan = self.evaluate_insert_source(plan, params)?;
         let db = self.engine.database();
         if let Some(txn) = self.txn.as_mut() {
@@ -811,7 +827,7 @@ impl Session {
                     aqueduct_plan::pg_catalog::BackendActivity {
                         pid: b.pid,
                         user: b.user.clone(),
-                        application_name: b.application_name.clone(),
+                        application_name: a.application_name.clone(),
                         client: b.client,
                         backend_start: b.started_micros,
                         xact_start: a.transaction_start_micros,

@@ -498,6 +498,11 @@ impl Session {
         } else {
             let v =
                 value.unwrap_or_else(|| default.map(|(_, v)| v.to_string()).unwrap_or_default());
+            if key == "application_name" {
+                if let Some(b) = &self.backend {
+                    b.set_activity(|a| a.application_name = v.clone());
+                }
+            }
             self.settings.insert(key, v);
             self.refresh_bounds();
         }
