@@ -375,6 +375,8 @@ pub enum SubqueryKind {
     /// `left op ANY (SELECT x ...)` (`IN` is `= ANY`), with the left
     /// operand as the first of the expression's arguments.
     Any(BinOp),
+    /// `left op ALL (SELECT x ...)`, likewise.
+    All(BinOp),
 }
 
 /// A bound subquery (see [`Expr::Subquery`]).
@@ -400,7 +402,7 @@ impl PartialEq for Subquery {
 impl Subquery {
     fn eval(&self, args: Vec<Value>) -> Result<Value, SqlError> {
         let (left, outer) = match self.kind {
-            SubqueryKind::Any(_) => (args.first().cloned(), &args[1..]),
+            SubqueryKind::Any(_) | SubqueryKind::All(_) => (args.first().cloned(), &args[1..]),
             _ => (None, &args[..]),
         };
         let rows = self.runner.rows(outer)?;
@@ -432,6 +434,24 @@ impl Subquery {
                     Value::Null
                 } else {
                     Value::Bool(false)
+                }
+            }
+            // True for no rows; false once a row compares false; NULL if
+            // none did but one compared NULL.
+            SubqueryKind::All(op) => {
+                let left = left.unwrap_or(Value::Null);
+                let mut unknown = false;
+                for r in &rows {
+                    match truth(&binary(*op, left.clone(), first(r))?) {
+                        Some(false) => return Ok(Value::Bool(false)),
+                        Some(true) => {}
+                        None => unknown = true,
+                    }
+                }
+                if unknown {
+                    Value::Null
+                } else {
+                    Value::Bool(true)
                 }
             }
         })

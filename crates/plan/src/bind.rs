@@ -1719,11 +1719,12 @@ impl<'a> Binder<'a> {
             )));
         }
         if let ast::Expr::Subquery(q) = right {
-            if all {
-                return Err(SqlError::unsupported("ALL over a subquery")
-                    .with_hint("write NOT EXISTS (SELECT ... WHERE NOT (x op y)) instead"));
-            }
-            return self.subquery(SubqueryKind::Any(op), q, Some(left), scope);
+            let kind = if all {
+                SubqueryKind::All(op)
+            } else {
+                SubqueryKind::Any(op)
+            };
+            return self.subquery(kind, q, Some(left), scope);
         }
         let (l, r) = if is_placeholder(left) {
             let r = self.expr(right, scope, None)?;

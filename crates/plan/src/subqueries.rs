@@ -203,7 +203,7 @@ impl Binder<'_> {
             ));
         }
         let ty = match &kind {
-            SubqueryKind::Exists | SubqueryKind::Any(_) => DataType::Bool,
+            SubqueryKind::Exists | SubqueryKind::Any(_) | SubqueryKind::All(_) => DataType::Bool,
             SubqueryKind::Scalar => columns[0].ty.clone(),
             SubqueryKind::Array => columns[0].ty.array_of(),
         };
