@@ -31,6 +31,19 @@ fn unqualified(name: &str) -> String {
     }
 }
 
+/// `Ok` when `ok` (the call's argument count fits), else PostgreSQL's
+/// 42883 for a function with that many arguments.
+pub(crate) fn arity_check(name: &str, given: usize, ok: bool) -> Result<(), SqlError> {
+    if ok {
+        return Ok(());
+    }
+    Err(SqlError::new(
+        "42883",
+        format!("function {name} with {given} arguments does not exist"),
+    )
+    .with_hint("No function matches the given name and argument types."))
+}
+
 fn always(v: bool) -> Expr {
     Expr::Literal(Value::Bool(v))
 }
@@ -143,20 +156,7 @@ impl Binder<'_> {
             let e = b.expr(&args[i], scope, Some(&DataType::Int8))?;
             Ok(Expr::Cast(Box::new(e), DataType::Int8))
         };
-        let arity = |ok: bool| -> Result<(), SqlError> {
-            if ok {
-                Ok(())
-            } else {
-                Err(SqlError::new(
-                    "42883",
-                    format!(
-                        "function {name} with {} arguments does not exist",
-                        args.len()
-                    ),
-                )
-                .with_hint("No function matches the given name and argument types."))
-            }
-        };
+        let arity = |ok: bool| arity_check(name, args.len(), ok);
         Ok(Some(match name {
             "pg_get_indexdef" => {
                 arity(matches!(args.len(), 1 | 3))?;

@@ -15,6 +15,7 @@ use aqueduct_values::{DataType, Value};
 use sqlparser::ast;
 
 use crate::bind::{Binder, Scope};
+use crate::catalog_functions::arity_check;
 use crate::plan::BackendSignals;
 
 /// `pg_cancel_backend` or `pg_terminate_backend`.
@@ -89,20 +90,7 @@ impl Binder<'_> {
         args: &[ast::Expr],
         scope: &Scope,
     ) -> Result<Option<Expr>, SqlError> {
-        let arity = |n: usize| -> Result<(), SqlError> {
-            if args.len() == n {
-                Ok(())
-            } else {
-                Err(SqlError::new(
-                    "42883",
-                    format!(
-                        "function {name} with {} arguments does not exist",
-                        args.len()
-                    ),
-                )
-                .with_hint("No function matches the given name and argument types."))
-            }
-        };
+        let arity = |n: usize| arity_check(name, args.len(), args.len() == n);
         if name == "pg_sleep" {
             arity(1)?;
             if !self.without_from {
@@ -156,69 +144,52 @@ impl Binder<'_> {
         let port = |a: Option<std::net::SocketAddr>| {
             a.map_or(Value::Null, |a| Value::Int(i64::from(a.port())))
         };
-        let typed = |v: Value, ty: DataType| Expr::Cast(Box::new(Expr::Literal(v)), ty);
-        Ok(Some(match name {
-            "pg_backend_pid" => {
-                arity(0)?;
-                typed(Value::Int(i64::from(facts.backend_pid)), DataType::Int4)
-            }
+        let constant = match name {
+            "pg_backend_pid" => Some((Value::Int(i64::from(facts.backend_pid)), DataType::Int4)),
             "txid_current"
             | "pg_current_xact_id"
             | "txid_current_if_assigned"
             | "pg_current_xact_id_if_assigned" => {
-                arity(0)?;
-                typed(Value::Int(facts.transaction_id), DataType::Int8)
+                Some((Value::Int(facts.transaction_id), DataType::Int8))
             }
-            "inet_server_addr" => {
-                arity(0)?;
-                typed(addr(facts.server_addr), DataType::Text)
-            }
-            "inet_client_addr" => {
-                arity(0)?;
-                typed(addr(facts.client_addr), DataType::Text)
-            }
-            "inet_server_port" => {
-                arity(0)?;
-                typed(port(facts.server_addr), DataType::Int4)
-            }
-            "inet_client_port" => {
-                arity(0)?;
-                typed(port(facts.client_addr), DataType::Int4)
-            }
-            "pg_postmaster_start_time" => {
-                arity(0)?;
-                typed(
-                    Value::TimestampTz(facts.server_started_micros),
-                    DataType::TimestampTz,
-                )
-            }
-            _ => {
-                // pg_cancel_backend(pid), pg_terminate_backend(pid [, timeout])
-                let terminate = name == "pg_terminate_backend";
-                if !(args.len() == 1 || (terminate && args.len() == 2)) {
-                    arity(1)?;
-                }
-                let mut bound = Vec::new();
-                for a in args {
-                    let e = self.expr(a, scope, Some(&DataType::Int8))?;
-                    bound.push(Expr::Cast(Box::new(e), DataType::Int8));
-                }
-                let signals = facts.signals.ok_or_else(|| {
-                    SqlError::new("55000", format!("{name}(): this server has no backends"))
-                })?;
-                Expr::Server(
-                    Arc::new(ServerCall {
-                        name: if terminate {
-                            "pg_terminate_backend"
-                        } else {
-                            "pg_cancel_backend"
-                        },
-                        function: Box::new(Signal { signals, terminate }),
-                        ty: DataType::Bool,
-                    }),
-                    bound,
-                )
-            }
-        }))
+            "inet_server_addr" => Some((addr(facts.server_addr), DataType::Text)),
+            "inet_client_addr" => Some((addr(facts.client_addr), DataType::Text)),
+            "inet_server_port" => Some((port(facts.server_addr), DataType::Int4)),
+            "inet_client_port" => Some((port(facts.client_addr), DataType::Int4)),
+            "pg_postmaster_start_time" => Some((
+                Value::TimestampTz(facts.server_started_micros),
+                DataType::TimestampTz,
+            )),
+            _ => None,
+        };
+        if let Some((value, ty)) = constant {
+            arity(0)?;
+            return Ok(Some(Expr::Cast(Box::new(Expr::Literal(value)), ty)));
+        }
+        // pg_cancel_backend(pid), pg_terminate_backend(pid [, timeout])
+        let terminate = name == "pg_terminate_backend";
+        if !(args.len() == 1 || (terminate && args.len() == 2)) {
+            arity(1)?;
+        }
+        let mut bound = Vec::new();
+        for a in args {
+            let e = self.expr(a, scope, Some(&DataType::Int8))?;
+            bound.push(Expr::Cast(Box::new(e), DataType::Int8));
+        }
+        let signals = facts.signals.ok_or_else(|| {
+            SqlError::new("55000", format!("{name}(): this server has no backends"))
+        })?;
+        Ok(Some(Expr::Server(
+            Arc::new(ServerCall {
+                name: if terminate {
+                    "pg_terminate_backend"
+                } else {
+                    "pg_cancel_backend"
+                },
+                function: Box::new(Signal { signals, terminate }),
+                ty: DataType::Bool,
+            }),
+            bound,
+        )))
     }
 }
