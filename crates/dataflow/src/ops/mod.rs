@@ -18,7 +18,7 @@ pub use join::{Join, JoinKind};
 pub use project::Project;
 pub use topk::{compare_rows, SortColumn, TopK};
 pub use union::Union;
-pub use window::{Window, WindowCall, WindowFunc, WindowOrder};
+pub use window::{FrameEnd, Window, WindowCall, WindowFunc, WindowOrder};
 
 #[cfg(test)]
 pub(crate) mod testing;

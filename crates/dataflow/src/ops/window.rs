@@ -9,10 +9,12 @@
 //! after it, and the difference emitted: O(partition) per touched
 //! partition, as a row's rank may move every row after it.
 //!
-//! The frame is PostgreSQL's default: with an ORDER BY, from the start of
-//! the partition to the current row's last peer (`RANGE BETWEEN UNBOUNDED
-//! PRECEDING AND CURRENT ROW`); without one, the whole partition (every
-//! row is a peer of every other).
+//! A frame always starts at the start of the partition. By default
+//! (PostgreSQL's) it ends at the current row's last peer (`RANGE BETWEEN
+//! UNBOUNDED PRECEDING AND CURRENT ROW`; without an ORDER BY every row is
+//! a peer of every other, so that is the whole partition); `ROWS ...
+//! CURRENT ROW` ends it at the row itself, `... UNBOUNDED FOLLOWING` at the
+//! end of the partition.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -98,6 +100,19 @@ impl WindowFunc {
     }
 }
 
+/// Where a row's frame ends (it starts at the start of the partition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FrameEnd {
+    /// At the row's last peer: `RANGE` or `GROUPS ... CURRENT ROW`, the
+    /// default.
+    #[default]
+    Peers,
+    /// At the row itself: `ROWS ... CURRENT ROW`.
+    Row,
+    /// At the end of the partition: `... UNBOUNDED FOLLOWING`.
+    Partition,
+}
+
 /// One window function with its arguments, evaluated over input rows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WindowCall {
@@ -164,6 +179,7 @@ fn peers(a: &[SortPart], b: &[SortPart]) -> bool {
 pub struct Window {
     partition: Vec<Expr>,
     order: Vec<WindowOrder>,
+    frame: FrameEnd,
     calls: Vec<WindowCall>,
     /// Partition key → rows in window order → count.
     partitions: BTreeMap<Row, BTreeMap<Place, i64>>,
@@ -171,7 +187,12 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn new(partition: Vec<Expr>, order: Vec<WindowOrder>, calls: Vec<WindowCall>) -> Window {
+    pub fn new(
+        partition: Vec<Expr>,
+        order: Vec<WindowOrder>,
+        frame: FrameEnd,
+        calls: Vec<WindowCall>,
+    ) -> Window {
         for c in &calls {
             let (min, max) = c.func.arity();
             assert!(
@@ -183,6 +204,7 @@ impl Window {
         Window {
             partition,
             order,
+            frame,
             calls,
             partitions: BTreeMap::new(),
             bytes: 0,
@@ -243,7 +265,13 @@ impl Window {
             peer_start[i] = start;
             dense[i] = group;
         }
-        // The aggregates over each frame, `[0, peer_end)`, kept running.
+        // Where each row's frame ends (one past its last row).
+        let frame_end: Vec<usize> = match self.frame {
+            FrameEnd::Peers => peer_end.clone(),
+            FrameEnd::Row => (1..=n).collect(),
+            FrameEnd::Partition => vec![n; n],
+        };
+        // The aggregates over each frame, `[0, frame_end)`, kept running.
         let mut aggregates: Vec<Vec<Value>> = Vec::with_capacity(self.calls.len());
         for call in &self.calls {
             let WindowFunc::Aggregate(func) = call.func else {
@@ -254,7 +282,7 @@ impl Window {
             let mut values = Vec::with_capacity(n);
             let mut added = 0;
             for i in 0..n {
-                while added < peer_end[i] {
+                while added < frame_end[i] {
                     let row = &copies[added].1;
                     let v = match call.args.first() {
                         Some(e) => e.eval(&Env::new(row, &[]))?,
@@ -316,7 +344,7 @@ impl Window {
                         }
                     }
                     WindowFunc::FirstValue => at(0, &call.args[0])?,
-                    WindowFunc::LastValue => at(peer_end[i] - 1, &call.args[0])?,
+                    WindowFunc::LastValue => at(frame_end[i] - 1, &call.args[0])?,
                     WindowFunc::NthValue => match call.args[1].eval(&env)? {
                         Value::Null => Value::Null,
                         Value::Int(k) if k <= 0 => {
@@ -325,7 +353,7 @@ impl Window {
                                 "argument of nth_value must be greater than zero",
                             ))
                         }
-                        Value::Int(k) if (k as u64) <= peer_end[i] as u64 => {
+                        Value::Int(k) if (k as u64) <= frame_end[i] as u64 => {
                             at(k as usize - 1, &call.args[0])?
                         }
                         Value::Int(_) => Value::Null,
@@ -403,9 +431,10 @@ impl Operator for Window {
             .map(|c| format!("{:?}{:?}", c.func, c.args))
             .collect();
         format!(
-            "window[partition {:?}; order {}; {}]",
+            "window[partition {:?}; order {}; frame {:?}; {}]",
             self.partition,
             order.join(", "),
+            self.frame,
             calls.join(", ")
         )
     }
@@ -499,6 +528,7 @@ mod tests {
         let mut w = Window::new(
             vec![col(0)],
             vec![asc(1)],
+            FrameEnd::Peers,
             vec![
                 call(WindowFunc::RowNumber, vec![]),
                 call(WindowFunc::Rank, vec![]),
@@ -549,6 +579,7 @@ mod tests {
         let mut w = Window::new(
             vec![],
             vec![asc(0)],
+            FrameEnd::Peers,
             vec![
                 call(WindowFunc::Rank, vec![]),
                 call(WindowFunc::DenseRank, vec![]),
@@ -603,7 +634,12 @@ mod tests {
 
     /// The reference: each function by its definition, row by row, with
     /// peers found by comparing every pair.
-    fn recompute(rows: &[Row], partition: &[usize], order: &[WindowOrder]) -> Vec<Row> {
+    fn recompute(
+        rows: &[Row],
+        partition: &[usize],
+        order: &[WindowOrder],
+        frame: FrameEnd,
+    ) -> Vec<Row> {
         let mut parts: BTreeMap<Row, Vec<Row>> = BTreeMap::new();
         for r in rows {
             let key = partition.iter().map(|&c| r[c].clone()).collect();
@@ -626,7 +662,12 @@ mod tests {
                 let distinct_before = (0..first_peer)
                     .filter(|&j| j == 0 || !is_peer(j, j - 1))
                     .count();
-                let frame = &rows[..=last_peer];
+                let end = match frame {
+                    FrameEnd::Peers => last_peer,
+                    FrameEnd::Row => i,
+                    FrameEnd::Partition => n - 1,
+                };
+                let frame = &rows[..=end];
                 let c1: Vec<i64> = frame
                     .iter()
                     .filter_map(|r| match r[1] {
@@ -653,7 +694,7 @@ mod tests {
                     },
                     rows.get(i + 2).map_or(Value::Null, |r| r[2].clone()),
                     rows[0][2].clone(),
-                    rows[last_peer][2].clone(),
+                    rows[end][2].clone(),
                     frame.get(1).map_or(Value::Null, |r| r[1].clone()),
                     int(frame.len() as i64),
                     int(c1.len() as i64),
@@ -698,23 +739,30 @@ mod tests {
             nulls_first: true,
             ..asc(2)
         };
-        let cases: Vec<(Vec<usize>, Vec<WindowOrder>)> = vec![
-            (vec![0], vec![asc(1)]),
-            (vec![], vec![desc_nulls_last, nulls_first.clone()]),
-            (vec![0, 1], vec![nulls_first]),
-            (vec![0], vec![]),
+        let cases: Vec<(Vec<usize>, Vec<WindowOrder>, FrameEnd)> = vec![
+            (vec![0], vec![asc(1)], FrameEnd::Peers),
+            (
+                vec![],
+                vec![desc_nulls_last, nulls_first.clone()],
+                FrameEnd::Peers,
+            ),
+            (vec![0, 1], vec![nulls_first], FrameEnd::Peers),
+            (vec![0], vec![], FrameEnd::Peers),
+            (vec![0], vec![asc(1)], FrameEnd::Row),
+            (vec![], vec![asc(2)], FrameEnd::Partition),
         ];
-        for (partition, order) in cases {
+        for (partition, order, frame) in cases {
             let (p, o) = (partition.clone(), order.clone());
             check_against_recompute(
                 || {
                     Box::new(Window::new(
                         partition.iter().map(|&c| col(c)).collect(),
                         order.clone(),
+                        frame,
                         calls(),
                     ))
                 },
-                |inputs| recompute(&inputs[0], &p, &o),
+                |inputs| recompute(&inputs[0], &p, &o, frame),
                 1,
                 int_rows(3),
             );
