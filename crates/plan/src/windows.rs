@@ -99,12 +99,14 @@ impl<'a> Binder<'a> {
                     "{name}() as a window function"
                 )))
             }
-            (None, None) => return Err(SqlError::new(
-                "42809",
-                format!(
+            (None, None) => {
+                return Err(SqlError::new(
+                    "42809",
+                    format!(
                     "OVER specified, but {name} is not a window function nor an aggregate function"
                 ),
-            )),
+                ))
+            }
         };
         if star && func != WindowFunc::Aggregate(AggFunc::CountStar) {
             return Err(SqlError::new(

@@ -281,8 +281,8 @@ impl Window {
             let mut acc = Accumulator::insert_only(func, false);
             let mut values = Vec::with_capacity(n);
             let mut added = 0;
-            for i in 0..n {
-                while added < frame_end[i] {
+            for &end in &frame_end {
+                while added < end {
                     let row = &copies[added].1;
                     let v = match call.args.first() {
                         Some(e) => e.eval(&Env::new(row, &[]))?,
