@@ -41,6 +41,9 @@ pub fn needs_dataflow(catalog: &Catalog, q: &ast::Query) -> Option<NeedsDataflow
         }
         other => return Some(NeedsDataflow::OtherBody(other.to_string())),
     };
+    if select_has_window(select, q.order_by.as_ref()) {
+        return Some(NeedsDataflow::WindowFunction);
+    }
     if select.projection.iter().any(is_set_function) {
         return Some(NeedsDataflow::SetFunction);
     }
@@ -410,6 +413,7 @@ pub fn reads_one_relation(st: &ast::Statement) -> bool {
     });
     q.with.is_none()
         && named == 1
+        && !select_has_window(select, q.order_by.as_ref())
         && matches!(select.from.as_slice(), [f] if f.joins.is_empty()
             && matches!(f.relation, ast::TableFactor::Table { .. }))
 }
@@ -2152,7 +2156,10 @@ impl<'a> Binder<'a> {
 
     fn function_args(&self, f: &ast::Function) -> Result<(Vec<ast::Expr>, bool, bool), SqlError> {
         if f.over.is_some() {
-            return Err(SqlError::unsupported("window functions"));
+            return Err(SqlError::new(
+                "42P20",
+                "window functions are not allowed here",
+            ));
         }
         match &f.args {
             ast::FunctionArguments::None => Ok((vec![], false, false)),
@@ -2550,6 +2557,12 @@ impl<'a> Binder<'a> {
             return Ok((plan, vec![Column::computed("set_config", DataType::Text)]));
         }
         if let Some(why) = needs_dataflow(self.catalog, q) {
+            if !q.locks.is_empty() && matches!(why, NeedsDataflow::WindowFunction) {
+                return Err(SqlError::new(
+                    "0A000",
+                    "FOR UPDATE is not allowed with window functions",
+                ));
+            }
             if !q.locks.is_empty() {
                 return self.join_locking(q, &why);
             }
@@ -2785,6 +2798,11 @@ impl<'a> Binder<'a> {
         let scope = Scope::table(table, &qualifier);
         let origin = |c: usize| table_column(table, c);
         let (body, columns) = self.select_body(&scope, &origin, select, order_by, limit, offset)?;
+        // `needs_dataflow` sends every query with a window function there.
+        assert!(
+            body.windows.is_empty(),
+            "a window function in direct evaluation"
+        );
         let access = choose_access(table, body.filter.as_ref());
         Ok((
             SelectPlan {
@@ -2810,6 +2828,28 @@ impl<'a> Binder<'a> {
         offset: Option<Expr>,
     ) -> Result<(SelectBody, Vec<Column>), SqlError> {
         let scope = scope.clone();
+        // Window functions run after WHERE, GROUP BY and HAVING, so none
+        // may be in them.
+        let no_window = |e: &ast::Expr, clause: &str| {
+            if contains_window(e) {
+                return Err(SqlError::new(
+                    "42P20",
+                    format!("window functions are not allowed in {clause}"),
+                ));
+            }
+            Ok(())
+        };
+        if let Some(w) = &select.selection {
+            no_window(w, "WHERE")?;
+        }
+        if let Some(h) = &select.having {
+            no_window(h, "HAVING")?;
+        }
+        if let ast::GroupByExpr::Expressions(e, _) = &select.group_by {
+            for g in e {
+                no_window(g, "GROUP BY")?;
+            }
+        }
         let filter = match &select.selection {
             Some(w) => Some(self.condition(w, &scope, "WHERE")?),
             None => None,
@@ -2834,15 +2874,34 @@ impl<'a> Binder<'a> {
                 _ => false,
             });
 
+        // Window function calls in the select list and ORDER BY become
+        // references to columns of their own (`windows.rs`).
+        let mut window_calls: Vec<ast::Function> = Vec::new();
+        let mut own_order_by = order_by.cloned();
+        if let Some(ast::OrderBy {
+            kind: ast::OrderByKind::Expressions(items),
+            ..
+        }) = &mut own_order_by
+        {
+            for o in items {
+                self.take_window_calls(&mut o.expr, &mut window_calls);
+            }
+        }
+        let order_by = own_order_by.as_ref();
+
         // Output items: (expression AST or wildcard column, name).
         let mut items: Vec<(Option<ast::Expr>, Option<usize>, String)> = Vec::new();
         for item in &select.projection {
             match item {
                 ast::SelectItem::UnnamedExpr(e) => {
-                    items.push((Some(e.clone()), None, column_name(e)))
+                    let mut x = e.clone();
+                    self.take_window_calls(&mut x, &mut window_calls);
+                    items.push((Some(x), None, column_name(e)))
                 }
                 ast::SelectItem::ExprWithAlias { expr, alias } => {
-                    items.push((Some(expr.clone()), None, ident(alias)))
+                    let mut x = expr.clone();
+                    self.take_window_calls(&mut x, &mut window_calls);
+                    items.push((Some(x), None, ident(alias)))
                 }
                 ast::SelectItem::Wildcard(_) => {
                     for (i, c) in scope.columns.iter().enumerate() {
@@ -2884,9 +2943,23 @@ impl<'a> Binder<'a> {
             let mut g = GroupBinder {
                 keys,
                 key_asts: group_exprs.clone(),
+                windows: vec![DataType::Int8; window_calls.len()],
                 aggregates: Vec::new(),
                 agg_types: Vec::new(),
             };
+            // The windows first: their columns follow the keys while
+            // binding (their types are known then), and any aggregate
+            // their arguments add comes after them.
+            let mut windows = Vec::new();
+            for (i, f) in window_calls.iter().enumerate() {
+                let (item, ty) = self.window_item(f, &select.named_window, &mut |b, e| {
+                    let x = b.grouped_expr(e, &scope, &mut g)?;
+                    let ty = g.type_of(b, &x, &scope);
+                    Ok((x, ty))
+                })?;
+                g.windows[i] = ty;
+                windows.push(item);
+            }
             for (e, col, name) in &items {
                 let Some(e) = e else {
                     let c = col.expect("wildcard column");
@@ -2918,7 +2991,7 @@ impl<'a> Binder<'a> {
                 });
                 outputs.push(x);
             }
-            let having = match &select.having {
+            let mut having = match &select.having {
                 Some(h) => {
                     let x = self.grouped_expr(h, &scope, &mut g)?;
                     self.check_boolean(&x, &g.scope(self, &scope), "HAVING")?;
@@ -2930,6 +3003,29 @@ impl<'a> Binder<'a> {
             let order = self.order_by(order_by, &items, &mut outputs, distinct, |b, e, _| {
                 b.grouped_expr(e, &scope, &mut g)
             })?;
+            // Bound over keys, windows, aggregates; the plan's row is
+            // keys, aggregates, windows (the window operator appends).
+            let (k, n, m) = (g.keys.len(), g.windows.len(), g.aggregates.len());
+            if n > 0 {
+                let mut remap = |e: &mut Expr| {
+                    e.walk_mut(&mut |x| {
+                        if let Expr::Column(c) = x {
+                            *c = match *c {
+                                c if c < k => c,
+                                c if c < k + n => c + m,
+                                c => c - n,
+                            };
+                        }
+                    })
+                };
+                outputs.iter_mut().for_each(&mut remap);
+                having.iter_mut().for_each(&mut remap);
+                for w in &mut windows {
+                    w.partition.iter_mut().for_each(&mut remap);
+                    w.order.iter_mut().for_each(|o| remap(&mut o.expr));
+                    w.call.args.iter_mut().for_each(&mut remap);
+                }
+            }
             return Ok((
                 SelectBody {
                     filter,
@@ -2944,10 +3040,31 @@ impl<'a> Binder<'a> {
                     distinct,
                     limit,
                     offset,
+                    windows,
                 },
                 columns,
             ));
         }
+        // The windows' columns follow the input row's.
+        let width = scope.columns.len();
+        let mut windows = Vec::new();
+        let mut with_windows = scope.clone();
+        for (i, f) in window_calls.iter().enumerate() {
+            let (item, ty) = self.window_item(f, &select.named_window, &mut |b, e| {
+                let x = b.expr(e, &scope, None)?;
+                let ty = b.type_of(&x, &scope);
+                Ok((x, ty))
+            })?;
+            windows.push(item);
+            with_windows.columns.push(ScopeColumn {
+                qualifier: Some(WINDOW_QUALIFIER.into()),
+                name: format!("w{i}"),
+                ty,
+                qualified_only: true,
+                table: None,
+            });
+        }
+        let scope = with_windows;
         for (e, col, name) in &items {
             match (e, col) {
                 (None, Some(c)) => {
@@ -2957,7 +3074,7 @@ impl<'a> Binder<'a> {
                 (Some(e), _) => {
                     let x = self.expr(e, &scope, None)?;
                     columns.push(match &x {
-                        Expr::Column(c) => {
+                        Expr::Column(c) if *c < width => {
                             let mut col = origin(*c);
                             col.name = name.clone();
                             col
@@ -2983,6 +3100,7 @@ impl<'a> Binder<'a> {
                 distinct,
                 limit,
                 offset,
+                windows,
             },
             columns,
         ))
@@ -3075,6 +3193,9 @@ impl<'a> Binder<'a> {
         // A whole group key.
         if let Some(pos) = g.key_asts.iter().position(|k| k == e) {
             return Ok(Expr::Column(pos));
+        }
+        if let Some(i) = window_placeholder_index(e) {
+            return Ok(Expr::Column(g.keys.len() + i));
         }
         match e {
             ast::Expr::Function(f) => {
@@ -3179,7 +3300,9 @@ impl<'a> Binder<'a> {
                         distinct,
                     });
                     g.agg_types.push(ty);
-                    return Ok(Expr::Column(g.keys.len() + g.aggregates.len() - 1));
+                    return Ok(Expr::Column(
+                        g.keys.len() + g.windows.len() + g.aggregates.len() - 1,
+                    ));
                 }
                 // A scalar function over grouped values.
                 self.grouped_generic(e, scope, g)
@@ -3262,6 +3385,7 @@ impl<'a> Binder<'a> {
             .keys
             .iter()
             .map(|k| self.type_of(k, scope))
+            .chain(g.windows.iter().cloned())
             .chain(g.agg_types.iter().cloned())
             .collect();
         for (i, ty) in types.into_iter().enumerate() {
@@ -4537,6 +4661,9 @@ const GROUPED_ALIAS: &str = "__aqueduct_grouped_";
 struct GroupBinder {
     keys: Vec<Expr>,
     key_asts: Vec<ast::Expr>,
+    /// The types of the window functions' columns, which follow the keys
+    /// while binding (`select_body` moves them last).
+    windows: Vec<DataType>,
     aggregates: Vec<Aggregate>,
     agg_types: Vec<DataType>,
 }
@@ -4560,7 +4687,7 @@ impl GroupBinder {
                 table: None,
             });
         }
-        for ty in &self.agg_types {
+        for ty in self.windows.iter().chain(&self.agg_types) {
             grouped.columns.push(ScopeColumn {
                 qualifier: None,
                 name: String::new(),
@@ -4875,6 +5002,75 @@ fn is_null_literal(e: &ast::Expr) -> bool {
 
 /// Whether `e` calls an aggregate function of its own query (a subquery's
 /// aggregates are the subquery's).
+/// The qualifier of the columns window functions add (not one a query
+/// can name: it starts with a space).
+const WINDOW_QUALIFIER: &str = " window";
+
+/// The reference the binder puts in place of window function call `i`.
+pub(crate) fn window_placeholder(i: usize) -> ast::Expr {
+    ast::Expr::CompoundIdentifier(vec![
+        ast::Ident::new(WINDOW_QUALIFIER),
+        ast::Ident::new(format!("w{i}")),
+    ])
+}
+
+/// Which window function call `e` stands for, when it is a placeholder.
+fn window_placeholder_index(e: &ast::Expr) -> Option<usize> {
+    match e {
+        ast::Expr::CompoundIdentifier(parts) => match parts.as_slice() {
+            [q, n] if q.value == WINDOW_QUALIFIER && q.quote_style.is_none() => {
+                n.value.strip_prefix('w')?.parse().ok()
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether `e` calls a window function (outside subqueries, which are
+/// queries of their own).
+pub(crate) fn contains_window(e: &ast::Expr) -> bool {
+    let mut own = e.clone();
+    let _ = ast::visit_expressions_mut(&mut own, |x| {
+        if matches!(
+            x,
+            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. }
+        ) || matches!(x, ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)))
+        {
+            *x = ast::Expr::Value(ast::Value::Null.into());
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    ast::visit_expressions(&own, |x| match x {
+        ast::Expr::Function(f) if f.over.is_some() => std::ops::ControlFlow::Break(()),
+        _ => std::ops::ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
+/// Whether a SELECT (with its query's ORDER BY) calls a window function
+/// in any of its clauses.
+pub fn select_has_window(select: &ast::Select, order_by: Option<&ast::OrderBy>) -> bool {
+    let items = select.projection.iter().filter_map(|i| match i {
+        ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
+        _ => None,
+    });
+    let groups: Vec<&ast::Expr> = match &select.group_by {
+        ast::GroupByExpr::Expressions(e, _) => e.iter().collect(),
+        ast::GroupByExpr::All(_) => Vec::new(),
+    };
+    let order: Vec<&ast::Expr> = match order_by.map(|o| &o.kind) {
+        Some(ast::OrderByKind::Expressions(e)) => e.iter().map(|o| &o.expr).collect(),
+        _ => Vec::new(),
+    };
+    items
+        .chain(select.selection.iter())
+        .chain(select.having.iter())
+        .chain(groups)
+        .chain(order)
+        .any(contains_window)
+}
+
 fn contains_aggregate(e: &ast::Expr) -> bool {
     let mut own = e.clone();
     let _ = ast::visit_expressions_mut(&mut own, |x| {

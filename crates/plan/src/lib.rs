@@ -14,7 +14,8 @@
 //! This file only declares modules and re-exports: modules import each
 //! other by their own paths, never through the crate root, so they form a
 //! DAG (`crates/sql/tests/module_cycles.rs`). From the bottom: `plan.rs`
-//! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`,
+//! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`
+//! (with `windows.rs`, window functions, part of the binder),
 //! `alter.rs`, `alter_sequence.rs` and
 //! `enum_types.rs`, `exec.rs`; `wire_values.rs` (values in PostgreSQL's
 //! text and binary formats) and `copy.rs` (`COPY`'s options and formats)
@@ -37,6 +38,7 @@ pub mod plan;
 mod rows;
 mod session_functions;
 pub mod subqueries;
+mod windows;
 pub mod wire_values;
 
 pub use parse::param_from_text;

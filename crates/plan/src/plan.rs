@@ -188,6 +188,8 @@ pub enum NeedsDataflow {
     /// A relation that is not a base table: a view, or no relation at all
     /// (the dataflow's compiler then says so).
     NotATable(String),
+    /// A window function (`f(...) OVER (...)`).
+    WindowFunction,
 }
 
 impl std::fmt::Display for NeedsDataflow {
@@ -205,6 +207,7 @@ impl std::fmt::Display for NeedsDataflow {
             NeedsDataflow::Join => write!(f, "a join"),
             NeedsDataflow::FromItem => write!(f, "a subquery or nested join in FROM"),
             NeedsDataflow::NotATable(name) => write!(f, "{name} is not a base table"),
+            NeedsDataflow::WindowFunction => write!(f, "a window function"),
         }
     }
 }
@@ -398,6 +401,21 @@ pub struct SelectBody {
     pub distinct: bool,
     pub limit: Option<Expr>,
     pub offset: Option<Expr>,
+    /// Window functions, evaluated after WHERE, GROUP BY and HAVING over
+    /// the rows they leave (the input row, or the grouped row: keys then
+    /// aggregates); the value of window function `i` is column
+    /// `width + i` of the row `outputs` read, `width` that row's width.
+    /// Only the dataflow evaluates them.
+    pub windows: Vec<WindowItem>,
+}
+
+/// One window function of a SELECT with its window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowItem {
+    pub partition: Vec<Expr>,
+    pub order: Vec<aqueduct_dataflow::ops::WindowOrder>,
+    pub frame: aqueduct_dataflow::ops::FrameEnd,
+    pub call: aqueduct_dataflow::ops::WindowCall,
 }
 
 /// A SELECT over one base table, as direct evaluation runs it.

@@ -263,6 +263,11 @@ pub fn parameterize(q: &ast::Query) -> Option<Parameterized> {
     let ast::SetExpr::Select(sel) = q.body.as_ref() else {
         return None;
     };
+    // A window sees the rows WHERE leaves: taking a condition out of
+    // WHERE would change its partitions.
+    if aqueduct_plan::bind::select_has_window(sel, q.order_by.as_ref()) {
+        return None;
+    }
     let mut conjuncts = Vec::new();
     split(sel.selection.as_ref()?, &mut conjuncts);
     let mut keys: Vec<(ast::Expr, KeyParam)> = Vec::new();

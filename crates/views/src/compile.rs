@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::ops::{
     AggCall, Aggregate, Distinct, Expand, Filter, Join, JoinKind, Project, SetFunction, SortColumn,
-    TopK, Union,
+    TopK, Union, Window,
 };
 use aqueduct_expr::{BinOp, Env, Expr};
 use aqueduct_values::{DataType, Value};
@@ -21,7 +21,7 @@ use sqlparser::ast;
 use aqueduct_expr::SqlError;
 
 use aqueduct_plan::bind::{ident, object_name, Binder, Scope, ScopeColumn};
-use aqueduct_plan::plan::{Column, SelectBody, StatementTime};
+use aqueduct_plan::plan::{Column, SelectBody, StatementTime, WindowItem};
 
 /// What a compiled query produces.
 pub struct Compiled {
@@ -853,7 +853,7 @@ impl<'a, 'g> Compiler<'a, 'g> {
         if self.binder.has_params() && !self.allow_params {
             return Err(unsupported_in_view("a parameter"));
         }
-        let node = self.body(input, body)?;
+        let node = self.body(input, scope.columns.len(), body)?;
         Ok(Compiled {
             node,
             columns,
@@ -1063,12 +1063,14 @@ impl<'a, 'g> Compiler<'a, 'g> {
         Ok((!found.is_empty()).then_some(found))
     }
 
-    fn body(&mut self, input: NodeId, body: SelectBody) -> Result<NodeId, SqlError> {
+    fn body(&mut self, input: NodeId, width: usize, body: SelectBody) -> Result<NodeId, SqlError> {
         let mut node = input;
+        let mut width = width;
         if let Some(f) = body.filter {
             node = self.add(Box::new(Filter::new(f)), vec![node]);
         }
         if let Some(g) = body.grouping {
+            width = g.keys.len() + g.aggregates.len();
             // Project the group keys and aggregate arguments into columns.
             let k = g.keys.len();
             let mut pre = g.keys.clone();
@@ -1095,6 +1097,9 @@ impl<'a, 'g> Compiler<'a, 'g> {
             if let Some(h) = g.having {
                 node = self.add(Box::new(Filter::new(h)), vec![node]);
             }
+        }
+        if !body.windows.is_empty() {
+            node = self.windows(node, width, &body.windows);
         }
         node = self.add(Box::new(Project::new(body.outputs.clone())), vec![node]);
         if body.distinct {
@@ -1138,6 +1143,55 @@ impl<'a, 'g> Compiler<'a, 'g> {
             node = self.add(Box::new(Project::new(keep)), vec![node]);
         }
         Ok(node)
+    }
+}
+
+impl Compiler<'_, '_> {
+    /// The window functions over rows of `width` columns: one Window
+    /// operator per distinct window (the calls over one window share it),
+    /// then, when that put them out of order, a Project putting call `i`
+    /// at column `width + i`, where the select list reads it.
+    fn windows(&mut self, input: NodeId, width: usize, windows: &[WindowItem]) -> NodeId {
+        let mut node = input;
+        // Calls grouped by window, in order of first appearance.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (i, w) in windows.iter().enumerate() {
+            let same = |g: &Vec<usize>| {
+                let first = &windows[g[0]];
+                first.partition == w.partition && first.order == w.order && first.frame == w.frame
+            };
+            match groups.iter_mut().find(|g| same(g)) {
+                Some(g) => g.push(i),
+                None => groups.push(vec![i]),
+            }
+        }
+        let mut placed = Vec::new();
+        for g in &groups {
+            let first = &windows[g[0]];
+            let calls = g.iter().map(|&i| windows[i].call.clone()).collect();
+            node = self.add(
+                Box::new(Window::new(
+                    first.partition.clone(),
+                    first.order.clone(),
+                    first.frame,
+                    calls,
+                )),
+                vec![node],
+            );
+            placed.extend(g.iter().copied());
+        }
+        if placed.iter().enumerate().any(|(at, &i)| at != i) {
+            let mut outputs: Vec<Expr> = (0..width).map(Expr::Column).collect();
+            for i in 0..windows.len() {
+                let at = placed
+                    .iter()
+                    .position(|&p| p == i)
+                    .expect("every call placed");
+                outputs.push(Expr::Column(width + at));
+            }
+            node = self.add(Box::new(Project::new(outputs)), vec![node]);
+        }
+        node
     }
 }
 

@@ -8,6 +8,7 @@ mod join;
 mod project;
 mod topk;
 mod union;
+mod window;
 
 pub use aggregate::{AggCall, Aggregate};
 pub use distinct::Distinct;
@@ -17,6 +18,7 @@ pub use join::{Join, JoinKind};
 pub use project::Project;
 pub use topk::{compare_rows, SortColumn, TopK};
 pub use union::Union;
+pub use window::{FrameEnd, Window, WindowCall, WindowFunc, WindowOrder};
 
 #[cfg(test)]
 pub(crate) mod testing;
