@@ -67,6 +67,7 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
     for st in &mut statements {
         crate::limits::check_depth(st)?;
         rewrite_string_agg(st);
+        rewrite_expandarray(st);
         fold_qualified_subscripts(st);
     }
     Ok(statements)
@@ -94,6 +95,138 @@ fn fold_qualified_subscripts(st: &mut Statement) {
             }
         }
         std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `information_schema._pg_expandarray(a)`, the set-returning function of
+/// rows `(x, n)` — each element and its 1-based position — that pgJDBC
+/// calls to expand `pg_index.indkey`, is written as its two columns, which
+/// set-returning functions in one select list give in step: `(f(a)).x` is
+/// `unnest(a)`, `(f(a)).n` is `generate_series(1, cardinality(a))`, and a
+/// select item `f(a) AS k` becomes the two items `k.x` and `k.n`, which a
+/// query over it reads as `(q.k).x` and `(q.k).n`. There is no row type to
+/// hold the pair itself.
+fn rewrite_expandarray(st: &mut Statement) {
+    use sqlparser::ast::{AccessExpr, Expr, Ident, SelectItem};
+    let expanded = |e: &Expr| -> Option<Expr> {
+        let Expr::Function(f) = e else { return None };
+        let named = f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())?
+            .value
+            .to_lowercase();
+        if named != "_pg_expandarray" {
+            return None;
+        }
+        let sqlparser::ast::FunctionArguments::List(list) = &f.args else {
+            return None;
+        };
+        match list.args.as_slice() {
+            [sqlparser::ast::FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(a))] => {
+                Some(a.clone())
+            }
+            _ => None,
+        }
+    };
+    let call = |name: &str, args: Vec<Expr>| -> Expr {
+        let sql = format!(
+            "{name}({})",
+            args.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        parse_expr(&sql).expect("a call of expressions that parsed")
+    };
+    let field = |a: &Expr, f: &str| -> Option<Expr> {
+        match f {
+            "x" => Some(call("unnest", vec![a.clone()])),
+            "n" => Some(call(
+                "generate_series",
+                vec![
+                    Expr::Value(sqlparser::ast::Value::Number("1".into(), false).into()),
+                    call("cardinality", vec![a.clone()]),
+                ],
+            )),
+            _ => None,
+        }
+    };
+    // `f(a) AS k` in a select list: its two columns.
+    let mut flattened: Vec<String> = Vec::new();
+    let mut queries: Vec<&mut sqlparser::ast::Query> = Vec::new();
+    if let Statement::Query(q) = st {
+        queries.push(q);
+    }
+    while let Some(q) = queries.pop() {
+        let sqlparser::ast::SetExpr::Select(select) = q.body.as_mut() else {
+            continue;
+        };
+        let mut items = Vec::with_capacity(select.projection.len());
+        for item in std::mem::take(&mut select.projection) {
+            match &item {
+                SelectItem::ExprWithAlias { expr, alias } if expanded(expr).is_some() => {
+                    let a = expanded(expr).expect("checked");
+                    let k = alias.value.to_lowercase();
+                    for f in ["x", "n"] {
+                        items.push(SelectItem::ExprWithAlias {
+                            expr: field(&a, f).expect("x and n"),
+                            alias: Ident::with_quote('"', format!("{k}.{f}")),
+                        });
+                    }
+                    flattened.push(k);
+                }
+                _ => items.push(item),
+            }
+        }
+        select.projection = items;
+        for twj in &mut select.from {
+            for factor in std::iter::once(&mut twj.relation)
+                .chain(twj.joins.iter_mut().map(|j| &mut j.relation))
+            {
+                if let sqlparser::ast::TableFactor::Derived { subquery, .. } = factor {
+                    queries.push(subquery);
+                }
+            }
+        }
+    }
+    let _ = sqlparser::ast::visit_expressions_mut(st, |e| {
+        let Expr::CompoundFieldAccess { root, access_chain } = e else {
+            return std::ops::ControlFlow::<()>::Continue(());
+        };
+        let [AccessExpr::Dot(Expr::Identifier(f))] = access_chain.as_slice() else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        let f = f.value.to_lowercase();
+        let mut inner = root.as_ref();
+        while let Expr::Nested(x) = inner {
+            inner = x;
+        }
+        let replaced = match inner {
+            // (f(a)).x
+            other if expanded(other).is_some() => field(&expanded(other).expect("checked"), &f),
+            // (q.k).x over a flattened `f(a) AS k`
+            Expr::CompoundIdentifier(parts)
+                if parts.len() == 2 && flattened.contains(&parts[1].value.to_lowercase()) =>
+            {
+                Some(Expr::CompoundIdentifier(vec![
+                    parts[0].clone(),
+                    Ident::with_quote('"', format!("{}.{f}", parts[1].value.to_lowercase())),
+                ]))
+            }
+            Expr::Identifier(k) if flattened.contains(&k.value.to_lowercase()) => {
+                Some(Expr::Identifier(Ident::with_quote(
+                    '"',
+                    format!("{}.{f}", k.value.to_lowercase()),
+                )))
+            }
+            _ => None,
+        };
+        if let Some(r) = replaced {
+            *e = r;
+        }
+        std::ops::ControlFlow::Continue(())
     });
 }
 

@@ -836,8 +836,10 @@ const RELATIONS: &[Relation] = &[
             m.relations
                 .iter()
                 .map(|r| {
+                    // A table's and its indexes' row counts are exact; an
+                    // index's one page is its metapage, as a new btree's.
                     let rows = match r.kind {
-                        "r" => m.catalog.table_by_id(r.table).map_or(0, |t| t.len() as i64),
+                        "r" | "i" => m.catalog.table_by_id(r.table).map_or(0, |t| t.len() as i64),
                         _ => 0,
                     };
                     let has_index = m
@@ -869,8 +871,12 @@ const RELATIONS: &[Relation] = &[
                         }),
                         oid(if r.kind == "v" { 0 } else { r.oid }),
                         oid(0),
-                        int(0),
-                        Value::Float(if r.kind == "r" { rows as f64 } else { -1.0 }),
+                        int(if r.kind == "i" { 1 } else { 0 }),
+                        Value::Float(if matches!(r.kind, "r" | "i") {
+                            rows as f64
+                        } else {
+                            -1.0
+                        }),
                         int(0),
                         oid(0),
                         boolean(has_index),
