@@ -4609,7 +4609,24 @@ impl<'a> Binder<'a> {
         }
         let name = match &c.name {
             Some(n) => object_name(n)?,
-            None => format!("{table_name}_{}_idx", words.join("_")),
+            // As PostgreSQL names it: `t_a_b_idx`, then `t_a_b_idx1`, ...
+            // while a relation has the name.
+            None => {
+                let base = format!("{table_name}_{}_idx", words.join("_"));
+                let taken = |n: &str| {
+                    self.catalog.index_owner(n).is_some()
+                        || self.catalog.table(n).is_some()
+                        || self.catalog.view(n).is_some()
+                        || self.catalog.sequence(n).is_some()
+                };
+                let mut name = base.clone();
+                let mut n = 0;
+                while taken(&name) {
+                    n += 1;
+                    name = format!("{base}{n}");
+                }
+                name
+            }
         };
         crate::limits::check_index_keys(c.columns.len())?;
         let index = aqueduct_tables::IndexDef {
