@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # A throwaway PostgreSQL 15 for scripts that check Aqueduct against it
-# (scripts/slt-postgres, scripts/psql-compare): initdb in a temporary
-# directory, started on a free loopback port, stopped by pg_ctl (or by its
+# (scripts/slt-postgres, scripts/psql-compare, ...): initdb in a temporary
+# directory (collation C, which is Aqueduct's byte order, and Unicode case
+# mapping, ctype C.UTF-8, as Aqueduct's lower() and upper()), started on a free loopback port, stopped by pg_ctl (or by its
 # PID) and removed when the script exits.
 #
 # Source it (after scripts/lib/server.sh, for aq_free_port) from a script
@@ -60,7 +61,7 @@ pg_throwaway_start() {
   trap pg_throwaway_stop EXIT
   echo "== initdb in $PG_DIR/data"
   as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U "$superuser" -A trust --no-sync \
-    --locale=C --encoding=UTF8 >"$PG_DIR/initdb.log" 2>&1 || {
+    --locale=C --lc-ctype=C.UTF-8 --encoding=UTF8 >"$PG_DIR/initdb.log" 2>&1 || {
     cat "$PG_DIR/initdb.log" >&2
     return 1
   }

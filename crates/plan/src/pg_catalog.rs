@@ -1195,7 +1195,9 @@ const RELATIONS: &[Relation] = &[
                 int(0),
                 int(1),
                 oid(1663),
-                text("C.UTF-8"),
+                // Text compares by its bytes (collation C); case mapping
+                // is Unicode's (ctype C.UTF-8).
+                text("C"),
                 text("C.UTF-8"),
                 null(),
                 null(),
