@@ -177,6 +177,9 @@ pub enum Func {
     /// `array_remove(array, element)`: the array without the elements
     /// equal to it.
     ArrayRemove,
+    /// `array_position(array, element [, start])`: the first position (from
+    /// `start`) of an element not distinct from it, NULL if none.
+    ArrayPosition,
     /// `quote_ident(text)`.
     QuoteIdent,
     /// `quote_literal(text)`: the text as a quoted SQL literal.
@@ -230,6 +233,7 @@ impl Func {
             "quote_ident" => Func::QuoteIdent,
             "quote_literal" => Func::QuoteLiteral,
             "array_remove" => Func::ArrayRemove,
+            "array_position" => Func::ArrayPosition,
             "ltrim" => Func::LTrim,
             "rtrim" => Func::RTrim,
             "array_upper" => Func::ArrayUpper,
@@ -1207,6 +1211,25 @@ fn call(f: Func, args: &[Expr], env: &Env<'_>) -> Result<Value, SqlError> {
             (Value::Null, _) => Value::Null,
             (Value::Text(base), Value::Int(m)) => Value::Text(format_typmod(&base, m)),
             (base, _) => base,
+        },
+        Func::ArrayPosition => match (arg(0), arg(1), arg(2)) {
+            (Value::Array(items), wanted, start) => {
+                let from = match start {
+                    Value::Int(s) => usize::try_from(s.max(1) - 1).unwrap_or(0),
+                    _ => 0,
+                };
+                items
+                    .iter()
+                    .enumerate()
+                    .skip(from)
+                    .find(|(_, v)| match (v, &wanted) {
+                        (Value::Null, Value::Null) => true,
+                        (Value::Null, _) | (_, Value::Null) => false,
+                        (v, w) => v.sql_cmp(w) == Some(Ordering::Equal),
+                    })
+                    .map_or(Value::Null, |(i, _)| Value::Int(i as i64 + 1))
+            }
+            _ => Value::Null,
         },
         Func::ArrayRemove => match arg(0) {
             Value::Array(items) => {

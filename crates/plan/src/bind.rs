@@ -1275,7 +1275,8 @@ impl<'a> Binder<'a> {
                 | Func::Cardinality
                 | Func::ArrayLength
                 | Func::ArrayUpper
-                | Func::ArrayLower => DataType::Int4,
+                | Func::ArrayLower
+                | Func::ArrayPosition => DataType::Int4,
                 Func::AnyOf(_) | Func::AllOf(_) => DataType::Bool,
                 Func::ArrayCat | Func::ArrayAppend | Func::ArrayRemove => {
                     return args.first().and_then(|a| self.known_type(a, scope))
