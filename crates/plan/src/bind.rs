@@ -5045,9 +5045,9 @@ fn window_placeholder_index(e: &ast::Expr) -> Option<usize> {
     }
 }
 
-/// Whether `e` calls a window function (outside subqueries, which are
-/// queries of their own).
-pub(crate) fn contains_window(e: &ast::Expr) -> bool {
+/// `e` with its subqueries blanked out (they are queries of their own:
+/// what they call is not `e`'s).
+fn without_subqueries(e: &ast::Expr) -> ast::Expr {
     let mut own = e.clone();
     let _ = ast::visit_expressions_mut(&mut own, |x| {
         if matches!(
@@ -5059,6 +5059,13 @@ pub(crate) fn contains_window(e: &ast::Expr) -> bool {
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
+    own
+}
+
+/// Whether `e` calls a window function (outside subqueries, which are
+/// queries of their own).
+pub(crate) fn contains_window(e: &ast::Expr) -> bool {
+    let own = without_subqueries(e);
     ast::visit_expressions(&own, |x| match x {
         ast::Expr::Function(f) if f.over.is_some() => std::ops::ControlFlow::Break(()),
         _ => std::ops::ControlFlow::Continue(()),
@@ -5090,17 +5097,7 @@ pub fn select_has_window(select: &ast::Select, order_by: Option<&ast::OrderBy>) 
 }
 
 fn contains_aggregate(e: &ast::Expr) -> bool {
-    let mut own = e.clone();
-    let _ = ast::visit_expressions_mut(&mut own, |x| {
-        if matches!(
-            x,
-            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. }
-        ) || matches!(x, ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)))
-        {
-            *x = ast::Expr::Value(ast::Value::Null.into());
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
+    let own = without_subqueries(e);
     ast::visit_expressions(&own, |x| match x {
         ast::Expr::Function(f)
             if f.over.is_none()
