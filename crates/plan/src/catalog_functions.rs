@@ -402,6 +402,47 @@ impl Binder<'_> {
                     vec![e],
                 )
             }
+            // has_table_privilege([user,] table, privilege): the catalog's
+            // grants and owners, as the statement would be checked.
+            "has_table_privilege" | "has_any_column_privilege" => {
+                arity(matches!(args.len(), 2 | 3))?;
+                let (user, rest) =
+                    match args {
+                        [user, rest @ ..] if args.len() == 3 => {
+                            match self.expr(user, scope, Some(&DataType::Text))? {
+                                Expr::Literal(Value::Text(u)) => (u, rest),
+                                _ => return Err(SqlError::unsupported(format!(
+                                    "{name}() for a user that is not a constant name"
+                                ))
+                                .with_hint(
+                                    "name the user: has_table_privilege('alice', 't', 'SELECT')",
+                                )),
+                            }
+                        }
+                        _ => (
+                            self.session_settings()
+                                .get("session_authorization")
+                                .cloned()
+                                .unwrap_or_else(|| "aqueduct".into()),
+                            args,
+                        ),
+                    };
+                let table = self.expr(&rest[0], scope, None)?;
+                let table = if self
+                    .known_type(&table, scope)
+                    .is_some_and(|t| t.is_textual())
+                {
+                    Expr::Lookup(self.catalog_lookups().relation_by_name.clone(), vec![table])
+                } else {
+                    Expr::Cast(Box::new(table), DataType::Oid)
+                };
+                let privilege = self.expr(&rest[1], scope, Some(&DataType::Text))?;
+                let privilege = Expr::Call(Func::Upper, vec![privilege]);
+                Expr::Lookup(
+                    Arc::new(table_privileges(self.catalog(), &user)),
+                    vec![table, privilege],
+                )
+            }
             _ if privilege_test(name) => {
                 // Privileges are checked when a statement runs; these
                 // answer what a tool may try (see docs/catalog.md).
@@ -431,6 +472,67 @@ impl Binder<'_> {
         let l = Arc::new(pg_catalog::lookups(self.catalog(), &ctx));
         self.lookups = Some(l.clone());
         l
+    }
+}
+
+/// What `user` may do to each table and view: `(oid, PRIVILEGE)` to
+/// true or false. A superuser (or the configured superuser, who is no
+/// role of the catalog) may do all; the owner all; others what grants to
+/// them or to PUBLIC give (TRUNCATE, REFERENCES and TRIGGER: the owner
+/// only, as nothing grants them here).
+fn table_privileges(catalog: &aqueduct_tables::Catalog, user: &str) -> Lookup {
+    use aqueduct_tables::Privilege;
+    let superuser = catalog.role(user).is_none_or(|r| r.superuser);
+    let objects = catalog
+        .tables
+        .keys()
+        .copied()
+        .chain(catalog.views.keys().copied());
+    let mut rows = HashMap::new();
+    for object in objects {
+        let owner = superuser || catalog.is_owner(user, object);
+        for (word, privilege) in [
+            ("SELECT", Some(Privilege::Select)),
+            ("INSERT", Some(Privilege::Insert)),
+            ("UPDATE", Some(Privilege::Update)),
+            ("DELETE", Some(Privilege::Delete)),
+            ("TRUNCATE", None),
+            ("REFERENCES", None),
+            ("TRIGGER", None),
+        ] {
+            let may = owner || privilege.is_some_and(|p| catalog.has_privilege(user, object, p));
+            rows.insert(
+                vec![
+                    Value::Int(i64::from(pg_catalog::object_oid(object))),
+                    Value::Text(word.into()),
+                ],
+                Value::Bool(may),
+            );
+        }
+    }
+    // The catalog's own relations: readable by all, as PostgreSQL's are.
+    for oid in pg_catalog::system_relation_oids() {
+        for word in [
+            "SELECT",
+            "INSERT",
+            "UPDATE",
+            "DELETE",
+            "TRUNCATE",
+            "REFERENCES",
+            "TRIGGER",
+        ] {
+            rows.insert(
+                vec![Value::Int(i64::from(oid)), Value::Text(word.into())],
+                Value::Bool(word == "SELECT" || superuser),
+            );
+        }
+    }
+    Lookup {
+        name: "has_table_privilege",
+        rows,
+        // No such relation, or a privilege named otherwise.
+        otherwise: LookupMiss::Null,
+        ty: DataType::Bool,
     }
 }
 

@@ -124,6 +124,11 @@ fn view_rule_oid(view: TableId) -> u32 {
     sub_oid(view, b'r', "_RETURN")
 }
 
+/// The ids of the catalog's own relations.
+pub fn system_relation_oids() -> impl Iterator<Item = u32> {
+    SYSTEM_RELATIONS.iter().map(|(_, o)| *o)
+}
+
 /// The name of the catalog relation with PostgreSQL's fixed id `oid`.
 pub fn relation_name_of(oid: u32) -> Option<&'static str> {
     SYSTEM_RELATIONS
