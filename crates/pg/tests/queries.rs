@@ -992,8 +992,14 @@ async fn pg_sleep_blocks_nobody_and_can_be_cancelled() {
             let a = a.clone();
             tokio::spawn(async move { a.simple_query("SELECT pg_sleep(30)").await })
         };
-        // It shows as active, and writes go on meanwhile.
+        // It shows as active (each poll is a round trip to the server,
+        // bounded by a deadline), and writes go on meanwhile.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sleeping backend never showed as active"
+            );
             let state: String = b
                 .query_one(
                     "SELECT state FROM pg_stat_activity WHERE pid = $1::int4",
@@ -1005,7 +1011,6 @@ async fn pg_sleep_blocks_nobody_and_can_be_cancelled() {
             if state == "active" {
                 break;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         b.batch_execute("INSERT INTO t VALUES (1)").await.unwrap();
         let cancelled: bool = b
