@@ -8,3 +8,5 @@ CREATE VIEW user_posts AS SELECT u.id, count(*) AS n FROM users u JOIN posts p O
 CREATE SEQUENCE tickets START 100;
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE TABLE people (id int PRIMARY KEY, m mood NOT NULL DEFAULT 'ok', doc jsonb, born date, at timestamp, ident bigint GENERATED ALWAYS AS IDENTITY);
+CREATE PUBLICATION social FOR TABLE users (id, name), posts WHERE (length(title) > 3);
+CREATE PUBLICATION everything FOR ALL TABLES WITH (publish = 'insert, update');

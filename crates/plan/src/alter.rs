@@ -10,8 +10,8 @@ use std::collections::HashSet;
 
 use aqueduct_expr::{Env, Expr, SqlError};
 use aqueduct_tables::{
-    Catalog, CheckDef, ColumnDef, ColumnSource, IndexDef, Key, Row, SchemaChange, SequenceDef,
-    Table, TableId, TableSchema,
+    Attribute, Catalog, CheckDef, ColumnDef, ColumnSource, IndexDef, Key, PublicationDef, Row,
+    SchemaChange, SequenceDef, Table, TableId, TableSchema,
 };
 use aqueduct_values::Value;
 use sqlparser::ast;
@@ -54,6 +54,10 @@ struct Work<'c> {
     rewrite_views: Vec<(TableId, String)>,
     /// `ADD PRIMARY KEY`: its name; the rows are keyed anew.
     new_primary_key: Option<String>,
+    /// Publications of the table as the operations leave them (a renamed
+    /// column renamed in filters and computed attributes, an object
+    /// dropped by CASCADE); each one changed is written after the table.
+    publications: Vec<PublicationDef>,
 }
 
 fn tag() -> Outcome {
@@ -96,6 +100,12 @@ pub(crate) fn alter_table(fx: &mut Fx<'_>, a: &AlterTablePlan) -> Result<Outcome
         drop_sequences: Vec::new(),
         rewrite_views: Vec::new(),
         new_primary_key: None,
+        publications: catalog
+            .publications
+            .values()
+            .filter(|p| p.object(t.schema.id).is_some())
+            .cloned()
+            .collect(),
     };
     let mut binder = Binder::new(catalog);
     binder.set_time(a.time);
@@ -171,6 +181,63 @@ impl Work<'_> {
                 bind::mentions(sql, &self.old.schema.name) && view_uses(sql, column)
             })
             .collect()
+    }
+
+    /// Refuses a change to the column at `p` (now) named `column` that a
+    /// publication's column list, row filter or computed attribute uses
+    /// (`docs/publications.md`, section 6), or with `cascade` (a drop)
+    /// takes the table out of those publications.
+    fn publications_block(
+        &mut self,
+        p: usize,
+        column: &str,
+        cascade: bool,
+        what: &str,
+    ) -> Result<(), SqlError> {
+        let table = self.old.schema.id;
+        let old = match self.sources[p] {
+            ColumnSource::Old(old) => Some(old),
+            ColumnSource::Value(_) => None,
+        };
+        let uses = |o: &aqueduct_tables::PublishedObject| {
+            let named =
+                |sql: &str| crate::parse::parse_expr(sql).map_or(true, |e| expr_uses(&e, column));
+            o.filter.as_deref().is_some_and(named)
+                || o.attributes.iter().any(|a| match a {
+                    Attribute::Column { column: c, .. } => Some(*c) == old,
+                    Attribute::Computed { sql, .. } => named(sql),
+                })
+        };
+        for publication in &mut self.publications {
+            if !publication
+                .objects
+                .iter()
+                .any(|o| o.relation == table && uses(o))
+            {
+                continue;
+            }
+            if what == "drop" && cascade {
+                publication.objects.retain(|o| o.relation != table);
+                continue;
+            }
+            let message = format!(
+                "cannot {what} column {column} of table {} because publication {} depends on it",
+                self.schema.name, publication.name
+            );
+            return Err(if what == "drop" {
+                SqlError::new("2BP01", message).with_hint(format!(
+                    "take the column out of the publication (ALTER PUBLICATION {} SET TABLE ...), \
+                     or use DROP COLUMN ... CASCADE to take the table out of it",
+                    publication.name
+                ))
+            } else {
+                SqlError::new("0A000", message).with_hint(
+                    "add a column of the new type and publish it instead: subscribers' copies \
+                     keep the type they were given",
+                )
+            });
+        }
+        Ok(())
     }
 
     /// Refuses a change to `column` that views use, or with `cascade`
@@ -273,6 +340,25 @@ impl Work<'_> {
                 for ck in &mut self.schema.checks {
                     ck.sql = rename_in(&ck.sql, &old, &new)?;
                 }
+                // Filters and computed attributes of publications name
+                // it; a column attribute keeps its published name.
+                let table = self.old.schema.id;
+                for publication in &mut self.publications {
+                    for o in publication
+                        .objects
+                        .iter_mut()
+                        .filter(|o| o.relation == table)
+                    {
+                        if let Some(f) = &mut o.filter {
+                            *f = rename_in(f, &old, &new)?;
+                        }
+                        for a in &mut o.attributes {
+                            if let Attribute::Computed { sql, .. } = a {
+                                *sql = rename_in(sql, &old, &new)?;
+                            }
+                        }
+                    }
+                }
                 // Indexes on expressions and partial ones name it too.
                 for i in &mut self.schema.indexes {
                     for e in &mut i.expressions {
@@ -361,6 +447,7 @@ impl Work<'_> {
                     } => {
                         let ty = bind::sql_type(catalog, data_type)?;
                         self.views_block(catalog, &name, false, "alter type of")?;
+                        self.publications_block(p, &name, false, "alter type of")?;
                         let ColumnSource::Old(from) = self.sources[p] else {
                             return Err(SqlError::unsupported(
                                 "changing the type of a column added in the same ALTER TABLE",
@@ -571,6 +658,7 @@ impl Work<'_> {
             )));
         }
         self.views_block(catalog, name, cascade, "drop")?;
+        self.publications_block(p, name, cascade, "drop")?;
         // Foreign keys of other tables that reference the column.
         if let ColumnSource::Old(old_pos) = self.sources[p] {
             for other in catalog.tables.values() {
@@ -955,6 +1043,11 @@ impl Work<'_> {
                 id: *id,
                 sql: sql.clone(),
             });
+        }
+        for publication in &self.publications {
+            if catalog.publications.get(&publication.id) != Some(publication) {
+                txn.schema(SchemaChange::AlterPublication(publication.clone()));
+            }
         }
         for (n, (def, _)) in self.sequences.iter().enumerate() {
             let (id, _, _, p) = sequence_ids[n];

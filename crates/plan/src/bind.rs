@@ -186,6 +186,11 @@ enum ClockFunc {
     Date,
 }
 
+/// Whether `name` is `now()` or one of its kin: stable, not immutable.
+pub(crate) fn is_clock_function(name: &str) -> bool {
+    ClockFunc::by_name(name).is_some()
+}
+
 impl ClockFunc {
     fn by_name(name: &str) -> Option<ClockFunc> {
         match name {

@@ -35,6 +35,7 @@ pub mod limits;
 pub mod parse;
 pub mod pg_catalog;
 pub mod plan;
+pub mod publications;
 mod rows;
 mod session_functions;
 pub mod subqueries;

@@ -31,6 +31,23 @@ pub fn parse_bytes(v: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+/// A duration setting: `5s`, `250ms`, `1min`, `1h`, or a number of
+/// milliseconds (as PostgreSQL's `statement_timeout`).
+pub fn parse_duration(v: &str) -> Option<std::time::Duration> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(ms))
+}
+
 /// Most columns (or expressions) of one index, primary key or unique
 /// constraint, and most keys of one foreign key: PostgreSQL's limit, which
 /// its `max_index_keys` setting reports (drivers read it to list keys).

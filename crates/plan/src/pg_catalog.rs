@@ -190,6 +190,7 @@ const SYSTEM_RELATIONS: &[(&str, u32)] = &[
     ("pg_publication", 6104),
     ("pg_publication_rel", 6106),
     ("pg_publication_namespace", 6237),
+    ("pg_publication_tables", 6119),
     ("pg_policy", 3256),
     ("pg_statistic_ext", 3381),
     ("pg_foreign_table", 3118),
@@ -1660,12 +1661,83 @@ const RELATIONS: &[Relation] = &[
         name: "pg_publication",
         columns: "oid oid, pubname name, pubowner oid, puballtables bool, pubinsert bool, \
                   pubupdate bool, pubdelete bool, pubtruncate bool, pubviaroot bool",
-        rows: |_| Vec::new(),
+        rows: |m| {
+            m.catalog
+                .publications
+                .values()
+                .map(|p| {
+                    let owner = m.catalog.owner(p.id).unwrap_or(&m.ctx.user);
+                    vec![
+                        oid(object_oid(p.id)),
+                        text(&p.name),
+                        oid(role_oid(m.catalog, owner)),
+                        boolean(p.all_tables),
+                        boolean(p.publish.insert),
+                        boolean(p.publish.update),
+                        boolean(p.publish.delete),
+                        // A TRUNCATE is published as the deletes it makes.
+                        boolean(p.publish.delete),
+                        boolean(false),
+                    ]
+                })
+                .collect()
+        },
     },
     Relation {
         name: "pg_publication_rel",
-        columns: "oid oid, prpubid oid, prrelid oid, prqual text, prattrs int2[]",
-        rows: |_| Vec::new(),
+        columns: "oid oid, prpubid oid, prrelid oid, prqual text, prattrs int2vector",
+        rows: |m| {
+            let mut out = Vec::new();
+            for p in m.catalog.publications.values() {
+                for o in &p.objects {
+                    let Some(t) = m.catalog.table_by_id(o.relation) else {
+                        continue;
+                    };
+                    out.push(vec![
+                        oid(sub_oid(p.id, b'p', &t.schema.name)),
+                        oid(object_oid(p.id)),
+                        oid(object_oid(o.relation)),
+                        o.filter.as_ref().map_or(null(), |f| text(&format!("({f})"))),
+                        published_attnums(o).map_or(null(), |a| int2_array(&a)),
+                    ]);
+                }
+            }
+            out
+        },
+    },
+    Relation {
+        name: "pg_publication_tables",
+        columns: "pubname name, schemaname name, tablename name, attnames name[], \
+                  rowfilter text",
+        rows: |m| {
+            let mut out = Vec::new();
+            for p in m.catalog.publications.values() {
+                for t in m.catalog.tables.values() {
+                    let object = p.object(t.schema.id);
+                    if !p.all_tables && object.is_none() {
+                        continue;
+                    }
+                    let names: Vec<Value> = match object.and_then(published_attnums) {
+                        Some(nums) => nums
+                            .iter()
+                            .filter_map(|&n| t.schema.columns.get(n as usize - 1))
+                            .map(|c| text(&c.name))
+                            .collect(),
+                        None => t.schema.columns.iter().map(|c| text(&c.name)).collect(),
+                    };
+                    out.push(vec![
+                        text(&p.name),
+                        text("public"),
+                        text(&t.schema.name),
+                        Value::Array(names),
+                        object
+                            .and_then(|o| o.filter.as_ref())
+                            .map_or(null(), |f| text(&format!("({f})"))),
+                    ]);
+                }
+            }
+            out
+        },
     },
     Relation {
         name: "pg_publication_namespace",
@@ -2226,6 +2298,24 @@ fn roles(m: &Model) -> Vec<(u32, String, bool, bool, bool)> {
         false,
     ));
     out
+}
+
+/// The 1-based column numbers a column list publishes (PostgreSQL's
+/// `prattrs`); `None` without a column list. Computed attributes have no
+/// column number and are not listed.
+fn published_attnums(o: &aqueduct_tables::PublishedObject) -> Option<Vec<i64>> {
+    if o.all_columns {
+        return None;
+    }
+    Some(
+        o.attributes
+            .iter()
+            .filter_map(|a| match a {
+                aqueduct_tables::Attribute::Column { column, .. } => Some(*column as i64 + 1),
+                aqueduct_tables::Attribute::Computed { .. } => None,
+            })
+            .collect(),
+    )
 }
 
 /// A role's oid by name (10, PostgreSQL's bootstrap superuser's, for the

@@ -14,6 +14,7 @@
 mod batch;
 mod index;
 mod locks;
+mod publications;
 mod roles;
 mod schema;
 mod sequences;
@@ -34,6 +35,10 @@ pub use batch::{
     BatchEntry,
 };
 pub use locks::{LockError, LockTable, RowId, TxnId};
+pub use publications::{
+    Attribute, DeliveryMode, ObjectKind, PublicationDef, PublishOps, PublishedObject,
+    DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX,
+};
 pub use roles::{
     Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
@@ -125,6 +130,8 @@ pub struct Catalog {
     pub sequences: BTreeMap<TableId, SequenceState>,
     /// Enum types by id.
     pub types: BTreeMap<TableId, Arc<EnumType>>,
+    /// Publications by id (`docs/publications.md`).
+    pub publications: BTreeMap<TableId, PublicationDef>,
     /// LSN of the last write applied: the tables are exactly as of it.
     lsn: Lsn,
     /// Counts the schema changes applied (sequence positions aside): a
@@ -164,6 +171,11 @@ impl Catalog {
     }
 
     /// The time map called `name`.
+    /// The publication named `name`.
+    pub fn publication(&self, name: &str) -> Option<&PublicationDef> {
+        self.publications.values().find(|p| p.name == name)
+    }
+
     pub fn time_map(&self, name: &str) -> Option<&TimeMapDef> {
         self.time_maps.values().find(|d| d.name == name)
     }
@@ -210,6 +222,10 @@ impl Catalog {
                     self.by_name.remove(&t.schema.name);
                 }
                 self.drop_comments(id);
+                // As PostgreSQL: a dropped table leaves every publication.
+                for p in self.publications.values_mut() {
+                    p.without(id);
+                }
             }
             SchemaChange::CreateIndex { table, index } => {
                 if let Some(t) = self.tables.get_mut(&table) {
@@ -258,6 +274,9 @@ impl Catalog {
                 self.comments
                     .retain(|(object, column), _| *object != id || *column == 0);
                 self.comments.extend(moved);
+                for p in self.publications.values_mut() {
+                    p.follow_alter(id, &sources);
+                }
                 if let Some(t) = self.tables.get_mut(&schema.id) {
                     if t.schema.name != schema.name {
                         self.by_name.remove(&t.schema.name);
@@ -302,6 +321,13 @@ impl Catalog {
                     self.comments.remove(&(object, column));
                 }
             },
+            SchemaChange::CreatePublication(def) | SchemaChange::AlterPublication(def) => {
+                self.next_table_id = self.next_table_id.max(def.id + 1);
+                self.publications.insert(def.id, def);
+            }
+            SchemaChange::DropPublication { id } => {
+                self.publications.remove(&id);
+            }
             SchemaChange::CreateSequence(def) => {
                 self.next_table_id = self.next_table_id.max(def.id + 1);
                 self.sequences.insert(def.id, SequenceState::new(def));

@@ -424,7 +424,9 @@ impl Catalog {
                     }
                 }
             }
-            SchemaChange::DropTable { id } | SchemaChange::DropView { id } => {
+            SchemaChange::DropTable { id }
+            | SchemaChange::DropView { id }
+            | SchemaChange::DropPublication { id } => {
                 sec.acls.remove(id);
                 // The table or view itself is the caller's to drop.
                 return false;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use aqueduct_values::{DataType, EnumType, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::publications::PublicationDef;
 use crate::roles::{grantee_def, grantee_json, Grantee, Privilege, RoleDef, RoleJson};
 
 /// A table's identity; never reused, so rows of a dropped table can never be
@@ -293,6 +294,14 @@ pub enum SchemaChange {
         object: TableId,
         column: u32,
         text: Option<String>,
+    },
+    /// `CREATE PUBLICATION`: the whole definition. Its id comes from the
+    /// table-id counter.
+    CreatePublication(PublicationDef),
+    /// `ALTER PUBLICATION`: the whole new definition, same id.
+    AlterPublication(PublicationDef),
+    DropPublication {
+        id: TableId,
     },
 }
 
@@ -639,6 +648,18 @@ enum ChangeJson {
         #[serde(default)]
         text: Option<String>,
     },
+    CreatePublication {
+        v: u32,
+        publication: PublicationDef,
+    },
+    AlterPublication {
+        v: u32,
+        publication: PublicationDef,
+    },
+    DropPublication {
+        v: u32,
+        id: TableId,
+    },
 }
 
 fn index_json(i: &IndexDef) -> IndexJson {
@@ -694,6 +715,8 @@ impl SchemaChange {
             SchemaChange::CreateType(t) | SchemaChange::AlterType(t) => t.id,
             SchemaChange::DropType { id } => *id,
             SchemaChange::Comment { object, .. } => *object,
+            SchemaChange::CreatePublication(p) | SchemaChange::AlterPublication(p) => p.id,
+            SchemaChange::DropPublication { id } => *id,
         }
     }
 
@@ -835,6 +858,15 @@ impl SchemaChange {
                 column: *column,
                 text: text.clone(),
             },
+            SchemaChange::CreatePublication(p) => ChangeJson::CreatePublication {
+                v,
+                publication: p.clone(),
+            },
+            SchemaChange::AlterPublication(p) => ChangeJson::AlterPublication {
+                v,
+                publication: p.clone(),
+            },
+            SchemaChange::DropPublication { id } => ChangeJson::DropPublication { v, id: *id },
         };
         serde_json::to_vec(&j).expect("schema JSON")
     }
@@ -1029,6 +1061,18 @@ impl SchemaChange {
                     column,
                     text,
                 }
+            }
+            ChangeJson::CreatePublication { v, publication } => {
+                check(v)?;
+                SchemaChange::CreatePublication(publication)
+            }
+            ChangeJson::AlterPublication { v, publication } => {
+                check(v)?;
+                SchemaChange::AlterPublication(publication)
+            }
+            ChangeJson::DropPublication { v, id } => {
+                check(v)?;
+                SchemaChange::DropPublication { id }
             }
         })
     }

@@ -14,16 +14,21 @@
 //! - `copy.rs`: `COPY ... FROM STDIN` fed chunk by chunk, `COPY ... TO
 //!   STDOUT`;
 //! - `roles.rs`: the principal, privilege checks, role statements;
-//! - `time_maps.rs`: `CREATE TIME MAP` and its kin.
+//! - `custom.rs`: statements the SQL parser does not know, recognised
+//!   once by their first words;
+//! - `time_maps.rs`: `CREATE TIME MAP` and its kin;
+//! - `publications.rs`: `CREATE`, `ALTER` and `DROP PUBLICATION`.
 //!
 //! [`Route`]: route::Route
 
 mod consistency;
 mod consumers;
 mod copy;
+mod custom;
 mod dataflow;
 mod join_locking;
 mod prepare;
+mod publications;
 mod roles;
 mod route;
 mod run;

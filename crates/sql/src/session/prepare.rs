@@ -11,6 +11,7 @@ use aqueduct_plan::parse::parse;
 use aqueduct_plan::plan::{Column, Outcome, Plan};
 use aqueduct_views::view_read::ViewRead;
 
+use super::custom::Custom;
 use super::dataflow::PreparedAuto;
 use super::route::Route;
 use super::state::Session;
@@ -33,7 +34,7 @@ pub struct Prepared {
     pub(crate) view_read: Option<ViewRead>,
     /// A statement the SQL parser does not know (`CREATE TIME MAP`), run
     /// from its text.
-    pub(crate) custom: bool,
+    pub(crate) custom: Option<Custom>,
 }
 
 impl Session {
@@ -55,7 +56,7 @@ impl Session {
         hints: &[Option<DataType>],
     ) -> Result<Prepared, SqlError> {
         self.start_statement();
-        if crate::time_maps::is_time_map_statement(sql) {
+        if let Some(kind) = Custom::of(sql) {
             return Ok(Prepared {
                 sql: sql.to_string(),
                 params: Vec::new(),
@@ -64,7 +65,7 @@ impl Session {
                 statement: None,
                 auto: None,
                 view_read: None,
-                custom: true,
+                custom: Some(kind),
             });
         }
         let mut statements = parse(sql)?;
@@ -87,7 +88,7 @@ impl Session {
                 statement: None,
                 auto: None,
                 view_read: None,
-                custom: false,
+                custom: None,
             });
         };
         let bound = match self.route_with(st, hints, false)? {
@@ -100,7 +101,7 @@ impl Session {
                     statement,
                     auto: None,
                     view_read: None,
-                    custom: false,
+                    custom: None,
                 })
             }
             Route::Views(_) => {
@@ -113,7 +114,7 @@ impl Session {
                         statement,
                         auto: None,
                         view_read: Some(read),
-                        custom: false,
+                        custom: None,
                     });
                 }
                 match self.views_as_tables(st, &[], None)? {
@@ -163,7 +164,7 @@ impl Session {
             statement,
             auto: None,
             view_read: None,
-            custom: false,
+            custom: None,
         })
     }
 
@@ -204,7 +205,7 @@ impl Session {
                         generation: self.engine.views.auto_generation(),
                     }),
                     view_read: None,
-                    custom: false,
+                    custom: None,
                 });
             }
         }
@@ -233,7 +234,7 @@ impl Session {
             statement,
             auto: None,
             view_read: None,
-            custom: false,
+            custom: None,
         })
     }
 
@@ -290,12 +291,8 @@ impl Session {
                 return Err(e);
             }
         }
-        if p.custom {
-            let out = self.run_time_map(&p.sql);
-            if out.is_err() {
-                self.note_error();
-            }
-            return out;
+        if let Some(kind) = p.custom {
+            return self.run_custom(kind, &p.sql);
         }
         if let Some(st) = self.release_read(p.statement.as_ref()) {
             let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();

@@ -25,12 +25,8 @@ impl Session {
     }
 
     pub(crate) fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
-        if crate::time_maps::is_time_map_statement(sql) {
-            let r = self.run_time_map(sql);
-            if r.is_err() {
-                self.note_error();
-            }
-            return vec![r];
+        if let Some(kind) = super::custom::Custom::of(sql) {
+            return vec![self.run_custom(kind, sql)];
         }
         if let Some(r) = self.refresh(sql) {
             if r.is_err() {

@@ -667,22 +667,7 @@ pub(crate) fn command(tag: &str) -> Outcome {
     Outcome::Command { tag: tag.into() }
 }
 
-/// A duration setting: `5s`, `250ms`, `1min`, `1h`, or a number of
-/// milliseconds (as PostgreSQL's `statement_timeout`).
-pub fn parse_duration(v: &str) -> Option<std::time::Duration> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (n, unit) = v.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    let ms = match unit.trim() {
-        "" | "ms" => n,
-        "s" => n.checked_mul(1000)?,
-        "min" => n.checked_mul(60_000)?,
-        "h" => n.checked_mul(3_600_000)?,
-        _ => return None,
-    };
-    Some(std::time::Duration::from_millis(ms))
-}
+pub use aqueduct_plan::limits::parse_duration;
 
 /// A boolean setting's value as PostgreSQL reads it.
 fn parse_bool(value: &str) -> Option<bool> {

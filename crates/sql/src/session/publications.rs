@@ -1,0 +1,42 @@
+//! `CREATE`, `ALTER` and `DROP PUBLICATION`, run for the session
+//! (`aqueduct_plan::publications` parses and plans them).
+
+use aqueduct_expr::SqlError;
+use aqueduct_plan::plan::Outcome;
+use aqueduct_plan::publications::{parse_publication, plan_publication, Actor};
+
+use super::state::Session;
+
+impl Session {
+    /// Runs a publication statement.
+    pub(crate) fn run_publication(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        let st = parse_publication(sql)?;
+        if self.txn.is_some() {
+            return Err(SqlError::new(
+                "25001",
+                "schema changes inside a transaction block are not supported",
+            )
+            .with_hint("run the publication statement outside BEGIN ... COMMIT"));
+        }
+        let db = self.engine.database();
+        let role = self.principal.name.clone();
+        let superuser = self.principal.is_superuser(&db.read());
+        let mut tag = "";
+        db.run_exclusive(|catalog, txn| {
+            let plan = plan_publication(
+                catalog,
+                &st,
+                &Actor {
+                    role: &role,
+                    superuser,
+                },
+            )?;
+            tag = plan.tag;
+            for change in plan.changes {
+                txn.schema(change);
+            }
+            Ok::<(), SqlError>(())
+        })?;
+        Ok(Outcome::Command { tag: tag.into() })
+    }
+}
