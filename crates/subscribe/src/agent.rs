@@ -93,10 +93,15 @@ impl Agent {
     pub fn new(config: AgentConfig, resume: Resume) -> Result<Agent, String> {
         config.validate()?;
         let workers = config.effective_workers();
+        // Schema messages are barriers: everything before the last one
+        // applied is applied, whatever the stored watermark says.
+        let start = resume
+            .schema
+            .map_or(resume.watermark, |s| s.lsn.max(resume.watermark));
         Ok(Agent {
             phase: Phase::Idle,
             epoch: 0,
-            from_lsn: resume.watermark,
+            from_lsn: start,
             window: Window::default(),
             counters: Counters::default(),
             ready: BTreeSet::new(),
@@ -105,7 +110,12 @@ impl Agent {
             batches: BTreeMap::new(),
             next_batch: 0,
             busy: vec![false; workers],
-            positions: Positions::new(resume.watermark, &resume.applied_above, resume.schema),
+            positions: Positions::new(
+                start,
+                resume.watermark,
+                &resume.applied_above,
+                resume.schema,
+            ),
             dead: resume.dead_letters.iter().copied().collect(),
             released: BTreeSet::new(),
             skip_on_arrival: BTreeSet::new(),

@@ -28,16 +28,23 @@ pub(crate) struct Positions {
 }
 
 impl Positions {
-    pub fn new(watermark: Lsn, applied_above: &[Lsn], schema: Option<SchemaPos>) -> Positions {
+    /// Positions starting the stream at `start`, with `durable` stored.
+    pub fn new(
+        start: Lsn,
+        durable: Lsn,
+        applied_above: &[Lsn],
+        schema: Option<SchemaPos>,
+    ) -> Positions {
+        assert!(start >= durable);
         Positions {
-            stream_pos: watermark,
+            stream_pos: start,
             applied_above: applied_above
                 .iter()
                 .copied()
-                .filter(|&l| l >= watermark)
+                .filter(|&l| l >= start)
                 .collect(),
             schema_applied: schema,
-            durable: watermark,
+            durable,
             acked: None,
             storing: None,
             last_store_ms: 0,
