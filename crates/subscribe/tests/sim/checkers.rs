@@ -7,7 +7,7 @@ use aqueduct_publish::{ChangeOp, Mode};
 use aqueduct_subscribe::{key_text, Item, MemRows, MemSink, RowState};
 use serde_json::{json, Map, Value};
 
-use super::workload::{published, table_name, SrcTxn, Tables, Workload, POSTS};
+use super::workload::{published, table_name, SrcTxn, Tables, Workload};
 
 /// A checker's complaint: which checker, and what it saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -290,6 +290,3 @@ pub fn project(tables: &Tables) -> BTreeMap<(String, String), (u64, Map<String, 
         .map(|(&(t, id), row)| (row_key(t, id), (row.version, row.attrs.clone())))
         .collect()
 }
-
-#[allow(dead_code)]
-pub const DDL_TABLE: u64 = POSTS;

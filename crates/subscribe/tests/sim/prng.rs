@@ -4,7 +4,7 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5eed_0f_a9ed_0c7)
+        Rng(seed ^ 0x0005_eed0_fa9e_d0c7)
     }
 
     pub fn next_u64(&mut self) -> u64 {
