@@ -416,6 +416,7 @@ impl CommitConsumer for Feed {
             lsn: batch.last,
             commit_micros: batch.commit_micros,
             changes,
+            deps: batch.deps.clone(),
         });
     }
 }

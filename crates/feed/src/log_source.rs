@@ -121,6 +121,7 @@ impl LogSource {
             lsn: batch.last,
             commit_micros: batch.commit_micros,
             changes,
+            deps: batch.deps.clone(),
         })
     }
 

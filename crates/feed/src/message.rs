@@ -81,6 +81,10 @@ pub struct ChangeMessage {
     /// Commit time, microseconds since the Unix epoch.
     pub commit_micros: i64,
     pub changes: Vec<Change>,
+    /// What the transaction read and who ran it (its `txn_deps` record),
+    /// for publications' causal order; `None` while no publication
+    /// existed when it committed.
+    pub deps: Option<Arc<aqueduct_tables::TxnDeps>>,
 }
 
 impl ChangeMessage {

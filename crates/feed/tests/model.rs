@@ -121,7 +121,24 @@ fn run(seed: u64, steps: usize) {
     let mut compactions = 0;
     for step in 0..steps {
         let dice = rng.below(100);
-        if tables.is_empty() || dice < 4 {
+        if step == steps / 3 {
+            // From here on batches carry their txn_deps record.
+            let mut txn = Txn::default();
+            txn.schema(SchemaChange::CreatePublication(
+                aqueduct_tables::PublicationDef {
+                    id: 1_000_000,
+                    name: "p".into(),
+                    mode: aqueduct_tables::Mode::Causal,
+                    dep_slots: 1024,
+                    publish: Default::default(),
+                    max_lag_bytes: None,
+                    max_lag_age_s: None,
+                    all_tables: true,
+                    objects: Vec::new(),
+                },
+            ));
+            db.commit(&txn).unwrap();
+        } else if tables.is_empty() || dice < 4 {
             let mut txn = Txn::default();
             txn.schema(SchemaChange::CreateTable(schema(next_id)));
             db.commit(&txn).unwrap();
@@ -157,6 +174,12 @@ fn run(seed: u64, steps: usize) {
             compactions += 1;
         } else {
             let mut txn = Txn::default();
+            txn.origin = aqueduct_tables::TxnOrigin {
+                session: rng.below(5),
+                user: format!("u{}", rng.below(3)),
+            };
+            let t = tables[rng.below(tables.len() as u64) as usize];
+            txn.note_row_read(&db.read(), t, &vec![Value::Int(rng.below(30) as i64)]);
             for _ in 0..=rng.below(4) {
                 let t = tables[rng.below(tables.len() as u64) as usize];
                 let key = vec![Value::Int(rng.below(30) as i64)];
@@ -182,6 +205,8 @@ fn run(seed: u64, steps: usize) {
     }
     seen.extend(drain(&mut live));
     assert!(aborted > 0 && compactions > 0);
+    let with_deps = seen.iter().filter(|m| m.deps.is_some()).count();
+    assert!(with_deps > 0, "no batch carried its txn_deps record");
 
     // The live subscriber saw every commit, in order, each once.
     for w in seen.windows(2) {

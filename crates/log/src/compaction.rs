@@ -86,7 +86,7 @@ fn keep(r: &RecordView<'_>, newest: &NewestByKey) -> bool {
     if !r.kind.is_compactable() {
         return true;
     }
-    r.kind == RecordKind::Put && newest.get(r.key) == Some(&r.lsn)
+    matches!(r.kind, RecordKind::Put | RecordKind::TxnDeps) && newest.get(r.key) == Some(&r.lsn)
 }
 
 fn open_segment(storage: &dyn Storage, base: Lsn) -> Result<Arc<dyn StorageFile>> {

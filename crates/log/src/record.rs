@@ -28,7 +28,8 @@ pub const RECORD_HEADER_LEN: usize = 48;
 pub const FLAG_BATCH_CONTINUES: u8 = 0b0000_0001;
 const KNOWN_FLAGS: u8 = FLAG_BATCH_CONTINUES;
 
-/// What a record means. Only `Put` and `Delete` are subject to compaction;
+/// What a record means. Only `Put`, `Delete` and `TxnDeps` are subject to
+/// compaction;
 /// every other kind is kept forever (see [`RecordKind::is_compactable`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RecordKind {
@@ -42,6 +43,10 @@ pub enum RecordKind {
     Schema,
     /// One hop of a transaction chain.
     ChainHop,
+    /// What a transaction read and who ran it (`docs/publications.md`,
+    /// section 2), the first record of its batch. Compacted like a `put`
+    /// of its one key: below every hold only the newest survives.
+    TxnDeps,
     /// A kind defined by a later layer; never compacted.
     Other(u8),
 }
@@ -55,6 +60,7 @@ impl RecordKind {
             RecordKind::TxnMarker => 3,
             RecordKind::Schema => 4,
             RecordKind::ChainHop => 5,
+            RecordKind::TxnDeps => 6,
             RecordKind::Other(b) => b,
         }
     }
@@ -69,6 +75,7 @@ impl RecordKind {
             3 => RecordKind::TxnMarker,
             4 => RecordKind::Schema,
             5 => RecordKind::ChainHop,
+            6 => RecordKind::TxnDeps,
             other => RecordKind::Other(other),
         })
     }
@@ -76,7 +83,10 @@ impl RecordKind {
     /// Whether compaction may drop a record of this kind once a newer record
     /// for the same key exists (or, for a delete, once nothing older holds it).
     pub fn is_compactable(self) -> bool {
-        matches!(self, RecordKind::Put | RecordKind::Delete)
+        matches!(
+            self,
+            RecordKind::Put | RecordKind::Delete | RecordKind::TxnDeps
+        )
     }
 
     /// Short human-readable name (used by `aqueduct wal`).
@@ -87,6 +97,7 @@ impl RecordKind {
             RecordKind::TxnMarker => "txn".into(),
             RecordKind::Schema => "schema".into(),
             RecordKind::ChainHop => "chain-hop".into(),
+            RecordKind::TxnDeps => "txn-deps".into(),
             RecordKind::Other(b) => format!("kind-{b}"),
         }
     }
@@ -99,6 +110,7 @@ impl RecordKind {
             "txn" => RecordKind::TxnMarker,
             "schema" => RecordKind::Schema,
             "chain-hop" => RecordKind::ChainHop,
+            "txn-deps" => RecordKind::TxnDeps,
             other => RecordKind::from_byte(other.strip_prefix("kind-")?.parse().ok()?)?,
         })
     }

@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 
 use aqueduct_expr::{Expr, SqlError};
 use aqueduct_tables::{
-    Attribute, Catalog, DeliveryMode, ObjectKind, PublicationDef, PublishOps, PublishedObject,
+    Attribute, Catalog, Mode, ObjectKind, PublicationDef, PublishOps, PublishedObject,
     SchemaChange, Table, DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX,
 };
 use sqlparser::ast;
@@ -333,7 +333,7 @@ pub fn plan_publication(
             let mut def = PublicationDef {
                 id: catalog.next_table_id(),
                 name: name.clone(),
-                mode: DeliveryMode::Causal,
+                mode: Mode::Causal,
                 dep_slots: DEP_SLOTS_DEFAULT,
                 publish: PublishOps::default(),
                 max_lag_bytes: None,
@@ -671,7 +671,7 @@ fn apply_options(def: &mut PublicationDef, options: &[(String, String)]) -> Resu
         seen.push(key);
         match key.as_str() {
             "mode" => {
-                def.mode = DeliveryMode::parse(value).ok_or_else(|| {
+                def.mode = value.to_ascii_lowercase().parse().map_err(|_| {
                     bad_value(key, value).with_hint("mode is 'global', 'causal' or 'weak'")
                 })?;
             }

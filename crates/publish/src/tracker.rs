@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::dep_hash::dep_hash;
 use crate::limits::DEP_SLOTS_MAX;
 
-/// A delivery mode: what order a subscriber sees transactions in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A delivery mode: what order a subscriber sees transactions in. Ordered
+/// from the strongest: a subscriber may ask for a publication's mode or a
+/// weaker one (Synapse §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Every transaction after every earlier one.
@@ -23,6 +25,12 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Whether a subscriber may ask for `asked` from a publication of
+    /// this mode: at most as strong.
+    pub fn allows(self, asked: Mode) -> bool {
+        asked >= self
+    }
+
     /// The name on the wire and in SQL.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -16,10 +16,12 @@
 //! row without the tables in memory.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aqueduct_log::{Lsn, NewRecord, RecordKind, RecordView};
 use aqueduct_values::{decode_row, decode_value, encode_row, encode_value};
 
+use crate::txn_deps::TxnDeps;
 use crate::{Catalog, Key, RowChange, SchemaChange, TableId, Write};
 
 /// First log-key byte of a row record.
@@ -54,6 +56,9 @@ pub struct Batch {
     /// When it was committed, in microseconds since the Unix epoch (the
     /// log records' timestamp).
     pub commit_micros: i64,
+    /// What the transaction read and who ran it: its `txn_deps` record,
+    /// at `first`, written while the catalog has a publication.
+    pub deps: Option<Arc<TxnDeps>>,
     pub entries: Vec<BatchEntry>,
 }
 
@@ -67,6 +72,8 @@ pub struct AppliedBatch {
     pub changes: Vec<RowChange>,
     /// Schema changes with their LSNs, in LSN order.
     pub schema: Vec<(Lsn, SchemaChange)>,
+    /// The batch's `txn_deps` record, if it has one.
+    pub deps: Option<Arc<TxnDeps>>,
 }
 
 /// The log key of a row.
@@ -85,17 +92,25 @@ pub fn row_log_key(table: TableId, key: &Key) -> Vec<u8> {
 /// once the log gives them LSNs from `first` (a batch takes dense LSNs).
 /// Each row write names the row's previous version, from `catalog` (the
 /// state the batch applies to) or from an earlier write of the same batch.
+/// `deps`, when given, is the batch's first record.
 pub fn encode_batch(
     catalog: &Catalog,
     writes: &[Write],
+    deps: Option<TxnDeps>,
     first: Lsn,
     commit_micros: i64,
 ) -> (Vec<NewRecord>, Batch) {
     let mut written: HashMap<(TableId, &Key), Option<Lsn>> = HashMap::new();
-    let mut records = Vec::with_capacity(writes.len());
+    let mut records = Vec::with_capacity(writes.len() + 1);
     let mut entries = Vec::with_capacity(writes.len());
+    if let Some(d) = &deps {
+        let mut record = d.record();
+        record.timestamp_micros = commit_micros;
+        records.push(record);
+    }
+    let offset = records.len() as u64;
     for (i, w) in writes.iter().enumerate() {
-        let lsn = first + i as u64;
+        let lsn = first + offset + i as u64;
         let (mut record, prev_lsn) = match w {
             Write::Put { table, key, .. } | Write::Delete { table, key } => {
                 let prev = match written.get(&(*table, key)) {
@@ -141,8 +156,9 @@ pub fn encode_batch(
     }
     let batch = Batch {
         first,
-        last: first + writes.len() as u64 - 1,
+        last: first + records.len() as u64 - 1,
         commit_micros,
+        deps: deps.map(Arc::new),
         entries,
     };
     (records, batch)
@@ -236,6 +252,7 @@ impl Catalog {
             first: batch.first,
             last: batch.last,
             commit_micros: batch.commit_micros,
+            deps: batch.deps.clone(),
             ..AppliedBatch::default()
         };
         for e in &batch.entries {
@@ -273,12 +290,15 @@ impl BatchBuilder {
                 first: r.lsn,
                 last: r.lsn,
                 commit_micros: r.timestamp_micros,
+                deps: None,
                 entries: Vec::new(),
             };
             self.open = true;
         }
         self.current.last = r.lsn;
-        if let Some(entry) = decode_record(r)? {
+        if TxnDeps::is_record(r) {
+            self.current.deps = Some(Arc::new(TxnDeps::decode(r.body)?));
+        } else if let Some(entry) = decode_record(r)? {
             self.current.entries.push(entry);
         }
         if r.ends_batch() {

@@ -19,6 +19,7 @@ mod roles;
 mod schema;
 mod sequences;
 mod table;
+mod txn_deps;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,8 +37,8 @@ pub use batch::{
 };
 pub use locks::{LockError, LockTable, RowId, TxnId};
 pub use publications::{
-    Attribute, DeliveryMode, ObjectKind, PublicationDef, PublishOps, PublishedObject,
-    DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX,
+    Attribute, Mode, ObjectKind, PublicationDef, PublishOps, PublishedObject, DEP_SLOTS_DEFAULT,
+    DEP_SLOTS_MAX,
 };
 pub use roles::{
     Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
@@ -51,6 +52,7 @@ pub use sequences::{
     SequenceCache, SequenceError, SequenceState, SessionSequences, SEQUENCE_RESERVE_VALUES,
 };
 pub use table::{matches, Key, Row, RowVersion, Table};
+pub use txn_deps::{DepRead, TxnDeps, TxnOrigin, ACTING_USER_BYTES_MAX};
 
 mod snapshot_read;
 pub use snapshot_read::{RowsAsk, WeightedRows};
@@ -615,6 +617,8 @@ pub struct Txn {
     pub deferred: Vec<DeferredCheck>,
     /// `SET CONSTRAINTS` in this transaction.
     pub constraint_modes: ConstraintModes,
+    /// Its session and acting user, for publications' causal order.
+    pub origin: TxnOrigin,
 }
 
 impl Txn {
@@ -624,6 +628,37 @@ impl Txn {
 
     pub fn is_read_only(&self) -> bool {
         self.writes.is_empty()
+    }
+
+    /// What the transaction read, for its `txn_deps` record: the rows it
+    /// looked up and did not write, and the tables it scanned.
+    pub fn deps(&self) -> TxnDeps {
+        let written: std::collections::HashSet<(TableId, &Key)> = self
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Put { table, key, .. } | Write::Delete { table, key } => Some((*table, key)),
+                Write::Schema(_) => None,
+            })
+            .collect();
+        let reads = self
+            .reads
+            .iter()
+            .filter_map(|r| match r {
+                Read::Row {
+                    table,
+                    key,
+                    version,
+                } if !written.contains(&(*table, key)) => Some(DepRead::Row {
+                    table: *table,
+                    hash: aqueduct_publish::dep_hash(&row_log_key(*table, key)),
+                    present: version.is_some(),
+                }),
+                Read::Table { table, .. } => Some(DepRead::Table(*table)),
+                _ => None,
+            })
+            .collect();
+        TxnDeps::new(self.origin.clone(), reads)
     }
 
     /// Records a point read of `key` in `table` as it is in `catalog`.
@@ -1179,12 +1214,17 @@ impl Database {
         }
         self.check_unique(txn)?;
         let first = self.log.next_lsn();
+        let catalog = self.catalog.read();
+        // Read only by publications' streams: written while there is one.
+        let deps = (!catalog.publications.is_empty()).then(|| txn.deps());
         let (records, batch) = encode_batch(
-            &self.catalog.read(),
+            &catalog,
             &txn.writes,
+            deps,
             first,
             aqueduct_log::now_micros(),
         );
+        drop(catalog);
         let range = self.log.append_pending(&records)?;
         assert_eq!(
             (range.first, range.last),

@@ -10,50 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::{ColumnSource, TableId};
 
-/// The hashed dependency space of a publication unless `dep_slots` says
-/// otherwise: 16 bytes a slot on the server per stream (1 MiB).
-pub const DEP_SLOTS_DEFAULT: u32 = 1 << 16;
-/// The largest dependency space: 64 MiB per server stream.
-pub const DEP_SLOTS_MAX: u32 = 1 << 22;
-const _: () = assert!(DEP_SLOTS_DEFAULT.is_power_of_two() && DEP_SLOTS_MAX.is_power_of_two());
-const _: () = assert!(DEP_SLOTS_DEFAULT <= DEP_SLOTS_MAX);
-
-/// The delivery modes of Synapse (§3.2), strongest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryMode {
-    /// Every subscriber applies transactions in the publisher's LSN order.
-    Global,
-    /// A transaction is applied after every transaction it depends on.
-    Causal,
-    /// Each object ends at its latest version; no order between objects.
-    Weak,
-}
-
-impl DeliveryMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            DeliveryMode::Global => "global",
-            DeliveryMode::Causal => "causal",
-            DeliveryMode::Weak => "weak",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<DeliveryMode> {
-        match s.to_ascii_lowercase().as_str() {
-            "global" => Some(DeliveryMode::Global),
-            "causal" => Some(DeliveryMode::Causal),
-            "weak" => Some(DeliveryMode::Weak),
-            _ => None,
-        }
-    }
-
-    /// Whether a subscriber may ask for `asked` from a publication of this
-    /// mode: at most as strong.
-    pub fn allows(self, asked: DeliveryMode) -> bool {
-        asked >= self
-    }
-}
+pub use aqueduct_publish::limits::{DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX};
+pub use aqueduct_publish::Mode;
 
 /// Which operations a publication sends (PostgreSQL's `publish` option).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,7 +85,7 @@ pub struct PublicationDef {
     pub id: TableId,
     pub name: String,
     /// The strongest mode subscribers may ask for.
-    pub mode: DeliveryMode,
+    pub mode: Mode,
     /// Size of the hashed dependency space, a power of two.
     pub dep_slots: u32,
     #[serde(default)]
@@ -192,20 +150,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_order_from_strongest() {
-        assert!(DeliveryMode::Global.allows(DeliveryMode::Causal));
-        assert!(DeliveryMode::Causal.allows(DeliveryMode::Weak));
-        assert!(!DeliveryMode::Causal.allows(DeliveryMode::Global));
-        assert_eq!(DeliveryMode::parse("CAUSAL"), Some(DeliveryMode::Causal));
-        assert_eq!(DeliveryMode::parse("strong"), None);
-    }
-
-    #[test]
     fn column_attributes_follow_an_alter() {
         let mut p = PublicationDef {
             id: 9,
             name: "p".into(),
-            mode: DeliveryMode::Causal,
+            mode: Mode::Causal,
             dep_slots: 16,
             publish: PublishOps::default(),
             max_lag_bytes: None,

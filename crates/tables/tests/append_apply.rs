@@ -78,7 +78,7 @@ fn batches_appended_elsewhere_apply_like_local_commits() {
     // A batch encoded and appended outside the commit path, then applied.
     let writes = vec![put(1, 11), put(2, 20), put(1, 12)];
     let first = db.log().next_lsn();
-    let (records, batch) = encode_batch(&db.read(), &writes, first, 1_700_000_000_000_000);
+    let (records, batch) = encode_batch(&db.read(), &writes, None, first, 1_700_000_000_000_000);
     db.log().append(&records).unwrap();
     db.apply_appended(&batch);
     assert_eq!(db.applied_lsn(), first + 2);
@@ -106,7 +106,7 @@ fn batches_appended_elsewhere_apply_like_local_commits() {
 
     // A suffix appended but never applied is discarded; applied history
     // cannot be.
-    let (records, _) = encode_batch(&db.read(), &[put(3, 30)], db.log().next_lsn(), 0);
+    let (records, _) = encode_batch(&db.read(), &[put(3, 30)], None, db.log().next_lsn(), 0);
     db.log().append(&records).unwrap();
     assert!(db.discard_after(db.applied_lsn() - 1).is_err());
     db.discard_after(db.applied_lsn()).unwrap();

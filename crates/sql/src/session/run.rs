@@ -588,8 +588,10 @@ impl Session {
             return Ok(out);
         }
         let owner = &self.principal.name;
+        let origin = self.txn_origin();
         let sequences = &mut self.sequences;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
+            txn.origin = origin.clone();
             let out = exec::execute(db, catalog, txn, sequences, &plan, columns.clone(), params)?;
             // The statement is the transaction: deferred checks end with it.
             exec::check_deferred(catalog, txn, exec::CheckDue::All)?;
@@ -743,6 +745,7 @@ impl Session {
             db.end(&txn);
             return Err(e);
         }
+        txn.origin = self.txn_origin();
         let committed = db.commit_checked(&txn, &|c| exec::check_at_commit(c, &txn));
         db.end(&txn);
         if let Some(lsn) = committed? {

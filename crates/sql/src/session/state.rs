@@ -91,6 +91,10 @@ pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("aqueduct.consistency_timeout", "30s"),
     ("aqueduct.consistency_timeout_action", "error"),
     ("aqueduct.release", "0"),
+    // The application's own user behind this session's writes, for
+    // publications' causal order (docs/publications.md, section 2);
+    // empty: the session's role.
+    ("aqueduct.acting_user", ""),
 ];
 
 /// Settings clients may not change.
@@ -296,6 +300,23 @@ impl Session {
     }
 
     /// The backend's process id (0 for a session no connection holds).
+    /// Who runs this session's transactions, for their `txn_deps` record.
+    pub(crate) fn txn_origin(&self) -> aqueduct_tables::TxnOrigin {
+        let acting = self
+            .settings
+            .get("aqueduct.acting_user")
+            .map(String::as_str)
+            .unwrap_or("");
+        aqueduct_tables::TxnOrigin {
+            session: self.backend_pid() as u32 as u64,
+            user: if acting.is_empty() {
+                self.principal.name.clone()
+            } else {
+                acting.to_string()
+            },
+        }
+    }
+
     pub fn backend_pid(&self) -> i32 {
         self.backend.as_ref().map_or(0, |b| b.pid)
     }
