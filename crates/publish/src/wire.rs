@@ -194,6 +194,11 @@ pub struct EpochMessage {
     pub server_id: String,
     /// The publication's dependency space.
     pub dep_slots: u32,
+    /// Each published object's shape as of `from_lsn`, by published name.
+    /// Its attributes include every key column (a change always carries
+    /// its key, whether or not the column list names the key's columns).
+    #[serde(default)]
+    pub objects: std::collections::BTreeMap<String, ObjectSchema>,
 }
 
 /// A `progress` line.
@@ -409,6 +414,7 @@ mod tests {
                 from_lsn: 40,
                 server_id: "srv1".into(),
                 dep_slots: 65_536,
+                objects: Default::default(),
             }),
             WireMessage::Progress(ProgressMessage { lsn: 99 }),
             WireMessage::Row(RowMessage {

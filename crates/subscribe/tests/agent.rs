@@ -18,6 +18,7 @@ fn epoch(from_lsn: u64) -> Input {
             from_lsn,
             server_id: "s".into(),
             dep_slots: 1024,
+            objects: Default::default(),
         }),
         bytes: 10,
     }

@@ -80,6 +80,7 @@ pub fn stream(
         from_lsn,
         server_id: SERVER_ID.into(),
         dep_slots: tracker.dep_slots(),
+        objects: Default::default(),
     }));
     for t in txns.iter().filter(|t| t.first_lsn >= from_lsn) {
         if let Some((table, change)) = &t.schema {
