@@ -38,10 +38,10 @@ use crate::{error_response, status_of, AppState};
 /// Change streams and snapshots served at once; more are refused (503).
 pub const MAX_CHANGE_STREAMS: usize = 256;
 /// Messages queued between a stream's thread and its connection.
-const STREAM_BUFFER_MESSAGES: usize = 64;
+pub(crate) const STREAM_BUFFER_MESSAGES: usize = 64;
 /// A keep-alive is sent after this long without a message (which is also
 /// how a stream notices its client has gone).
-const KEEPALIVE: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(10);
 
 #[derive(Deserialize)]
 pub(crate) struct ChangesQuery {
@@ -69,10 +69,10 @@ enum Format {
 }
 
 /// Counts a running stream; dropped when its thread ends.
-struct StreamSlot(Arc<AtomicUsize>);
+pub(crate) struct StreamSlot(Arc<AtomicUsize>);
 
 impl StreamSlot {
-    fn take(count: &Arc<AtomicUsize>) -> Option<StreamSlot> {
+    pub(crate) fn take(count: &Arc<AtomicUsize>) -> Option<StreamSlot> {
         let n = count.fetch_add(1, Ordering::SeqCst);
         if n >= MAX_CHANGE_STREAMS {
             count.fetch_sub(1, Ordering::SeqCst);
@@ -120,7 +120,7 @@ fn table_list(table: &Option<String>) -> Option<Vec<String>> {
     })
 }
 
-fn busy() -> Response {
+pub(crate) fn busy() -> Response {
     error_response(
         StatusCode::SERVICE_UNAVAILABLE,
         &SqlError::new(
@@ -131,7 +131,7 @@ fn busy() -> Response {
     )
 }
 
-fn streaming(content_type: &'static str, rx: mpsc::Receiver<Bytes>) -> Response {
+pub(crate) fn streaming(content_type: &'static str, rx: mpsc::Receiver<Bytes>) -> Response {
     (
         [
             (header::CONTENT_TYPE, content_type),

@@ -7,6 +7,7 @@ mod auth;
 mod changes;
 mod json;
 mod metrics;
+mod publications;
 mod releases;
 
 use std::future::Future;
@@ -78,6 +79,18 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/v1/changes", get(changes::changes))
         .route("/v1/changes/ack", post(changes::ack))
         .route("/v1/snapshot", get(changes::snapshot))
+        .route(
+            "/v1/publications/{publication}/stream",
+            get(publications::stream),
+        )
+        .route(
+            "/v1/publications/{publication}/bootstrap",
+            post(publications::bootstrap),
+        )
+        .route(
+            "/v1/publications/{publication}/ack",
+            post(publications::ack),
+        )
         .route("/v1/releases/current", get(releases::current))
         .route("/v1/releases/{id}", get(releases::one))
         .route("/v1/releases/{id}/changes", get(releases::changes))

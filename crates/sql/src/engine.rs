@@ -172,6 +172,12 @@ impl Engine {
         &self.db
     }
 
+    /// The database, shared: for readers that outlive a call (publication
+    /// streams).
+    pub fn shared_database(&self) -> Arc<Database> {
+        self.db.clone()
+    }
+
     /// The change feed: every committed transaction, in LSN order.
     pub fn feed(&self) -> &Arc<aqueduct_feed::Feed> {
         &self.feed

@@ -1,0 +1,258 @@
+//! Publications over HTTP (`docs/publications.md`, section 4): what a
+//! subscriber agent (`aqueduct subscribe`) talks to.
+//!
+//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME`: the
+//!   publication's tables at one LSN `S`, NDJSON: an `epoch` line (from
+//!   `S + 1`, with each object's shape), `row` lines, a `chunk_end` line
+//!   after each chunk, and `bootstrap_end` with `S`. The subscriber's
+//!   durable consumer holds the log from `S + 1` before any row is sent.
+//! - `GET /v1/publications/{pub}/stream?subscriber=NAME&from_lsn=L&mode=M&epoch=E`:
+//!   the stream from the subscriber's watermark `L`: an `epoch` line, then
+//!   `txn`, `schema` and `progress` lines; empty lines are keep-alives; an
+//!   `error` line ends a stream the server stopped. The consumer is
+//!   registered on first use and `from_lsn` acknowledges what is before it.
+//! - `POST /v1/publications/{pub}/ack?subscriber=NAME&lsn=L`: everything
+//!   up to `L` is durably applied; the log may drop it.
+//!
+//! Each stream runs on a thread of its own through a bounded channel,
+//! counted with the change feed's streams.
+
+use std::sync::Arc;
+
+use aqueduct_feed::FeedError;
+use aqueduct_publish::{ErrorMessage, Mode, WireMessage};
+use aqueduct_publisher::{consumer_name, Bootstrap, PublicationStream, StreamRequest};
+use aqueduct_sql::{Engine, SqlError};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::changes::{busy, streaming, StreamSlot, KEEPALIVE, STREAM_BUFFER_MESSAGES};
+use crate::{error_response, status_of, AppState};
+
+/// Lines a bootstrap sends per step of its thread.
+const BOOTSTRAP_LINES_PER_STEP: usize = 1024;
+
+#[derive(Deserialize)]
+pub(crate) struct StreamQuery {
+    subscriber: String,
+    from_lsn: Option<u64>,
+    mode: Option<String>,
+    epoch: Option<u64>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct SubscriberQuery {
+    subscriber: String,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AckQuery {
+    subscriber: String,
+    lsn: u64,
+}
+
+/// The server's id as subscribers record it: a subscriber that finds
+/// another id behind the same address is following another log.
+pub fn server_id(engine: &Engine) -> String {
+    let place = engine.database().log().storage().describe("");
+    format!("{:016x}", aqueduct_publish::dep_hash(place.as_bytes()))
+}
+
+fn bad_request(e: SqlError) -> Response {
+    error_response(status_of(&e), &e)
+}
+
+fn feed_error(e: FeedError) -> SqlError {
+    let err = SqlError::new(e.sqlstate(), e.to_string());
+    if e.sqlstate() == "55000" {
+        return err
+            .with_hint("bootstrap the subscriber again (aqueduct subscribe does so by itself)");
+    }
+    err
+}
+
+/// Who may follow publications: those who may follow every table.
+fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let principal = s.auth.principal(&s.engine, headers).map_err(|r| *r)?;
+    s.engine
+        .feed_tables(&principal, None)
+        .map(|_| ())
+        .map_err(|e| error_response(status_of(&e), &e))
+}
+
+fn line(m: &WireMessage) -> Bytes {
+    let mut s = m.to_line();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn error_line(e: &SqlError) -> Bytes {
+    line(&WireMessage::Error(ErrorMessage {
+        code: e.code.to_string(),
+        message: e.message.clone(),
+    }))
+}
+
+/// Runs `work` on a thread of its own, its lines sent through a bounded
+/// channel as the response body.
+fn spawn_stream(
+    s: &AppState,
+    name: &str,
+    work: impl FnOnce(&mpsc::Sender<Bytes>) + Send + 'static,
+) -> Response {
+    let Some(slot) = StreamSlot::take(&s.streams) else {
+        return busy();
+    };
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER_MESSAGES);
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _slot = slot;
+            work(&tx);
+        });
+    if spawned.is_err() {
+        return busy();
+    }
+    streaming("application/x-ndjson", rx)
+}
+
+pub(crate) async fn stream(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(publication): Path<String>,
+    Query(q): Query<StreamQuery>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let mode = match q.mode.as_deref().unwrap_or("causal").parse::<Mode>() {
+        Ok(m) => m,
+        Err(e) => return bad_request(SqlError::new("22023", e.to_string())),
+    };
+    let engine = s.engine.clone();
+    let consumer = consumer_name(&publication, &q.subscriber);
+    let request = StreamRequest {
+        publication,
+        mode,
+        epoch: q.epoch.unwrap_or(0),
+        from_lsn: q.from_lsn.unwrap_or(0).max(1),
+        server_id: server_id(&engine),
+    };
+    let opened = tokio::task::spawn_blocking(move || {
+        let feed = engine.feed().clone();
+        // The consumer's hold follows the subscriber's watermark.
+        feed.register(&consumer, Some(request.from_lsn))
+            .and_then(|_| feed.ack(&consumer, request.from_lsn - 1))
+            .map_err(feed_error)?;
+        let (stream, first) = PublicationStream::open(engine.shared_database(), &feed, request)?;
+        Ok::<_, SqlError>((engine, stream, first))
+    })
+    .await;
+    let (engine, mut stream, first) = match opened {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return bad_request(e),
+        Err(e) => return bad_request(SqlError::new("XX000", e.to_string())),
+    };
+    spawn_stream(&s, "publication-stream", move |tx| {
+        if tx.blocking_send(line(&first)).is_err() {
+            return;
+        }
+        pump(&engine, &mut stream, tx);
+    })
+}
+
+/// Moves the stream's lines to the connection until the client goes, the
+/// server stops, or the stream ends (its error is the last line).
+fn pump(engine: &Arc<Engine>, stream: &mut PublicationStream, tx: &mpsc::Sender<Bytes>) {
+    loop {
+        if engine.is_shutting_down() {
+            return;
+        }
+        match stream.next(KEEPALIVE) {
+            Ok(lines) if lines.is_empty() => {
+                if tx.blocking_send(Bytes::from_static(b"\n")).is_err() {
+                    return;
+                }
+            }
+            Ok(lines) => {
+                for l in &lines {
+                    if tx.blocking_send(line(l)).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(error_line(&e));
+                return;
+            }
+        }
+    }
+}
+
+pub(crate) async fn bootstrap(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(publication): Path<String>,
+    Query(q): Query<SubscriberQuery>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let engine = s.engine.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        let db = engine.shared_database();
+        let id = server_id(&engine);
+        let consumer = consumer_name(&publication, &q.subscriber);
+        let (b, first) = Bootstrap::start(&db, engine.feed(), &publication, &consumer, &id)?;
+        Ok::<_, SqlError>((b, first))
+    })
+    .await;
+    let (mut boot, first) = match started {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return bad_request(e),
+        Err(e) => return bad_request(SqlError::new("XX000", e.to_string())),
+    };
+    spawn_stream(&s, "publication-bootstrap", move |tx| {
+        if tx.blocking_send(line(&first)).is_err() {
+            return;
+        }
+        loop {
+            let lines = boot.next_lines(BOOTSTRAP_LINES_PER_STEP);
+            if lines.is_empty() {
+                return;
+            }
+            for l in &lines {
+                if tx.blocking_send(line(l)).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+pub(crate) async fn ack(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(publication): Path<String>,
+    Query(q): Query<AckQuery>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let feed = s.engine.feed().clone();
+    let consumer = consumer_name(&publication, &q.subscriber);
+    let done = tokio::task::spawn_blocking(move || feed.ack(&consumer, q.lsn)).await;
+    match done {
+        Ok(Ok(())) => axum::Json(json!({ "lsn": q.lsn })).into_response(),
+        Ok(Err(e)) => bad_request(feed_error(e)),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &SqlError::new("XX000", e.to_string()),
+        ),
+    }
+}
