@@ -6,7 +6,7 @@
 mod auth;
 mod changes;
 mod json;
-mod metrics;
+pub(crate) mod metrics;
 mod publications;
 mod releases;
 
@@ -57,6 +57,8 @@ struct AppState {
     extra: ExtraMetrics,
     /// Change streams and snapshots running (`changes.rs`).
     streams: Arc<std::sync::atomic::AtomicUsize>,
+    /// Counters of publication streams (`publications.rs`).
+    publications: Arc<aqueduct_publisher::PublicationMetrics>,
 }
 
 /// The routes, for serving and for tests.
@@ -70,6 +72,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         }),
         extra,
         streams: Default::default(),
+        publications: Default::default(),
     };
     Router::new()
         .route("/health", get(health))
@@ -230,6 +233,7 @@ async fn health(State(s): State<AppState>) -> impl IntoResponse {
 
 async fn metrics_page(State(s): State<AppState>) -> impl IntoResponse {
     let mut out = render_metrics(&s.engine);
+    metrics::publication_metrics(&mut out, &s.engine, &s.publications);
     (s.extra)(&mut out);
     (
         [(

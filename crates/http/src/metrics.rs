@@ -467,3 +467,101 @@ fn feed_metrics(out: &mut String, engine: &Engine) {
         }
     }
 }
+
+/// Each publication's streams and subscribers (`docs/publications.md`,
+/// section 9): counters of what was sent, and each subscriber's position
+/// and lag from its durable consumer (`pub:{publication}:{subscriber}`).
+pub(crate) fn publication_metrics(
+    out: &mut String,
+    engine: &Engine,
+    metrics: &aqueduct_publisher::PublicationMetrics,
+) {
+    let all = metrics.all();
+    for (name, kind, help, get) in [
+        (
+            "aqueduct_publication_messages_total",
+            "counter",
+            "Transactions sent to subscribers.",
+            (|c| c.messages.load(Ordering::Relaxed)) as fn(&aqueduct_publisher::Counters) -> u64,
+        ),
+        (
+            "aqueduct_publication_changes_total",
+            "counter",
+            "Row changes sent to subscribers.",
+            |c| c.changes.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_publication_schema_messages_total",
+            "counter",
+            "Schema changes sent to subscribers.",
+            |c| c.schema_messages.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_publication_bytes_total",
+            "counter",
+            "Bytes of stream and bootstrap lines sent.",
+            |c| c.bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_publication_streams",
+            "gauge",
+            "Streams and bootstraps open now.",
+            |c| c.streams.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_publication_bootstraps_total",
+            "counter",
+            "Bootstraps started.",
+            |c| c.bootstraps.load(Ordering::Relaxed),
+        ),
+        (
+            "aqueduct_publication_bootstrap_rows_total",
+            "counter",
+            "Rows sent by bootstraps.",
+            |c| c.bootstrap_rows.load(Ordering::Relaxed),
+        ),
+    ] {
+        family(out, name, kind, help);
+        for (p, c) in &all {
+            let _ = writeln!(out, "{name}{{publication=\"{}\"}} {}", escape(p), get(c));
+        }
+    }
+    let subscribers: Vec<(String, String, aqueduct_feed::ConsumerInfo)> = engine
+        .feed()
+        .consumers()
+        .into_iter()
+        .filter_map(|c| {
+            let rest = c.name.strip_prefix("pub:")?;
+            let (p, s) = rest.split_once(':')?;
+            Some((p.to_string(), s.to_string(), c))
+        })
+        .collect();
+    for (name, help, get) in [
+        (
+            "aqueduct_publication_subscriber_next_lsn",
+            "The LSN each subscriber needs next (everything before it is applied).",
+            (|c| c.next_lsn) as fn(&aqueduct_feed::ConsumerInfo) -> u64,
+        ),
+        (
+            "aqueduct_publication_subscriber_lag_lsns",
+            "LSNs committed past what each subscriber has applied.",
+            |c| c.lag,
+        ),
+        (
+            "aqueduct_publication_subscriber_dropped",
+            "1 for a subscriber cut off past its cap (it bootstraps again).",
+            |c| u64::from(c.dropped.is_some()),
+        ),
+    ] {
+        family(out, name, "gauge", help);
+        for (p, s, c) in &subscribers {
+            let _ = writeln!(
+                out,
+                "{name}{{publication=\"{}\",subscriber=\"{}\"}} {}",
+                escape(p),
+                escape(s),
+                get(c)
+            );
+        }
+    }
+}

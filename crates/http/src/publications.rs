@@ -21,7 +21,9 @@ use std::sync::Arc;
 
 use aqueduct_feed::FeedError;
 use aqueduct_publish::{ErrorMessage, Mode, WireMessage};
-use aqueduct_publisher::{consumer_name, Bootstrap, PublicationStream, StreamRequest};
+use aqueduct_publisher::{
+    consumer_name, Bootstrap, Counters, PublicationStream, StreamGauge, StreamRequest,
+};
 use aqueduct_sql::{Engine, SqlError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -91,6 +93,13 @@ fn line(m: &WireMessage) -> Bytes {
     Bytes::from(s)
 }
 
+/// Sends `m` and counts it; `false` once the client has gone.
+fn send(tx: &mpsc::Sender<Bytes>, counters: &Counters, m: &WireMessage) -> bool {
+    let bytes = line(m);
+    counters.sent(m, bytes.len());
+    tx.blocking_send(bytes).is_ok()
+}
+
 fn error_line(e: &SqlError) -> Bytes {
     line(&WireMessage::Error(ErrorMessage {
         code: e.code.to_string(),
@@ -135,6 +144,7 @@ pub(crate) async fn stream(
         Err(e) => return bad_request(SqlError::new("22023", e.to_string())),
     };
     let engine = s.engine.clone();
+    let counters = s.publications.of(&publication);
     let consumer = consumer_name(&publication, &q.subscriber);
     let request = StreamRequest {
         publication,
@@ -159,16 +169,22 @@ pub(crate) async fn stream(
         Err(e) => return bad_request(SqlError::new("XX000", e.to_string())),
     };
     spawn_stream(&s, "publication-stream", move |tx| {
-        if tx.blocking_send(line(&first)).is_err() {
+        let _open = StreamGauge::new(counters.clone());
+        if !send(tx, &counters, &first) {
             return;
         }
-        pump(&engine, &mut stream, tx);
+        pump(&engine, &mut stream, &counters, tx);
     })
 }
 
 /// Moves the stream's lines to the connection until the client goes, the
 /// server stops, or the stream ends (its error is the last line).
-fn pump(engine: &Arc<Engine>, stream: &mut PublicationStream, tx: &mpsc::Sender<Bytes>) {
+fn pump(
+    engine: &Arc<Engine>,
+    stream: &mut PublicationStream,
+    counters: &Counters,
+    tx: &mpsc::Sender<Bytes>,
+) {
     loop {
         if engine.is_shutting_down() {
             return;
@@ -181,7 +197,7 @@ fn pump(engine: &Arc<Engine>, stream: &mut PublicationStream, tx: &mpsc::Sender<
             }
             Ok(lines) => {
                 for l in &lines {
-                    if tx.blocking_send(line(l)).is_err() {
+                    if !send(tx, counters, l) {
                         return;
                     }
                 }
@@ -204,6 +220,7 @@ pub(crate) async fn bootstrap(
         return r;
     }
     let engine = s.engine.clone();
+    let counters = s.publications.of(&publication);
     let started = tokio::task::spawn_blocking(move || {
         let db = engine.shared_database();
         let id = server_id(&engine);
@@ -217,8 +234,12 @@ pub(crate) async fn bootstrap(
         Ok(Err(e)) => return bad_request(e),
         Err(e) => return bad_request(SqlError::new("XX000", e.to_string())),
     };
+    counters
+        .bootstraps
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     spawn_stream(&s, "publication-bootstrap", move |tx| {
-        if tx.blocking_send(line(&first)).is_err() {
+        let _open = StreamGauge::new(counters.clone());
+        if !send(tx, &counters, &first) {
             return;
         }
         loop {
@@ -227,7 +248,7 @@ pub(crate) async fn bootstrap(
                 return;
             }
             for l in &lines {
-                if tx.blocking_send(line(l)).is_err() {
+                if !send(tx, &counters, l) {
                     return;
                 }
             }

@@ -8,16 +8,19 @@
 //! - [`stream`]: one subscriber's stream from its watermark: projected
 //!   transactions with their dependency counts, schema lines, progress;
 //! - [`bootstrap`]: the publication's tables at one LSN, in chunks, with
-//!   the subscriber's hold on the log set before the snapshot is taken.
+//!   the subscriber's hold on the log set before the snapshot is taken;
+//! - [`metrics`]: counters of each publication's streams.
 //!
 //! The wire format and the dependency tracker are `aqueduct_publish`'s;
 //! the HTTP endpoints that serve these are `aqueduct_http`'s.
 
 pub mod bootstrap;
+pub mod metrics;
 pub mod projection;
 pub mod stream;
 
 pub use bootstrap::Bootstrap;
+pub use metrics::{Counters, PublicationMetrics, StreamGauge};
 pub use projection::{ObjectProjection, Projection, ROW_ID_ATTRIBUTE};
 pub use stream::{PublicationStream, StreamRequest};
 
