@@ -33,3 +33,15 @@ pub use wire::{
     SchemaChange, SchemaMessage, TxnMessage, WireError, WireMessage, WIRE_VERSION,
     WIRE_VERSIONS_READ,
 };
+
+/// The prefix of the durable consumers (in the server's change feed) of
+/// every subscriber of `publication`.
+pub fn consumer_prefix(publication: &str) -> String {
+    format!("pub:{publication}:")
+}
+
+/// The durable consumer that holds the server's log for subscriber
+/// `subscriber` of `publication`.
+pub fn consumer_name(publication: &str, subscriber: &str) -> String {
+    format!("{}{subscriber}", consumer_prefix(publication))
+}

@@ -27,11 +27,7 @@ pub use stream::{PublicationStream, StreamRequest};
 use aqueduct_expr::SqlError;
 use aqueduct_feed::FeedError;
 
-/// The durable consumer that holds the log for subscriber `subscriber`
-/// of publication `publication`.
-pub fn consumer_name(publication: &str, subscriber: &str) -> String {
-    format!("pub:{publication}:{subscriber}")
-}
+pub use aqueduct_publish::{consumer_name, consumer_prefix};
 
 /// A feed error as the SQL error a subscriber is told: 55000 when the
 /// stream cannot start where it asked (bootstrap again).

@@ -3,7 +3,9 @@
 
 use aqueduct_expr::SqlError;
 use aqueduct_plan::plan::Outcome;
-use aqueduct_plan::publications::{parse_publication, plan_publication, Actor};
+use aqueduct_plan::publications::{
+    parse_publication, plan_publication, Actor, AlterAction, PublicationStatement,
+};
 
 use super::state::Session;
 
@@ -37,6 +39,27 @@ impl Session {
             }
             Ok::<(), SqlError>(())
         })?;
+        // Subscribers of a publication that is gone, or that now has
+        // another name, no longer hold the log.
+        let gone: Vec<&String> = match &st {
+            PublicationStatement::Drop { names, .. } => names.iter().collect(),
+            PublicationStatement::Alter {
+                name,
+                action: AlterAction::RenameTo(_),
+            } => vec![name],
+            _ => Vec::new(),
+        };
+        if !gone.is_empty() {
+            let feed = self.engine.feed();
+            for c in feed.consumers() {
+                if gone
+                    .iter()
+                    .any(|p| c.name.starts_with(&aqueduct_publish::consumer_prefix(p)))
+                {
+                    let _ = feed.unregister(&c.name);
+                }
+            }
+        }
         Ok(Outcome::Command { tag: tag.into() })
     }
 }
