@@ -181,8 +181,16 @@ impl Consumers {
     }
 
     /// Drops every live consumer past a cap.
-    pub(crate) fn enforce(&self, log: &Log, options: &FeedOptions) -> Result<(), FeedError> {
-        if options.consumer_max_bytes.is_none() && options.consumer_max_age.is_none() {
+    pub(crate) fn enforce(
+        &self,
+        log: &Log,
+        options: &FeedOptions,
+        caps_of: Option<&crate::CapsOf>,
+    ) -> Result<(), FeedError> {
+        if options.consumer_max_bytes.is_none()
+            && options.consumer_max_age.is_none()
+            && caps_of.is_none()
+        {
             return Ok(());
         }
         let segments = log.segments();
@@ -197,7 +205,10 @@ impl Consumers {
                 .sum();
             let behind = log.committed_lsn() >= c.next_lsn;
             let idle = std::time::Duration::from_micros(now.saturating_sub(c.acked_micros) as u64);
-            let reason = match (options.consumer_max_bytes, options.consumer_max_age) {
+            let own = caps_of.and_then(|f| f(&c.name)).unwrap_or_default();
+            let max_bytes = own.max_bytes.or(options.consumer_max_bytes);
+            let max_age = own.max_age.or(options.consumer_max_age);
+            let reason = match (max_bytes, max_age) {
                 (Some(max), _) if held > max => Some(format!(
                     "it held {held} bytes of log from LSN {} (the cap is {max} bytes)",
                     c.next_lsn

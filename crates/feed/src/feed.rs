@@ -80,6 +80,8 @@ pub struct Feed {
     consumers: Consumers,
     pub metrics: FeedMetrics,
     last_cap_check: Mutex<Instant>,
+    /// Consumers' own caps (publications set theirs).
+    caps_of: RwLock<Option<Arc<crate::CapsOf>>>,
     /// Messages were published that waiting subscribers were not yet told
     /// of: they are woken once the commit lock is released.
     unannounced: std::sync::atomic::AtomicBool,
@@ -111,6 +113,7 @@ impl Feed {
                 consumers,
                 metrics: FeedMetrics::default(),
                 last_cap_check: Mutex::new(Instant::now()),
+                caps_of: Default::default(),
                 unannounced: Default::default(),
                 options,
             });
@@ -344,9 +347,18 @@ impl Feed {
         self.enforce_caps_now();
     }
 
+    /// Sets how a consumer's own caps are found by its name.
+    pub fn set_caps_of(&self, caps_of: Arc<crate::CapsOf>) {
+        *self.caps_of.write() = Some(caps_of);
+    }
+
     /// [`Feed::enforce_caps`] without the rate limit.
     pub fn enforce_caps_now(&self) {
-        if let Err(e) = self.consumers.enforce(&self.log, &self.options) {
+        let caps_of = self.caps_of.read().clone();
+        if let Err(e) = self
+            .consumers
+            .enforce(&self.log, &self.options, caps_of.as_deref())
+        {
             tracing::warn!("checking the change feed's consumers: {e}");
         }
     }

@@ -58,6 +58,18 @@ impl Default for FeedOptions {
     }
 }
 
+/// The caps of one durable consumer, where they differ from the feed's
+/// (a publication's `max_lag` and `max_lag_age`); `None` fields keep the
+/// feed's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerCaps {
+    pub max_bytes: Option<u64>,
+    pub max_age: Option<Duration>,
+}
+
+/// Looks up a consumer's own caps by its name.
+pub type CapsOf = dyn Fn(&str) -> Option<ConsumerCaps> + Send + Sync;
+
 /// What can go wrong, each saying what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {

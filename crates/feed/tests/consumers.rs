@@ -56,6 +56,36 @@ fn update(db: &Database, n: usize, keys: i64, payload: &str) {
 }
 
 #[test]
+fn a_consumer_with_caps_of_its_own_is_dropped_past_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 8 << 10);
+    create_table(&db);
+    // No cap for the feed; one consumer has its own (as a publication's
+    // subscribers do), the other none.
+    let feed = Feed::attach(&db, FeedOptions::default()).unwrap();
+    feed.set_caps_of(std::sync::Arc::new(|name: &str| {
+        (name == "capped").then_some(aqueduct_feed::ConsumerCaps {
+            max_bytes: Some(64 << 10),
+            max_age: None,
+        })
+    }));
+    feed.register("capped", None).unwrap();
+    feed.register("free", None).unwrap();
+    update(&db, 3000, 20, "a longer payload to fill the log ");
+    feed.enforce_caps_now();
+    let dropped = |n: &str| {
+        feed.consumers()
+            .into_iter()
+            .find(|c| c.name == n)
+            .unwrap()
+            .dropped
+            .is_some()
+    };
+    assert!(dropped("capped"));
+    assert!(!dropped("free"));
+}
+
+#[test]
 fn a_consumer_behind_keeps_the_log_until_its_cap() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path(), 8 << 10);

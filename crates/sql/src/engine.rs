@@ -142,6 +142,21 @@ impl Engine {
         db.add_consumer(registry.clone());
         let feed = aqueduct_feed::Feed::attach(&db, feed_options)
             .map_err(|e| SqlError::new(e.sqlstate(), e.to_string()))?;
+        // A publication's subscribers are cut off past its own caps
+        // (`max_lag`, `max_lag_age`), else past the server's.
+        let tables = Arc::downgrade(&db);
+        feed.set_caps_of(Arc::new(move |consumer: &str| {
+            let db = tables.upgrade()?;
+            let catalog = db.read();
+            let p = catalog
+                .publications
+                .values()
+                .find(|p| consumer.starts_with(&aqueduct_publish::consumer_prefix(&p.name)))?;
+            Some(aqueduct_feed::ConsumerCaps {
+                max_bytes: p.max_lag_bytes,
+                max_age: p.max_lag_age_s.map(std::time::Duration::from_secs),
+            })
+        }));
         let engine = Arc::new(Engine {
             db,
             feed,
