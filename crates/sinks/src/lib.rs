@@ -12,8 +12,10 @@
 //!   or a file, at least once, its position in a state directory;
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
+pub mod jsonl;
 mod sql;
 pub mod sqlite;
 
+pub use jsonl::JsonLinesSink;
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;
