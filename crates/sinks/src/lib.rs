@@ -13,9 +13,13 @@
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
 pub mod jsonl;
+pub mod postgres;
+pub mod spec;
 mod sql;
 pub mod sqlite;
 
 pub use jsonl::JsonLinesSink;
+pub use postgres::PostgresSink;
+pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;
