@@ -390,8 +390,11 @@ pub fn types_round_trip(open: Open) {
     assert_eq!(err.class, ErrorClass::Permanent, "{err}");
 }
 
+/// Opens one case's sink, again on each call.
+pub type Opener = Box<dyn FnMut() -> Box<dyn Store>>;
+
 /// Every case, each on a sink of its own from `open(case name)`.
-pub fn all(open: &mut dyn FnMut(&str) -> Box<dyn FnMut() -> Box<dyn Store>>) {
+pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
     type Case = fn(Open);
     let cases: [(&str, Case); 6] = [
         ("guarded_upsert", guarded_upsert),
