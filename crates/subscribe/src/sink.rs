@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use aqueduct_publish::{Change, ChangeOp, Lsn, SchemaChange};
+use aqueduct_publish::{Change, ChangeOp, Lsn, ObjectSchema, SchemaChange};
 use serde_json::{Map, Value};
 
 use crate::batch::{Item, Record, Resume, SchemaPos};
@@ -103,6 +103,14 @@ pub trait Sink {
 
     /// What the sink holds about the position, to start the agent from.
     fn resume(&self) -> Result<Resume, SinkError>;
+
+    /// Makes sure the sink can hold each of the publication's objects, as
+    /// a stream's `epoch` line gives them (`EpochMessage::objects`):
+    /// creates what is missing and leaves what exists alone, so calling it
+    /// again, on every stream, changes nothing. The shell calls it when the
+    /// `epoch` line arrives, before any change of that stream is applied.
+    fn ensure_objects(&mut self, objects: &BTreeMap<String, ObjectSchema>)
+        -> Result<(), SinkError>;
 }
 
 /// A stored row, or the tombstone of a deleted one.
@@ -318,6 +326,8 @@ pub struct MemSink {
     pub apply_count: BTreeMap<Lsn, u32>,
     /// Every commit, in order.
     pub history: Vec<Commit>,
+    /// The objects' shapes as [`Sink::ensure_objects`] first saw them.
+    pub objects: BTreeMap<String, ObjectSchema>,
 }
 
 impl MemSink {
@@ -341,6 +351,7 @@ impl MemSink {
             dead_letters: BTreeMap::new(),
             apply_count: BTreeMap::new(),
             history: Vec::new(),
+            objects: BTreeMap::new(),
         }
     }
 
@@ -450,6 +461,18 @@ impl Sink for MemSink {
             dead_letters: self.dead_letters.iter().map(|(&l, &a)| (l, a)).collect(),
         })
     }
+
+    fn ensure_objects(
+        &mut self,
+        objects: &BTreeMap<String, ObjectSchema>,
+    ) -> Result<(), SinkError> {
+        for (name, shape) in objects {
+            self.objects
+                .entry(name.clone())
+                .or_insert_with(|| shape.clone());
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -500,5 +523,24 @@ mod tests {
         assert_eq!(s.resume().unwrap().applied_above, vec![4]);
         s.store_position(5, &[], None).unwrap();
         assert!(s.resume().unwrap().applied_above.is_empty());
+    }
+
+    #[test]
+    fn ensure_objects_keeps_first_shape() {
+        use aqueduct_publish::AttributeType;
+        let shape = |ty: &str| ObjectSchema {
+            attributes: vec![AttributeType {
+                name: "id".into(),
+                ty: ty.into(),
+            }],
+            key: vec!["id".into()],
+        };
+        let mut s = MemSink::transactional();
+        let first = BTreeMap::from([("posts".to_string(), shape("bigint"))]);
+        s.ensure_objects(&first).unwrap();
+        s.ensure_objects(&first).unwrap();
+        let other = BTreeMap::from([("posts".to_string(), shape("text"))]);
+        s.ensure_objects(&other).unwrap();
+        assert_eq!(s.objects, first);
     }
 }

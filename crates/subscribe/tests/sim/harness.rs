@@ -1,5 +1,11 @@
 //! One simulated run: the source, the server's stream, the real agent,
 //! workers finishing in random order, an in-memory sink, and faults.
+//!
+//! A real sink can run beside the in-memory one ([`Shadow`], [`run_with`]):
+//! it gets every call the in-memory sink gets, the agent restarts from its
+//! position after a crash, and at the end its rows must be the source's.
+//! The sink crates include these files to run the checkers against their
+//! sinks.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -8,11 +14,26 @@ use aqueduct_subscribe::{
     Agent, AgentConfig, BatchId, Effect, Input, Item, MemSink, Operator, PositionMode, Record,
     SchemaPos, Sink, SinkError, StreamEnd,
 };
+use serde_json::{Map, Value};
 
 use super::checkers::{Checker, Violation};
 use super::prng::Rng;
 use super::server;
 use super::workload;
+
+/// Present rows as `(object, key text) -> (version, attrs)`, the shape of
+/// `MemRows::present`.
+pub type Present = BTreeMap<(String, String), (u64, Map<String, Value>)>;
+
+/// A real sink driven beside the in-memory one.
+pub trait Shadow {
+    /// The sink.
+    fn sink(&mut self) -> &mut dyn Sink;
+    /// A crash: drop the sink and open it again from what it stored.
+    fn reopen(&mut self);
+    /// Its present rows; attributes stored as NULL are left out.
+    fn present(&mut self) -> Present;
+}
 
 /// Planted defects, by where they live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +114,7 @@ struct Job {
 
 struct Run<'a> {
     sc: &'a Scenario,
+    shadow: Option<&'a mut (dyn Shadow + 'a)>,
     rng: Rng,
     w: workload::Workload,
     sink: MemSink,
@@ -127,7 +149,18 @@ fn config(sc: &Scenario) -> AgentConfig {
 
 impl Run<'_> {
     fn new_agent(&mut self) {
-        let resume = self.sink.resume().expect("resume");
+        let mut resume = self.sink.resume().expect("resume");
+        if let Some(shadow) = self.shadow.as_deref_mut() {
+            shadow.reopen();
+            let real = shadow.sink().resume().expect("shadow resume");
+            if real != resume {
+                self.checker.violations.push(Violation {
+                    checker: "shadow",
+                    detail: format!("the sink resumes from {real:?}, the model from {resume:?}"),
+                });
+            }
+            resume = real;
+        }
         self.agent = Agent::new(config(self.sc), resume).expect("config");
         #[cfg(feature = "planted-bugs")]
         if let Some(Planted::Agent(bug)) = self.sc.planted {
@@ -207,8 +240,22 @@ impl Run<'_> {
             } => {
                 self.out.dead_lettered += 1;
                 self.sink.store_dead_letter(lsn, &error, attempts).unwrap();
+                if let Some(shadow) = self.shadow.as_deref_mut() {
+                    shadow
+                        .sink()
+                        .store_dead_letter(lsn, &error, attempts)
+                        .expect("shadow dead letter");
+                }
             }
-            Effect::DeadLetterCleared { lsn } => self.sink.clear_dead_letter(lsn).unwrap(),
+            Effect::DeadLetterCleared { lsn } => {
+                self.sink.clear_dead_letter(lsn).unwrap();
+                if let Some(shadow) = self.shadow.as_deref_mut() {
+                    shadow
+                        .sink()
+                        .clear_dead_letter(lsn)
+                        .expect("shadow dead letter cleared");
+                }
+            }
             Effect::CausalFallback { lsn, .. } => {
                 self.out.fallbacks += 1;
                 self.checker.on_fallback(lsn);
@@ -242,6 +289,14 @@ impl Run<'_> {
                 checker.before_item(item, rows)
             });
         self.checker.after_commit(&job.items, &self.sink);
+        if let Some(shadow) = self.shadow.as_deref_mut() {
+            if let Err(e) = shadow.sink().apply(&job.items, &job.record) {
+                self.checker.violations.push(Violation {
+                    checker: "shadow",
+                    detail: format!("the sink refused {:?}: {e}", job.record.applied),
+                });
+            }
+        }
         if self.rng.chance(self.sc.crash * 3) {
             return self.crash();
         }
@@ -256,6 +311,12 @@ impl Run<'_> {
         self.sink
             .store_position(watermark, &applied_above, schema)
             .expect("store");
+        if let Some(shadow) = self.shadow.as_deref_mut() {
+            shadow
+                .sink()
+                .store_position(watermark, &applied_above, schema)
+                .expect("shadow store");
+        }
         if self.rng.chance(self.sc.crash * 3) {
             return self.crash();
         }
@@ -278,6 +339,18 @@ impl Run<'_> {
         // Through the wire and back.
         let text = line.to_line();
         let line = aqueduct_publish::parse_line(&text).expect("own line");
+        if let WireMessage::Epoch(e) = &line {
+            // The shell's duty on each stream's first line.
+            self.sink
+                .ensure_objects(&e.objects)
+                .expect("ensure objects");
+            if let Some(shadow) = self.shadow.as_deref_mut() {
+                shadow
+                    .sink()
+                    .ensure_objects(&e.objects)
+                    .expect("shadow ensure objects");
+            }
+        }
         self.step(Input::Received {
             now_ms: self.now,
             line,
@@ -287,6 +360,15 @@ impl Run<'_> {
 }
 
 pub fn run(seed: u64, sc: &Scenario) -> Outcome {
+    run_with(seed, sc, None)
+}
+
+/// [`run`] with a real sink beside the in-memory one.
+pub fn run_with<'a>(
+    seed: u64,
+    sc: &'a Scenario,
+    shadow: Option<&'a mut (dyn Shadow + 'a)>,
+) -> Outcome {
     let mut rng = Rng::new(seed);
     let w = workload::generate(&mut rng, sc.txns, sc.users, sc.ddl);
     let mut faults = BTreeMap::new();
@@ -333,6 +415,7 @@ pub fn run(seed: u64, sc: &Scenario) -> Outcome {
     let agent = Agent::new(config(sc), sink.resume().unwrap()).expect("config");
     let mut r = Run {
         sc,
+        shadow,
         rng,
         w,
         sink,
@@ -418,6 +501,21 @@ pub fn run(seed: u64, sc: &Scenario) -> Outcome {
     }
     let dead = r.agent.dead_letters();
     r.checker.finish(&r.w, &r.sink, &dead);
+    if let Some(shadow) = r.shadow.as_deref_mut() {
+        let real = shadow.present();
+        if real != r.sink.rows.present() {
+            r.checker.violations.push(Violation {
+                checker: "shadow",
+                detail: "the sink's rows differ from the model's".into(),
+            });
+        }
+        if real != super::checkers::project(&r.w.last) {
+            r.checker.violations.push(Violation {
+                checker: "shadow",
+                detail: "the sink's rows differ from the source at the last LSN".into(),
+            });
+        }
+    }
     r.out.violations = std::mem::take(&mut r.checker.violations);
     r.out
 }

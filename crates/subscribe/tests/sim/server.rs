@@ -4,13 +4,15 @@
 
 use std::collections::VecDeque;
 
+use std::collections::BTreeMap;
+
 use aqueduct_publish::{
-    dep_hash, Change, DepTracker, EpochMessage, Mode, ProgressMessage, SchemaMessage, TxnMessage,
-    TxnObjects, WireMessage,
+    dep_hash, AttributeType, Change, DepTracker, EpochMessage, Mode, ObjectSchema, ProgressMessage,
+    SchemaChange, SchemaMessage, TxnMessage, TxnObjects, WireMessage,
 };
 use serde_json::json;
 
-use super::workload::{published, table_name, SrcTxn};
+use super::workload::{published, table_name, SrcTxn, COMMENTS, POSTS, USERS};
 
 pub const SERVER_ID: &str = "sim";
 
@@ -65,6 +67,40 @@ pub fn changes(t: &SrcTxn) -> Vec<Change> {
         .collect()
 }
 
+/// The published objects' shapes before the transactions from `from_lsn`
+/// on, as the `epoch` line carries them.
+pub fn shapes(txns: &[SrcTxn], from_lsn: u64) -> BTreeMap<String, ObjectSchema> {
+    let attr = |name: &str, ty: &str| AttributeType {
+        name: name.into(),
+        ty: ty.into(),
+    };
+    let mut out = BTreeMap::new();
+    for (table, names) in [
+        (USERS, &["id", "n", "name", "posts"][..]),
+        (POSTS, &["id", "n", "author"][..]),
+        (COMMENTS, &["id", "n", "author", "post"][..]),
+    ] {
+        let attributes = names
+            .iter()
+            .map(|&n| attr(n, if n == "name" { "text" } else { "bigint" }))
+            .collect();
+        out.insert(
+            table_name(table).to_string(),
+            ObjectSchema {
+                attributes,
+                key: vec!["id".into()],
+            },
+        );
+    }
+    for t in txns.iter().filter(|t| t.first_lsn < from_lsn) {
+        if let Some((table, SchemaChange::AddAttribute { name, ty, .. })) = &t.schema {
+            let shape = out.get_mut(table_name(*table)).expect("published table");
+            shape.attributes.push(attr(name, ty));
+        }
+    }
+    out
+}
+
 /// The lines of a stream from `from_lsn` in `epoch`, in order.
 pub fn stream(
     txns: &[SrcTxn],
@@ -80,7 +116,7 @@ pub fn stream(
         from_lsn,
         server_id: SERVER_ID.into(),
         dep_slots: tracker.dep_slots(),
-        objects: Default::default(),
+        objects: shapes(txns, from_lsn),
     }));
     for t in txns.iter().filter(|t| t.first_lsn >= from_lsn) {
         if let Some((table, change)) = &t.schema {

@@ -1,0 +1,25 @@
+//! Aqueduct's subscriber sinks: where the subscribe crate's agent applies a
+//! publication's stream (`docs/publications.md` §5.3, §5.4, §6), each
+//! behind the [`aqueduct_subscribe::Sink`] trait.
+//!
+//! Modules:
+//!
+//! - `sql` (private): the state tables, guarded statements, schema
+//!   changes and value literals shared by both SQL sinks;
+//! - [`sqlite`]: [`SqliteSink`], a SQLite file, exactly once;
+//! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
+//! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
+//!   or a file, at least once, its position in a state directory;
+//! - [`spec`]: [`SinkSpec`], the sink named on a command line.
+
+pub mod jsonl;
+pub mod postgres;
+pub mod spec;
+mod sql;
+pub mod sqlite;
+
+pub use jsonl::JsonLinesSink;
+pub use postgres::PostgresSink;
+pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
+pub use sql::{Identity, Rows, VERSION_COLUMN};
+pub use sqlite::SqliteSink;

@@ -1,0 +1,176 @@
+//! A sink named on a command line, and opening it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use aqueduct_subscribe::{Sink, SinkError};
+
+use crate::jsonl::JsonLinesSink;
+use crate::postgres::PostgresSink;
+use crate::sqlite::SqliteSink;
+
+/// The forms [`SinkSpec`] accepts, for error messages and help texts.
+pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
+     postgres:host=... port=..., stdout, jsonl:/path/file";
+
+/// Where a subscriber writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkSpec {
+    /// `sqlite:/path/file.db`.
+    Sqlite(PathBuf),
+    /// `postgres://...`, `postgresql://...` (kept whole), or
+    /// `postgres:host=... port=...` (the pairs after the prefix).
+    Postgres(String),
+    /// `stdout`: JSON lines on standard output.
+    Stdout,
+    /// `jsonl:/path/file`: JSON lines appended to a file.
+    JsonLines(PathBuf),
+}
+
+/// A spec that names no sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadSinkSpec(pub String);
+
+impl fmt::Display for BadSinkSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown sink {:?}: expected one of {SINK_FORMS}", self.0)
+    }
+}
+
+impl std::error::Error for BadSinkSpec {}
+
+impl FromStr for SinkSpec {
+    type Err = BadSinkSpec;
+
+    fn from_str(s: &str) -> Result<SinkSpec, BadSinkSpec> {
+        let bad = || BadSinkSpec(s.to_string());
+        let non_empty = |rest: &str| {
+            let rest = rest.trim();
+            if rest.is_empty() {
+                Err(bad())
+            } else {
+                Ok(rest.to_string())
+            }
+        };
+        if s.trim() == "stdout" {
+            Ok(SinkSpec::Stdout)
+        } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Ok(SinkSpec::Postgres(s.to_string()))
+        } else if let Some(rest) = s.strip_prefix("postgres:") {
+            Ok(SinkSpec::Postgres(non_empty(rest)?))
+        } else if let Some(rest) = s.strip_prefix("sqlite:") {
+            Ok(SinkSpec::Sqlite(PathBuf::from(non_empty(rest)?)))
+        } else if let Some(rest) = s.strip_prefix("jsonl:") {
+            Ok(SinkSpec::JsonLines(PathBuf::from(non_empty(rest)?)))
+        } else {
+            Err(bad())
+        }
+    }
+}
+
+impl SinkSpec {
+    /// Whether the sink keeps its position in a state directory (JSON
+    /// lines) rather than in its own database.
+    pub fn needs_state_dir(&self) -> bool {
+        matches!(self, SinkSpec::Stdout | SinkSpec::JsonLines(_))
+    }
+
+    /// Opens the sink for the subscription `name`; `state_dir` is required
+    /// by the sinks that keep their position in files.
+    pub fn open(
+        &self,
+        name: &str,
+        state_dir: Option<&Path>,
+    ) -> Result<Box<dyn Sink + Send>, SinkError> {
+        let state = || {
+            state_dir.ok_or_else(|| {
+                SinkError::permanent(format!(
+                    "the sink {self} keeps its position in files: a state directory is needed"
+                ))
+            })
+        };
+        Ok(match self {
+            SinkSpec::Sqlite(path) => Box::new(SqliteSink::open(path, name)?),
+            SinkSpec::Postgres(config) => Box::new(PostgresSink::connect(config, name)?),
+            SinkSpec::Stdout => Box::new(JsonLinesSink::stdout(state()?)?),
+            SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
+        })
+    }
+}
+
+impl fmt::Display for SinkSpec {
+    /// The spec as parsed back; a PostgreSQL connection string is not
+    /// shown, as it may hold a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SinkSpec::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
+            SinkSpec::Postgres(_) => write!(f, "postgres"),
+            SinkSpec::Stdout => write!(f, "stdout"),
+            SinkSpec::JsonLines(p) => write!(f, "jsonl:{}", p.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses() {
+        let p = |s: &str| s.parse::<SinkSpec>();
+        assert_eq!(
+            p("sqlite:/tmp/a.db"),
+            Ok(SinkSpec::Sqlite("/tmp/a.db".into()))
+        );
+        assert_eq!(
+            p("postgres://u@h/db"),
+            Ok(SinkSpec::Postgres("postgres://u@h/db".into()))
+        );
+        assert_eq!(
+            p("postgresql://h/db"),
+            Ok(SinkSpec::Postgres("postgresql://h/db".into()))
+        );
+        assert_eq!(
+            p("postgres:host=127.0.0.1 port=5432"),
+            Ok(SinkSpec::Postgres("host=127.0.0.1 port=5432".into()))
+        );
+        assert_eq!(p("stdout"), Ok(SinkSpec::Stdout));
+        assert_eq!(
+            p("jsonl:out.jsonl"),
+            Ok(SinkSpec::JsonLines("out.jsonl".into()))
+        );
+        for bad in [
+            "",
+            "sqlite:",
+            "jsonl:",
+            "postgres:",
+            "redis://x",
+            "mysql:db",
+        ] {
+            let err = p(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("sqlite:/path/file.db") && err.contains("stdout"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn opens() {
+        let dir = std::env::temp_dir().join(format!("aq-sinkspec-{}", std::process::id()));
+        let db = dir.join("x.db");
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec: SinkSpec = format!("sqlite:{}", db.display()).parse().unwrap();
+        let sink = spec.open("s", None).unwrap();
+        assert_eq!(sink.resume().unwrap(), Default::default());
+        let spec: SinkSpec = "stdout".parse().unwrap();
+        assert!(spec.needs_state_dir());
+        assert!(spec.open("s", None).is_err());
+        let jsonl: SinkSpec = format!("jsonl:{}", dir.join("o.jsonl").display())
+            .parse()
+            .unwrap();
+        assert!(jsonl.open("s", Some(&dir.join("state"))).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

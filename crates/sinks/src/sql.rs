@@ -1,0 +1,1008 @@
+//! What the SQL sinks share: the state tables, the guarded statements of
+//! `docs/publications.md` §5.3 and §5.4, schema changes, value literals and
+//! the read-back of rows, written once for both dialects. A sink only opens
+//! its transaction, hands this module an [`Exec`] and commits.
+//!
+//! Values are written as SQL literals, quoted here and nowhere else: text
+//! between single quotes with quotes doubled (PostgreSQL sessions run with
+//! `standard_conforming_strings` on, so backslashes are plain), identifiers
+//! between double quotes with double quotes doubled. In PostgreSQL every
+//! literal is cast to the attribute's type (`'12.50'::numeric(10,2)`,
+//! `NULL::integer`); in SQLite it is written in the column's storage class.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use aqueduct_publish::{AttributeType, Change, ChangeOp, Lsn, ObjectSchema, SchemaChange};
+use aqueduct_subscribe::{key_text, Item, Record, Resume, SchemaPos, SinkError};
+use serde_json::{Map, Value};
+
+/// The row version column every data table has.
+pub const VERSION_COLUMN: &str = "_aq_version";
+
+/// Which SQL the statements are written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// How an attribute's values are stored, from its PostgreSQL type name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Integer,
+    Boolean,
+    Real,
+    Bytes,
+    Json,
+    Array,
+    /// Everything stored as its PostgreSQL text form: numeric (keeping its
+    /// scale), text, dates, times, uuid and the rest.
+    Text,
+}
+
+impl Kind {
+    /// The kind of a PostgreSQL type name as Aqueduct prints it.
+    pub(crate) fn of(ty: &str) -> Kind {
+        let t = ty.trim().to_ascii_lowercase();
+        if t.ends_with("[]") {
+            return Kind::Array;
+        }
+        match t.as_str() {
+            "smallint" | "integer" | "int" | "bigint" | "int2" | "int4" | "int8"
+            | "smallserial" | "serial" | "bigserial" => Kind::Integer,
+            "boolean" | "bool" => Kind::Boolean,
+            "real" | "double precision" | "float4" | "float8" | "float" => Kind::Real,
+            "bytea" => Kind::Bytes,
+            "json" | "jsonb" => Kind::Json,
+            _ if t.starts_with("float") => Kind::Real,
+            _ => Kind::Text,
+        }
+    }
+
+    /// The column type SQLite declares: one whose affinity keeps the value
+    /// as written (numeric as text keeps its scale).
+    fn sqlite_type(self) -> &'static str {
+        match self {
+            Kind::Integer | Kind::Boolean => "INTEGER",
+            Kind::Real => "REAL",
+            Kind::Bytes => "BLOB",
+            Kind::Json | Kind::Array | Kind::Text => "TEXT",
+        }
+    }
+}
+
+/// A double-quoted identifier.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A single-quoted string literal.
+pub(crate) fn string(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// An LSN as SQL: both dialects store them as signed 64-bit integers.
+fn lsn(l: Lsn) -> String {
+    assert!(
+        i64::try_from(l).is_ok(),
+        "LSN {l} does not fit a 64-bit SQL integer"
+    );
+    l.to_string()
+}
+
+/// A PostgreSQL type name checked to be only a type name, so it can be
+/// written into statements as it is.
+fn checked_type(ty: &str) -> Result<&str, SinkError> {
+    let ok = !ty.trim().is_empty()
+        && ty
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || " _(),[].\"".contains(c));
+    if ok && !ty.contains("--") {
+        Ok(ty)
+    } else {
+        Err(SinkError::permanent(format!("not a type name: {ty:?}")))
+    }
+}
+
+/// A PostgreSQL array literal's text (`{"a","b",NULL}`) from a JSON array.
+fn pg_array_text(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('{');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                pg_array_text(item, out);
+            }
+            out.push('}');
+        }
+        Value::Null => out.push_str("NULL"),
+        other => {
+            let text = match other {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            out.push('"');
+            for c in text.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        }
+    }
+}
+
+/// A value's PostgreSQL text form as the feed writes it: strings as they
+/// are, numbers and booleans as JSON writes them, json as its JSON text.
+fn text_form(kind: Kind, value: &Value) -> String {
+    match (kind, value) {
+        (Kind::Json, v) => v.to_string(),
+        (_, Value::String(s)) => s.clone(),
+        (Kind::Array, v @ Value::Array(_)) => {
+            let mut out = String::new();
+            pg_array_text(v, &mut out);
+            out
+        }
+        (_, v) => v.to_string(),
+    }
+}
+
+/// `\x0a0b` as bytes.
+fn bytea_bytes(text: &str) -> Option<Vec<u8>> {
+    let hex = text.strip_prefix("\\x")?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The state tables' names and the data tables' schema for one sink.
+#[derive(Clone, Debug)]
+pub(crate) struct Sql {
+    pub(crate) dialect: Dialect,
+    /// The subscription's name.
+    pub(crate) name: String,
+    /// `aqueduct_` (SQLite) or `aqueduct.` (PostgreSQL), before each state
+    /// table's name.
+    state: &'static str,
+    /// The data tables' schema (PostgreSQL), unquoted.
+    data_schema: Option<String>,
+}
+
+impl Sql {
+    pub(crate) fn sqlite(name: &str) -> Sql {
+        Sql {
+            dialect: Dialect::Sqlite,
+            name: name.to_string(),
+            state: "aqueduct_",
+            data_schema: None,
+        }
+    }
+
+    pub(crate) fn postgres(name: &str, data_schema: &str) -> Sql {
+        Sql {
+            dialect: Dialect::Postgres,
+            name: name.to_string(),
+            state: "aqueduct.",
+            data_schema: Some(data_schema.to_string()),
+        }
+    }
+
+    fn t(&self, table: &str) -> String {
+        format!("{}{table}", self.state)
+    }
+
+    fn n(&self) -> String {
+        string(&self.name)
+    }
+
+    /// The schema the `objects` state table files shapes under.
+    fn schema_key(&self) -> String {
+        string(self.data_schema.as_deref().unwrap_or("main"))
+    }
+
+    /// A data table's qualified, quoted name.
+    pub(crate) fn table(&self, object: &str) -> String {
+        match &self.data_schema {
+            Some(s) => format!("{}.{}", ident(s), ident(object)),
+            None => ident(object),
+        }
+    }
+
+    /// Creates the state tables and the subscription's row, if missing.
+    pub(crate) fn setup(&self) -> String {
+        let mut s = String::new();
+        if self.dialect == Dialect::Postgres {
+            s.push_str("CREATE SCHEMA IF NOT EXISTS aqueduct;\n");
+            if let Some(schema) = &self.data_schema {
+                let _ = writeln!(s, "CREATE SCHEMA IF NOT EXISTS {};", ident(schema));
+            }
+        }
+        let _ = write!(
+            s,
+            "CREATE TABLE IF NOT EXISTS {sub} (name text PRIMARY KEY, server_id text, \
+             publication text, mode text, watermark bigint NOT NULL DEFAULT 0, \
+             schema_lsn bigint, schema_seq bigint);\n\
+             CREATE TABLE IF NOT EXISTS {applied} (name text NOT NULL, lsn bigint NOT NULL, \
+             PRIMARY KEY (name, lsn));\n\
+             CREATE TABLE IF NOT EXISTS {tomb} (name text NOT NULL, object text NOT NULL, \
+             key text NOT NULL, version bigint NOT NULL, PRIMARY KEY (name, object, key));\n\
+             CREATE TABLE IF NOT EXISTS {dead} (name text NOT NULL, lsn bigint NOT NULL, \
+             error text NOT NULL, attempts bigint NOT NULL, PRIMARY KEY (name, lsn));\n\
+             CREATE TABLE IF NOT EXISTS {objects} (schema text NOT NULL, object text NOT NULL, \
+             shape text NOT NULL, PRIMARY KEY (schema, object));\n\
+             INSERT INTO {sub} (name) VALUES ({n}) ON CONFLICT (name) DO NOTHING;\n",
+            sub = self.t("subscription"),
+            applied = self.t("applied"),
+            tomb = self.t("tombstones"),
+            dead = self.t("dead_letters"),
+            objects = self.t("objects"),
+            n = self.n(),
+        );
+        s
+    }
+
+    // ---- reading state ----
+
+    /// Reads the position (§5.3).
+    pub(crate) fn resume(&self, db: &mut dyn Exec) -> Result<Resume, SinkError> {
+        let n = self.n();
+        let row = db.query(&format!(
+            "SELECT watermark, schema_lsn, schema_seq FROM {} WHERE name = {n}",
+            self.t("subscription")
+        ))?;
+        let row = row
+            .first()
+            .ok_or_else(|| SinkError::permanent(format!("no subscription {n} in the sink")))?;
+        let watermark = int(&row[0])?.unwrap_or(0);
+        let schema = match (int(&row[1])?, int(&row[2])?) {
+            (Some(lsn), Some(seq)) => Some(SchemaPos {
+                lsn,
+                seq: u32::try_from(seq).map_err(|e| SinkError::permanent(e.to_string()))?,
+            }),
+            _ => None,
+        };
+        let applied_above = db
+            .query(&format!(
+                "SELECT lsn FROM {} WHERE name = {n} ORDER BY lsn",
+                self.t("applied")
+            ))?
+            .iter()
+            .map(|r| int(&r[0]).map(|l| l.unwrap_or(0)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dead_letters = db
+            .query(&format!(
+                "SELECT lsn, attempts FROM {} WHERE name = {n} ORDER BY lsn",
+                self.t("dead_letters")
+            ))?
+            .iter()
+            .map(|r| {
+                let attempts = int(&r[1])?.unwrap_or(0);
+                Ok((
+                    int(&r[0])?.unwrap_or(0),
+                    u32::try_from(attempts).map_err(|e| SinkError::permanent(e.to_string()))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, SinkError>>()?;
+        Ok(Resume {
+            watermark,
+            applied_above,
+            schema,
+            dead_letters,
+        })
+    }
+
+    /// The subscription's identity columns.
+    pub(crate) fn identity(&self, db: &mut dyn Exec) -> Result<Identity, SinkError> {
+        let rows = db.query(&format!(
+            "SELECT server_id, publication, mode FROM {} WHERE name = {}",
+            self.t("subscription"),
+            self.n()
+        ))?;
+        let row = rows.into_iter().next().unwrap_or_default();
+        let mut cells = row.into_iter();
+        Ok(Identity {
+            server_id: cells.next().flatten(),
+            publication: cells.next().flatten(),
+            mode: cells.next().flatten(),
+        })
+    }
+
+    /// Sets the subscription's identity columns.
+    pub(crate) fn set_identity(&self, id: &Identity) -> String {
+        let opt = |v: &Option<String>| v.as_deref().map_or("NULL".to_string(), string);
+        format!(
+            "UPDATE {} SET server_id = {}, publication = {}, mode = {} WHERE name = {};\n",
+            self.t("subscription"),
+            opt(&id.server_id),
+            opt(&id.publication),
+            opt(&id.mode),
+            self.n()
+        )
+    }
+
+    /// The objects' shapes as the sink holds them.
+    pub(crate) fn shapes(&self, db: &mut dyn Exec) -> Result<Shapes, SinkError> {
+        let rows = db.query(&format!(
+            "SELECT object, shape FROM {} WHERE schema = {}",
+            self.t("objects"),
+            self.schema_key()
+        ))?;
+        let mut out = Shapes::new();
+        for row in rows {
+            let (Some(object), Some(shape)) = (&row[0], &row[1]) else {
+                return Err(SinkError::permanent("a NULL in the objects table"));
+            };
+            let shape: ObjectSchema = serde_json::from_str(shape)
+                .map_err(|e| SinkError::permanent(format!("stored shape of {object}: {e}")))?;
+            out.insert(object.clone(), shape);
+        }
+        Ok(out)
+    }
+
+    // ---- writing ----
+
+    /// Statements creating the objects `shapes` lacks; `shapes` learns them.
+    pub(crate) fn ensure_objects(
+        &self,
+        shapes: &mut Shapes,
+        objects: &BTreeMap<String, ObjectSchema>,
+    ) -> Result<String, SinkError> {
+        let mut s = String::new();
+        for (object, shape) in objects {
+            if !shapes.contains_key(object) {
+                self.create_object(&mut s, shapes, object, shape)?;
+            }
+        }
+        Ok(s)
+    }
+
+    fn create_object(
+        &self,
+        s: &mut String,
+        shapes: &mut Shapes,
+        object: &str,
+        shape: &ObjectSchema,
+    ) -> Result<(), SinkError> {
+        if shape.key.is_empty() {
+            return Err(SinkError::permanent(format!("{object} has no key")));
+        }
+        for k in &shape.key {
+            if !shape.attributes.iter().any(|a| &a.name == k) {
+                return Err(SinkError::permanent(format!(
+                    "{object}: key column {k} is not an attribute"
+                )));
+            }
+        }
+        let mut cols = Vec::new();
+        for a in &shape.attributes {
+            if a.name == VERSION_COLUMN {
+                return Err(SinkError::permanent(format!(
+                    "{object}: an attribute named {VERSION_COLUMN}"
+                )));
+            }
+            cols.push(format!("{} {}", ident(&a.name), self.column_type(&a.ty)?));
+        }
+        cols.push(format!("{} bigint NOT NULL", ident(VERSION_COLUMN)));
+        let key: Vec<String> = shape.key.iter().map(|k| ident(k)).collect();
+        let _ = writeln!(
+            s,
+            "CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}));",
+            self.table(object),
+            cols.join(", "),
+            key.join(", ")
+        );
+        shapes.insert(object.to_string(), shape.clone());
+        self.save_shape(s, object, shape);
+        Ok(())
+    }
+
+    fn save_shape(&self, s: &mut String, object: &str, shape: &ObjectSchema) {
+        let json = serde_json::to_string(shape).expect("shapes serialize");
+        let _ = writeln!(
+            s,
+            "INSERT INTO {} (schema, object, shape) VALUES ({}, {}, {}) \
+             ON CONFLICT (schema, object) DO UPDATE SET shape = excluded.shape;",
+            self.t("objects"),
+            self.schema_key(),
+            string(object),
+            string(&json)
+        );
+    }
+
+    fn column_type(&self, ty: &str) -> Result<String, SinkError> {
+        let ty = checked_type(ty)?;
+        Ok(match self.dialect {
+            Dialect::Sqlite => Kind::of(ty).sqlite_type().to_string(),
+            Dialect::Postgres => ty.to_string(),
+        })
+    }
+
+    /// A value as a literal of an attribute of type `ty`.
+    pub(crate) fn literal(&self, ty: &str, value: &Value) -> Result<String, SinkError> {
+        let kind = Kind::of(ty);
+        match self.dialect {
+            Dialect::Postgres => {
+                let ty = checked_type(ty)?;
+                if value.is_null() {
+                    return Ok(format!("NULL::{ty}"));
+                }
+                Ok(format!("{}::{ty}", string(&text_form(kind, value))))
+            }
+            Dialect::Sqlite => {
+                let bad = || SinkError::permanent(format!("{value} is not a value of type {ty}"));
+                Ok(match (kind, value) {
+                    (_, Value::Null) => "NULL".into(),
+                    (Kind::Boolean, Value::Bool(b)) => if *b { "1" } else { "0" }.into(),
+                    (Kind::Boolean, Value::String(s)) => match s.as_str() {
+                        "t" | "true" => "1".into(),
+                        "f" | "false" => "0".into(),
+                        _ => return Err(bad()),
+                    },
+                    (Kind::Integer, Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+                    (Kind::Integer, Value::String(s)) => {
+                        s.trim().parse::<i64>().map_err(|_| bad())?.to_string()
+                    }
+                    (Kind::Real, Value::Number(n)) => {
+                        let f = n.as_f64().ok_or_else(bad)?;
+                        // Exact and always read back as a real.
+                        format!("{f:?}")
+                    }
+                    (Kind::Bytes, Value::String(s)) => {
+                        let bytes = bytea_bytes(s).ok_or_else(bad)?;
+                        let mut hex = String::from("X'");
+                        for b in bytes {
+                            let _ = write!(hex, "{b:02x}");
+                        }
+                        hex.push('\'');
+                        hex
+                    }
+                    (Kind::Integer | Kind::Boolean | Kind::Bytes, _) => return Err(bad()),
+                    (Kind::Array, v @ Value::Array(_)) => string(&v.to_string()),
+                    (k, v) => string(&text_form(k, v)),
+                })
+            }
+        }
+    }
+
+    /// The guarded statements of one change (§5.4).
+    pub(crate) fn change(
+        &self,
+        s: &mut String,
+        shapes: &Shapes,
+        c: &Change,
+    ) -> Result<(), SinkError> {
+        let shape = shapes.get(&c.object).ok_or_else(|| {
+            SinkError::permanent(format!(
+                "a change of {}, an object the sink lacks",
+                c.object
+            ))
+        })?;
+        if c.key.len() != shape.key.len() {
+            return Err(SinkError::permanent(format!(
+                "{}: a key of {} values for {} key columns",
+                c.object,
+                c.key.len(),
+                shape.key.len()
+            )));
+        }
+        let ty = |name: &str| {
+            shape
+                .attributes
+                .iter()
+                .find(|a| a.name == name)
+                .map(|a| a.ty.as_str())
+                .ok_or_else(|| {
+                    SinkError::permanent(format!("{} has no attribute {name}", c.object))
+                })
+        };
+        let table = self.table(&c.object);
+        let version = lsn(c.version);
+        let mut key_match = Vec::new();
+        for (k, v) in shape.key.iter().zip(&c.key) {
+            if v.is_null() {
+                return Err(SinkError::permanent(format!("{}: a NULL key", c.object)));
+            }
+            key_match.push(format!("{} = {}", ident(k), self.literal(ty(k)?, v)?));
+        }
+        let key_match = key_match.join(" AND ");
+        let key = string(&key_text(&c.key));
+        let object = string(&c.object);
+        let tombstones = self.t("tombstones");
+        match c.op {
+            ChangeOp::Insert | ChangeOp::Update => {
+                let empty = Map::new();
+                let attrs = c.attrs.as_ref().unwrap_or(&empty);
+                if let Some(unknown) = attrs.keys().find(|k| ty(k).is_err()) {
+                    return Err(SinkError::permanent(format!(
+                        "{} has no attribute {unknown}",
+                        c.object
+                    )));
+                }
+                let mut cols = Vec::new();
+                let mut vals = Vec::new();
+                let mut sets = Vec::new();
+                for a in &shape.attributes {
+                    let value = match shape.key.iter().position(|k| k == &a.name) {
+                        Some(i) => &c.key[i],
+                        None => attrs.get(&a.name).unwrap_or(&Value::Null),
+                    };
+                    cols.push(ident(&a.name));
+                    vals.push(self.literal(&a.ty, value)?);
+                    if !shape.key.contains(&a.name) {
+                        sets.push(format!("{0} = excluded.{0}", ident(&a.name)));
+                    }
+                }
+                cols.push(ident(VERSION_COLUMN));
+                vals.push(version.clone());
+                sets.push(format!("{0} = excluded.{0}", ident(VERSION_COLUMN)));
+                let key_cols: Vec<String> = shape.key.iter().map(|k| ident(k)).collect();
+                let _ = writeln!(
+                    s,
+                    "INSERT INTO {table} AS t ({cols}) SELECT {vals} WHERE NOT EXISTS \
+                     (SELECT 1 FROM {tombstones} WHERE name = {n} AND object = {object} \
+                     AND key = {key} AND version >= {version}) ON CONFLICT ({key_cols}) DO UPDATE SET {sets} \
+                     WHERE t.{v} < excluded.{v};",
+                    cols = cols.join(", "),
+                    vals = vals.join(", "),
+                    key_cols = key_cols.join(", "),
+                    sets = sets.join(", "),
+                    v = ident(VERSION_COLUMN),
+                    n = self.n(),
+                );
+            }
+            ChangeOp::Delete => {
+                let _ = writeln!(
+                    s,
+                    "INSERT INTO {tombstones} AS tb (name, object, key, version) \
+                     SELECT {n}, {object}, {key}, {version} WHERE NOT EXISTS \
+                     (SELECT 1 FROM {table} WHERE {key_match} AND {v} >= {version}) \
+                     ON CONFLICT (name, object, key) DO UPDATE SET version = excluded.version \
+                     WHERE tb.version < excluded.version;\n\
+                     DELETE FROM {table} WHERE {key_match} AND {v} < {version};",
+                    n = self.n(),
+                    v = ident(VERSION_COLUMN),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The statements of one schema change (§6). Each is skipped when the
+    /// sink's shape shows it done already (another subscription sharing the
+    /// table applied it), so the tables follow whichever applies it first.
+    pub(crate) fn schema(
+        &self,
+        s: &mut String,
+        shapes: &mut Shapes,
+        object: &str,
+        change: &SchemaChange,
+    ) -> Result<(), SinkError> {
+        let lacks =
+            || SinkError::permanent(format!("a schema change of {object}, which the sink lacks"));
+        let table = self.table(object);
+        match change {
+            SchemaChange::AddAttribute { name, ty, existing } => {
+                let shape = shapes.get_mut(object).ok_or_else(lacks)?;
+                if shape.attributes.iter().any(|a| &a.name == name) {
+                    return Ok(());
+                }
+                if name == VERSION_COLUMN {
+                    return Err(SinkError::permanent(format!(
+                        "{object}: an attribute named {VERSION_COLUMN}"
+                    )));
+                }
+                let _ = writeln!(
+                    s,
+                    "ALTER TABLE {table} ADD COLUMN {} {};",
+                    ident(name),
+                    self.column_type(ty)?
+                );
+                if !existing.is_null() {
+                    let _ = writeln!(
+                        s,
+                        "UPDATE {table} SET {} = {};",
+                        ident(name),
+                        self.literal(ty, existing)?
+                    );
+                }
+                shape.attributes.push(AttributeType {
+                    name: name.clone(),
+                    ty: ty.clone(),
+                });
+                let shape = shape.clone();
+                self.save_shape(s, object, &shape);
+            }
+            SchemaChange::DropAttribute { name } => {
+                let shape = shapes.get_mut(object).ok_or_else(lacks)?;
+                if shape.key.contains(name) {
+                    return Err(SinkError::permanent(format!(
+                        "{object}: dropping key column {name}"
+                    )));
+                }
+                let before = shape.attributes.len();
+                shape.attributes.retain(|a| &a.name != name);
+                if shape.attributes.len() == before {
+                    return Ok(());
+                }
+                let _ = writeln!(s, "ALTER TABLE {table} DROP COLUMN {};", ident(name));
+                let shape = shape.clone();
+                self.save_shape(s, object, &shape);
+            }
+            SchemaChange::RenameAttribute { from, to } => {
+                let shape = shapes.get_mut(object).ok_or_else(lacks)?;
+                let has = |n: &str| shape.attributes.iter().any(|a| a.name == n);
+                match (has(from), has(to)) {
+                    (false, true) => return Ok(()),
+                    (true, false) => {}
+                    _ => {
+                        return Err(SinkError::permanent(format!(
+                            "{object}: renaming {from} to {to} over the sink's attributes"
+                        )))
+                    }
+                }
+                if to == VERSION_COLUMN {
+                    return Err(SinkError::permanent(format!(
+                        "{object}: an attribute named {VERSION_COLUMN}"
+                    )));
+                }
+                let _ = writeln!(
+                    s,
+                    "ALTER TABLE {table} RENAME COLUMN {} TO {};",
+                    ident(from),
+                    ident(to)
+                );
+                for a in &mut shape.attributes {
+                    if &a.name == from {
+                        a.name = to.clone();
+                    }
+                }
+                for k in &mut shape.key {
+                    if k == from {
+                        *k = to.clone();
+                    }
+                }
+                let shape = shape.clone();
+                self.save_shape(s, object, &shape);
+            }
+            SchemaChange::AddObject { object, schema } => {
+                if !shapes.contains_key(object) {
+                    self.create_object(s, shapes, object, schema)?;
+                }
+            }
+            SchemaChange::DropObject { object } => {
+                shapes.remove(object);
+                let _ = writeln!(
+                    s,
+                    "DROP TABLE IF EXISTS {};\n\
+                     DELETE FROM {} WHERE schema = {} AND object = {o};\n\
+                     DELETE FROM {} WHERE name = {} AND object = {o};",
+                    self.table(object),
+                    self.t("objects"),
+                    self.schema_key(),
+                    self.t("tombstones"),
+                    self.n(),
+                    o = string(object),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The statements of a batch's items, in order.
+    pub(crate) fn items(
+        &self,
+        s: &mut String,
+        shapes: &mut Shapes,
+        items: &[Item],
+    ) -> Result<(), SinkError> {
+        for item in items {
+            match item {
+                Item::Txn(t) => {
+                    for c in &t.changes {
+                        self.change(s, shapes, c)?;
+                    }
+                }
+                Item::Schema(m, _) => self.schema(s, shapes, &m.object, &m.change)?,
+                Item::Skip { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The statements of a position record written with a batch, or of a
+    /// position stored on its own (`applied` empty). `current` is the
+    /// stored watermark, read in the same transaction.
+    pub(crate) fn record(&self, s: &mut String, current: Lsn, record: &Record) {
+        let n = self.n();
+        for &l in &record.applied {
+            // A plain insert: applying a transaction twice fails on the
+            // primary key and rolls the whole batch back.
+            let _ = writeln!(
+                s,
+                "INSERT INTO {} (name, lsn) VALUES ({n}, {});",
+                self.t("applied"),
+                lsn(l)
+            );
+        }
+        if let Some(w) = record.watermark {
+            assert!(
+                w >= current,
+                "stored watermark moves back from {current} to {w}"
+            );
+            let w = lsn(w);
+            let _ = writeln!(
+                s,
+                "UPDATE {} SET watermark = {w} WHERE name = {n};\n\
+                 DELETE FROM {} WHERE name = {n} AND lsn < {w};\n\
+                 DELETE FROM {} WHERE name = {n} AND version < {w};",
+                self.t("subscription"),
+                self.t("applied"),
+                self.t("tombstones"),
+            );
+        }
+        if let Some(pos) = record.schema {
+            let (l, q) = (lsn(pos.lsn), pos.seq);
+            let _ = writeln!(
+                s,
+                "UPDATE {} SET schema_lsn = {l}, schema_seq = {q} WHERE name = {n} AND \
+                 (schema_lsn IS NULL OR schema_lsn < {l} OR (schema_lsn = {l} AND schema_seq < {q}));",
+                self.t("subscription"),
+            );
+        }
+    }
+
+    /// The stored watermark, locked for the transaction where the dialect
+    /// locks rows.
+    pub(crate) fn current_watermark(&self, db: &mut dyn Exec) -> Result<Lsn, SinkError> {
+        let lock = if self.dialect == Dialect::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let rows = db.query(&format!(
+            "SELECT watermark FROM {} WHERE name = {}{lock}",
+            self.t("subscription"),
+            self.n()
+        ))?;
+        let row = rows.first().ok_or_else(|| {
+            SinkError::permanent(format!("no subscription {} in the sink", self.name))
+        })?;
+        Ok(int(&row[0])?.unwrap_or(0))
+    }
+
+    /// Stores a dead letter, or updates its attempts.
+    pub(crate) fn dead_letter(&self, l: Lsn, error: &SinkError, attempts: u32) -> String {
+        format!(
+            "INSERT INTO {} (name, lsn, error, attempts) VALUES ({}, {}, {}, {attempts}) \
+             ON CONFLICT (name, lsn) DO UPDATE SET error = excluded.error, \
+             attempts = excluded.attempts;",
+            self.t("dead_letters"),
+            self.n(),
+            lsn(l),
+            string(&error.to_string())
+        )
+    }
+
+    /// Forgets a dead letter.
+    pub(crate) fn clear_dead_letter(&self, l: Lsn) -> String {
+        format!(
+            "DELETE FROM {} WHERE name = {} AND lsn = {};",
+            self.t("dead_letters"),
+            self.n(),
+            lsn(l)
+        )
+    }
+
+    /// One object's rows as the wire writes them: key text to version and
+    /// attributes, NULL attributes left out.
+    pub(crate) fn rows(&self, db: &mut dyn Exec, object: &str) -> Result<Rows, SinkError> {
+        let shapes = self.shapes(db)?;
+        let shape = shapes
+            .get(object)
+            .ok_or_else(|| SinkError::permanent(format!("the sink lacks {object}")))?;
+        let mut cols: Vec<String> = shape
+            .attributes
+            .iter()
+            .map(|a| {
+                let c = ident(&a.name);
+                match (self.dialect, Kind::of(&a.ty)) {
+                    (Dialect::Sqlite, _) => c,
+                    (Dialect::Postgres, Kind::Array) => format!("to_jsonb({c})::text"),
+                    (Dialect::Postgres, _) => format!("{c}::text"),
+                }
+            })
+            .collect();
+        cols.push(ident(VERSION_COLUMN));
+        let mut out = Rows::new();
+        for row in db.query(&format!(
+            "SELECT {} FROM {}",
+            cols.join(", "),
+            self.table(object)
+        ))? {
+            let mut attrs = Map::new();
+            for (a, cell) in shape.attributes.iter().zip(&row) {
+                if let Some(text) = cell {
+                    attrs.insert(a.name.clone(), from_text(Kind::of(&a.ty), text));
+                }
+            }
+            let key: Vec<Value> = shape
+                .key
+                .iter()
+                .map(|k| attrs.get(k).cloned().unwrap_or(Value::Null))
+                .collect();
+            let version = int(&row[shape.attributes.len()])?.unwrap_or(0);
+            out.insert(key_text(&key), (version, attrs));
+        }
+        Ok(out)
+    }
+}
+
+/// The subscription's identity as stored with its position.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// The server the subscription follows; another one is refused.
+    pub server_id: Option<String>,
+    /// The publication's name.
+    pub publication: Option<String>,
+    /// The delivery mode subscribed in.
+    pub mode: Option<String>,
+}
+
+/// Objects' shapes by published name.
+pub(crate) type Shapes = BTreeMap<String, ObjectSchema>;
+
+/// Rows of one object by key text: version and attributes.
+pub type Rows = BTreeMap<String, (Lsn, Map<String, Value>)>;
+
+/// A stored value read back as the wire writes it.
+fn from_text(kind: Kind, text: &str) -> Value {
+    let parsed = match kind {
+        Kind::Integer => text.parse::<i64>().ok().map(Value::from),
+        Kind::Boolean => match text {
+            "1" | "t" | "true" => Some(Value::Bool(true)),
+            "0" | "f" | "false" => Some(Value::Bool(false)),
+            _ => None,
+        },
+        Kind::Real => text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
+        Kind::Json | Kind::Array => serde_json::from_str(text).ok(),
+        Kind::Bytes | Kind::Text => None,
+    };
+    parsed.unwrap_or_else(|| Value::String(text.to_string()))
+}
+
+fn int(cell: &Option<String>) -> Result<Option<Lsn>, SinkError> {
+    cell.as_deref()
+        .map(|t| {
+            t.parse::<Lsn>()
+                .map_err(|_| SinkError::permanent(format!("{t:?} is not an LSN")))
+        })
+        .transpose()
+}
+
+/// A connection or transaction the shared statements run on.
+pub(crate) trait Exec {
+    /// Runs statements separated by semicolons.
+    fn exec(&mut self, sql: &str) -> Result<(), SinkError>;
+    /// Runs one query; each cell as text (BLOBs as `\x` hex), NULL as
+    /// `None`.
+    fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, SinkError>;
+}
+
+/// Applies a batch on `db`, inside the caller's transaction: the items'
+/// statements, then the record, as one script.
+pub(crate) fn apply(
+    sql: &Sql,
+    db: &mut dyn Exec,
+    items: &[Item],
+    record: &Record,
+) -> Result<(), SinkError> {
+    let mut shapes = sql.shapes(db)?;
+    let mut script = String::new();
+    sql.items(&mut script, &mut shapes, items)?;
+    let current = sql.current_watermark(db)?;
+    sql.record(&mut script, current, record);
+    db.exec(&script)
+}
+
+/// Stores a position on its own, inside the caller's transaction.
+pub(crate) fn store_position(
+    sql: &Sql,
+    db: &mut dyn Exec,
+    watermark: Lsn,
+    schema: Option<SchemaPos>,
+) -> Result<(), SinkError> {
+    let current = sql.current_watermark(db)?;
+    let mut script = String::new();
+    sql.record(
+        &mut script,
+        current,
+        &Record {
+            applied: Vec::new(),
+            watermark: Some(watermark),
+            schema,
+        },
+    );
+    db.exec(&script)
+}
+
+/// Creates the missing objects, inside the caller's transaction.
+pub(crate) fn ensure_objects(
+    sql: &Sql,
+    db: &mut dyn Exec,
+    objects: &BTreeMap<String, ObjectSchema>,
+) -> Result<(), SinkError> {
+    let mut shapes = sql.shapes(db)?;
+    let script = sql.ensure_objects(&mut shapes, objects)?;
+    if script.is_empty() {
+        return Ok(());
+    }
+    db.exec(&script)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn kinds() {
+        assert_eq!(Kind::of("bigint"), Kind::Integer);
+        assert_eq!(Kind::of("numeric(10,2)"), Kind::Text);
+        assert_eq!(Kind::of("text[]"), Kind::Array);
+        assert_eq!(Kind::of("double precision"), Kind::Real);
+        assert_eq!(Kind::of("timestamp with time zone"), Kind::Text);
+        assert_eq!(Kind::of("jsonb"), Kind::Json);
+    }
+
+    #[test]
+    fn literals() {
+        let pg = Sql::postgres("s", "public");
+        let lite = Sql::sqlite("s");
+        let v = json!("it's");
+        assert_eq!(pg.literal("text", &v).unwrap(), "'it''s'::text");
+        assert_eq!(lite.literal("text", &v).unwrap(), "'it''s'");
+        assert_eq!(
+            pg.literal("numeric(10,2)", &json!("12.50")).unwrap(),
+            "'12.50'::numeric(10,2)"
+        );
+        assert_eq!(
+            pg.literal("integer", &Value::Null).unwrap(),
+            "NULL::integer"
+        );
+        assert_eq!(
+            pg.literal("text[]", &json!(["a\"b", null, "c\\d"]))
+                .unwrap(),
+            r#"'{"a\"b",NULL,"c\\d"}'::text[]"#
+        );
+        assert_eq!(
+            pg.literal("jsonb", &json!({"a": "x'y"})).unwrap(),
+            r#"'{"a":"x''y"}'::jsonb"#
+        );
+        assert_eq!(pg.literal("jsonb", &json!("s")).unwrap(), r#"'"s"'::jsonb"#);
+        assert_eq!(lite.literal("boolean", &json!(true)).unwrap(), "1");
+        assert_eq!(lite.literal("double precision", &json!(1)).unwrap(), "1.0");
+        assert_eq!(lite.literal("bytea", &json!("\\x0aff")).unwrap(), "X'0aff'");
+        assert!(lite.literal("bigint", &json!("x")).is_err());
+        assert!(pg.literal("int); DROP TABLE x; --", &json!(1)).is_err());
+    }
+
+    #[test]
+    fn read_back() {
+        assert_eq!(from_text(Kind::Boolean, "t"), json!(true));
+        assert_eq!(from_text(Kind::Real, "1.5"), json!(1.5));
+        assert_eq!(from_text(Kind::Text, "12.50"), json!("12.50"));
+        assert_eq!(from_text(Kind::Array, r#"["a",null]"#), json!(["a", null]));
+    }
+}

@@ -1,0 +1,411 @@
+//! Cases every storing SQL sink must pass, written once over [`Store`]
+//! and run by each sink's test file.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aqueduct_publish::{
+    AttributeType, Change, ChangeOp, Lsn, ObjectSchema, SchemaChange, SchemaMessage, TxnMessage,
+};
+use aqueduct_sinks::Rows;
+use aqueduct_subscribe::{ErrorClass, Item, Record, Resume, SchemaPos, Sink, SinkError};
+use serde_json::{json, Map, Value};
+
+/// A storing sink whose rows the cases can read back.
+pub trait Store: Sink {
+    fn rows_of(&self, object: &str) -> Rows;
+}
+
+/// Opens the sink under test: a fresh one on the first call, the same
+/// database again on each later call (a restart after a crash).
+pub type Open<'a> = &'a mut dyn FnMut() -> Box<dyn Store>;
+
+pub fn shape(attrs: &[(&str, &str)], key: &[&str]) -> ObjectSchema {
+    ObjectSchema {
+        attributes: attrs
+            .iter()
+            .map(|(n, t)| AttributeType {
+                name: n.to_string(),
+                ty: t.to_string(),
+            })
+            .collect(),
+        key: key.iter().map(|k| k.to_string()).collect(),
+    }
+}
+
+pub fn posts() -> BTreeMap<String, ObjectSchema> {
+    BTreeMap::from([(
+        "posts".to_string(),
+        shape(&[("id", "bigint"), ("body", "text")], &["id"]),
+    )])
+}
+
+pub fn attrs(v: Value) -> Map<String, Value> {
+    v.as_object().expect("an object").clone()
+}
+
+pub fn change(object: &str, op: ChangeOp, key: Value, a: Option<Value>, version: Lsn) -> Change {
+    Change {
+        object: object.into(),
+        op,
+        key: vec![key],
+        attrs: a.map(attrs),
+        version,
+        prev_version: None,
+    }
+}
+
+pub fn txn(lsn: Lsn, changes: Vec<Change>) -> Item {
+    Item::Txn(Arc::new(TxnMessage {
+        lsn,
+        first_lsn: lsn,
+        txid: format!("test:{lsn}"),
+        commit_time: "2025-01-01T00:00:00.000000Z".into(),
+        epoch: 0,
+        frame: 0,
+        last: true,
+        deps: None,
+        bootstrap: false,
+        changes,
+        origin: None,
+    }))
+}
+
+pub fn schema(lsn: Lsn, object: &str, change: SchemaChange) -> Item {
+    Item::Schema(
+        Arc::new(SchemaMessage {
+            lsn,
+            epoch: 0,
+            object: object.into(),
+            change,
+        }),
+        SchemaPos { lsn, seq: 0 },
+    )
+}
+
+/// Applies items recording each as applied, as an in-apply agent does.
+pub fn apply(sink: &mut dyn Store, items: Vec<Item>) -> Result<(), SinkError> {
+    let record = Record {
+        applied: items
+            .iter()
+            .filter(|i| !matches!(i, Item::Schema(..)))
+            .map(Item::lsn)
+            .collect(),
+        watermark: None,
+        schema: items.iter().rev().find_map(|i| match i {
+            Item::Schema(_, pos) => Some(*pos),
+            _ => None,
+        }),
+    };
+    sink.apply(&items, &record)
+}
+
+fn upsert(id: i64, body: &str, version: Lsn) -> Change {
+    change(
+        "posts",
+        ChangeOp::Update,
+        json!(id),
+        Some(json!({"id": id, "body": body})),
+        version,
+    )
+}
+
+fn body(rows: &Rows, id: i64) -> Option<(Lsn, Value)> {
+    rows.get(&format!("[{id}]"))
+        .map(|(v, a)| (*v, a.get("body").cloned().unwrap_or(Value::Null)))
+}
+
+pub fn guarded_upsert(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(&mut *s, vec![txn(10, vec![upsert(1, "new", 10)])]).unwrap();
+    // An older write of the same row, applied later (weak order).
+    apply(&mut *s, vec![txn(7, vec![upsert(1, "old", 7)])]).unwrap();
+    assert_eq!(body(&s.rows_of("posts"), 1), Some((10, json!("new"))));
+    // The same version again changes nothing either; a newer one wins.
+    apply(&mut *s, vec![txn(12, vec![upsert(1, "newer", 12)])]).unwrap();
+    assert_eq!(body(&s.rows_of("posts"), 1), Some((12, json!("newer"))));
+}
+
+pub fn tombstone_blocks_late_insert(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(&mut *s, vec![txn(5, vec![upsert(1, "a", 5)])]).unwrap();
+    let del = change("posts", ChangeOp::Delete, json!(1), None, 9);
+    apply(&mut *s, vec![txn(9, vec![del])]).unwrap();
+    assert!(s.rows_of("posts").is_empty());
+    // An insert older than the delete arrives late: kept out.
+    let late = change(
+        "posts",
+        ChangeOp::Insert,
+        json!(1),
+        Some(json!({"id": 1, "body": "late"})),
+        7,
+    );
+    apply(&mut *s, vec![txn(7, vec![late])]).unwrap();
+    assert!(s.rows_of("posts").is_empty());
+    // A delete older than the row leaves it, and no tombstone keeps a newer
+    // insert out.
+    apply(&mut *s, vec![txn(11, vec![upsert(2, "b", 11)])]).unwrap();
+    let old_del = change("posts", ChangeOp::Delete, json!(2), None, 8);
+    apply(&mut *s, vec![txn(8, vec![old_del])]).unwrap();
+    assert_eq!(body(&s.rows_of("posts"), 2), Some((11, json!("b"))));
+    // A newer insert brings row 1 back.
+    apply(&mut *s, vec![txn(13, vec![upsert(1, "again", 13)])]).unwrap();
+    assert_eq!(body(&s.rows_of("posts"), 1), Some((13, json!("again"))));
+    // The watermark passing the tombstone deletes it; the row stays.
+    s.store_position(14, &[], None).unwrap();
+    assert_eq!(s.resume().unwrap().watermark, 14);
+    assert_eq!(s.rows_of("posts").len(), 2);
+}
+
+pub fn exactly_once_across_crash(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(
+        &mut *s,
+        vec![
+            txn(3, vec![upsert(1, "a", 3)]),
+            txn(5, vec![upsert(2, "b", 5)]),
+        ],
+    )
+    .unwrap();
+    s.apply(
+        &[Item::Skip { lsn: 6 }],
+        &Record {
+            applied: vec![6],
+            watermark: Some(3),
+            schema: None,
+        },
+    )
+    .unwrap();
+    drop(s);
+    // The process died after the commit and before it told anyone.
+    let mut s = open();
+    let r = s.resume().unwrap();
+    assert_eq!(
+        r,
+        Resume {
+            watermark: 3,
+            applied_above: vec![3, 5, 6],
+            schema: None,
+            dead_letters: vec![],
+        }
+    );
+    // Applying one again is refused whole: its row and its `applied` row
+    // roll back together.
+    let err = apply(
+        &mut *s,
+        vec![txn(7, vec![upsert(3, "c", 7)]), txn(5, vec![])],
+    )
+    .unwrap_err();
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert_eq!(s.rows_of("posts").len(), 2);
+    assert_eq!(s.resume().unwrap().applied_above, vec![3, 5, 6]);
+    // The watermark moves past them: `applied` below it is deleted.
+    s.apply(
+        &[],
+        &Record {
+            applied: vec![],
+            watermark: Some(6),
+            schema: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(s.resume().unwrap().applied_above, vec![6]);
+    // Dead letters are kept and forgotten with the position.
+    s.store_dead_letter(8, &SinkError::permanent("bad"), 8)
+        .unwrap();
+    s.store_dead_letter(8, &SinkError::permanent("bad"), 9)
+        .unwrap();
+    assert_eq!(open().resume().unwrap().dead_letters, vec![(8, 9)]);
+    s.clear_dead_letter(8).unwrap();
+    assert!(open().resume().unwrap().dead_letters.is_empty());
+}
+
+pub fn schema_changes(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(&mut *s, vec![txn(2, vec![upsert(1, "a", 2)])]).unwrap();
+    let add = SchemaChange::AddAttribute {
+        name: "likes".into(),
+        ty: "bigint".into(),
+        existing: json!(0),
+    };
+    apply(&mut *s, vec![schema(4, "posts", add)]).unwrap();
+    let r = s.resume().unwrap();
+    assert_eq!(r.schema, Some(SchemaPos { lsn: 4, seq: 0 }));
+    assert_eq!(
+        s.rows_of("posts")["[1]"].1,
+        attrs(json!({"id": 1, "body": "a", "likes": 0}))
+    );
+    let with_likes = change(
+        "posts",
+        ChangeOp::Insert,
+        json!(2),
+        Some(json!({"id": 2, "body": "b", "likes": 5})),
+        6,
+    );
+    apply(&mut *s, vec![txn(6, vec![with_likes])]).unwrap();
+    let rename = SchemaChange::RenameAttribute {
+        from: "body".into(),
+        to: "text".into(),
+    };
+    apply(&mut *s, vec![schema(8, "posts", rename)]).unwrap();
+    let drop_likes = SchemaChange::DropAttribute {
+        name: "likes".into(),
+    };
+    apply(&mut *s, vec![schema(9, "posts", drop_likes)]).unwrap();
+    let rows = s.rows_of("posts");
+    assert_eq!(rows["[1]"].1, attrs(json!({"id": 1, "text": "a"})));
+    assert_eq!(rows["[2]"].1, attrs(json!({"id": 2, "text": "b"})));
+    // A change of the old shape is refused, not half-applied.
+    let stale = change(
+        "posts",
+        ChangeOp::Update,
+        json!(2),
+        Some(json!({"id": 2, "body": "x"})),
+        10,
+    );
+    assert!(apply(&mut *s, vec![txn(10, vec![stale])]).is_err());
+    // Objects come and go.
+    let add_obj = SchemaChange::AddObject {
+        object: "likes".into(),
+        schema: shape(&[("id", "bigint"), ("post", "bigint")], &["id"]),
+    };
+    apply(&mut *s, vec![schema(11, "likes", add_obj)]).unwrap();
+    let like = change(
+        "likes",
+        ChangeOp::Insert,
+        json!(1),
+        Some(json!({"id": 1, "post": 2})),
+        12,
+    );
+    apply(&mut *s, vec![txn(12, vec![like])]).unwrap();
+    assert_eq!(s.rows_of("likes").len(), 1);
+    let drop_obj = SchemaChange::DropObject {
+        object: "likes".into(),
+    };
+    apply(&mut *s, vec![schema(13, "likes", drop_obj)]).unwrap();
+    let r = open().resume().unwrap();
+    assert_eq!(r.schema, Some(SchemaPos { lsn: 13, seq: 0 }));
+    // The epoch of a later stream names the objects as they are now:
+    // nothing to do.
+    let now = BTreeMap::from([(
+        "posts".to_string(),
+        shape(&[("id", "bigint"), ("text", "text")], &["id"]),
+    )]);
+    s.ensure_objects(&now).unwrap();
+    assert_eq!(s.rows_of("posts").len(), 2);
+}
+
+pub fn ensure_objects_idempotent(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(&mut *s, vec![txn(2, vec![upsert(1, "a", 2)])]).unwrap();
+    s.ensure_objects(&posts()).unwrap();
+    let mut more = posts();
+    more.insert(
+        "users".into(),
+        shape(&[("id", "text"), ("name", "text")], &["id"]),
+    );
+    s.ensure_objects(&more).unwrap();
+    drop(s);
+    let mut s = open();
+    s.ensure_objects(&more).unwrap();
+    assert_eq!(s.rows_of("posts").len(), 1);
+    assert!(s.rows_of("users").is_empty());
+    let bad = BTreeMap::from([("nokey".to_string(), shape(&[("a", "text")], &[]))]);
+    assert!(s.ensure_objects(&bad).is_err());
+}
+
+/// Every type of the wire's value list, NULLs included.
+pub fn types_round_trip(open: Open) {
+    let mut s = open();
+    let cols = [
+        ("id", "integer"),
+        ("big", "bigint"),
+        ("price", "numeric(10,2)"),
+        ("flag", "boolean"),
+        ("at", "timestamp with time zone"),
+        ("doc", "jsonb"),
+        ("tags", "text[]"),
+        ("name", "character varying(255)"),
+        ("ratio", "double precision"),
+        ("day", "date"),
+        ("uid", "uuid"),
+        ("raw", "bytea"),
+        ("note", "text"),
+    ];
+    let objects = BTreeMap::from([("things".to_string(), shape(&cols, &["id"]))]);
+    s.ensure_objects(&objects).unwrap();
+    let full = json!({
+        "id": 1,
+        "big": 9_000_000_000_i64,
+        "price": "12.50",
+        "flag": true,
+        "at": "2025-01-02 03:04:05.123456+00",
+        "doc": {"a": [1, "x'y"], "b": null, "c": {"d": 1.5}},
+        "tags": ["a", "b\"c", "d\\e", "it's"],
+        "name": "O'Brien",
+        "ratio": 0.25,
+        "day": "2025-01-02",
+        "uid": "123e4567-e89b-12d3-a456-426614174000",
+        "raw": "\\x00ff10",
+        "note": "two\nlines",
+    });
+    let nulls = json!({"id": 2, "flag": false, "price": "0.10", "tags": []});
+    apply(
+        &mut *s,
+        vec![txn(
+            5,
+            vec![
+                change("things", ChangeOp::Insert, json!(1), Some(full.clone()), 5),
+                change(
+                    "things",
+                    ChangeOp::Insert,
+                    json!(2),
+                    Some(json!({"id": 2, "flag": false, "price": "0.10", "tags": [],
+                        "big": null, "doc": null, "note": null})),
+                    5,
+                ),
+            ],
+        )],
+    )
+    .unwrap();
+    let rows = s.rows_of("things");
+    assert_eq!(rows["[1]"], (5, attrs(full)));
+    assert_eq!(rows["[2]"], (5, attrs(nulls)));
+    // A value the type cannot take is a permanent error.
+    let bad = change(
+        "things",
+        ChangeOp::Update,
+        json!(1),
+        Some(json!({"id": 1, "big": "lots"})),
+        6,
+    );
+    let err = apply(&mut *s, vec![txn(6, vec![bad])]).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+}
+
+/// Opens one case's sink, again on each call.
+pub type Opener = Box<dyn FnMut() -> Box<dyn Store>>;
+
+/// Every case, each on a sink of its own from `open(case name)`.
+pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
+    type Case = fn(Open);
+    let cases: [(&str, Case); 6] = [
+        ("guarded_upsert", guarded_upsert),
+        ("tombstone", tombstone_blocks_late_insert),
+        ("exactly_once", exactly_once_across_crash),
+        ("schema", schema_changes),
+        ("ensure_objects", ensure_objects_idempotent),
+        ("types", types_round_trip),
+    ];
+    for (name, case) in cases {
+        let mut opener = open(name);
+        case(&mut *opener);
+    }
+}
