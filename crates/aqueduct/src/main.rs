@@ -5,6 +5,7 @@
 //! in [`Command`] and an arm in [`main`].
 
 mod serve;
+mod subscribe;
 mod wal;
 
 use std::io;
@@ -32,6 +33,9 @@ enum Command {
     /// directory must not be in use by a server).
     #[command(subcommand)]
     Wal(wal::WalCommand),
+    /// Follow a publication of a server into another store (a subscriber
+    /// agent: bootstrap, then the stream, exactly once where the sink can).
+    Subscribe(Box<subscribe::SubscribeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Wal(cmd) => wal::run(cmd),
+        Command::Subscribe(args) => subscribe::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

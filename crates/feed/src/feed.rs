@@ -380,7 +380,9 @@ impl CommitConsumer for Feed {
         if !batch.schema.is_empty() {
             let mut tables = self.tables.write();
             for (_, c) in &batch.schema {
-                if let SchemaChange::CreateTable(s) = c {
+                // Rows after an ALTER TABLE have the new columns.
+                if let SchemaChange::CreateTable(s) | SchemaChange::AlterTable { schema: s, .. } = c
+                {
                     tables.insert(s.id, Arc::new(TableInfo::of(s)));
                 }
             }

@@ -155,7 +155,8 @@ impl LogSource {
     }
 
     fn learn(&mut self, change: &SchemaChange) {
-        if let SchemaChange::CreateTable(schema) = change {
+        if let SchemaChange::CreateTable(schema) | SchemaChange::AlterTable { schema, .. } = change
+        {
             self.tables
                 .insert(schema.id, Arc::new(TableInfo::of(schema)));
         }

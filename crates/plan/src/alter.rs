@@ -1066,6 +1066,13 @@ impl Work<'_> {
         txn.schema(SchemaChange::AlterTable {
             schema: self.schema.clone(),
             sources: self.sources.clone(),
+            old_columns: self
+                .old
+                .schema
+                .columns
+                .iter()
+                .map(|c| c.name.clone())
+                .collect(),
         });
         for (n, (id, start, inc, _)) in sequence_ids.iter().enumerate() {
             if filled[n] > 0 {

@@ -34,6 +34,10 @@ enum Source {
 #[derive(Clone, Debug)]
 pub struct ObjectProjection {
     pub table: TableId,
+    /// No column list: the attributes are the row's columns as of its
+    /// write (so a stream behind an `ALTER TABLE` sends each row as it
+    /// was, and the `schema` line between them says what changed).
+    all_columns: bool,
     /// The name it is published under (the table's).
     pub name: String,
     /// The table's columns now, by name: rows read from the log are put in
@@ -128,6 +132,7 @@ impl ObjectProjection {
         };
         Ok(ObjectProjection {
             table: s.id,
+            all_columns,
             name: s.name.clone(),
             columns: s.columns.iter().map(|c| c.name.clone()).collect(),
             attributes,
@@ -142,6 +147,16 @@ impl ObjectProjection {
     /// The object's shape as sinks create it.
     pub fn schema(&self) -> &ObjectSchema {
         &self.schema
+    }
+
+    /// Whether every column is published (no column list).
+    pub fn all_columns(&self) -> bool {
+        self.all_columns
+    }
+
+    /// The table's columns as the projection was made.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
     }
 
     /// `row`, written with the columns of `info`, in today's column order
@@ -168,6 +183,33 @@ impl ObjectProjection {
             // As PostgreSQL: NULL or an error is not a match.
             Some(f) => matches!(f.eval(&Env::new(row, &[])), Ok(Value::Bool(true))),
         }
+    }
+
+    /// The published attributes of `row`, written with the columns of
+    /// `info` (`conformed`: the same row in today's column order).
+    fn attrs_as_written(
+        &self,
+        info: &TableInfo,
+        key: &Key,
+        row: &Row,
+        conformed: &Row,
+    ) -> Map<String, Json> {
+        if !self.all_columns || info.columns == self.columns {
+            return self.attrs(key, conformed);
+        }
+        let mut out: Map<String, Json> = info
+            .columns
+            .iter()
+            .zip(row.iter())
+            .map(|(c, v)| (c.clone(), value_json(v)))
+            .collect();
+        if self.schema.key == [ROW_ID_ATTRIBUTE] {
+            out.insert(
+                ROW_ID_ATTRIBUTE.to_string(),
+                key.first().map_or(Json::Null, value_json),
+            );
+        }
+        out
     }
 
     fn attrs(&self, key: &Key, row: &Row) -> Map<String, Json> {
@@ -201,6 +243,7 @@ impl ObjectProjection {
         old: Option<&Row>,
         new: Option<&Row>,
     ) -> Option<Change> {
+        let raw_new = new;
         let old = old.map(|r| self.conform(info, r));
         let new = new.map(|r| self.conform(info, r));
         let was = old.as_ref().is_some_and(|r| self.passes(r));
@@ -224,9 +267,12 @@ impl ObjectProjection {
             object: self.name.clone(),
             op,
             key: key.iter().map(value_json).collect(),
-            attrs: match op {
-                ChangeOp::Delete => None,
-                _ => new.as_ref().map(|r| self.attrs(key, r)),
+            attrs: match (op, raw_new, &new) {
+                (ChangeOp::Delete, _, _) => None,
+                (_, Some(raw), Some(conformed)) => {
+                    Some(self.attrs_as_written(info, key, raw, conformed))
+                }
+                _ => None,
             },
             version,
             prev_version,

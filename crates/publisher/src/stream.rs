@@ -25,6 +25,9 @@ use crate::projection::Projection;
 /// Transactions passed without a published change before a `progress`
 /// line says so (one is also sent whenever the stream goes quiet).
 const PROGRESS_EVERY_TXNS: u64 = 256;
+/// How long a stream that passed transactions without a line waits for
+/// the next before saying so with a `progress` line.
+const PROGRESS_WHEN_QUIET: Duration = Duration::from_millis(100);
 
 /// What a subscriber asks for.
 #[derive(Clone, Debug)]
@@ -45,6 +48,10 @@ pub struct PublicationStream {
     projection: Projection,
     tracker: Option<DepTracker>,
     request: StreamRequest,
+    /// Each published table's columns as the stream last saw them (from
+    /// its rows and its `ALTER TABLE` records): what a schema change is
+    /// compared with.
+    columns_seen: std::collections::HashMap<TableId, Vec<String>>,
     /// The LSN of the last transaction passed without a line.
     quiet_until: Option<Lsn>,
     quiet_count: u64,
@@ -90,6 +97,7 @@ impl PublicationStream {
                 projection,
                 tracker,
                 request,
+                columns_seen: Default::default(),
                 quiet_until: None,
                 quiet_count: 0,
             },
@@ -101,6 +109,11 @@ impl PublicationStream {
     /// transaction's frames and schema lines, a `progress` line, or
     /// nothing.
     pub fn next(&mut self, wait: Duration) -> Result<Vec<WireMessage>, SqlError> {
+        let wait = if self.quiet_until.is_some() {
+            wait.min(PROGRESS_WHEN_QUIET)
+        } else {
+            wait
+        };
         let Some(msg) = self.sub.recv(wait).map_err(crate::feed_error)? else {
             return Ok(self.progress().into_iter().collect());
         };
@@ -144,6 +157,9 @@ impl PublicationStream {
                     let Some(object) = self.projection.objects.get(&table.id) else {
                         continue;
                     };
+                    if self.columns_seen.get(&table.id) != Some(&table.columns) {
+                        self.columns_seen.insert(table.id, table.columns.clone());
+                    }
                     objects.writes.push(dep_hash(&row_log_key(table.id, key)));
                     if !objects.tables_written.contains(&table.id) {
                         objects.tables_written.push(table.id);
@@ -232,7 +248,12 @@ impl PublicationStream {
             return Ok(Vec::new());
         }
         let mut changes: Vec<(String, WireSchema)> = Vec::new();
-        if let SchemaChange::AlterTable { schema, sources } = change {
+        if let SchemaChange::AlterTable {
+            schema,
+            sources,
+            old_columns,
+        } = change
+        {
             let object = &self.projection.objects[&schema.id];
             let all_columns = self
                 .projection
@@ -240,7 +261,16 @@ impl PublicationStream {
                 .object(schema.id)
                 .is_none_or(|o| o.all_columns);
             if all_columns {
-                let old = object.schema().attributes.clone();
+                // The record names the columns it replaced; one written
+                // before it kept them is compared with what the stream saw.
+                let old = if old_columns.is_empty() {
+                    self.columns_seen
+                        .get(&schema.id)
+                        .cloned()
+                        .unwrap_or_else(|| object.columns().to_vec())
+                } else {
+                    old_columns.clone()
+                };
                 let mut kept = vec![false; old.len()];
                 for (i, src) in sources.iter().enumerate() {
                     let column = &schema.columns[i];
@@ -248,11 +278,11 @@ impl PublicationStream {
                         ColumnSource::Old(j) => {
                             if let Some(before) = old.get(*j) {
                                 kept[*j] = true;
-                                if before.name != column.name {
+                                if *before != column.name {
                                     changes.push((
                                         object.name.clone(),
                                         WireSchema::RenameAttribute {
-                                            from: before.name.clone(),
+                                            from: before.clone(),
                                             to: column.name.clone(),
                                         },
                                     ));
@@ -270,15 +300,17 @@ impl PublicationStream {
                     }
                 }
                 for (j, a) in old.iter().enumerate() {
-                    if !kept[j] && object.schema().key.iter().all(|k| k != &a.name) {
+                    if !kept[j] && object.schema().key.iter().all(|k| k != a) {
                         changes.push((
                             object.name.clone(),
-                            WireSchema::DropAttribute {
-                                name: a.name.clone(),
-                            },
+                            WireSchema::DropAttribute { name: a.clone() },
                         ));
                     }
                 }
+                self.columns_seen.insert(
+                    schema.id,
+                    schema.columns.iter().map(|c| c.name.clone()).collect(),
+                );
             }
         }
         let before: BTreeMap<TableId, String> = self

@@ -259,7 +259,9 @@ impl Catalog {
             SchemaChange::DropTimeMap { id } => {
                 self.time_maps.remove(&id);
             }
-            SchemaChange::AlterTable { schema, sources } => {
+            SchemaChange::AlterTable {
+                schema, sources, ..
+            } => {
                 // A column's comment follows the column to its new place.
                 let id = schema.id;
                 let moved: Vec<((TableId, u32), String)> = sources

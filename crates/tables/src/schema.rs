@@ -243,6 +243,10 @@ pub enum SchemaChange {
     AlterTable {
         schema: TableSchema,
         sources: Vec<ColumnSource>,
+        /// The table's column names before the change (empty in records
+        /// written before they were kept): what a reader of the log that
+        /// never saw the old definition compares the new one with.
+        old_columns: Vec<String>,
     },
     /// A table's CHECK constraints and foreign keys, replaced (`ALTER
     /// TABLE ... ADD/DROP CONSTRAINT`, `DROP TABLE ... CASCADE` dropping
@@ -524,6 +528,8 @@ enum ChangeJson {
         #[serde(flatten)]
         table: TableJson,
         sources: Vec<SourceJson>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        old_columns: Vec<String>,
     },
     DropTable {
         v: u32,
@@ -727,8 +733,13 @@ impl SchemaChange {
                 v,
                 table: table_json(t),
             },
-            SchemaChange::AlterTable { schema, sources } => ChangeJson::AlterTable {
+            SchemaChange::AlterTable {
+                schema,
+                sources,
+                old_columns,
+            } => ChangeJson::AlterTable {
                 v,
+                old_columns: old_columns.clone(),
                 table: table_json(schema),
                 sources: sources
                     .iter()
@@ -886,7 +897,12 @@ impl SchemaChange {
                 check(v)?;
                 SchemaChange::CreateTable(table_def(table)?)
             }
-            ChangeJson::AlterTable { v, table, sources } => {
+            ChangeJson::AlterTable {
+                v,
+                table,
+                sources,
+                old_columns,
+            } => {
                 check(v)?;
                 let schema = table_def(table)?;
                 if sources.len() != schema.columns.len() {
@@ -907,7 +923,11 @@ impl SchemaChange {
                         })
                     })
                     .collect::<Result<Vec<_>, String>>()?;
-                SchemaChange::AlterTable { schema, sources }
+                SchemaChange::AlterTable {
+                    schema,
+                    sources,
+                    old_columns,
+                }
             }
             ChangeJson::DropTable { v, id } => {
                 check(v)?;
