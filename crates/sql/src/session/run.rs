@@ -25,6 +25,20 @@ impl Session {
     }
 
     pub(crate) fn execute_text(&mut self, sql: &str) -> Vec<Result<Outcome, SqlError>> {
+        if let Some(pieces) = super::custom::split_around_custom(sql) {
+            // One at a time, stopping at the first error, as a query
+            // string's statements run.
+            let mut out = Vec::new();
+            for piece in pieces {
+                let results = self.execute_text(&piece);
+                let failed = results.iter().any(Result::is_err);
+                out.extend(results);
+                if failed {
+                    break;
+                }
+            }
+            return out;
+        }
         if let Some(kind) = super::custom::Custom::of(sql) {
             return vec![self.run_custom(kind, sql)];
         }

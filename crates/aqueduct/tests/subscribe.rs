@@ -1,0 +1,275 @@
+//! `aqueduct subscribe` end to end: a server with a publication, the
+//! agent bootstrapping into SQLite and following, checked against the
+//! publication's query recomputed on the server (the oracle is SQL, not
+//! the publisher's code): after bootstrap, after updates, deletes, row
+//! filter transitions and an added column, and after the agent was killed
+//! with kill -9 several times while a writer kept writing.
+//!
+//! No timed sleeps: every wait is for a condition, under a deadline.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Instant;
+
+use aqueduct_sinks::SqliteSink;
+use serde_json::{json, Map, Value as Json};
+
+use common::{aqueduct, serve, Running, Server, STEP_TIMEOUT};
+
+fn client(pg: u16) -> postgres::Client {
+    postgres::Config::new()
+        .host("127.0.0.1")
+        .port(pg)
+        .user("test")
+        .dbname("aqueduct")
+        .connect_timeout(STEP_TIMEOUT)
+        .connect(postgres::NoTls)
+        .unwrap()
+}
+
+fn subscribe_args(server: &Server, sink: &Path, mode: &str) -> Vec<String> {
+    vec![
+        "subscribe".into(),
+        "--from".into(),
+        format!("127.0.0.1:{}", server.http),
+        "--publication".into(),
+        "social".into(),
+        "--name".into(),
+        "t1".into(),
+        "--mode".into(),
+        mode.into(),
+        "--into".into(),
+        format!("sqlite:{}", sink.display()),
+        "--workers".into(),
+        "3".into(),
+    ]
+}
+
+/// Runs the agent until it has applied everything committed when it
+/// started.
+fn catch_up(server: &Server, sink: &Path, mode: &str) {
+    let out = aqueduct()
+        .args(subscribe_args(server, sink, mode))
+        .arg("--until-caught-up")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "subscribe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The publication's objects as the server computes them with SQL.
+fn oracle(c: &mut postgres::Client) -> BTreeMap<String, BTreeMap<String, Map<String, Json>>> {
+    let mut out = BTreeMap::new();
+    let mut users = BTreeMap::new();
+    for r in c
+        .query("SELECT id, name, lower(email) FROM users", &[])
+        .unwrap()
+    {
+        let id: i32 = r.get(0);
+        let name: Option<String> = r.get(1);
+        let email: Option<String> = r.get(2);
+        let mut m = Map::new();
+        m.insert("id".into(), json!(id));
+        m.insert("name".into(), json!(name));
+        m.insert("email_lc".into(), json!(email));
+        users.insert(json!([id]).to_string(), m);
+    }
+    out.insert("users".to_string(), users);
+    let mut posts = BTreeMap::new();
+    let has_tags = c
+        .query(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'posts' AND column_name = 'tag'",
+            &[],
+        )
+        .unwrap()
+        .len()
+        == 1;
+    let q = if has_tags {
+        "SELECT id, author, body, draft, tag FROM posts WHERE NOT draft"
+    } else {
+        "SELECT id, author, body, draft FROM posts WHERE NOT draft"
+    };
+    for r in c.query(q, &[]).unwrap() {
+        let id: i32 = r.get(0);
+        let author: Option<i32> = r.get(1);
+        let body: Option<String> = r.get(2);
+        let draft: Option<bool> = r.get(3);
+        let mut m = Map::new();
+        m.insert("id".into(), json!(id));
+        m.insert("author".into(), json!(author));
+        m.insert("body".into(), json!(body));
+        m.insert("draft".into(), json!(draft));
+        if has_tags {
+            let tag: Option<String> = r.get(4);
+            m.insert("tag".into(), json!(tag));
+        }
+        posts.insert(json!([id]).to_string(), m);
+    }
+    out.insert("posts".to_string(), posts);
+    out
+}
+
+/// What the sink holds, in the same shape.
+fn sink_state(path: &Path) -> BTreeMap<String, BTreeMap<String, Map<String, Json>>> {
+    let sink = SqliteSink::open(path, "check").unwrap();
+    let mut out = BTreeMap::new();
+    for object in ["users", "posts"] {
+        let rows = sink.rows(object).unwrap();
+        out.insert(
+            object.to_string(),
+            rows.into_iter().map(|(k, (_, attrs))| (k, attrs)).collect(),
+        );
+    }
+    out
+}
+
+fn assert_same(c: &mut postgres::Client, sink: &Path, when: &str) {
+    let want = oracle(c);
+    let got = sink_state(sink);
+    for (object, rows) in &want {
+        let have = &got[object];
+        assert_eq!(
+            have.len(),
+            rows.len(),
+            "{when}: {object} has {} rows in the sink, {} at the source",
+            have.len(),
+            rows.len()
+        );
+        for (k, row) in rows {
+            assert_eq!(have.get(k), Some(row), "{when}: {object} row {k}");
+        }
+    }
+}
+
+fn setup(c: &mut postgres::Client) {
+    c.batch_execute(
+        "CREATE TABLE users (id int PRIMARY KEY, name text, email text);
+         CREATE TABLE posts (id int PRIMARY KEY, author int, body text, draft bool);
+         INSERT INTO users SELECT g, 'user' || g, 'U' || g || '@Example.com' FROM generate_series(1, 200) g;
+         INSERT INTO posts SELECT g, g % 200 + 1, 'post ' || g, g % 3 = 0 FROM generate_series(1, 500) g;
+         CREATE PUBLICATION social FOR TABLE users (id, name, lower(email) AS email_lc), posts WHERE (NOT draft) WITH (mode = 'causal');",
+    )
+    .unwrap();
+}
+
+/// A deterministic mix of writes: updates, filter transitions, deletes
+/// and inserts, some in one transaction with a read.
+fn write(c: &mut postgres::Client, step: u64) {
+    let id = (step * 7919) % 500 + 1;
+    let user = (step * 104_729) % 200 + 1;
+    match step % 5 {
+        0 => c
+            .execute(
+                "UPDATE posts SET draft = NOT draft WHERE id = $1",
+                &[&(id as i32)],
+            )
+            .map(|_| ()),
+        1 => c
+            .execute(
+                "UPDATE users SET name = name || '!' , email = upper(email) WHERE id = $1",
+                &[&(user as i32)],
+            )
+            .map(|_| ()),
+        2 => c
+            .execute("DELETE FROM posts WHERE id = $1", &[&(id as i32)])
+            .map(|_| ()),
+        3 => c
+            .execute(
+                "INSERT INTO posts VALUES ($1, $2, 'again', false) ON CONFLICT (id) DO UPDATE SET body = 'again'",
+                &[&(id as i32), &(user as i32)],
+            )
+            .map(|_| ()),
+        _ => {
+            let mut t = c.transaction().unwrap();
+            t.query("SELECT name FROM users WHERE id = $1", &[&(user as i32)])
+                .unwrap();
+            t.execute(
+                "UPDATE posts SET body = body || '+', author = $2 WHERE id = $1",
+                &[&(id as i32), &(user as i32)],
+            )
+            .unwrap();
+            t.commit()
+        }
+    }
+    .unwrap();
+}
+
+#[test]
+fn a_subscriber_follows_a_publication_into_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let sink = dir.path().join("sink.db");
+
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after bootstrap");
+
+    for step in 0..300 {
+        write(&mut c, step);
+    }
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after the stream");
+
+    // A column added to a table published without a column list reaches
+    // the sink, with the value existing rows got.
+    c.batch_execute("ALTER TABLE posts ADD COLUMN tag text DEFAULT 'none'")
+        .unwrap();
+    c.execute("UPDATE posts SET tag = 'x' WHERE id = 1", &[])
+        .unwrap();
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after ALTER TABLE ADD COLUMN");
+}
+
+#[test]
+fn a_subscriber_killed_with_kill_9_resumes_with_nothing_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "always"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    let mut step = 0;
+    for round in 0..4 {
+        let agent = Running(
+            aqueduct()
+                .args(subscribe_args(&server, &sink, "causal"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        // Write while the agent follows; once it has stored a position
+        // past some of it, kill it: batches in flight, positions not
+        // stored, acknowledgements not sent.
+        let before = watermark(&sink);
+        for _ in 0..(100 + round * 37) {
+            write(&mut c, step);
+            step += 1;
+        }
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while watermark(&sink) <= before {
+            assert!(Instant::now() < deadline, "the agent made no progress");
+            std::thread::yield_now();
+        }
+        agent.kill9();
+    }
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after four kill -9 of the agent");
+}
+
+/// The watermark the sink holds for the subscription.
+fn watermark(sink: &Path) -> u64 {
+    use aqueduct_subscribe::Sink;
+    SqliteSink::open(sink, "t1")
+        .and_then(|s| s.resume())
+        .map_or(0, |r| r.watermark)
+}
