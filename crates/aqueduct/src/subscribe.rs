@@ -188,8 +188,8 @@ pub fn run(args: SubscribeArgs) -> Result<()> {
 /// its position to `S + 1`.
 fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
     let path = format!(
-        "/v1/publications/{}/bootstrap?subscriber={}",
-        server.publication, server.name
+        "/v1/publications/{}/bootstrap?subscriber={}&mode={}",
+        server.publication, server.name, server.mode
     );
     let r = server.request("POST", &path, REQUEST_TIMEOUT)?;
     let mut body = r.body;
@@ -442,10 +442,20 @@ fn follow(
                     bytes,
                 }
             }
-            Ok(Event::End(reason)) => Input::Disconnected {
-                now_ms: now(),
-                reason,
-            },
+            Ok(Event::End(reason)) => {
+                // A request the server refuses as such (a mode stronger
+                // than the publication's, a publication that does not
+                // exist) will be refused again: stop and say why.
+                if let StreamEnd::Error(e) = &reason {
+                    if e.code.starts_with("22") || e.code.starts_with("42") {
+                        bail!("the server refused the stream: {} ({})", e.message, e.code);
+                    }
+                }
+                Input::Disconnected {
+                    now_ms: now(),
+                    reason,
+                }
+            }
             Ok(Event::Applied(batch)) => Input::Applied {
                 now_ms: now(),
                 batch,

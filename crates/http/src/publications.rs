@@ -1,7 +1,7 @@
 //! Publications over HTTP (`docs/publications.md`, section 4): what a
 //! subscriber agent (`aqueduct subscribe`) talks to.
 //!
-//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME`: the
+//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M`: the
 //!   publication's tables at one LSN `S`, NDJSON: an `epoch` line (from
 //!   `S + 1`, with each object's shape), `row` lines, a `chunk_end` line
 //!   after each chunk, and `bootstrap_end` with `S`. The subscriber's
@@ -50,6 +50,13 @@ pub(crate) struct StreamQuery {
 #[derive(Deserialize)]
 pub(crate) struct SubscriberQuery {
     subscriber: String,
+    mode: Option<String>,
+}
+
+fn mode_of(mode: Option<&str>) -> Result<Mode, Response> {
+    mode.unwrap_or("causal")
+        .parse::<Mode>()
+        .map_err(|e| bad_request(SqlError::new("22023", e.to_string())))
 }
 
 #[derive(Deserialize)]
@@ -139,9 +146,9 @@ pub(crate) async fn stream(
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
-    let mode = match q.mode.as_deref().unwrap_or("causal").parse::<Mode>() {
+    let mode = match mode_of(q.mode.as_deref()) {
         Ok(m) => m,
-        Err(e) => return bad_request(SqlError::new("22023", e.to_string())),
+        Err(r) => return r,
     };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
@@ -219,13 +226,17 @@ pub(crate) async fn bootstrap(
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
+    let mode = match mode_of(q.mode.as_deref()) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
     let started = tokio::task::spawn_blocking(move || {
         let db = engine.shared_database();
         let id = server_id(&engine);
         let consumer = consumer_name(&publication, &q.subscriber);
-        let (b, first) = Bootstrap::start(&db, engine.feed(), &publication, &consumer, &id)?;
+        let (b, first) = Bootstrap::start(&db, engine.feed(), &publication, mode, &consumer, &id)?;
         Ok::<_, SqlError>((b, first))
     })
     .await;

@@ -39,10 +39,16 @@ impl Bootstrap {
         db: &Arc<Database>,
         feed: &Arc<Feed>,
         publication: &str,
+        mode: aqueduct_publish::Mode,
         consumer: &str,
         server_id: &str,
     ) -> Result<(Bootstrap, WireMessage), SqlError> {
-        let names: Vec<String> = Projection::of(&db.read(), publication)?
+        let projection = Projection::of(&db.read(), publication)?;
+        let def = &projection.publication;
+        if !def.mode.allows(mode) {
+            return Err(crate::mode_refused(&def.name, def.mode, mode));
+        }
+        let names: Vec<String> = projection
             .objects
             .values()
             .map(|o| o.name.clone())

@@ -22,7 +22,7 @@ pub mod stream;
 pub use bootstrap::Bootstrap;
 pub use metrics::{Counters, PublicationMetrics, StreamGauge};
 pub use projection::{ObjectProjection, Projection, ROW_ID_ATTRIBUTE};
-pub use stream::{PublicationStream, StreamRequest};
+pub use stream::{mode_refused, PublicationStream, StreamRequest};
 
 use aqueduct_expr::SqlError;
 use aqueduct_feed::FeedError;

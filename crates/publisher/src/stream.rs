@@ -58,7 +58,7 @@ pub struct PublicationStream {
 }
 
 /// The SQLSTATE 22023 for a mode stronger than the publication's.
-fn mode_refused(publication: &str, publishes: Mode, asked: Mode) -> SqlError {
+pub fn mode_refused(publication: &str, publishes: Mode, asked: Mode) -> SqlError {
     SqlError::new(
         "22023",
         format!("publication \"{publication}\" is published in {publishes} mode; {asked} mode is stronger"),
