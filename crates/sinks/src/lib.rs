@@ -10,6 +10,10 @@
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
 //! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
 //!   or a file, at least once, its position in a state directory;
+//! - [`webhook`]: [`WebhookSink`], an HTTP POST per applied item (or per
+//!   change), at least once;
+//! - `state_dir` (private): the position and dead letters of the message
+//!   sinks, in a state directory;
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
 pub mod jsonl;
@@ -17,9 +21,13 @@ pub mod postgres;
 pub mod spec;
 mod sql;
 pub mod sqlite;
+mod state_dir;
+pub mod webhook;
 
 pub use jsonl::JsonLinesSink;
 pub use postgres::PostgresSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;
+pub use state_dir::{DEAD_LETTERS_FILE, POSITION_FILE};
+pub use webhook::WebhookSink;

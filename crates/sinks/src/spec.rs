@@ -9,10 +9,12 @@ use aqueduct_subscribe::{Sink, SinkError};
 use crate::jsonl::JsonLinesSink;
 use crate::postgres::PostgresSink;
 use crate::sqlite::SqliteSink;
+use crate::webhook::{WebhookSink, WebhookUrl};
 
 /// The forms [`SinkSpec`] accepts, for error messages and help texts.
 pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
-     postgres:host=... port=..., stdout, jsonl:/path/file";
+     postgres:host=... port=..., stdout, jsonl:/path/file, \
+     webhook:http://host:port/path[?per_change=1]";
 
 /// Where a subscriber writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +28,9 @@ pub enum SinkSpec {
     Stdout,
     /// `jsonl:/path/file`: JSON lines appended to a file.
     JsonLines(PathBuf),
+    /// `webhook:http://host:port/path[?per_change=1]`: an HTTP POST per
+    /// applied item (the URL kept whole, checked when parsed).
+    Webhook(String),
 }
 
 /// A spec that names no sink.
@@ -63,6 +68,10 @@ impl FromStr for SinkSpec {
             Ok(SinkSpec::Sqlite(PathBuf::from(non_empty(rest)?)))
         } else if let Some(rest) = s.strip_prefix("jsonl:") {
             Ok(SinkSpec::JsonLines(PathBuf::from(non_empty(rest)?)))
+        } else if let Some(rest) = s.strip_prefix("webhook:") {
+            let url = non_empty(rest)?;
+            WebhookUrl::parse(&url).map_err(|_| bad())?;
+            Ok(SinkSpec::Webhook(url))
         } else {
             Err(bad())
         }
@@ -70,10 +79,10 @@ impl FromStr for SinkSpec {
 }
 
 impl SinkSpec {
-    /// Whether the sink keeps its position in a state directory (JSON
-    /// lines) rather than in its own database.
+    /// Whether the sink keeps its position in a state directory (the
+    /// message sinks) rather than in its own database.
     pub fn needs_state_dir(&self) -> bool {
-        matches!(self, SinkSpec::Stdout | SinkSpec::JsonLines(_))
+        !matches!(self, SinkSpec::Sqlite(_) | SinkSpec::Postgres(_))
     }
 
     /// Opens the sink for the subscription `name`; `state_dir` is required
@@ -95,6 +104,7 @@ impl SinkSpec {
             SinkSpec::Postgres(config) => Box::new(PostgresSink::connect(config, name)?),
             SinkSpec::Stdout => Box::new(JsonLinesSink::stdout(state()?)?),
             SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
+            SinkSpec::Webhook(url) => Box::new(WebhookSink::new(url, state()?)?),
         })
     }
 }
@@ -108,6 +118,7 @@ impl fmt::Display for SinkSpec {
             SinkSpec::Postgres(_) => write!(f, "postgres"),
             SinkSpec::Stdout => write!(f, "stdout"),
             SinkSpec::JsonLines(p) => write!(f, "jsonl:{}", p.display()),
+            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
         }
     }
 }
@@ -140,8 +151,16 @@ mod tests {
             p("jsonl:out.jsonl"),
             Ok(SinkSpec::JsonLines("out.jsonl".into()))
         );
+        assert_eq!(
+            p("webhook:http://127.0.0.1:9/hook?per_change=1"),
+            Ok(SinkSpec::Webhook(
+                "http://127.0.0.1:9/hook?per_change=1".into()
+            ))
+        );
         for bad in [
             "",
+            "webhook:",
+            "webhook:https://h/x",
             "sqlite:",
             "jsonl:",
             "postgres:",
@@ -171,6 +190,10 @@ mod tests {
             .parse()
             .unwrap();
         assert!(jsonl.open("s", Some(&dir.join("state"))).is_ok());
+        let hook: SinkSpec = "webhook:http://127.0.0.1:9/h".parse().unwrap();
+        assert!(hook.needs_state_dir());
+        assert!(hook.open("s", None).is_err());
+        assert!(hook.open("s", Some(&dir.join("hook"))).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
