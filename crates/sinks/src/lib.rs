@@ -10,6 +10,8 @@
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
 //! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
 //!   or a file, at least once, its position in a state directory;
+//! - [`nats`]: [`NatsSink`], a NATS JetStream message per applied item,
+//!   at least once;
 //! - [`webhook`]: [`WebhookSink`], an HTTP POST per applied item (or per
 //!   change), at least once;
 //! - `state_dir` (private): the position and dead letters of the message
@@ -17,6 +19,7 @@
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
 pub mod jsonl;
+pub mod nats;
 pub mod postgres;
 pub mod spec;
 mod sql;
@@ -25,6 +28,7 @@ mod state_dir;
 pub mod webhook;
 
 pub use jsonl::JsonLinesSink;
+pub use nats::NatsSink;
 pub use postgres::PostgresSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};

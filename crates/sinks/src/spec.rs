@@ -7,6 +7,7 @@ use std::str::FromStr;
 use aqueduct_subscribe::{Sink, SinkError};
 
 use crate::jsonl::JsonLinesSink;
+use crate::nats::{NatsSink, NatsUrl};
 use crate::postgres::PostgresSink;
 use crate::sqlite::SqliteSink;
 use crate::webhook::{WebhookSink, WebhookUrl};
@@ -14,7 +15,7 @@ use crate::webhook::{WebhookSink, WebhookUrl};
 /// The forms [`SinkSpec`] accepts, for error messages and help texts.
 pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
      postgres:host=... port=..., stdout, jsonl:/path/file, \
-     webhook:http://host:port/path[?per_change=1]";
+     webhook:http://host:port/path[?per_change=1], nats://host:port[/subject-prefix]";
 
 /// Where a subscriber writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +32,9 @@ pub enum SinkSpec {
     /// `webhook:http://host:port/path[?per_change=1]`: an HTTP POST per
     /// applied item (the URL kept whole, checked when parsed).
     Webhook(String),
+    /// `nats://[user:pass@]host:port[/subject-prefix]`: a NATS JetStream
+    /// message per applied item (the URL kept whole, checked when parsed).
+    Nats(String),
 }
 
 /// A spec that names no sink.
@@ -72,6 +76,9 @@ impl FromStr for SinkSpec {
             let url = non_empty(rest)?;
             WebhookUrl::parse(&url).map_err(|_| bad())?;
             Ok(SinkSpec::Webhook(url))
+        } else if s.starts_with("nats://") {
+            NatsUrl::parse(s).map_err(|_| bad())?;
+            Ok(SinkSpec::Nats(s.to_string()))
         } else {
             Err(bad())
         }
@@ -105,6 +112,7 @@ impl SinkSpec {
             SinkSpec::Stdout => Box::new(JsonLinesSink::stdout(state()?)?),
             SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
             SinkSpec::Webhook(url) => Box::new(WebhookSink::new(url, state()?)?),
+            SinkSpec::Nats(url) => Box::new(NatsSink::connect(url, name, state()?)?),
         })
     }
 }
@@ -119,6 +127,10 @@ impl fmt::Display for SinkSpec {
             SinkSpec::Stdout => write!(f, "stdout"),
             SinkSpec::JsonLines(p) => write!(f, "jsonl:{}", p.display()),
             SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
+            SinkSpec::Nats(url) => match NatsUrl::parse(url) {
+                Ok(u) => write!(f, "nats://{}/{}", u.addr, u.prefix),
+                Err(_) => write!(f, "nats"),
+            },
         }
     }
 }
@@ -157,8 +169,18 @@ mod tests {
                 "http://127.0.0.1:9/hook?per_change=1".into()
             ))
         );
+        assert_eq!(
+            p("nats://127.0.0.1:4222/app.events"),
+            Ok(SinkSpec::Nats("nats://127.0.0.1:4222/app.events".into()))
+        );
+        assert_eq!(
+            p("nats://u:secret@h").unwrap().to_string(),
+            "nats://h:4222/aqueduct"
+        );
         for bad in [
             "",
+            "nats://",
+            "nats://h/a b",
             "webhook:",
             "webhook:https://h/x",
             "sqlite:",
