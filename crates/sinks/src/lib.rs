@@ -12,6 +12,8 @@
 //!   or a file, at least once, its position in a state directory;
 //! - [`nats`]: [`NatsSink`], a NATS JetStream message per applied item,
 //!   at least once;
+//! - [`rabbitmq`]: [`RabbitMqSink`], RabbitMQ messages under publisher
+//!   confirms, at least once;
 //! - [`webhook`]: [`WebhookSink`], an HTTP POST per applied item (or per
 //!   change), at least once;
 //! - `state_dir` (private): the position and dead letters of the message
@@ -21,6 +23,7 @@
 pub mod jsonl;
 pub mod nats;
 pub mod postgres;
+pub mod rabbitmq;
 pub mod spec;
 mod sql;
 pub mod sqlite;
@@ -30,6 +33,7 @@ pub mod webhook;
 pub use jsonl::JsonLinesSink;
 pub use nats::NatsSink;
 pub use postgres::PostgresSink;
+pub use rabbitmq::RabbitMqSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;

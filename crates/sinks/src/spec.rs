@@ -9,13 +9,15 @@ use aqueduct_subscribe::{Sink, SinkError};
 use crate::jsonl::JsonLinesSink;
 use crate::nats::{NatsSink, NatsUrl};
 use crate::postgres::PostgresSink;
+use crate::rabbitmq::{redact, RabbitMqSink, RabbitMqUrl};
 use crate::sqlite::SqliteSink;
 use crate::webhook::{WebhookSink, WebhookUrl};
 
 /// The forms [`SinkSpec`] accepts, for error messages and help texts.
 pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
      postgres:host=... port=..., stdout, jsonl:/path/file, \
-     webhook:http://host:port/path[?per_change=1], nats://host:port[/subject-prefix]";
+     webhook:http://host:port/path[?per_change=1], nats://host:port[/subject-prefix], \
+     amqp://user:pass@host:port/vhost[?exchange=..&routing_prefix=..]";
 
 /// Where a subscriber writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +37,9 @@ pub enum SinkSpec {
     /// `nats://[user:pass@]host:port[/subject-prefix]`: a NATS JetStream
     /// message per applied item (the URL kept whole, checked when parsed).
     Nats(String),
+    /// `amqp://user:pass@host:port/vhost[?exchange=..&routing_prefix=..]`:
+    /// RabbitMQ messages (the URL kept whole, checked when parsed).
+    RabbitMq(String),
 }
 
 /// A spec that names no sink.
@@ -79,6 +84,9 @@ impl FromStr for SinkSpec {
         } else if s.starts_with("nats://") {
             NatsUrl::parse(s).map_err(|_| bad())?;
             Ok(SinkSpec::Nats(s.to_string()))
+        } else if s.starts_with("amqp://") {
+            RabbitMqUrl::parse(s).map_err(|_| bad())?;
+            Ok(SinkSpec::RabbitMq(s.to_string()))
         } else {
             Err(bad())
         }
@@ -113,6 +121,7 @@ impl SinkSpec {
             SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
             SinkSpec::Webhook(url) => Box::new(WebhookSink::new(url, state()?)?),
             SinkSpec::Nats(url) => Box::new(NatsSink::connect(url, name, state()?)?),
+            SinkSpec::RabbitMq(url) => Box::new(RabbitMqSink::connect(url, name, state()?)?),
         })
     }
 }
@@ -131,6 +140,7 @@ impl fmt::Display for SinkSpec {
                 Ok(u) => write!(f, "nats://{}/{}", u.addr, u.prefix),
                 Err(_) => write!(f, "nats"),
             },
+            SinkSpec::RabbitMq(url) => write!(f, "{}", redact(url)),
         }
     }
 }
@@ -177,8 +187,20 @@ mod tests {
             p("nats://u:secret@h").unwrap().to_string(),
             "nats://h:4222/aqueduct"
         );
+        assert_eq!(
+            p("amqp://u:pw@127.0.0.1:5672/%2f?exchange=x"),
+            Ok(SinkSpec::RabbitMq(
+                "amqp://u:pw@127.0.0.1:5672/%2f?exchange=x".into()
+            ))
+        );
+        assert_eq!(
+            p("amqp://u:pw@h/v").unwrap().to_string(),
+            "amqp://u:***@h/v"
+        );
         for bad in [
             "",
+            "amqp://",
+            "amqps://h/v",
             "nats://",
             "nats://h/a b",
             "webhook:",
