@@ -89,13 +89,32 @@ pub fn request(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<Response, Error> {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| ("Authorization", a))
+        .into_iter()
+        .collect();
+    request_with_headers(addr, method, path, &headers, body, timeout)
+}
+
+/// [`request`] with extra header lines (name, value) in place of the
+/// token; a body is sent as `application/json`.
+pub fn request_with_headers(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Response, Error> {
     let mut stream = connect(addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut head =
         format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\n");
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     if let Some(b) = body {
         head.push_str(&format!(

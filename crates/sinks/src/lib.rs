@@ -10,16 +10,32 @@
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
 //! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
 //!   or a file, at least once, its position in a state directory;
+//! - [`nats`]: [`NatsSink`], a NATS JetStream message per applied item,
+//!   at least once;
+//! - [`rabbitmq`]: [`RabbitMqSink`], RabbitMQ messages under publisher
+//!   confirms, at least once;
+//! - [`webhook`]: [`WebhookSink`], an HTTP POST per applied item (or per
+//!   change), at least once;
+//! - `state_dir` (private): the position and dead letters of the message
+//!   sinks, in a state directory;
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
 pub mod jsonl;
+pub mod nats;
 pub mod postgres;
+pub mod rabbitmq;
 pub mod spec;
 mod sql;
 pub mod sqlite;
+mod state_dir;
+pub mod webhook;
 
 pub use jsonl::JsonLinesSink;
+pub use nats::NatsSink;
 pub use postgres::PostgresSink;
+pub use rabbitmq::RabbitMqSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;
+pub use state_dir::{DEAD_LETTERS_FILE, POSITION_FILE};
+pub use webhook::WebhookSink;

@@ -7,12 +7,17 @@ use std::str::FromStr;
 use aqueduct_subscribe::{Sink, SinkError};
 
 use crate::jsonl::JsonLinesSink;
+use crate::nats::{NatsSink, NatsUrl};
 use crate::postgres::PostgresSink;
+use crate::rabbitmq::{redact, RabbitMqSink, RabbitMqUrl};
 use crate::sqlite::SqliteSink;
+use crate::webhook::{WebhookSink, WebhookUrl};
 
 /// The forms [`SinkSpec`] accepts, for error messages and help texts.
 pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
-     postgres:host=... port=..., stdout, jsonl:/path/file";
+     postgres:host=... port=..., stdout, jsonl:/path/file, \
+     webhook:http://host:port/path[?per_change=1], nats://host:port[/subject-prefix], \
+     amqp://user:pass@host:port/vhost[?exchange=..&routing_prefix=..]";
 
 /// Where a subscriber writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +31,15 @@ pub enum SinkSpec {
     Stdout,
     /// `jsonl:/path/file`: JSON lines appended to a file.
     JsonLines(PathBuf),
+    /// `webhook:http://host:port/path[?per_change=1]`: an HTTP POST per
+    /// applied item (the URL kept whole, checked when parsed).
+    Webhook(String),
+    /// `nats://[user:pass@]host:port[/subject-prefix]`: a NATS JetStream
+    /// message per applied item (the URL kept whole, checked when parsed).
+    Nats(String),
+    /// `amqp://user:pass@host:port/vhost[?exchange=..&routing_prefix=..]`:
+    /// RabbitMQ messages (the URL kept whole, checked when parsed).
+    RabbitMq(String),
 }
 
 /// A spec that names no sink.
@@ -63,6 +77,16 @@ impl FromStr for SinkSpec {
             Ok(SinkSpec::Sqlite(PathBuf::from(non_empty(rest)?)))
         } else if let Some(rest) = s.strip_prefix("jsonl:") {
             Ok(SinkSpec::JsonLines(PathBuf::from(non_empty(rest)?)))
+        } else if let Some(rest) = s.strip_prefix("webhook:") {
+            let url = non_empty(rest)?;
+            WebhookUrl::parse(&url).map_err(|_| bad())?;
+            Ok(SinkSpec::Webhook(url))
+        } else if s.starts_with("nats://") {
+            NatsUrl::parse(s).map_err(|_| bad())?;
+            Ok(SinkSpec::Nats(s.to_string()))
+        } else if s.starts_with("amqp://") {
+            RabbitMqUrl::parse(s).map_err(|_| bad())?;
+            Ok(SinkSpec::RabbitMq(s.to_string()))
         } else {
             Err(bad())
         }
@@ -70,10 +94,10 @@ impl FromStr for SinkSpec {
 }
 
 impl SinkSpec {
-    /// Whether the sink keeps its position in a state directory (JSON
-    /// lines) rather than in its own database.
+    /// Whether the sink keeps its position in a state directory (the
+    /// message sinks) rather than in its own database.
     pub fn needs_state_dir(&self) -> bool {
-        matches!(self, SinkSpec::Stdout | SinkSpec::JsonLines(_))
+        !matches!(self, SinkSpec::Sqlite(_) | SinkSpec::Postgres(_))
     }
 
     /// Opens the sink for the subscription `name`; `state_dir` is required
@@ -95,6 +119,9 @@ impl SinkSpec {
             SinkSpec::Postgres(config) => Box::new(PostgresSink::connect(config, name)?),
             SinkSpec::Stdout => Box::new(JsonLinesSink::stdout(state()?)?),
             SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
+            SinkSpec::Webhook(url) => Box::new(WebhookSink::new(url, state()?)?),
+            SinkSpec::Nats(url) => Box::new(NatsSink::connect(url, name, state()?)?),
+            SinkSpec::RabbitMq(url) => Box::new(RabbitMqSink::connect(url, name, state()?)?),
         })
     }
 }
@@ -108,6 +135,12 @@ impl fmt::Display for SinkSpec {
             SinkSpec::Postgres(_) => write!(f, "postgres"),
             SinkSpec::Stdout => write!(f, "stdout"),
             SinkSpec::JsonLines(p) => write!(f, "jsonl:{}", p.display()),
+            SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
+            SinkSpec::Nats(url) => match NatsUrl::parse(url) {
+                Ok(u) => write!(f, "nats://{}/{}", u.addr, u.prefix),
+                Err(_) => write!(f, "nats"),
+            },
+            SinkSpec::RabbitMq(url) => write!(f, "{}", redact(url)),
         }
     }
 }
@@ -140,8 +173,38 @@ mod tests {
             p("jsonl:out.jsonl"),
             Ok(SinkSpec::JsonLines("out.jsonl".into()))
         );
+        assert_eq!(
+            p("webhook:http://127.0.0.1:9/hook?per_change=1"),
+            Ok(SinkSpec::Webhook(
+                "http://127.0.0.1:9/hook?per_change=1".into()
+            ))
+        );
+        assert_eq!(
+            p("nats://127.0.0.1:4222/app.events"),
+            Ok(SinkSpec::Nats("nats://127.0.0.1:4222/app.events".into()))
+        );
+        assert_eq!(
+            p("nats://u:secret@h").unwrap().to_string(),
+            "nats://h:4222/aqueduct"
+        );
+        assert_eq!(
+            p("amqp://u:pw@127.0.0.1:5672/%2f?exchange=x"),
+            Ok(SinkSpec::RabbitMq(
+                "amqp://u:pw@127.0.0.1:5672/%2f?exchange=x".into()
+            ))
+        );
+        assert_eq!(
+            p("amqp://u:pw@h/v").unwrap().to_string(),
+            "amqp://u:***@h/v"
+        );
         for bad in [
             "",
+            "amqp://",
+            "amqps://h/v",
+            "nats://",
+            "nats://h/a b",
+            "webhook:",
+            "webhook:https://h/x",
             "sqlite:",
             "jsonl:",
             "postgres:",
@@ -171,6 +234,10 @@ mod tests {
             .parse()
             .unwrap();
         assert!(jsonl.open("s", Some(&dir.join("state"))).is_ok());
+        let hook: SinkSpec = "webhook:http://127.0.0.1:9/h".parse().unwrap();
+        assert!(hook.needs_state_dir());
+        assert!(hook.open("s", None).is_err());
+        assert!(hook.open("s", Some(&dir.join("hook"))).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,6 +13,8 @@ use aqueduct_sinks::Rows;
 use aqueduct_subscribe::{ErrorClass, Item, Record, Resume, SchemaPos, Sink, SinkError};
 use serde_json::{json, Map, Value};
 
+pub mod agent;
+
 /// A storing sink whose rows the cases can read back.
 pub trait Store: Sink {
     fn rows_of(&self, object: &str) -> Rows;
