@@ -5,20 +5,25 @@
 //! Modules:
 //!
 //! - `sql` (private): the state tables, guarded statements, schema
-//!   changes and value literals shared by both SQL sinks;
+//!   changes and value literals shared by the SQL sinks, in three
+//!   dialects;
 //! - [`sqlite`]: [`SqliteSink`], a SQLite file, exactly once;
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
+//! - [`mariadb`]: [`MariaDbSink`], a MariaDB (or MySQL) database, exactly
+//!   once;
 //! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
 //!   or a file, at least once, its position in a state directory;
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
 pub mod jsonl;
+pub mod mariadb;
 pub mod postgres;
 pub mod spec;
 mod sql;
 pub mod sqlite;
 
 pub use jsonl::JsonLinesSink;
+pub use mariadb::MariaDbSink;
 pub use postgres::PostgresSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
