@@ -11,6 +11,8 @@
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
 //! - [`mariadb`]: [`MariaDbSink`], a MariaDB (or MySQL) database, exactly
 //!   once;
+//! - [`redis`]: [`RedisSink`], rows as Redis hashes, each batch one Lua
+//!   script with its position, exactly once as far as Redis persists;
 //! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
 //!   or a file, at least once, its position in a state directory;
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
@@ -18,6 +20,7 @@
 pub mod jsonl;
 pub mod mariadb;
 pub mod postgres;
+pub mod redis;
 pub mod spec;
 mod sql;
 pub mod sqlite;
@@ -25,6 +28,7 @@ pub mod sqlite;
 pub use jsonl::JsonLinesSink;
 pub use mariadb::MariaDbSink;
 pub use postgres::PostgresSink;
+pub use redis::RedisSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;

@@ -9,12 +9,13 @@ use aqueduct_subscribe::{Sink, SinkError};
 use crate::jsonl::JsonLinesSink;
 use crate::mariadb::MariaDbSink;
 use crate::postgres::PostgresSink;
+use crate::redis::RedisSink;
 use crate::sqlite::SqliteSink;
 
 /// The forms [`SinkSpec`] accepts, for error messages and help texts.
 pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
      postgres:host=... port=..., mariadb://user@host:port/db, mysql://user@host:port/db, \
-     stdout, jsonl:/path/file";
+     redis://host:port[/db], stdout, jsonl:/path/file";
 
 /// Where a subscriber writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub enum SinkSpec {
     /// `mariadb://user[:password]@host:port/db` or `mysql://...` (kept
     /// whole).
     MariaDb(String),
+    /// `redis://host:port[/db]` (kept whole).
+    Redis(String),
     /// `stdout`: JSON lines on standard output.
     Stdout,
     /// `jsonl:/path/file`: JSON lines appended to a file.
@@ -64,6 +67,8 @@ impl FromStr for SinkSpec {
             Ok(SinkSpec::Postgres(s.to_string()))
         } else if s.starts_with("mariadb://") || s.starts_with("mysql://") {
             Ok(SinkSpec::MariaDb(s.to_string()))
+        } else if s.starts_with("redis://") {
+            Ok(SinkSpec::Redis(s.to_string()))
         } else if let Some(rest) = s.strip_prefix("postgres:") {
             Ok(SinkSpec::Postgres(non_empty(rest)?))
         } else if let Some(rest) = s.strip_prefix("sqlite:") {
@@ -101,6 +106,7 @@ impl SinkSpec {
             SinkSpec::Sqlite(path) => Box::new(SqliteSink::open(path, name)?),
             SinkSpec::Postgres(config) => Box::new(PostgresSink::connect(config, name)?),
             SinkSpec::MariaDb(url) => Box::new(MariaDbSink::connect(url, name)?),
+            SinkSpec::Redis(url) => Box::new(RedisSink::connect(url, name)?),
             SinkSpec::Stdout => Box::new(JsonLinesSink::stdout(state()?)?),
             SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
         })
@@ -115,6 +121,7 @@ impl fmt::Display for SinkSpec {
             SinkSpec::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
             SinkSpec::Postgres(_) => write!(f, "postgres"),
             SinkSpec::MariaDb(_) => write!(f, "mariadb"),
+            SinkSpec::Redis(_) => write!(f, "redis"),
             SinkSpec::Stdout => write!(f, "stdout"),
             SinkSpec::JsonLines(p) => write!(f, "jsonl:{}", p.display()),
         }
@@ -152,7 +159,16 @@ mod tests {
             p("mysql://u@h/db"),
             Ok(SinkSpec::MariaDb("mysql://u@h/db".into()))
         );
+        assert_eq!(
+            p("redis://127.0.0.1:6379/2"),
+            Ok(SinkSpec::Redis("redis://127.0.0.1:6379/2".into()))
+        );
+        assert_eq!(
+            p("redis://h:6379"),
+            Ok(SinkSpec::Redis("redis://h:6379".into()))
+        );
         assert_eq!(p("mysql://u:pw@h/db").unwrap().to_string(), "mariadb");
+        assert_eq!(p("redis://h:1").unwrap().to_string(), "redis");
         assert_eq!(p("stdout"), Ok(SinkSpec::Stdout));
         assert_eq!(
             p("jsonl:out.jsonl"),
@@ -172,6 +188,7 @@ mod tests {
             assert!(
                 err.contains("sqlite:/path/file.db")
                     && err.contains("mariadb://")
+                    && err.contains("redis://")
                     && err.contains("stdout"),
                 "{err}"
             );
