@@ -5,9 +5,14 @@
 //! Modules:
 //!
 //! - `sql` (private): the state tables, guarded statements, schema
-//!   changes and value literals shared by both SQL sinks;
+//!   changes and value literals shared by the SQL sinks, in three
+//!   dialects;
 //! - [`sqlite`]: [`SqliteSink`], a SQLite file, exactly once;
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
+//! - [`mariadb`]: [`MariaDbSink`], a MariaDB (or MySQL) database, exactly
+//!   once;
+//! - [`redis`]: [`RedisSink`], rows as Redis hashes, each batch one Lua
+//!   script with its position, exactly once as far as Redis persists;
 //! - [`jsonl`]: [`JsonLinesSink`], one JSON line per applied item on stdout
 //!   or a file, at least once, its position in a state directory;
 //! - [`nats`]: [`NatsSink`], a NATS JetStream message per applied item,
@@ -21,9 +26,11 @@
 //! - [`spec`]: [`SinkSpec`], the sink named on a command line.
 
 pub mod jsonl;
+pub mod mariadb;
 pub mod nats;
 pub mod postgres;
 pub mod rabbitmq;
+pub mod redis;
 pub mod spec;
 mod sql;
 pub mod sqlite;
@@ -31,9 +38,11 @@ mod state_dir;
 pub mod webhook;
 
 pub use jsonl::JsonLinesSink;
+pub use mariadb::MariaDbSink;
 pub use nats::NatsSink;
 pub use postgres::PostgresSink;
 pub use rabbitmq::RabbitMqSink;
+pub use redis::RedisSink;
 pub use spec::{BadSinkSpec, SinkSpec, SINK_FORMS};
 pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;

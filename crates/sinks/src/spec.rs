@@ -7,15 +7,18 @@ use std::str::FromStr;
 use aqueduct_subscribe::{Sink, SinkError};
 
 use crate::jsonl::JsonLinesSink;
+use crate::mariadb::MariaDbSink;
 use crate::nats::{NatsSink, NatsUrl};
 use crate::postgres::PostgresSink;
 use crate::rabbitmq::{redact, RabbitMqSink, RabbitMqUrl};
+use crate::redis::RedisSink;
 use crate::sqlite::SqliteSink;
 use crate::webhook::{WebhookSink, WebhookUrl};
 
 /// The forms [`SinkSpec`] accepts, for error messages and help texts.
 pub const SINK_FORMS: &str = "sqlite:/path/file.db, postgres://..., postgresql://..., \
-     postgres:host=... port=..., stdout, jsonl:/path/file, \
+     postgres:host=... port=..., mariadb://user@host:port/db, mysql://user@host:port/db, \
+     redis://host:port[/db], stdout, jsonl:/path/file, \
      webhook:http://host:port/path[?per_change=1], nats://host:port[/subject-prefix], \
      amqp://user:pass@host:port/vhost[?exchange=..&routing_prefix=..]";
 
@@ -27,6 +30,11 @@ pub enum SinkSpec {
     /// `postgres://...`, `postgresql://...` (kept whole), or
     /// `postgres:host=... port=...` (the pairs after the prefix).
     Postgres(String),
+    /// `mariadb://user[:password]@host:port/db` or `mysql://...` (kept
+    /// whole).
+    MariaDb(String),
+    /// `redis://host:port[/db]` (kept whole).
+    Redis(String),
     /// `stdout`: JSON lines on standard output.
     Stdout,
     /// `jsonl:/path/file`: JSON lines appended to a file.
@@ -71,6 +79,10 @@ impl FromStr for SinkSpec {
             Ok(SinkSpec::Stdout)
         } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
             Ok(SinkSpec::Postgres(s.to_string()))
+        } else if s.starts_with("mariadb://") || s.starts_with("mysql://") {
+            Ok(SinkSpec::MariaDb(s.to_string()))
+        } else if s.starts_with("redis://") {
+            Ok(SinkSpec::Redis(s.to_string()))
         } else if let Some(rest) = s.strip_prefix("postgres:") {
             Ok(SinkSpec::Postgres(non_empty(rest)?))
         } else if let Some(rest) = s.strip_prefix("sqlite:") {
@@ -117,6 +129,8 @@ impl SinkSpec {
         Ok(match self {
             SinkSpec::Sqlite(path) => Box::new(SqliteSink::open(path, name)?),
             SinkSpec::Postgres(config) => Box::new(PostgresSink::connect(config, name)?),
+            SinkSpec::MariaDb(url) => Box::new(MariaDbSink::connect(url, name)?),
+            SinkSpec::Redis(url) => Box::new(RedisSink::connect(url, name)?),
             SinkSpec::Stdout => Box::new(JsonLinesSink::stdout(state()?)?),
             SinkSpec::JsonLines(path) => Box::new(JsonLinesSink::file(path, state()?)?),
             SinkSpec::Webhook(url) => Box::new(WebhookSink::new(url, state()?)?),
@@ -127,12 +141,14 @@ impl SinkSpec {
 }
 
 impl fmt::Display for SinkSpec {
-    /// The spec as parsed back; a PostgreSQL connection string is not
-    /// shown, as it may hold a password.
+    /// The spec as parsed back; connection strings and URLs are not shown,
+    /// as they may hold a password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SinkSpec::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
             SinkSpec::Postgres(_) => write!(f, "postgres"),
+            SinkSpec::MariaDb(_) => write!(f, "mariadb"),
+            SinkSpec::Redis(_) => write!(f, "redis"),
             SinkSpec::Stdout => write!(f, "stdout"),
             SinkSpec::JsonLines(p) => write!(f, "jsonl:{}", p.display()),
             SinkSpec::Webhook(url) => write!(f, "webhook:{url}"),
@@ -168,6 +184,24 @@ mod tests {
             p("postgres:host=127.0.0.1 port=5432"),
             Ok(SinkSpec::Postgres("host=127.0.0.1 port=5432".into()))
         );
+        assert_eq!(
+            p("mariadb://u:pw@127.0.0.1:3306/db"),
+            Ok(SinkSpec::MariaDb("mariadb://u:pw@127.0.0.1:3306/db".into()))
+        );
+        assert_eq!(
+            p("mysql://u@h/db"),
+            Ok(SinkSpec::MariaDb("mysql://u@h/db".into()))
+        );
+        assert_eq!(
+            p("redis://127.0.0.1:6379/2"),
+            Ok(SinkSpec::Redis("redis://127.0.0.1:6379/2".into()))
+        );
+        assert_eq!(
+            p("redis://h:6379"),
+            Ok(SinkSpec::Redis("redis://h:6379".into()))
+        );
+        assert_eq!(p("mysql://u:pw@h/db").unwrap().to_string(), "mariadb");
+        assert_eq!(p("redis://h:1").unwrap().to_string(), "redis");
         assert_eq!(p("stdout"), Ok(SinkSpec::Stdout));
         assert_eq!(
             p("jsonl:out.jsonl"),
@@ -208,12 +242,17 @@ mod tests {
             "sqlite:",
             "jsonl:",
             "postgres:",
-            "redis://x",
+            "redis:x",
             "mysql:db",
+            "mariadb:db",
+            "rediss://x",
         ] {
             let err = p(bad).unwrap_err().to_string();
             assert!(
-                err.contains("sqlite:/path/file.db") && err.contains("stdout"),
+                err.contains("sqlite:/path/file.db")
+                    && err.contains("mariadb://")
+                    && err.contains("redis://")
+                    && err.contains("stdout"),
                 "{err}"
             );
         }

@@ -1,14 +1,22 @@
 //! What the SQL sinks share: the state tables, the guarded statements of
 //! `docs/publications.md` §5.3 and §5.4, schema changes, value literals and
-//! the read-back of rows, written once for both dialects. A sink only opens
-//! its transaction, hands this module an [`Exec`] and commits.
+//! the read-back of rows, written once for the three dialects (SQLite,
+//! PostgreSQL, MariaDB). A sink only opens its transaction, hands this
+//! module an [`Exec`] and commits.
 //!
 //! Values are written as SQL literals, quoted here and nowhere else: text
 //! between single quotes with quotes doubled (PostgreSQL sessions run with
-//! `standard_conforming_strings` on, so backslashes are plain), identifiers
-//! between double quotes with double quotes doubled. In PostgreSQL every
-//! literal is cast to the attribute's type (`'12.50'::numeric(10,2)`,
-//! `NULL::integer`); in SQLite it is written in the column's storage class.
+//! `standard_conforming_strings` on and MariaDB sessions with
+//! `NO_BACKSLASH_ESCAPES`, so backslashes are plain), identifiers between
+//! double quotes with double quotes doubled (MariaDB sessions run with
+//! `ANSI_QUOTES`). In PostgreSQL every literal is cast to the attribute's
+//! type (`'12.50'::numeric(10,2)`, `NULL::integer`); in SQLite it is
+//! written in the column's storage class; in MariaDB in the column's type
+//! (timestamps with a zone converted to UTC).
+//!
+//! MariaDB commits DDL implicitly, so its statements are collected apart
+//! ([`Script::ddl`]), each safe to repeat, and run before the transaction
+//! holding the rest; the other dialects keep DDL in the transaction.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,6 +33,7 @@ pub const VERSION_COLUMN: &str = "_aq_version";
 pub(crate) enum Dialect {
     Sqlite,
     Postgres,
+    MariaDb,
 }
 
 /// How an attribute's values are stored, from its PostgreSQL type name.
@@ -70,6 +79,153 @@ impl Kind {
             Kind::Json | Kind::Array | Kind::Text => "TEXT",
         }
     }
+}
+
+/// Whether a PostgreSQL type is a timestamp, and then whether it has a
+/// zone.
+fn timestamp_zone(ty: &str) -> Option<bool> {
+    let t = ty.trim().to_ascii_lowercase();
+    if !t.starts_with("timestamp") {
+        return None;
+    }
+    Some(t.starts_with("timestamptz") || t.ends_with("with time zone"))
+}
+
+/// The `(p, s)` of `numeric(p, s)` or `decimal(p)`, where MariaDB's DECIMAL
+/// can hold it.
+fn decimal_args(ty: &str) -> Option<(u32, u32)> {
+    let t = ty.trim().to_ascii_lowercase();
+    let args = t
+        .strip_prefix("numeric")
+        .or_else(|| t.strip_prefix("decimal"))?
+        .trim()
+        .strip_prefix('(')?
+        .strip_suffix(')')?;
+    let mut parts = args.split(',').map(|p| p.trim().parse::<u32>().ok());
+    let p = parts.next()??;
+    let s = match parts.next() {
+        Some(s) => s?,
+        None => 0,
+    };
+    (parts.next().is_none() && (1..=65).contains(&p) && s <= 38 && s <= p).then_some((p, s))
+}
+
+/// The `n` of `character varying(n)` or `varchar(n)`.
+fn varchar_len(ty: &str) -> Option<u32> {
+    let t = ty.trim().to_ascii_lowercase();
+    let args = t
+        .strip_prefix("character varying")
+        .or_else(|| t.strip_prefix("varchar"))?
+        .trim()
+        .strip_prefix('(')?
+        .strip_suffix(')')?;
+    args.trim().parse().ok()
+}
+
+/// The longest text a MariaDB key column holds: InnoDB keys are at most
+/// 3072 bytes, four per character.
+const MARIADB_KEY_CHARS: u32 = 255;
+
+/// The column type MariaDB declares for a PostgreSQL type: integers,
+/// DECIMAL for `numeric(p, s)`, TINYINT(1) for booleans, DOUBLE, DATE,
+/// DATETIME(6) (UTC) for timestamps, JSON for json and arrays, CHAR(36) for
+/// uuid, LONGBLOB for bytea, and LONGTEXT for everything else (bare
+/// numeric keeps its text, scale and all). Key columns cannot be LONGTEXT
+/// or LONGBLOB: text keys are VARCHAR (at most 255 characters, longer keys
+/// are refused by the server) and byte keys VARBINARY.
+fn mariadb_type(ty: &str, key: bool) -> String {
+    let t = ty.trim().to_ascii_lowercase();
+    let text = |n: u32| {
+        if key {
+            format!("VARCHAR({})", n.min(MARIADB_KEY_CHARS))
+        } else if n <= MARIADB_KEY_CHARS {
+            format!("VARCHAR({n})")
+        } else {
+            "LONGTEXT".to_string()
+        }
+    };
+    match Kind::of(ty) {
+        Kind::Integer => match t.as_str() {
+            "smallint" | "int2" | "smallserial" => "SMALLINT".into(),
+            "integer" | "int" | "int4" | "serial" => "INT".into(),
+            _ => "BIGINT".into(),
+        },
+        Kind::Boolean => "TINYINT(1)".into(),
+        Kind::Real => "DOUBLE".into(),
+        Kind::Bytes if key => format!("VARBINARY({})", MARIADB_KEY_CHARS * 4),
+        Kind::Bytes => "LONGBLOB".into(),
+        Kind::Json | Kind::Array if key => text(MARIADB_KEY_CHARS),
+        Kind::Json | Kind::Array => "JSON".into(),
+        Kind::Text => {
+            if let Some((p, s)) = decimal_args(&t) {
+                format!("DECIMAL({p},{s})")
+            } else if t == "date" {
+                "DATE".into()
+            } else if t == "uuid" {
+                "CHAR(36)".into()
+            } else if timestamp_zone(&t).is_some() {
+                "DATETIME(6)".into()
+            } else if let Some(n) = varchar_len(&t) {
+                text(n)
+            } else if key {
+                text(MARIADB_KEY_CHARS)
+            } else {
+                "LONGTEXT".into()
+            }
+        }
+    }
+}
+
+/// A timestamp as the wire writes it (`2025-01-02 03:04:05.5+05:30`) as a
+/// MariaDB DATETIME(6) expression in UTC.
+fn mariadb_timestamp(text: &str, zone: bool) -> Option<String> {
+    let t = text.trim();
+    if !zone {
+        return Some(string(t));
+    }
+    // The offset starts at the last sign after the time of day.
+    let at = t.rfind(['+', '-']).filter(|&i| i > 10)?;
+    let (local, offset) = t.split_at(at);
+    let sign = &offset[..1];
+    let mut hms = offset[1..].split(':');
+    let mut part = || -> Option<u32> {
+        match hms.next() {
+            None => Some(0),
+            Some(p) if !p.is_empty() && p.len() <= 2 => p.parse().ok(),
+            _ => None,
+        }
+    };
+    let (h, m, s) = (part()?, part()?, part()?);
+    if hms.next().is_some() || local.as_bytes().get(10) != Some(&b' ') {
+        return None;
+    }
+    let local = string(local);
+    if h == 0 && m == 0 && s == 0 {
+        return Some(local);
+    }
+    // Local time minus the offset is UTC.
+    let op = if sign == "+" { "DATE_SUB" } else { "DATE_ADD" };
+    Some(format!(
+        "{op}(CAST({local} AS DATETIME(6)), INTERVAL '{h}:{m:02}:{s:02}' HOUR_SECOND)"
+    ))
+}
+
+/// A MariaDB timestamp read back as PostgreSQL (in UTC) writes it: no
+/// trailing zeros in the fraction, `+00` for a zone.
+fn mariadb_timestamp_text(text: &str, zone: bool) -> String {
+    let mut t = text.to_string();
+    if t.contains('.') {
+        while t.ends_with('0') {
+            t.pop();
+        }
+        if t.ends_with('.') {
+            t.pop();
+        }
+    }
+    if zone {
+        t.push_str("+00");
+    }
+    t
 }
 
 /// A double-quoted identifier.
@@ -169,8 +325,8 @@ pub(crate) struct Sql {
     pub(crate) dialect: Dialect,
     /// The subscription's name.
     pub(crate) name: String,
-    /// `aqueduct_` (SQLite) or `aqueduct.` (PostgreSQL), before each state
-    /// table's name.
+    /// `aqueduct_` (SQLite, MariaDB) or `aqueduct.` (PostgreSQL), before
+    /// each state table's name.
     state: &'static str,
     /// The data tables' schema (PostgreSQL), unquoted.
     data_schema: Option<String>,
@@ -195,6 +351,15 @@ impl Sql {
         }
     }
 
+    pub(crate) fn mariadb(name: &str) -> Sql {
+        Sql {
+            dialect: Dialect::MariaDb,
+            name: name.to_string(),
+            state: "aqueduct_",
+            data_schema: None,
+        }
+    }
+
     fn t(&self, table: &str) -> String {
         format!("{}{table}", self.state)
     }
@@ -216,7 +381,48 @@ impl Sql {
         }
     }
 
+    /// What follows the columns of a `CREATE TABLE`: MariaDB tables are
+    /// InnoDB (transactional) and compare text byte by byte without padding,
+    /// as Aqueduct does, so keys differing in case or trailing spaces stay
+    /// apart.
+    fn table_options(&self) -> &'static str {
+        match self.dialect {
+            Dialect::MariaDb => " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin",
+            Dialect::Sqlite | Dialect::Postgres => "",
+        }
+    }
+
+    /// `ON CONFLICT (cols) DO UPDATE SET c = excluded.c, ...`, or MariaDB's
+    /// `ON DUPLICATE KEY UPDATE c = VALUES(c), ...`: replaces `sets` of a
+    /// row whose key `cols` exists.
+    fn on_conflict_set(&self, cols: &str, sets: &[&str]) -> String {
+        match self.dialect {
+            Dialect::MariaDb => {
+                let sets: Vec<String> = sets.iter().map(|c| format!("{c} = VALUES({c})")).collect();
+                format!("ON DUPLICATE KEY UPDATE {}", sets.join(", "))
+            }
+            Dialect::Sqlite | Dialect::Postgres => {
+                let sets: Vec<String> =
+                    sets.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+                format!("ON CONFLICT ({cols}) DO UPDATE SET {}", sets.join(", "))
+            }
+        }
+    }
+
+    /// A DDL statement: into the transaction's statements, or, in MariaDB
+    /// (where DDL commits implicitly), apart to run first.
+    fn ddl(&self, s: &mut Script, ddl: Ddl) {
+        match self.dialect {
+            Dialect::MariaDb => s.ddl.push(ddl),
+            Dialect::Sqlite | Dialect::Postgres => {
+                let _ = writeln!(s.body, "{}", ddl.statement());
+            }
+        }
+    }
+
     /// Creates the state tables and the subscription's row, if missing.
+    /// In MariaDB it runs outside a transaction; every statement in it is
+    /// safe to repeat.
     pub(crate) fn setup(&self) -> String {
         let mut s = String::new();
         if self.dialect == Dialect::Postgres {
@@ -225,20 +431,37 @@ impl Sql {
                 let _ = writeln!(s, "CREATE SCHEMA IF NOT EXISTS {};", ident(schema));
             }
         }
+        // MariaDB keys cannot be TEXT; names and objects of up to 128
+        // characters and key texts of up to 500 fit InnoDB's 3072 bytes.
+        let (name, key, text) = match self.dialect {
+            Dialect::MariaDb => ("VARCHAR(128)", "VARCHAR(500)", "LONGTEXT"),
+            Dialect::Sqlite | Dialect::Postgres => ("text", "text", "text"),
+        };
+        let insert = match self.dialect {
+            Dialect::MariaDb => "INSERT IGNORE",
+            Dialect::Sqlite | Dialect::Postgres => "INSERT",
+        };
+        let ignore = match self.dialect {
+            Dialect::MariaDb => "",
+            Dialect::Sqlite | Dialect::Postgres => " ON CONFLICT (name) DO NOTHING",
+        };
         let _ = write!(
             s,
-            "CREATE TABLE IF NOT EXISTS {sub} (name text PRIMARY KEY, server_id text, \
-             publication text, mode text, watermark bigint NOT NULL DEFAULT 0, \
-             schema_lsn bigint, schema_seq bigint);\n\
-             CREATE TABLE IF NOT EXISTS {applied} (name text NOT NULL, lsn bigint NOT NULL, \
-             PRIMARY KEY (name, lsn));\n\
-             CREATE TABLE IF NOT EXISTS {tomb} (name text NOT NULL, object text NOT NULL, \
-             key text NOT NULL, version bigint NOT NULL, PRIMARY KEY (name, object, key));\n\
-             CREATE TABLE IF NOT EXISTS {dead} (name text NOT NULL, lsn bigint NOT NULL, \
-             error text NOT NULL, attempts bigint NOT NULL, PRIMARY KEY (name, lsn));\n\
-             CREATE TABLE IF NOT EXISTS {objects} (schema text NOT NULL, object text NOT NULL, \
-             shape text NOT NULL, PRIMARY KEY (schema, object));\n\
-             INSERT INTO {sub} (name) VALUES ({n}) ON CONFLICT (name) DO NOTHING;\n",
+            "CREATE TABLE IF NOT EXISTS {sub} (name {name} PRIMARY KEY, server_id {text}, \
+             publication {text}, mode {text}, watermark bigint NOT NULL DEFAULT 0, \
+             schema_lsn bigint, schema_seq bigint){opts};\n\
+             CREATE TABLE IF NOT EXISTS {applied} (name {name} NOT NULL, lsn bigint NOT NULL, \
+             PRIMARY KEY (name, lsn)){opts};\n\
+             CREATE TABLE IF NOT EXISTS {tomb} (name {name} NOT NULL, object {name} NOT NULL, \
+             \"key\" {key} NOT NULL, version bigint NOT NULL, \
+             PRIMARY KEY (name, object, \"key\")){opts};\n\
+             CREATE TABLE IF NOT EXISTS {dead} (name {name} NOT NULL, lsn bigint NOT NULL, \
+             error {text} NOT NULL, attempts bigint NOT NULL, PRIMARY KEY (name, lsn)){opts};\n\
+             CREATE TABLE IF NOT EXISTS {objects} (\"schema\" {name} NOT NULL, \
+             object {name} NOT NULL, shape {text} NOT NULL, \
+             PRIMARY KEY (\"schema\", object)){opts};\n\
+             {insert} INTO {sub} (name) VALUES ({n}){ignore};\n",
+            opts = self.table_options(),
             sub = self.t("subscription"),
             applied = self.t("applied"),
             tomb = self.t("tombstones"),
@@ -331,7 +554,7 @@ impl Sql {
     /// The objects' shapes as the sink holds them.
     pub(crate) fn shapes(&self, db: &mut dyn Exec) -> Result<Shapes, SinkError> {
         let rows = db.query(&format!(
-            "SELECT object, shape FROM {} WHERE schema = {}",
+            "SELECT object, shape FROM {} WHERE \"schema\" = {}",
             self.t("objects"),
             self.schema_key()
         ))?;
@@ -354,8 +577,8 @@ impl Sql {
         &self,
         shapes: &mut Shapes,
         objects: &BTreeMap<String, ObjectSchema>,
-    ) -> Result<String, SinkError> {
-        let mut s = String::new();
+    ) -> Result<Script, SinkError> {
+        let mut s = Script::default();
         for (object, shape) in objects {
             if !shapes.contains_key(object) {
                 self.create_object(&mut s, shapes, object, shape)?;
@@ -366,7 +589,7 @@ impl Sql {
 
     fn create_object(
         &self,
-        s: &mut String,
+        s: &mut Script,
         shapes: &mut Shapes,
         object: &str,
         shape: &ObjectSchema,
@@ -388,40 +611,49 @@ impl Sql {
                     "{object}: an attribute named {VERSION_COLUMN}"
                 )));
             }
-            cols.push(format!("{} {}", ident(&a.name), self.column_type(&a.ty)?));
+            let key = shape.key.contains(&a.name);
+            cols.push(format!(
+                "{} {}",
+                ident(&a.name),
+                self.column_type(&a.ty, key)?
+            ));
         }
         cols.push(format!("{} bigint NOT NULL", ident(VERSION_COLUMN)));
         let key: Vec<String> = shape.key.iter().map(|k| ident(k)).collect();
-        let _ = writeln!(
-            s,
-            "CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}));",
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({})){};",
             self.table(object),
             cols.join(", "),
-            key.join(", ")
+            key.join(", "),
+            self.table_options()
         );
+        self.ddl(s, Ddl::Run(create));
         shapes.insert(object.to_string(), shape.clone());
         self.save_shape(s, object, shape);
         Ok(())
     }
 
-    fn save_shape(&self, s: &mut String, object: &str, shape: &ObjectSchema) {
+    fn save_shape(&self, s: &mut Script, object: &str, shape: &ObjectSchema) {
         let json = serde_json::to_string(shape).expect("shapes serialize");
         let _ = writeln!(
             s,
-            "INSERT INTO {} (schema, object, shape) VALUES ({}, {}, {}) \
-             ON CONFLICT (schema, object) DO UPDATE SET shape = excluded.shape;",
+            "INSERT INTO {} (\"schema\", object, shape) VALUES ({}, {}, {}) {};",
             self.t("objects"),
             self.schema_key(),
             string(object),
-            string(&json)
+            string(&json),
+            self.on_conflict_set("\"schema\", object", &["shape"]),
         );
     }
 
-    fn column_type(&self, ty: &str) -> Result<String, SinkError> {
+    /// The column type of an attribute of PostgreSQL type `ty`; `key` when
+    /// it is a key column.
+    fn column_type(&self, ty: &str, key: bool) -> Result<String, SinkError> {
         let ty = checked_type(ty)?;
         Ok(match self.dialect {
             Dialect::Sqlite => Kind::of(ty).sqlite_type().to_string(),
             Dialect::Postgres => ty.to_string(),
+            Dialect::MariaDb => mariadb_type(ty, key),
         })
     }
 
@@ -436,10 +668,14 @@ impl Sql {
                 }
                 Ok(format!("{}::{ty}", string(&text_form(kind, value))))
             }
-            Dialect::Sqlite => {
+            Dialect::Sqlite | Dialect::MariaDb => {
                 let bad = || SinkError::permanent(format!("{value} is not a value of type {ty}"));
+                let zone = timestamp_zone(ty).filter(|_| self.dialect == Dialect::MariaDb);
                 Ok(match (kind, value) {
                     (_, Value::Null) => "NULL".into(),
+                    (_, Value::String(s)) if zone.is_some() => {
+                        mariadb_timestamp(s, zone == Some(true)).ok_or_else(bad)?
+                    }
                     (Kind::Boolean, Value::Bool(b)) => if *b { "1" } else { "0" }.into(),
                     (Kind::Boolean, Value::String(s)) => match s.as_str() {
                         "t" | "true" => "1".into(),
@@ -475,7 +711,7 @@ impl Sql {
     /// The guarded statements of one change (§5.4).
     pub(crate) fn change(
         &self,
-        s: &mut String,
+        s: &mut Script,
         shapes: &Shapes,
         c: &Change,
     ) -> Result<(), SinkError> {
@@ -526,6 +762,7 @@ impl Sql {
                         c.object
                     )));
                 }
+                let v = ident(VERSION_COLUMN);
                 let mut cols = Vec::new();
                 let mut vals = Vec::new();
                 let mut sets = Vec::new();
@@ -537,35 +774,71 @@ impl Sql {
                     cols.push(ident(&a.name));
                     vals.push(self.literal(&a.ty, value)?);
                     if !shape.key.contains(&a.name) {
-                        sets.push(format!("{0} = excluded.{0}", ident(&a.name)));
+                        sets.push(ident(&a.name));
                     }
                 }
-                cols.push(ident(VERSION_COLUMN));
+                cols.push(v.clone());
                 vals.push(version.clone());
-                sets.push(format!("{0} = excluded.{0}", ident(VERSION_COLUMN)));
+                // MariaDB evaluates the assignments in order, each seeing
+                // the ones before it: the version, which every guard
+                // reads, is set last.
+                sets.push(v.clone());
+                let sets: Vec<String> = match self.dialect {
+                    Dialect::MariaDb => sets
+                        .iter()
+                        .map(|c| format!("{c} = IF({v} < VALUES({v}), VALUES({c}), {c})"))
+                        .collect(),
+                    Dialect::Sqlite | Dialect::Postgres => {
+                        sets.iter().map(|c| format!("{c} = excluded.{c}")).collect()
+                    }
+                };
                 let key_cols: Vec<String> = shape.key.iter().map(|k| ident(k)).collect();
+                let (alias, from, upsert) = match self.dialect {
+                    Dialect::MariaDb => (
+                        "",
+                        " FROM DUAL",
+                        format!("ON DUPLICATE KEY UPDATE {}", sets.join(", ")),
+                    ),
+                    Dialect::Sqlite | Dialect::Postgres => (
+                        " AS t",
+                        "",
+                        format!(
+                            "ON CONFLICT ({}) DO UPDATE SET {} WHERE t.{v} < excluded.{v}",
+                            key_cols.join(", "),
+                            sets.join(", ")
+                        ),
+                    ),
+                };
                 let _ = writeln!(
                     s,
-                    "INSERT INTO {table} AS t ({cols}) SELECT {vals} WHERE NOT EXISTS \
+                    "INSERT INTO {table}{alias} ({cols}) SELECT {vals}{from} WHERE NOT EXISTS \
                      (SELECT 1 FROM {tombstones} WHERE name = {n} AND object = {object} \
-                     AND key = {key} AND version >= {version}) ON CONFLICT ({key_cols}) DO UPDATE SET {sets} \
-                     WHERE t.{v} < excluded.{v};",
+                     AND \"key\" = {key} AND version >= {version}) {upsert};",
                     cols = cols.join(", "),
                     vals = vals.join(", "),
-                    key_cols = key_cols.join(", "),
-                    sets = sets.join(", "),
-                    v = ident(VERSION_COLUMN),
                     n = self.n(),
                 );
             }
             ChangeOp::Delete => {
+                let (alias, from, upsert) = match self.dialect {
+                    Dialect::MariaDb => (
+                        "",
+                        " FROM DUAL",
+                        "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))",
+                    ),
+                    Dialect::Sqlite | Dialect::Postgres => (
+                        " AS tb",
+                        "",
+                        "ON CONFLICT (name, object, \"key\") DO UPDATE SET \
+                         version = excluded.version WHERE tb.version < excluded.version",
+                    ),
+                };
                 let _ = writeln!(
                     s,
-                    "INSERT INTO {tombstones} AS tb (name, object, key, version) \
-                     SELECT {n}, {object}, {key}, {version} WHERE NOT EXISTS \
+                    "INSERT INTO {tombstones}{alias} (name, object, \"key\", version) \
+                     SELECT {n}, {object}, {key}, {version}{from} WHERE NOT EXISTS \
                      (SELECT 1 FROM {table} WHERE {key_match} AND {v} >= {version}) \
-                     ON CONFLICT (name, object, key) DO UPDATE SET version = excluded.version \
-                     WHERE tb.version < excluded.version;\n\
+                     {upsert};\n\
                      DELETE FROM {table} WHERE {key_match} AND {v} < {version};",
                     n = self.n(),
                     v = ident(VERSION_COLUMN),
@@ -578,9 +851,14 @@ impl Sql {
     /// The statements of one schema change (§6). Each is skipped when the
     /// sink's shape shows it done already (another subscription sharing the
     /// table applied it), so the tables follow whichever applies it first.
+    ///
+    /// In MariaDB the DDL is written to be repeated harmlessly (`ADD COLUMN
+    /// IF NOT EXISTS`, `DROP COLUMN IF EXISTS`, a rename only while the
+    /// table has the old name and lacks the new one), since a crash can
+    /// fall between the DDL's own commit and the transaction recording it.
     pub(crate) fn schema(
         &self,
-        s: &mut String,
+        s: &mut Script,
         shapes: &mut Shapes,
         object: &str,
         change: &SchemaChange,
@@ -599,12 +877,13 @@ impl Sql {
                         "{object}: an attribute named {VERSION_COLUMN}"
                     )));
                 }
-                let _ = writeln!(
-                    s,
-                    "ALTER TABLE {table} ADD COLUMN {} {};",
+                let ddl = format!(
+                    "ALTER TABLE {table} ADD COLUMN {}{} {};",
+                    self.if_exists(" IF NOT EXISTS"),
                     ident(name),
-                    self.column_type(ty)?
+                    self.column_type(ty, false)?
                 );
+                self.ddl(s, Ddl::Run(ddl));
                 if !existing.is_null() {
                     let _ = writeln!(
                         s,
@@ -632,7 +911,12 @@ impl Sql {
                 if shape.attributes.len() == before {
                     return Ok(());
                 }
-                let _ = writeln!(s, "ALTER TABLE {table} DROP COLUMN {};", ident(name));
+                let ddl = format!(
+                    "ALTER TABLE {table} DROP COLUMN {}{};",
+                    self.if_exists(" IF EXISTS"),
+                    ident(name)
+                );
+                self.ddl(s, Ddl::Run(ddl));
                 let shape = shape.clone();
                 self.save_shape(s, object, &shape);
             }
@@ -653,11 +937,18 @@ impl Sql {
                         "{object}: an attribute named {VERSION_COLUMN}"
                     )));
                 }
-                let _ = writeln!(
+                self.ddl(
                     s,
-                    "ALTER TABLE {table} RENAME COLUMN {} TO {};",
-                    ident(from),
-                    ident(to)
+                    Ddl::Rename {
+                        object: object.to_string(),
+                        from: from.clone(),
+                        to: to.clone(),
+                        statement: format!(
+                            "ALTER TABLE {table} RENAME COLUMN {} TO {};",
+                            ident(from),
+                            ident(to)
+                        ),
+                    },
                 );
                 for a in &mut shape.attributes {
                     if &a.name == from {
@@ -679,12 +970,14 @@ impl Sql {
             }
             SchemaChange::DropObject { object } => {
                 shapes.remove(object);
+                self.ddl(
+                    s,
+                    Ddl::Run(format!("DROP TABLE IF EXISTS {};", self.table(object))),
+                );
                 let _ = writeln!(
                     s,
-                    "DROP TABLE IF EXISTS {};\n\
-                     DELETE FROM {} WHERE schema = {} AND object = {o};\n\
+                    "DELETE FROM {} WHERE \"schema\" = {} AND object = {o};\n\
                      DELETE FROM {} WHERE name = {} AND object = {o};",
-                    self.table(object),
                     self.t("objects"),
                     self.schema_key(),
                     self.t("tombstones"),
@@ -696,10 +989,19 @@ impl Sql {
         Ok(())
     }
 
+    /// `clause` in MariaDB, where DDL must be safe to repeat; nothing
+    /// elsewhere.
+    fn if_exists(&self, clause: &'static str) -> &'static str {
+        match self.dialect {
+            Dialect::MariaDb => clause,
+            Dialect::Sqlite | Dialect::Postgres => "",
+        }
+    }
+
     /// The statements of a batch's items, in order.
     pub(crate) fn items(
         &self,
-        s: &mut String,
+        s: &mut Script,
         shapes: &mut Shapes,
         items: &[Item],
     ) -> Result<(), SinkError> {
@@ -720,7 +1022,7 @@ impl Sql {
     /// The statements of a position record written with a batch, or of a
     /// position stored on its own (`applied` empty). `current` is the
     /// stored watermark, read in the same transaction.
-    pub(crate) fn record(&self, s: &mut String, current: Lsn, record: &Record) {
+    pub(crate) fn record(&self, s: &mut Script, current: Lsn, record: &Record) {
         let n = self.n();
         for &l in &record.applied {
             // A plain insert: applying a transaction twice fails on the
@@ -762,10 +1064,9 @@ impl Sql {
     /// The stored watermark, locked for the transaction where the dialect
     /// locks rows.
     pub(crate) fn current_watermark(&self, db: &mut dyn Exec) -> Result<Lsn, SinkError> {
-        let lock = if self.dialect == Dialect::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
+        let lock = match self.dialect {
+            Dialect::Postgres | Dialect::MariaDb => " FOR UPDATE",
+            Dialect::Sqlite => "",
         };
         let rows = db.query(&format!(
             "SELECT watermark FROM {} WHERE name = {}{lock}",
@@ -781,13 +1082,12 @@ impl Sql {
     /// Stores a dead letter, or updates its attempts.
     pub(crate) fn dead_letter(&self, l: Lsn, error: &SinkError, attempts: u32) -> String {
         format!(
-            "INSERT INTO {} (name, lsn, error, attempts) VALUES ({}, {}, {}, {attempts}) \
-             ON CONFLICT (name, lsn) DO UPDATE SET error = excluded.error, \
-             attempts = excluded.attempts;",
+            "INSERT INTO {} (name, lsn, error, attempts) VALUES ({}, {}, {}, {attempts}) {};",
             self.t("dead_letters"),
             self.n(),
             lsn(l),
-            string(&error.to_string())
+            string(&error.to_string()),
+            self.on_conflict_set("name, lsn", &["error", "attempts"]),
         )
     }
 
@@ -817,6 +1117,8 @@ impl Sql {
                     (Dialect::Sqlite, _) => c,
                     (Dialect::Postgres, Kind::Array) => format!("to_jsonb({c})::text"),
                     (Dialect::Postgres, _) => format!("{c}::text"),
+                    (Dialect::MariaDb, Kind::Bytes) => format!("CONCAT('\\x', LOWER(HEX({c})))"),
+                    (Dialect::MariaDb, _) => c,
                 }
             })
             .collect();
@@ -830,7 +1132,12 @@ impl Sql {
             let mut attrs = Map::new();
             for (a, cell) in shape.attributes.iter().zip(&row) {
                 if let Some(text) = cell {
-                    attrs.insert(a.name.clone(), from_text(Kind::of(&a.ty), text));
+                    let zone = timestamp_zone(&a.ty).filter(|_| self.dialect == Dialect::MariaDb);
+                    let value = match zone {
+                        Some(zone) => Value::String(mariadb_timestamp_text(text, zone)),
+                        None => from_text(Kind::of(&a.ty), text),
+                    };
+                    attrs.insert(a.name.clone(), value);
                 }
             }
             let key: Vec<Value> = shape
@@ -900,8 +1207,107 @@ pub(crate) trait Exec {
     fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, SinkError>;
 }
 
+/// The statements of one sink transaction: `body`, and in MariaDB the DDL
+/// to run before it, each statement committing itself.
+#[derive(Debug, Default)]
+pub(crate) struct Script {
+    /// DDL run before the transaction (MariaDB only), in order; each is
+    /// safe to repeat.
+    pub(crate) ddl: Vec<Ddl>,
+    /// The transaction's statements.
+    pub(crate) body: String,
+}
+
+impl Script {
+    fn is_empty(&self) -> bool {
+        self.ddl.is_empty() && self.body.is_empty()
+    }
+}
+
+impl std::fmt::Write for Script {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.body.push_str(s);
+        Ok(())
+    }
+}
+
+/// A DDL statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ddl {
+    /// A statement safe to repeat as it is (`IF [NOT] EXISTS`).
+    Run(String),
+    /// `statement` renames the column `from` of `object` to `to`; run only
+    /// while the table has `from` and lacks `to`.
+    Rename {
+        object: String,
+        from: String,
+        to: String,
+        statement: String,
+    },
+}
+
+impl Ddl {
+    fn statement(&self) -> &str {
+        match self {
+            Ddl::Run(s) | Ddl::Rename { statement: s, .. } => s,
+        }
+    }
+}
+
+/// Runs DDL collected apart (MariaDB), outside any transaction: each
+/// statement commits on its own, and a rename is first checked in
+/// `information_schema`, so running the list again after a crash changes
+/// nothing.
+pub(crate) fn run_ddl(db: &mut dyn Exec, ddl: &[Ddl]) -> Result<(), SinkError> {
+    for d in ddl {
+        if let Ddl::Rename {
+            object, from, to, ..
+        } = d
+        {
+            let cols = db.query(&format!(
+                "SELECT column_name FROM information_schema.columns WHERE \
+                 table_schema = DATABASE() AND table_name = {} AND column_name IN ({}, {})",
+                string(object),
+                string(from),
+                string(to)
+            ))?;
+            // Column names compare without case in MariaDB.
+            let has = |n: &str| {
+                cols.iter()
+                    .any(|r| r[0].as_deref().is_some_and(|c| c.eq_ignore_ascii_case(n)))
+            };
+            if has(to) && !has(from) {
+                continue;
+            }
+        }
+        db.exec(d.statement())?;
+    }
+    Ok(())
+}
+
+/// The DDL a batch's items need before their transaction, in a dialect
+/// collecting DDL apart (MariaDB; empty elsewhere).
+pub(crate) fn ddl_of(sql: &Sql, db: &mut dyn Exec, items: &[Item]) -> Result<Vec<Ddl>, SinkError> {
+    let mut shapes = sql.shapes(db)?;
+    let mut script = Script::default();
+    sql.items(&mut script, &mut shapes, items)?;
+    Ok(script.ddl)
+}
+
+/// The DDL [`ensure_objects`] needs before its transaction, as
+/// [`ddl_of`].
+pub(crate) fn ensure_ddl(
+    sql: &Sql,
+    db: &mut dyn Exec,
+    objects: &BTreeMap<String, ObjectSchema>,
+) -> Result<Vec<Ddl>, SinkError> {
+    let mut shapes = sql.shapes(db)?;
+    Ok(sql.ensure_objects(&mut shapes, objects)?.ddl)
+}
+
 /// Applies a batch on `db`, inside the caller's transaction: the items'
-/// statements, then the record, as one script.
+/// statements, then the record, as one script. In MariaDB the caller ran
+/// the batch's DDL ([`ddl_of`]) before.
 pub(crate) fn apply(
     sql: &Sql,
     db: &mut dyn Exec,
@@ -909,11 +1315,11 @@ pub(crate) fn apply(
     record: &Record,
 ) -> Result<(), SinkError> {
     let mut shapes = sql.shapes(db)?;
-    let mut script = String::new();
+    let mut script = Script::default();
     sql.items(&mut script, &mut shapes, items)?;
     let current = sql.current_watermark(db)?;
     sql.record(&mut script, current, record);
-    db.exec(&script)
+    db.exec(&script.body)
 }
 
 /// Stores a position on its own, inside the caller's transaction.
@@ -924,7 +1330,7 @@ pub(crate) fn store_position(
     schema: Option<SchemaPos>,
 ) -> Result<(), SinkError> {
     let current = sql.current_watermark(db)?;
-    let mut script = String::new();
+    let mut script = Script::default();
     sql.record(
         &mut script,
         current,
@@ -934,10 +1340,11 @@ pub(crate) fn store_position(
             schema,
         },
     );
-    db.exec(&script)
+    db.exec(&script.body)
 }
 
-/// Creates the missing objects, inside the caller's transaction.
+/// Creates the missing objects, inside the caller's transaction (in
+/// MariaDB after [`ensure_ddl`] ran).
 pub(crate) fn ensure_objects(
     sql: &Sql,
     db: &mut dyn Exec,
@@ -948,7 +1355,7 @@ pub(crate) fn ensure_objects(
     if script.is_empty() {
         return Ok(());
     }
-    db.exec(&script)
+    db.exec(&script.body)
 }
 
 #[cfg(test)]
@@ -996,6 +1403,52 @@ mod tests {
         assert_eq!(lite.literal("bytea", &json!("\\x0aff")).unwrap(), "X'0aff'");
         assert!(lite.literal("bigint", &json!("x")).is_err());
         assert!(pg.literal("int); DROP TABLE x; --", &json!(1)).is_err());
+    }
+
+    #[test]
+    fn mariadb_types_and_literals() {
+        assert_eq!(mariadb_type("integer", false), "INT");
+        assert_eq!(mariadb_type("bigint", true), "BIGINT");
+        assert_eq!(mariadb_type("numeric(10,2)", false), "DECIMAL(10,2)");
+        assert_eq!(mariadb_type("numeric", false), "LONGTEXT");
+        assert_eq!(mariadb_type("text", false), "LONGTEXT");
+        assert_eq!(mariadb_type("text", true), "VARCHAR(255)");
+        assert_eq!(mariadb_type("character varying(40)", false), "VARCHAR(40)");
+        assert_eq!(mariadb_type("boolean", false), "TINYINT(1)");
+        assert_eq!(
+            mariadb_type("timestamp with time zone", false),
+            "DATETIME(6)"
+        );
+        assert_eq!(mariadb_type("jsonb", false), "JSON");
+        assert_eq!(mariadb_type("integer[]", false), "JSON");
+        assert_eq!(mariadb_type("uuid", true), "CHAR(36)");
+        assert_eq!(mariadb_type("bytea", false), "LONGBLOB");
+        let m = Sql::mariadb("s");
+        let ts = "timestamp with time zone";
+        assert_eq!(
+            m.literal(ts, &json!("2025-01-02 03:04:05.5+00")).unwrap(),
+            "'2025-01-02 03:04:05.5'"
+        );
+        assert_eq!(
+            m.literal(ts, &json!("2025-01-02 03:04:05+05:30")).unwrap(),
+            "DATE_SUB(CAST('2025-01-02 03:04:05' AS DATETIME(6)), INTERVAL '5:30:00' HOUR_SECOND)"
+        );
+        assert_eq!(
+            m.literal(ts, &json!("1900-01-02 03:04:05-00:53:28"))
+                .unwrap(),
+            "DATE_ADD(CAST('1900-01-02 03:04:05' AS DATETIME(6)), INTERVAL '0:53:28' HOUR_SECOND)"
+        );
+        assert!(m.literal(ts, &json!("infinity")).is_err());
+        assert_eq!(m.literal("boolean", &json!(true)).unwrap(), "1");
+        assert_eq!(m.literal("text[]", &json!(["a"])).unwrap(), r#"'["a"]'"#);
+        assert_eq!(
+            mariadb_timestamp_text("2025-01-02 03:04:05.500000", true),
+            "2025-01-02 03:04:05.5+00"
+        );
+        assert_eq!(
+            mariadb_timestamp_text("2025-01-02 03:04:05.000000", false),
+            "2025-01-02 03:04:05"
+        );
     }
 
     #[test]

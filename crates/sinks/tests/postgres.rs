@@ -1,5 +1,5 @@
 //! The PostgreSQL sink through the shared cases and the simulator. Runs
-//! only when `AQ_SINK_POSTGRES_URL` names a database (`scripts/sink-postgres-test`
+//! only when `AQ_SINK_POSTGRES_URL` names a database (`scripts/sink-tests`
 //! starts a throwaway one); each case uses a subscription name and a data
 //! schema of its own, dropped first.
 

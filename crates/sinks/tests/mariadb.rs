@@ -1,0 +1,253 @@
+//! The MariaDB sink through the shared cases and the simulator. Runs only
+//! when `AQ_SINK_MARIADB_URL` names a server (`mariadb://user@host:port/db`;
+//! `scripts/sink-tests` starts a throwaway one); each case uses a database
+//! of its own, dropped and created first, so the user needs to be allowed
+//! to create databases.
+
+// The simulator's planted defects build only in the subscribe crate.
+#![allow(unexpected_cfgs)]
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../../subscribe/tests/sim"]
+mod sim {
+    pub mod checkers;
+    pub mod harness;
+    pub mod prng;
+    pub mod server;
+    pub mod workload;
+}
+
+use aqueduct_publish::Mode;
+use aqueduct_sinks::{MariaDbSink, Rows, SinkSpec};
+use aqueduct_subscribe::{ErrorClass, Sink};
+use common::Store;
+use mysql::prelude::Queryable;
+use sim::harness::{run_with, Present, Scenario, Shadow};
+
+impl Store for MariaDbSink {
+    fn rows_of(&self, object: &str) -> Rows {
+        self.rows(object).expect("rows")
+    }
+}
+
+fn url() -> Option<String> {
+    let url = std::env::var("AQ_SINK_MARIADB_URL").ok();
+    if url.is_none() {
+        println!("AQ_SINK_MARIADB_URL is not set: MariaDB sink tests skipped");
+    }
+    url
+}
+
+/// `url` with its database replaced by `db`.
+fn with_db(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    format!("{}/{db}{query}", &base[..host_end])
+}
+
+/// A connection of the tests' own.
+fn admin(url: &str) -> mysql::Conn {
+    let url = url.replacen("mariadb://", "mysql://", 1);
+    mysql::Conn::new(mysql::Opts::from_url(&url).expect("url")).expect("connect")
+}
+
+/// A new, empty database `name`; its URL.
+fn fresh(url: &str, name: &str) -> String {
+    let mut c = admin(url);
+    c.query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
+        .unwrap();
+    c.query_drop(format!("CREATE DATABASE `{name}`")).unwrap();
+    with_db(url, name)
+}
+
+#[test]
+fn mariadb_cases() {
+    let Some(url) = url() else { return };
+    common::all(&mut |case| {
+        let db = fresh(&url, &format!("sinktest_{case}"));
+        Box::new(move || {
+            Box::new(MariaDbSink::connect(&db, "sub").expect("connect")) as Box<dyn Store>
+        })
+    });
+}
+
+#[test]
+fn two_subscriptions_share_a_database() {
+    let Some(url) = url() else { return };
+    let db = fresh(&url, "sinktest_shared");
+    let mut a = MariaDbSink::connect(&db, "a").unwrap();
+    let mut b = MariaDbSink::connect(&db, "b").unwrap();
+    a.ensure_objects(&common::posts()).unwrap();
+    b.ensure_objects(&common::posts()).unwrap();
+    common::apply(&mut a, vec![common::txn(4, vec![])]).unwrap();
+    common::apply(&mut b, vec![common::txn(9, vec![])]).unwrap();
+    assert_eq!(a.resume().unwrap().applied_above, vec![4]);
+    assert_eq!(b.resume().unwrap().applied_above, vec![9]);
+    let id = aqueduct_sinks::Identity {
+        server_id: Some("srv".into()),
+        publication: Some("social".into()),
+        mode: Some("causal".into()),
+    };
+    a.set_identity(&id).unwrap();
+    assert_eq!(a.identity().unwrap(), id);
+    assert_eq!(b.identity().unwrap(), Default::default());
+}
+
+/// A schema change whose DDL committed before a crash, and whose position
+/// did not: applied again, it does nothing more.
+#[test]
+fn schema_change_repeated_after_crash() {
+    use aqueduct_subscribe::{Record, SchemaPos};
+    use serde_json::json;
+    let Some(url) = url() else { return };
+    let db = fresh(&url, "sinktest_ddl_repeat");
+    let mut s = MariaDbSink::connect(&db, "sub").unwrap();
+    s.ensure_objects(&common::posts()).unwrap();
+    let row = common::change(
+        "posts",
+        aqueduct_publish::ChangeOp::Insert,
+        json!(1),
+        Some(json!({"id": 1, "body": "a"})),
+        2,
+    );
+    common::apply(&mut s, vec![common::txn(2, vec![row])]).unwrap();
+    // What the crash left: the DDL of three changes, nothing else.
+    let mut c = admin(&db);
+    c.query_drop(
+        "ALTER TABLE posts ADD COLUMN likes BIGINT; \
+         ALTER TABLE posts RENAME COLUMN body TO text",
+    )
+    .unwrap();
+    let changes = [
+        aqueduct_publish::SchemaChange::AddAttribute {
+            name: "likes".into(),
+            ty: "bigint".into(),
+            existing: json!(0),
+        },
+        aqueduct_publish::SchemaChange::RenameAttribute {
+            from: "body".into(),
+            to: "text".into(),
+        },
+        aqueduct_publish::SchemaChange::DropAttribute {
+            name: "likes".into(),
+        },
+    ];
+    for (i, change) in changes.into_iter().enumerate() {
+        let lsn = 4 + i as u64;
+        let item = common::schema(lsn, "posts", change);
+        let record = Record {
+            applied: vec![],
+            watermark: None,
+            schema: Some(SchemaPos { lsn, seq: 0 }),
+        };
+        s.apply(std::slice::from_ref(&item), &record).unwrap();
+        if i == 1 {
+            // The crash again, after the drop's DDL.
+            c.query_drop("ALTER TABLE posts DROP COLUMN likes").unwrap();
+        }
+    }
+    let rows = s.rows("posts").unwrap();
+    assert_eq!(rows["[1]"].1, common::attrs(json!({"id": 1, "text": "a"})));
+    assert_eq!(
+        s.resume().unwrap().schema,
+        Some(SchemaPos { lsn: 6, seq: 0 })
+    );
+}
+
+#[test]
+fn errors_classified() {
+    let Some(url) = url() else { return };
+    // A refused connection is transient.
+    let err = MariaDbSink::connect("mariadb://nobody@127.0.0.1:1/x", "x")
+        .err()
+        .expect("no server there");
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    // A database that does not exist is not worth retrying.
+    let err = MariaDbSink::connect(&with_db(&url, "sinktest_missing_db"), "x")
+        .err()
+        .expect("no such database");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    // A lock held elsewhere past the wait timeout is transient.
+    let db = fresh(&url, "sinktest_errors");
+    let mut c = admin(&db);
+    c.query_drop("SET GLOBAL innodb_lock_wait_timeout = 1")
+        .unwrap();
+    let sink = MariaDbSink::connect(&db, "s");
+    c.query_drop("SET GLOBAL innodb_lock_wait_timeout = DEFAULT")
+        .unwrap();
+    let mut sink = sink.unwrap();
+    sink.ensure_objects(&common::posts()).unwrap();
+    c.query_drop("START TRANSACTION").unwrap();
+    c.query_drop("SELECT * FROM aqueduct_subscription FOR UPDATE")
+        .unwrap();
+    let err = common::apply(&mut sink, vec![common::txn(3, vec![])]).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    c.query_drop("ROLLBACK").unwrap();
+    common::apply(&mut sink, vec![common::txn(3, vec![])]).unwrap();
+    assert_eq!(sink.resume().unwrap().applied_above, vec![3]);
+    // Both spellings of the spec open the sink.
+    for scheme in ["mariadb", "mysql"] {
+        let name = format!("sinktest_spec_{scheme}");
+        let db = fresh(&url, &name);
+        let db = db.replacen("mariadb://", &format!("{scheme}://"), 1);
+        let db = db.replacen("mysql://", &format!("{scheme}://"), 1);
+        let spec: SinkSpec = db.parse().unwrap();
+        let sink = spec.open(&name, None).unwrap();
+        assert_eq!(sink.resume().unwrap(), Default::default());
+    }
+}
+
+struct MariaShadow {
+    url: String,
+    sink: Option<MariaDbSink>,
+}
+
+impl Shadow for MariaShadow {
+    fn sink(&mut self) -> &mut dyn Sink {
+        self.sink.as_mut().expect("open")
+    }
+
+    fn reopen(&mut self) {
+        self.sink = None;
+        self.sink = Some(MariaDbSink::connect(&self.url, "sim").expect("reopen"));
+    }
+
+    fn present(&mut self) -> Present {
+        let sink = self.sink.as_ref().expect("open");
+        let mut out = Present::new();
+        for object in sink.objects().expect("objects").keys() {
+            for (key, row) in sink.rows(object).expect("rows") {
+                out.insert((object.clone(), key), row);
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn simulator_on_mariadb() {
+    let Some(url) = url() else { return };
+    for (mode, seed) in [(Mode::Global, 0), (Mode::Causal, 100), (Mode::Weak, 300)] {
+        let mut sc = Scenario::new(mode);
+        sc.transactional = true;
+        let db = fresh(&url, &format!("sinktest_sim_{seed}"));
+        let mut shadow = MariaShadow {
+            url: db,
+            sink: None,
+        };
+        let out = run_with(seed, &sc, Some(&mut shadow));
+        assert!(
+            out.violations.is_empty(),
+            "{mode:?}: seed {seed} fails: {:#?}",
+            out.violations
+        );
+    }
+}
