@@ -458,8 +458,23 @@ pub(crate) fn configure(
         })?;
         session.configure("aqueduct.after_lsn", v)?;
     }
+    // The application's user behind the request, for publications'
+    // causal order (`docs/publications.md`, section 2).
+    if let Some(v) = headers.get(ACTING_USER_HEADER) {
+        let v = v.to_str().map_err(|_| {
+            SqlError::new(
+                "22023",
+                format!("the {ACTING_USER_HEADER} header is not text"),
+            )
+        })?;
+        session.configure("aqueduct.acting_user", v)?;
+    }
     Ok(())
 }
+
+/// The request header naming the application's user a statement acts for
+/// (the session setting `aqueduct.acting_user`).
+pub(crate) const ACTING_USER_HEADER: &str = "aqueduct-acting-user";
 
 /// `GET /v1/views/{view}?col=value&...[&consistency=...]` (eventual by
 /// default).
