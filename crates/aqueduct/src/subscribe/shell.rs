@@ -1,4 +1,4 @@
-//! `aqueduct subscribe`: the subscriber agent's shell
+//! `aqueduct subscribe`'s following: the subscriber agent's shell
 //! (`docs/publications.md`, section 5). The agent's core
 //! (`aqueduct_subscribe::Agent`) decides; this shell does what it says:
 //! it reads the server's stream on a thread of its own, applies batches
@@ -17,11 +17,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use aqueduct_mirror::http;
 use aqueduct_publish::{parse_line, Change, ChangeOp, ErrorMessage, Mode, TxnMessage, WireMessage};
 use aqueduct_sinks::SinkSpec;
+
+use super::metrics::AgentStats;
+use super::FollowArgs;
 use aqueduct_subscribe::{
     Agent, AgentConfig, BatchId, BootstrapStep, Effect, Input, Item, PositionMode, Record, Sink,
     SinkError, StreamEnd,
 };
-use clap::Args;
 
 /// Longest the event loop waits without a `Tick`.
 const TICK: Duration = Duration::from_millis(200);
@@ -34,45 +36,6 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines queued between the stream's reader and the agent.
 const EVENT_QUEUE: usize = 1024;
-
-#[derive(Debug, Args)]
-pub struct SubscribeArgs {
-    /// The server's HTTP address, `http://host:port` or `host:port`.
-    #[arg(long)]
-    from: String,
-    /// The publication to follow.
-    #[arg(long)]
-    publication: String,
-    /// The subscriber's name: the server keeps the log for it, and its
-    /// position is stored in the sink under it.
-    #[arg(long)]
-    name: String,
-    /// `global`, `causal` or `weak`; at most the publication's mode.
-    #[arg(long, default_value = "causal")]
-    mode: String,
-    /// Where to apply: `sqlite:FILE`, `postgres://...`, `jsonl:FILE` or
-    /// `stdout`.
-    #[arg(long)]
-    into: String,
-    /// Worker threads applying in parallel (global mode uses one).
-    #[arg(long, default_value_t = aqueduct_subscribe::limits::WORKERS_DEFAULT)]
-    workers: usize,
-    /// Give up waiting for a missing dependency after this long and apply
-    /// in weak order for its objects (`60s`, `5min`); default: wait.
-    #[arg(long)]
-    causal_timeout: Option<String>,
-    /// Where sinks that keep their position in files (`stdout`, `jsonl:`)
-    /// keep it.
-    #[arg(long)]
-    state_dir: Option<std::path::PathBuf>,
-    /// Bearer token for the server's HTTP API.
-    #[arg(long, env = "AQUEDUCT_TOKEN")]
-    token: Option<String>,
-    /// Stop once the subscriber has applied everything committed up to
-    /// now (for scripts and tests) instead of following forever.
-    #[arg(long)]
-    until_caught_up: bool,
-}
 
 /// What happened, for the event loop.
 enum Event {
@@ -127,7 +90,7 @@ impl Server {
 /// Gate the reader waits at while the agent's window is full.
 type Gate = Arc<(Mutex<bool>, Condvar)>;
 
-pub fn run(args: SubscribeArgs) -> Result<()> {
+pub fn run(args: &FollowArgs) -> Result<()> {
     let mode: Mode = args.mode.parse().map_err(|e| anyhow!("--mode: {e}"))?;
     let addr = args
         .from
@@ -156,6 +119,10 @@ pub fn run(args: SubscribeArgs) -> Result<()> {
                 .as_millis() as u64,
         ),
     };
+    let stats = Arc::new(AgentStats::default());
+    if let Some(addr) = &args.metrics_addr {
+        super::metrics::serve(addr, &args.name, stats.clone())?;
+    }
     loop {
         let mut control = open(&spec)?;
         config.position = control.position_mode();
@@ -163,14 +130,20 @@ pub fn run(args: SubscribeArgs) -> Result<()> {
         let mut resume = control
             .resume()
             .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
-        if resume.watermark == 0 && resume.applied_above.is_empty() {
+        if resume.watermark == 0 && resume.applied_above.is_empty() && args.from_lsn.is_none() {
             bootstrap(&server, control.as_mut())?;
             resume = control
                 .resume()
                 .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
         }
+        if let Some(from) = args.from_lsn {
+            // Replay: from an earlier point; rows a storing sink already
+            // has newer versions of are skipped by its guard.
+            resume.watermark = from.max(1);
+            resume.applied_above.retain(|l| *l >= from);
+        }
         let agent = Agent::new(config.clone(), resume).map_err(|e| anyhow!("{e}"))?;
-        match follow(&server, &spec, &args, agent, control)? {
+        match follow(&server, &spec, args, agent, control, &stats)? {
             Followed::CaughtUp => return Ok(()),
             Followed::Rebootstrap => {
                 eprintln!(
@@ -279,10 +252,14 @@ enum Followed {
 fn follow(
     server: &Arc<Server>,
     spec: &SinkSpec,
-    args: &SubscribeArgs,
+    args: &FollowArgs,
     mut agent: Agent,
     mut control: Box<dyn Sink + Send>,
+    stats: &AgentStats,
 ) -> Result<Followed> {
+    use std::sync::atomic::Ordering::Relaxed;
+    // What each batch in flight holds: transactions and rows.
+    let mut in_flight: std::collections::HashMap<BatchId, (u64, u64)> = Default::default();
     let started = Instant::now();
     let now = || started.elapsed().as_millis() as u64;
     let (events_tx, events) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
@@ -335,13 +312,18 @@ fn follow(
                     worker,
                     items,
                     record,
-                } => workers[worker]
-                    .send(Job {
-                        batch,
-                        items,
-                        record,
-                    })
-                    .map_err(|_| anyhow!("a worker stopped"))?,
+                } => {
+                    let txns = items.iter().filter(|i| matches!(i, Item::Txn(_))).count();
+                    let rows: usize = items.iter().map(Item::rows).sum();
+                    in_flight.insert(batch, (txns as u64, rows as u64));
+                    workers[worker]
+                        .send(Job {
+                            batch,
+                            items,
+                            record,
+                        })
+                        .map_err(|_| anyhow!("a worker stopped"))?
+                }
                 Effect::StorePosition {
                     watermark,
                     applied_above,
@@ -392,11 +374,14 @@ fn follow(
                 Effect::DeadLetterCleared { lsn } => control
                     .clear_dead_letter(lsn)
                     .map_err(|e| anyhow!("clearing a dead letter: {e}"))?,
-                Effect::CausalFallback { lsn, slots } => eprintln!(
+                Effect::CausalFallback { lsn, slots } => {
+                    stats.fallbacks.fetch_add(1, Relaxed);
+                    eprintln!(
                     "subscriber {}: transaction at LSN {lsn} waited past the causal timeout; applied in weak order for {} dependency slots",
                     args.name,
                     slots.len()
-                ),
+                )
+                }
                 Effect::Bootstrap(BootstrapStep::Request) => return Ok(Followed::Rebootstrap),
                 Effect::Fail { reason } => bail!("subscriber {} stopped: {reason}", args.name),
             }
@@ -412,6 +397,13 @@ fn follow(
         if !pending.is_empty() {
             continue;
         }
+        stats.watermark.store(agent.watermark(), Relaxed);
+        stats.window.store(agent.window_len() as u64, Relaxed);
+        stats
+            .dead_letters
+            .store(agent.dead_letters().len() as u64, Relaxed);
+        stats.epoch.store(agent.epoch(), Relaxed);
+        stats.debt_slots.store(agent.debt_slots() as u64, Relaxed);
         if let Some(target) = caught_up_at {
             if agent.durable_watermark() > target {
                 return Ok(Followed::CaughtUp);
@@ -431,6 +423,16 @@ fn follow(
             .min(TICK);
         let input = match events.recv_timeout(wait) {
             Ok(Event::Line(line, bytes)) => {
+                match &line {
+                    WireMessage::Txn(t) if t.frame == 0 => {
+                        stats.received_txns.fetch_add(1, Relaxed);
+                        stats.head.fetch_max(t.lsn, Relaxed);
+                    }
+                    WireMessage::Progress(p) => {
+                        stats.head.fetch_max(p.lsn, Relaxed);
+                    }
+                    _ => {}
+                }
                 if let WireMessage::Epoch(e) = &line {
                     control
                         .ensure_objects(&e.objects)
@@ -456,15 +458,25 @@ fn follow(
                     reason,
                 }
             }
-            Ok(Event::Applied(batch)) => Input::Applied {
-                now_ms: now(),
-                batch,
-            },
-            Ok(Event::Failed(batch, error)) => Input::SinkFailed {
-                now_ms: now(),
-                batch,
-                error,
-            },
+            Ok(Event::Applied(batch)) => {
+                if let Some((txns, rows)) = in_flight.remove(&batch) {
+                    stats.applied_txns.fetch_add(txns, Relaxed);
+                    stats.applied_rows.fetch_add(rows, Relaxed);
+                }
+                Input::Applied {
+                    now_ms: now(),
+                    batch,
+                }
+            }
+            Ok(Event::Failed(batch, error)) => {
+                in_flight.remove(&batch);
+                stats.sink_errors.fetch_add(1, Relaxed);
+                Input::SinkFailed {
+                    now_ms: now(),
+                    batch,
+                    error,
+                }
+            }
             Err(RecvTimeoutError::Timeout) => {
                 if retry_at.is_some_and(|r| r <= now()) {
                     retry_at = None;

@@ -1,0 +1,90 @@
+//! `aqueduct subscribe`: follow a publication of a server into another
+//! store (`docs/publications.md`, section 5), and the operator's commands
+//! on a subscription: its status and its dead letters.
+//!
+//! - `shell.rs`: following (bootstrap, then the stream), the agent's shell;
+//! - `ops.rs`: `status` and `dead-letters`, run on the sink's stored state;
+//! - `metrics.rs`: the running agent's metrics page.
+
+mod metrics;
+mod ops;
+mod shell;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SubscribeArgs {
+    #[command(subcommand)]
+    command: Option<SubscribeCommand>,
+    #[command(flatten)]
+    follow: Option<FollowArgs>,
+}
+
+#[derive(Debug, Subcommand)]
+enum SubscribeCommand {
+    /// A subscription's position, dead letters and lag.
+    Status(ops::SinkArgs),
+    /// List, retry or skip the transactions a sink refused (run with the
+    /// agent stopped).
+    #[command(subcommand)]
+    DeadLetters(ops::DeadLetterCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct FollowArgs {
+    /// The server's HTTP address, `http://host:port` or `host:port`.
+    #[arg(long)]
+    pub(crate) from: String,
+    /// The publication to follow.
+    #[arg(long)]
+    pub(crate) publication: String,
+    /// The subscriber's name: the server keeps the log for it, and its
+    /// position is stored in the sink under it.
+    #[arg(long)]
+    pub(crate) name: String,
+    /// `global`, `causal` or `weak`; at most the publication's mode.
+    #[arg(long, default_value = "causal")]
+    pub(crate) mode: String,
+    /// Where to apply: `sqlite:FILE`, `postgres://...`, `jsonl:FILE` or
+    /// `stdout`.
+    #[arg(long)]
+    pub(crate) into: String,
+    /// Worker threads applying in parallel (global mode uses one).
+    #[arg(long, default_value_t = aqueduct_subscribe::limits::WORKERS_DEFAULT)]
+    pub(crate) workers: usize,
+    /// Give up waiting for a missing dependency after this long and apply
+    /// in weak order for its objects (`60s`, `5min`); default: wait.
+    #[arg(long)]
+    pub(crate) causal_timeout: Option<String>,
+    /// Where sinks that keep their position in files (`stdout`, `jsonl:`)
+    /// keep it.
+    #[arg(long)]
+    pub(crate) state_dir: Option<std::path::PathBuf>,
+    /// Bearer token for the server's HTTP API.
+    #[arg(long, env = "AQUEDUCT_TOKEN")]
+    pub(crate) token: Option<String>,
+    /// Stop once the subscriber has applied everything committed up to
+    /// now (for scripts and tests) instead of following forever.
+    #[arg(long)]
+    pub(crate) until_caught_up: bool,
+    /// Start from this LSN instead of the stored position (replay: for
+    /// message sinks, or a storing sink whose rows are newer anyway).
+    #[arg(long)]
+    pub(crate) from_lsn: Option<u64>,
+    /// Serve the agent's metrics (Prometheus text) on this address.
+    #[arg(long)]
+    pub(crate) metrics_addr: Option<String>,
+}
+
+pub fn run(args: SubscribeArgs) -> Result<()> {
+    match (args.command, args.follow) {
+        (Some(SubscribeCommand::Status(a)), _) => ops::status(&a),
+        (Some(SubscribeCommand::DeadLetters(c)), _) => ops::dead_letters(c),
+        (None, Some(f)) => shell::run(&f),
+        (None, None) => anyhow::bail!(
+            "aqueduct subscribe needs --from, --publication, --name and --into (or a command: status, dead-letters)"
+        ),
+    }
+}
