@@ -53,10 +53,10 @@ pub(crate) struct SubscriberQuery {
     mode: Option<String>,
 }
 
-fn mode_of(mode: Option<&str>) -> Result<Mode, Response> {
+fn mode_of(mode: Option<&str>) -> Result<Mode, Box<Response>> {
     mode.unwrap_or("causal")
         .parse::<Mode>()
-        .map_err(|e| bad_request(SqlError::new("22023", e.to_string())))
+        .map_err(|e| Box::new(bad_request(SqlError::new("22023", e.to_string()))))
 }
 
 #[derive(Deserialize)]
@@ -86,12 +86,12 @@ fn feed_error(e: FeedError) -> SqlError {
 }
 
 /// Who may follow publications: those who may follow every table.
-fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let principal = s.auth.principal(&s.engine, headers).map_err(|r| *r)?;
+fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    let principal = s.auth.principal(&s.engine, headers)?;
     s.engine
         .feed_tables(&principal, None)
         .map(|_| ())
-        .map_err(|e| error_response(status_of(&e), &e))
+        .map_err(|e| Box::new(error_response(status_of(&e), &e)))
 }
 
 fn line(m: &WireMessage) -> Bytes {
@@ -144,11 +144,11 @@ pub(crate) async fn stream(
     Query(q): Query<StreamQuery>,
 ) -> Response {
     if let Err(r) = authorize(&s, &headers) {
-        return r;
+        return *r;
     }
     let mode = match mode_of(q.mode.as_deref()) {
         Ok(m) => m,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
@@ -224,11 +224,11 @@ pub(crate) async fn bootstrap(
     Query(q): Query<SubscriberQuery>,
 ) -> Response {
     if let Err(r) = authorize(&s, &headers) {
-        return r;
+        return *r;
     }
     let mode = match mode_of(q.mode.as_deref()) {
         Ok(m) => m,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
@@ -274,7 +274,7 @@ pub(crate) async fn ack(
     Query(q): Query<AckQuery>,
 ) -> Response {
     if let Err(r) = authorize(&s, &headers) {
-        return r;
+        return *r;
     }
     let feed = s.engine.feed().clone();
     let consumer = consumer_name(&publication, &q.subscriber);
