@@ -356,6 +356,10 @@ impl Sink for MariaDbSink {
         self.in_transaction(|_, db| db.exec(&s))
     }
 
+    fn reset(&mut self) -> Result<(), SinkError> {
+        self.in_transaction(|sql, db| sql::reset(sql, db))
+    }
+
     fn resume(&self) -> Result<Resume, SinkError> {
         self.read(|sql, db| sql.resume(db))
     }

@@ -489,6 +489,45 @@ impl Sink for RedisSink {
         .map(drop)
     }
 
+    fn reset(&mut self) -> Result<(), SinkError> {
+        let p = self.prefix();
+        // The position first: a crash part way leaves a subscription that
+        // is bootstrapped again, never one that trusts half its rows.
+        self.with_conn(|c| {
+            redis::cmd("HSET")
+                .arg(format!("{p}sub"))
+                .arg("watermark")
+                .arg("0")
+                .query::<i64>(c)
+        })?;
+        for object in self.objects()?.keys() {
+            let keys: Vec<String> = self.with_conn(|c| {
+                redis::cmd("SMEMBERS")
+                    .arg(format!("{p}rows:{object}"))
+                    .query(c)
+            })?;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("DEL").arg(format!("{p}{object}:{k}")).ignore();
+            }
+            pipe.cmd("DEL").arg(format!("{p}rows:{object}")).ignore();
+            pipe.cmd("DEL").arg(format!("{p}tomb:{object}")).ignore();
+            self.with_conn(|c| pipe.query::<()>(c))?;
+        }
+        self.with_conn(|c| {
+            redis::pipe()
+                .cmd("DEL")
+                .arg(format!("{p}applied"))
+                .ignore()
+                .cmd("HDEL")
+                .arg(format!("{p}sub"))
+                .arg("schema_lsn")
+                .arg("schema_seq")
+                .ignore()
+                .query::<()>(c)
+        })
+    }
+
     fn resume(&self) -> Result<Resume, SinkError> {
         let p = self.prefix();
         let (sub, applied, dead): (

@@ -1343,6 +1343,30 @@ pub(crate) fn store_position(
     db.exec(&script.body)
 }
 
+/// Forgets the subscription before a new bootstrap, inside the caller's
+/// transaction: every row of its objects (tables are shared by the
+/// subscriptions of one database: theirs go too, and come back with their
+/// next bootstrap or writes), its applied transactions and tombstones, and
+/// its position.
+pub(crate) fn reset(sql: &Sql, db: &mut dyn Exec) -> Result<(), SinkError> {
+    let shapes = sql.shapes(db)?;
+    let n = sql.n();
+    let mut script = String::new();
+    for object in shapes.keys() {
+        let _ = writeln!(script, "DELETE FROM {};", sql.table(object));
+    }
+    let _ = write!(
+        script,
+        "DELETE FROM {applied} WHERE name = {n};\n\
+         DELETE FROM {tomb} WHERE name = {n};\n\
+         UPDATE {sub} SET watermark = 0, schema_lsn = NULL, schema_seq = NULL WHERE name = {n};\n",
+        applied = sql.t("applied"),
+        tomb = sql.t("tombstones"),
+        sub = sql.t("subscription"),
+    );
+    db.exec(&script)
+}
+
 /// Creates the missing objects, inside the caller's transaction (in
 /// MariaDB after [`ensure_ddl`] ran).
 pub(crate) fn ensure_objects(

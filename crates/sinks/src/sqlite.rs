@@ -190,6 +190,10 @@ impl Sink for SqliteSink {
         self.in_transaction(|_, db| db.exec(&s))
     }
 
+    fn reset(&mut self) -> Result<(), SinkError> {
+        self.in_transaction(|sql, db| sql::reset(sql, db))
+    }
+
     fn resume(&self) -> Result<Resume, SinkError> {
         let mut db = Db(&self.conn);
         self.sql.resume(&mut db)

@@ -104,6 +104,14 @@ pub trait Sink {
     /// What the sink holds about the position, to start the agent from.
     fn resume(&self) -> Result<Resume, SinkError>;
 
+    /// Forgets the subscription before it is bootstrapped again (§5.6): its
+    /// objects' rows, its position, applied transactions and tombstones,
+    /// so no row the new snapshot lacks survives. Message sinks hold
+    /// nothing to forget (their receivers see the new bootstrap's rows).
+    fn reset(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
     /// Makes sure the sink can hold each of the publication's objects, as
     /// a stream's `epoch` line gives them (`EpochMessage::objects`):
     /// creates what is missing and leaves what exists alone, so calling it

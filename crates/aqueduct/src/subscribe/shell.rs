@@ -151,6 +151,9 @@ pub fn run(args: &FollowArgs) -> Result<()> {
                     args.name
                 );
                 let mut control = open(&spec)?;
+                control
+                    .reset()
+                    .map_err(|e| anyhow!("clearing the sink before bootstrapping again: {e}"))?;
                 bootstrap(&server, control.as_mut())?;
             }
         }

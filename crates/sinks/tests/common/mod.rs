@@ -404,13 +404,43 @@ pub fn types_kept(open: Open) -> Box<dyn Store> {
     s
 }
 
+/// A reset before a new bootstrap forgets the rows, the tombstones and
+/// the position: a row the new snapshot lacks does not survive.
+pub fn reset_forgets_everything(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(
+        &mut *s,
+        vec![txn(10, vec![upsert(1, "a", 10), upsert(2, "b", 10)])],
+    )
+    .unwrap();
+    apply(
+        &mut *s,
+        vec![txn(
+            11,
+            vec![change("posts", ChangeOp::Delete, json!(2), None, 11)],
+        )],
+    )
+    .unwrap();
+    s.store_position(12, &[], None).unwrap();
+    s.reset().unwrap();
+    let r = s.resume().unwrap();
+    assert_eq!(r.watermark, 0);
+    assert!(r.applied_above.is_empty());
+    assert!(s.rows_of("posts").is_empty());
+    // The old tombstone no longer keeps the row out.
+    apply(&mut *s, vec![txn(5, vec![upsert(2, "again", 5)])]).unwrap();
+    assert_eq!(body(&s.rows_of("posts"), 2), Some((5, json!("again"))));
+}
+
 /// Opens one case's sink, again on each call.
 pub type Opener = Box<dyn FnMut() -> Box<dyn Store>>;
 
 /// Every case, each on a sink of its own from `open(case name)`.
 pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
     type Case = fn(Open);
-    let cases: [(&str, Case); 6] = [
+    let cases: [(&str, Case); 7] = [
+        ("reset", reset_forgets_everything),
         ("guarded_upsert", guarded_upsert),
         ("tombstone", tombstone_blocks_late_insert),
         ("exactly_once", exactly_once_across_crash),
@@ -428,7 +458,8 @@ pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
 /// changes and the refusal of a value of the wrong type.
 pub fn all_schemaless(open: &mut dyn FnMut(&str) -> Opener) {
     type Case = fn(Open);
-    let cases: [(&str, Case); 5] = [
+    let cases: [(&str, Case); 6] = [
+        ("reset", reset_forgets_everything),
         ("guarded_upsert", guarded_upsert),
         ("tombstone", tombstone_blocks_late_insert),
         ("exactly_once", exactly_once_across_crash),
