@@ -284,6 +284,26 @@ impl Feed {
         })
     }
 
+    /// The first LSN committed at or after `micros` (the commit time every
+    /// record of a batch carries), where the log is exact; `None` when
+    /// nothing was committed since. Reads the log from its exact point:
+    /// as long as the retained log.
+    pub fn first_lsn_at(&self, micros: i64) -> Result<Option<Lsn>, FeedError> {
+        let mut reader = self.log.reader(self.log.exact_from().max(1));
+        let mut found = None;
+        loop {
+            let got = reader.read_with(4096, |r| {
+                if found.is_none() && r.timestamp_micros >= micros {
+                    found = Some(r.lsn);
+                }
+                Ok(())
+            })?;
+            if found.is_some() || got == 0 {
+                return Ok(found);
+            }
+        }
+    }
+
     // ------------------------------------------------------ named consumers
 
     /// Registers the durable consumer `name` (or finds it): the log keeps

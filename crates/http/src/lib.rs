@@ -94,6 +94,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
             "/v1/publications/{publication}/ack",
             post(publications::ack),
         )
+        .route("/v1/lsn", get(publications::lsn_at))
         .route("/v1/releases/current", get(releases::current))
         .route("/v1/releases/{id}", get(releases::one))
         .route("/v1/releases/{id}/changes", get(releases::changes))

@@ -14,6 +14,9 @@
 //! - `POST /v1/publications/{pub}/ack?subscriber=NAME&lsn=L`: everything
 //!   up to `L` is durably applied; the log may drop it.
 //!
+//! - `GET /v1/lsn?time=T`: the first LSN committed at or after time `T`,
+//!   where a replay from that time starts.
+//!
 //! Each stream runs on a thread of its own through a bounded channel,
 //! counted with the change feed's streams.
 
@@ -57,6 +60,50 @@ fn mode_of(mode: Option<&str>) -> Result<Mode, Box<Response>> {
     mode.unwrap_or("causal")
         .parse::<Mode>()
         .map_err(|e| Box::new(bad_request(SqlError::new("22023", e.to_string()))))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct TimeQuery {
+    time: String,
+}
+
+/// `GET /v1/lsn?time=T`: the first LSN committed at or after `T` (a
+/// timestamp with time zone, or microseconds since the Unix epoch), for
+/// replaying a publication from a point in time; the next LSN to commit
+/// when nothing was committed since.
+pub(crate) async fn lsn_at(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<TimeQuery>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return *r;
+    }
+    let micros = match q.time.trim().parse::<i64>() {
+        Ok(m) => m,
+        Err(_) => match aqueduct_values::Value::Text(q.time.clone())
+            .coerce(&aqueduct_values::DataType::TimestampTz)
+        {
+            Ok(aqueduct_values::Value::TimestampTz(m)) => m,
+            _ => {
+                return bad_request(SqlError::new(
+                    "22007",
+                    format!("invalid time \"{}\": give a timestamp with time zone or microseconds since the epoch", q.time),
+                ))
+            }
+        },
+    };
+    let feed = s.engine.feed().clone();
+    let found = tokio::task::spawn_blocking(move || {
+        let head = feed.head();
+        feed.first_lsn_at(micros).map(|l| l.unwrap_or(head + 1))
+    })
+    .await;
+    match found {
+        Ok(Ok(lsn)) => axum::Json(json!({ "lsn": lsn })).into_response(),
+        Ok(Err(e)) => bad_request(feed_error(e)),
+        Err(e) => bad_request(SqlError::new("XX000", e.to_string())),
+    }
 }
 
 #[derive(Deserialize)]

@@ -71,8 +71,12 @@ pub struct FollowArgs {
     pub(crate) until_caught_up: bool,
     /// Start from this LSN instead of the stored position (replay: for
     /// message sinks, or a storing sink whose rows are newer anyway).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "from_time")]
     pub(crate) from_lsn: Option<u64>,
+    /// Start from the first transaction committed at or after this time
+    /// (`2026-11-26 10:00:00+00`), within the server's retained log.
+    #[arg(long)]
+    pub(crate) from_time: Option<String>,
     /// Serve the agent's metrics (Prometheus text) on this address.
     #[arg(long)]
     pub(crate) metrics_addr: Option<String>,

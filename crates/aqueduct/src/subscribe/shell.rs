@@ -119,6 +119,11 @@ pub fn run(args: &FollowArgs) -> Result<()> {
                 .as_millis() as u64,
         ),
     };
+    let replay_from = match (&args.from_lsn, &args.from_time) {
+        (Some(l), _) => Some(*l),
+        (None, Some(t)) => Some(lsn_at(&server, t)?),
+        (None, None) => None,
+    };
     let stats = Arc::new(AgentStats::default());
     if let Some(addr) = &args.metrics_addr {
         super::metrics::serve(addr, &args.name, stats.clone())?;
@@ -130,13 +135,13 @@ pub fn run(args: &FollowArgs) -> Result<()> {
         let mut resume = control
             .resume()
             .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
-        if resume.watermark == 0 && resume.applied_above.is_empty() && args.from_lsn.is_none() {
+        if resume.watermark == 0 && resume.applied_above.is_empty() && replay_from.is_none() {
             bootstrap(&server, control.as_mut())?;
             resume = control
                 .resume()
                 .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
         }
-        if let Some(from) = args.from_lsn {
+        if let Some(from) = replay_from {
             // Replay: from an earlier point; rows a storing sink already
             // has newer versions of are skipped by its guard.
             resume.watermark = from.max(1);
@@ -490,6 +495,25 @@ fn follow(
         };
         pending = agent.step(input);
     }
+}
+
+/// The first LSN the server committed at or after time `t`.
+fn lsn_at(server: &Server, t: &str) -> Result<u64> {
+    let mut query = String::new();
+    for b in t.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            query.push(b as char);
+        } else {
+            query.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let r = server.request("GET", &format!("/v1/lsn?time={query}"), REQUEST_TIMEOUT)?;
+    let mut body = r.body;
+    let bytes = body.read_to_end(1 << 20)?;
+    let j: serde_json::Value = serde_json::from_slice(&bytes).context("the server's answer")?;
+    j.get("lsn")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| anyhow!("the server did not say which LSN"))
 }
 
 /// The server's last committed LSN, from its health page.
