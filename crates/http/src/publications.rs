@@ -30,7 +30,7 @@ use aqueduct_publisher::{
 use aqueduct_sql::{Engine, SqlError};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -94,15 +94,16 @@ pub(crate) async fn lsn_at(
         },
     };
     let feed = s.engine.feed().clone();
-    let found = tokio::task::spawn_blocking(move || {
+    let found = blocking(move || {
         let head = feed.head();
-        feed.first_lsn_at(micros).map(|l| l.unwrap_or(head + 1))
+        feed.first_lsn_at(micros)
+            .map(|l| l.unwrap_or(head + 1))
+            .map_err(feed_error)
     })
     .await;
     match found {
-        Ok(Ok(lsn)) => axum::Json(json!({ "lsn": lsn })).into_response(),
-        Ok(Err(e)) => bad_request(feed_error(e)),
-        Err(e) => bad_request(SqlError::new("XX000", e.to_string())),
+        Ok(lsn) => axum::Json(json!({ "lsn": lsn })).into_response(),
+        Err(r) => *r,
     }
 }
 
@@ -161,6 +162,23 @@ fn error_line(e: &SqlError) -> Bytes {
     }))
 }
 
+/// Who may follow, and in which mode: the preamble of every stream.
+fn admit(s: &AppState, headers: &HeaderMap, mode: Option<&str>) -> Result<Mode, Box<Response>> {
+    authorize(s, headers)?;
+    mode_of(mode)
+}
+
+/// Runs `f` on a blocking thread; its error as the response.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SqlError> + Send + 'static,
+) -> Result<T, Box<Response>> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(x)) => Ok(x),
+        Ok(Err(e)) => Err(Box::new(bad_request(e))),
+        Err(e) => Err(Box::new(bad_request(SqlError::new("XX000", e.to_string())))),
+    }
+}
+
 /// Runs `work` on a thread of its own, its lines sent through a bounded
 /// channel as the response body.
 fn spawn_stream(
@@ -190,10 +208,7 @@ pub(crate) async fn stream(
     Path(publication): Path<String>,
     Query(q): Query<StreamQuery>,
 ) -> Response {
-    if let Err(r) = authorize(&s, &headers) {
-        return *r;
-    }
-    let mode = match mode_of(q.mode.as_deref()) {
+    let mode = match admit(&s, &headers, q.mode.as_deref()) {
         Ok(m) => m,
         Err(r) => return *r,
     };
@@ -207,7 +222,7 @@ pub(crate) async fn stream(
         from_lsn: q.from_lsn.unwrap_or(0).max(1),
         server_id: server_id(&engine),
     };
-    let opened = tokio::task::spawn_blocking(move || {
+    let opened = blocking(move || {
         let feed = engine.feed().clone();
         // The consumer's hold follows the subscriber's watermark.
         feed.register(&consumer, Some(request.from_lsn))
@@ -218,9 +233,8 @@ pub(crate) async fn stream(
     })
     .await;
     let (engine, mut stream, first) = match opened {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => return bad_request(e),
-        Err(e) => return bad_request(SqlError::new("XX000", e.to_string())),
+        Ok(x) => x,
+        Err(r) => return *r,
     };
     spawn_stream(&s, "publication-stream", move |tx| {
         let _open = StreamGauge::new(counters.clone());
@@ -270,16 +284,13 @@ pub(crate) async fn bootstrap(
     Path(publication): Path<String>,
     Query(q): Query<SubscriberQuery>,
 ) -> Response {
-    if let Err(r) = authorize(&s, &headers) {
-        return *r;
-    }
-    let mode = match mode_of(q.mode.as_deref()) {
+    let mode = match admit(&s, &headers, q.mode.as_deref()) {
         Ok(m) => m,
         Err(r) => return *r,
     };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
-    let started = tokio::task::spawn_blocking(move || {
+    let started = blocking(move || {
         let db = engine.shared_database();
         let id = server_id(&engine);
         let consumer = consumer_name(&publication, &q.subscriber);
@@ -288,9 +299,8 @@ pub(crate) async fn bootstrap(
     })
     .await;
     let (mut boot, first) = match started {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => return bad_request(e),
-        Err(e) => return bad_request(SqlError::new("XX000", e.to_string())),
+        Ok(x) => x,
+        Err(r) => return *r,
     };
     counters
         .bootstraps
@@ -325,13 +335,8 @@ pub(crate) async fn ack(
     }
     let feed = s.engine.feed().clone();
     let consumer = consumer_name(&publication, &q.subscriber);
-    let done = tokio::task::spawn_blocking(move || feed.ack(&consumer, q.lsn)).await;
-    match done {
-        Ok(Ok(())) => axum::Json(json!({ "lsn": q.lsn })).into_response(),
-        Ok(Err(e)) => bad_request(feed_error(e)),
-        Err(e) => error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &SqlError::new("XX000", e.to_string()),
-        ),
+    match blocking(move || feed.ack(&consumer, q.lsn).map_err(feed_error)).await {
+        Ok(()) => axum::Json(json!({ "lsn": q.lsn })).into_response(),
+        Err(r) => *r,
     }
 }
