@@ -109,7 +109,10 @@ impl SinkSpec {
     /// Whether the sink keeps its position in a state directory (the
     /// message sinks) rather than in its own database.
     pub fn needs_state_dir(&self) -> bool {
-        !matches!(self, SinkSpec::Sqlite(_) | SinkSpec::Postgres(_))
+        !matches!(
+            self,
+            SinkSpec::Sqlite(_) | SinkSpec::Postgres(_) | SinkSpec::MariaDb(_) | SinkSpec::Redis(_)
+        )
     }
 
     /// Opens the sink for the subscription `name`; `state_dir` is required

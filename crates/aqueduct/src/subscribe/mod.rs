@@ -47,8 +47,9 @@ pub struct FollowArgs {
     /// `global`, `causal` or `weak`; at most the publication's mode.
     #[arg(long, default_value = "causal")]
     pub(crate) mode: String,
-    /// Where to apply: `sqlite:FILE`, `postgres://...`, `jsonl:FILE` or
-    /// `stdout`.
+    /// Where to apply: `sqlite:FILE`, `postgres://...`, `mariadb://...`,
+    /// `redis://...`, `webhook:http://...`, `nats://...`, `amqp://...`,
+    /// `jsonl:FILE` or `stdout`.
     #[arg(long)]
     pub(crate) into: String,
     /// Worker threads applying in parallel (global mode uses one).
@@ -58,8 +59,8 @@ pub struct FollowArgs {
     /// in weak order for its objects (`60s`, `5min`); default: wait.
     #[arg(long)]
     pub(crate) causal_timeout: Option<String>,
-    /// Where sinks that keep their position in files (`stdout`, `jsonl:`)
-    /// keep it.
+    /// Where sinks that keep their position in files keep it: the message
+    /// sinks (`stdout`, `jsonl:`, webhooks, NATS, RabbitMQ).
     #[arg(long)]
     pub(crate) state_dir: Option<std::path::PathBuf>,
     /// Bearer token for the server's HTTP API.

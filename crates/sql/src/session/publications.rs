@@ -24,7 +24,7 @@ impl Session {
         let role = self.principal.name.clone();
         let superuser = self.principal.is_superuser(&db.read());
         let mut tag = "";
-        db.run_exclusive(|catalog, txn| {
+        let (_, lsn) = db.run_exclusive(|catalog, txn| {
             let plan = plan_publication(
                 catalog,
                 &st,
@@ -39,6 +39,9 @@ impl Session {
             }
             Ok::<(), SqlError>(())
         })?;
+        if let Some(lsn) = lsn {
+            self.set_last_lsn(lsn);
+        }
         // Subscribers of a publication that is gone, or that now has
         // another name, no longer hold the log.
         let gone: Vec<&String> = match &st {
