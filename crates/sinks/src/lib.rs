@@ -7,6 +7,8 @@
 //! - `sql` (private): the state tables, guarded statements, schema
 //!   changes and value literals shared by the SQL sinks, in three
 //!   dialects;
+//! - `sql_sink` (private): the [`aqueduct_subscribe::Sink`] of the SQL
+//!   sinks, written once over what differs between them;
 //! - [`sqlite`]: [`SqliteSink`], a SQLite file, exactly once;
 //! - [`postgres`]: [`PostgresSink`], a PostgreSQL database, exactly once;
 //! - [`mariadb`]: [`MariaDbSink`], a MariaDB (or MySQL) database, exactly
@@ -33,6 +35,7 @@ pub mod rabbitmq;
 pub mod redis;
 pub mod spec;
 mod sql;
+mod sql_sink;
 pub mod sqlite;
 mod state_dir;
 pub mod webhook;
@@ -48,3 +51,15 @@ pub use sql::{Identity, Rows, VERSION_COLUMN};
 pub use sqlite::SqliteSink;
 pub use state_dir::{DEAD_LETTERS_FILE, POSITION_FILE};
 pub use webhook::WebhookSink;
+
+use aqueduct_subscribe::SinkError;
+
+/// An error of the class a sink's classification found (§5.5): transient
+/// (worth retrying) or permanent.
+pub(crate) fn classified(transient: bool, message: String) -> SinkError {
+    if transient {
+        SinkError::transient(message)
+    } else {
+        SinkError::permanent(message)
+    }
+}

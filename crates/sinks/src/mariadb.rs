@@ -29,14 +29,14 @@
 //! next call.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
-use aqueduct_publish::{Lsn, ObjectSchema};
-use aqueduct_subscribe::{Item, PositionMode, Record, Resume, SchemaPos, Sink, SinkError};
+use aqueduct_subscribe::SinkError;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, TxOpts, Value};
 
-use crate::sql::{self, Exec, Identity, Rows, Sql};
+use crate::classified;
+use crate::sql::{Exec, Sql};
+use crate::sql_sink::{sql_sink, SqlSink};
 
 /// The session settings every connection starts with.
 const SESSION: &str = "SET SESSION sql_mode = 'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,\
@@ -61,17 +61,14 @@ pub struct MariaDbSink {
 /// server's answers (I/O, protocol, a lost or refused connection) are
 /// transient; every other server error is permanent, as is a bad URL.
 pub fn classify(e: mysql::Error) -> SinkError {
-    let message = format!("mariadb: {e}");
-    match &e {
-        mysql::Error::MySqlError(m) if TRANSIENT_CODES.contains(&m.code) => {
-            SinkError::transient(message)
-        }
-        mysql::Error::MySqlError(_)
-        | mysql::Error::UrlError(_)
+    let transient = match &e {
+        mysql::Error::MySqlError(m) => TRANSIENT_CODES.contains(&m.code),
+        mysql::Error::UrlError(_)
         | mysql::Error::FromValueError(_)
-        | mysql::Error::FromRowError(_) => SinkError::permanent(message),
-        _ => SinkError::transient(message),
-    }
+        | mysql::Error::FromRowError(_) => false,
+        _ => true,
+    };
+    classified(transient, format!("mariadb: {e}"))
 }
 
 /// Whether an error leaves the connection unusable, so the next call opens
@@ -171,11 +168,6 @@ impl MariaDbSink {
         Ok(sink)
     }
 
-    /// The subscription's name.
-    pub fn name(&self) -> &str {
-        &self.sql.name
-    }
-
     fn with_conn<T>(
         &self,
         f: impl FnOnce(&Sql, &mut Conn) -> Result<T, (SinkError, bool)>,
@@ -193,6 +185,14 @@ impl MariaDbSink {
             }
             e
         })
+    }
+}
+
+impl SqlSink for MariaDbSink {
+    const DDL_APART: bool = true;
+
+    fn sql(&self) -> &Sql {
+        &self.sql
     }
 
     /// Runs `f` outside a transaction (each statement commits on its own).
@@ -229,198 +229,13 @@ impl MariaDbSink {
             tx.commit().map_err(broken)
         })
     }
-
-    /// One part of a batch: its DDL, then its rows and `record` in one
-    /// transaction.
-    fn apply_part(&mut self, items: &[Item], record: &Record) -> Result<(), SinkError> {
-        self.read(|sql, db| {
-            let ddl = sql::ddl_of(sql, db, items)?;
-            sql::run_ddl(db, &ddl)
-        })?;
-        self.in_transaction(|sql, db| sql::apply(sql, db, items, record))
-    }
-
-    /// The subscription's identity (server, publication, mode).
-    pub fn identity(&self) -> Result<Identity, SinkError> {
-        self.read(|sql, db| sql.identity(db))
-    }
-
-    /// Records the subscription's identity.
-    pub fn set_identity(&mut self, id: &Identity) -> Result<(), SinkError> {
-        let s = self.sql.set_identity(id);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    /// One object's present rows, values as the wire writes them.
-    pub fn rows(&self, object: &str) -> Result<Rows, SinkError> {
-        self.read(|sql, db| sql.rows(db, object))
-    }
-
-    /// The objects the sink holds, with their shapes.
-    pub fn objects(&self) -> Result<BTreeMap<String, ObjectSchema>, SinkError> {
-        self.read(|sql, db| sql.shapes(db))
-    }
 }
 
-/// A batch cut at its schema items, each of which runs its DDL before its
-/// own transaction: the parts in order, each with the part of `record` it
-/// commits. The agent sends schema items alone (they are barriers), so a
-/// batch is nearly always one part.
-fn parts<'a>(items: &'a [Item], record: &Record) -> Vec<(&'a [Item], Record)> {
-    let mut out: Vec<(&[Item], Record)> = Vec::new();
-    let mut start = 0;
-    let mut cut = |end: usize, out: &mut Vec<(&'a [Item], Record)>| {
-        if end > start {
-            let part = &items[start..end];
-            let applied = part
-                .iter()
-                .filter(|i| !matches!(i, Item::Schema(..)))
-                .map(Item::lsn)
-                .filter(|l| record.applied.contains(l))
-                .collect();
-            let schema = part.iter().rev().find_map(|i| match i {
-                Item::Schema(_, pos) => Some(*pos),
-                _ => None,
-            });
-            out.push((
-                part,
-                Record {
-                    applied,
-                    watermark: None,
-                    schema,
-                },
-            ));
-        }
-        start = end;
-    };
-    for (i, item) in items.iter().enumerate() {
-        if matches!(item, Item::Schema(..)) {
-            cut(i, &mut out);
-            cut(i + 1, &mut out);
-        }
-    }
-    cut(items.len(), &mut out);
-    if out.is_empty() {
-        out.push((&items[..0], Record::default()));
-    }
-    // What no item claims (and the watermark) goes with the last part.
-    let claimed: Vec<Lsn> = out.iter().flat_map(|(_, r)| r.applied.clone()).collect();
-    let last = &mut out.last_mut().expect("a part").1;
-    last.applied.extend(
-        record
-            .applied
-            .iter()
-            .filter(|l| !claimed.contains(l))
-            .copied(),
-    );
-    last.watermark = record.watermark;
-    if last.schema.is_none() && items.iter().all(|i| !matches!(i, Item::Schema(..))) {
-        last.schema = record.schema;
-    }
-    out
-}
-
-impl Sink for MariaDbSink {
-    fn position_mode(&self) -> PositionMode {
-        PositionMode::InApply
-    }
-
-    fn apply(&mut self, items: &[Item], record: &Record) -> Result<(), SinkError> {
-        for (part, rec) in parts(items, record) {
-            self.apply_part(part, &rec)?;
-        }
-        Ok(())
-    }
-
-    fn store_position(
-        &mut self,
-        watermark: Lsn,
-        _applied_above: &[Lsn],
-        schema: Option<SchemaPos>,
-    ) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::store_position(sql, db, watermark, schema))
-    }
-
-    fn store_dead_letter(
-        &mut self,
-        lsn: Lsn,
-        error: &SinkError,
-        attempts: u32,
-    ) -> Result<(), SinkError> {
-        let s = self.sql.dead_letter(lsn, error, attempts);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    fn clear_dead_letter(&mut self, lsn: Lsn) -> Result<(), SinkError> {
-        let s = self.sql.clear_dead_letter(lsn);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    fn reset(&mut self) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::reset(sql, db))
-    }
-
-    fn resume(&self) -> Result<Resume, SinkError> {
-        self.read(|sql, db| sql.resume(db))
-    }
-
-    fn ensure_objects(
-        &mut self,
-        objects: &BTreeMap<String, ObjectSchema>,
-    ) -> Result<(), SinkError> {
-        self.read(|sql, db| {
-            let ddl = sql::ensure_ddl(sql, db, objects)?;
-            sql::run_ddl(db, &ddl)
-        })?;
-        self.in_transaction(|sql, db| sql::ensure_objects(sql, db, objects))
-    }
-}
+sql_sink!(MariaDbSink);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aqueduct_publish::{SchemaChange, SchemaMessage};
-    use std::sync::Arc;
-
-    fn schema_item(lsn: Lsn) -> Item {
-        Item::Schema(
-            Arc::new(SchemaMessage {
-                lsn,
-                epoch: 0,
-                object: "posts".into(),
-                change: SchemaChange::DropAttribute { name: "x".into() },
-            }),
-            SchemaPos { lsn, seq: 0 },
-        )
-    }
-
-    #[test]
-    fn batches_cut_at_schema_items() {
-        let items = [Item::Skip { lsn: 3 }, schema_item(4), Item::Skip { lsn: 5 }];
-        let record = Record {
-            applied: vec![3, 5, 9],
-            watermark: Some(3),
-            schema: Some(SchemaPos { lsn: 4, seq: 0 }),
-        };
-        let p = parts(&items, &record);
-        assert_eq!(p.len(), 3);
-        assert_eq!(p[0].1.applied, vec![3]);
-        assert_eq!(p[0].1.watermark, None);
-        assert_eq!(p[1].1.schema, Some(SchemaPos { lsn: 4, seq: 0 }));
-        assert!(p[1].1.applied.is_empty());
-        assert_eq!(p[2].1.applied, vec![5, 9]);
-        assert_eq!(p[2].1.watermark, Some(3));
-        assert_eq!(p[2].1.schema, None);
-        // A record without items is one part.
-        let only = Record {
-            applied: vec![],
-            watermark: Some(7),
-            schema: None,
-        };
-        let p = parts(&[], &only);
-        assert_eq!(p.len(), 1);
-        assert_eq!(p[0].1, only);
-    }
 
     #[test]
     fn urls() {

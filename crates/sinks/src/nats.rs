@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use aqueduct_subscribe::{Item, Record, Sink, SinkError};
 use serde_json::{json, Value};
 
+use crate::classified;
 use crate::state_dir::{message_id, state_dir_methods, wire_line, StateDir};
 
 /// How long the sink waits to connect and for each acknowledgement.
@@ -234,12 +235,8 @@ impl NatsSink {
 /// A JetStream API error (`{"code", "err_code", "description"}`): codes
 /// of 500 and up are transient.
 fn js_error(what: &str, e: &Value) -> SinkError {
-    let message = format!("{what}: JetStream error {e}");
-    if e["code"].as_u64().is_some_and(|c| c >= 500) {
-        SinkError::transient(message)
-    } else {
-        SinkError::permanent(message)
-    }
+    let transient = e["code"].as_u64().is_some_and(|c| c >= 500);
+    classified(transient, format!("{what}: JetStream error {e}"))
 }
 
 impl Sink for NatsSink {

@@ -14,13 +14,13 @@
 //! A broken connection is opened again on the next call.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
-use aqueduct_publish::{Lsn, ObjectSchema};
-use aqueduct_subscribe::{Item, PositionMode, Record, Resume, SchemaPos, Sink, SinkError};
+use aqueduct_subscribe::SinkError;
 use postgres::{Client, GenericClient, NoTls, SimpleQueryMessage};
 
-use crate::sql::{self, Exec, Identity, Rows, Sql};
+use crate::classified;
+use crate::sql::{Exec, Sql};
+use crate::sql_sink::{sql_sink, SqlSink};
 
 /// The session settings every connection starts with.
 const SESSION: &str = "SET standard_conforming_strings = on; SET DateStyle = 'ISO, MDY'; \
@@ -39,13 +39,10 @@ pub struct PostgresSink {
 /// 57 (operator intervention, shutdown), and errors without a SQLSTATE (a
 /// lost connection) are transient; every other SQLSTATE is permanent.
 pub fn classify(e: postgres::Error) -> SinkError {
-    let message = format!("postgres: {e}");
-    match e.code() {
-        Some(code) if !matches!(&code.code()[..2], "08" | "40" | "53" | "57") => {
-            SinkError::permanent(message)
-        }
-        _ => SinkError::transient(message),
-    }
+    let transient = e
+        .code()
+        .is_none_or(|code| matches!(&code.code()[..2], "08" | "40" | "53" | "57"));
+    classified(transient, format!("postgres: {e}"))
 }
 
 /// Statements on a client or a transaction.
@@ -101,11 +98,6 @@ impl PostgresSink {
         Ok(sink)
     }
 
-    /// The subscription's name.
-    pub fn name(&self) -> &str {
-        &self.sql.name
-    }
-
     fn with_client<T>(
         &self,
         f: impl FnOnce(&mut Client) -> Result<T, SinkError>,
@@ -117,6 +109,12 @@ impl PostgresSink {
             *slot = Some(client);
         }
         f(slot.as_mut().expect("connected"))
+    }
+}
+
+impl SqlSink for PostgresSink {
+    fn sql(&self) -> &Sql {
+        &self.sql
     }
 
     fn in_transaction(
@@ -138,74 +136,6 @@ impl PostgresSink {
     ) -> Result<T, SinkError> {
         self.with_client(|client| f(&self.sql, &mut Db(client)))
     }
-
-    /// The subscription's identity (server, publication, mode).
-    pub fn identity(&self) -> Result<Identity, SinkError> {
-        self.read(|sql, db| sql.identity(db))
-    }
-
-    /// Records the subscription's identity.
-    pub fn set_identity(&mut self, id: &Identity) -> Result<(), SinkError> {
-        let s = self.sql.set_identity(id);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    /// One object's present rows, values as the wire writes them.
-    pub fn rows(&self, object: &str) -> Result<Rows, SinkError> {
-        self.read(|sql, db| sql.rows(db, object))
-    }
-
-    /// The objects the sink holds, with their shapes.
-    pub fn objects(&self) -> Result<BTreeMap<String, ObjectSchema>, SinkError> {
-        self.read(|sql, db| sql.shapes(db))
-    }
 }
 
-impl Sink for PostgresSink {
-    fn position_mode(&self) -> PositionMode {
-        PositionMode::InApply
-    }
-
-    fn apply(&mut self, items: &[Item], record: &Record) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::apply(sql, db, items, record))
-    }
-
-    fn store_position(
-        &mut self,
-        watermark: Lsn,
-        _applied_above: &[Lsn],
-        schema: Option<SchemaPos>,
-    ) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::store_position(sql, db, watermark, schema))
-    }
-
-    fn store_dead_letter(
-        &mut self,
-        lsn: Lsn,
-        error: &SinkError,
-        attempts: u32,
-    ) -> Result<(), SinkError> {
-        let s = self.sql.dead_letter(lsn, error, attempts);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    fn clear_dead_letter(&mut self, lsn: Lsn) -> Result<(), SinkError> {
-        let s = self.sql.clear_dead_letter(lsn);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    fn reset(&mut self) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::reset(sql, db))
-    }
-
-    fn resume(&self) -> Result<Resume, SinkError> {
-        self.read(|sql, db| sql.resume(db))
-    }
-
-    fn ensure_objects(
-        &mut self,
-        objects: &BTreeMap<String, ObjectSchema>,
-    ) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::ensure_objects(sql, db, objects))
-    }
-}
+sql_sink!(PostgresSink);

@@ -49,6 +49,7 @@ use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
 };
 
+use crate::classified;
 use crate::state_dir::{message_id, state_dir_methods, wire_line, StateDir};
 
 /// How long connecting, and each batch's publishes and confirms, may take
@@ -129,16 +130,14 @@ pub fn redact(url: &str) -> String {
 
 /// An AMQP error's class (see the module's text).
 fn amqp_error(what: &str, e: lapin::Error) -> SinkError {
-    let message = format!("RabbitMQ, {what}: {e}");
-    match e.kind() {
-        lapin::ErrorKind::ProtocolError(p) if [311, 403, 404, 406, 530].contains(&p.get_id()) => {
-            SinkError::permanent(message)
-        }
+    let transient = match e.kind() {
+        lapin::ErrorKind::ProtocolError(p) => ![311, 403, 404, 406, 530].contains(&p.get_id()),
         lapin::ErrorKind::InvalidProtocolVersion(_) | lapin::ErrorKind::AuthProviderError(_) => {
-            SinkError::permanent(message)
+            false
         }
-        _ => SinkError::transient(message),
-    }
+        _ => true,
+    };
+    classified(transient, format!("RabbitMQ, {what}: {e}"))
 }
 
 /// A sink publishing each applied item to a RabbitMQ exchange.

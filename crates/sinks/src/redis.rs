@@ -54,6 +54,7 @@ use aqueduct_subscribe::{
 use redis::{Client, Connection};
 use serde_json::{json, Map, Value};
 
+use crate::classified;
 use crate::sql::Rows;
 
 /// How long connecting and each command may take before the error
@@ -150,7 +151,6 @@ pub struct RedisSink {
 /// script's refusals, bad commands) is permanent.
 pub fn classify(e: redis::RedisError) -> SinkError {
     use redis::{ErrorKind, ServerErrorKind};
-    let message = format!("redis: {e}");
     let transient = e.is_io_error()
         || e.is_connection_refusal()
         || e.is_connection_dropped()
@@ -166,11 +166,7 @@ pub fn classify(e: redis::RedisError) -> SinkError {
             )
         )
         || matches!(e.code(), Some("OOM" | "BUSY" | "LOADING"));
-    if transient {
-        SinkError::transient(message)
-    } else {
-        SinkError::permanent(message)
-    }
+    classified(transient, format!("redis: {e}"))
 }
 
 /// An LSN as the script takes it.

@@ -10,16 +10,16 @@
 //! subscriptions writing one object must follow the same server (their row
 //! versions are compared with each other).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use aqueduct_publish::{Lsn, ObjectSchema};
-use aqueduct_subscribe::{Item, PositionMode, Record, Resume, SchemaPos, Sink, SinkError};
+use aqueduct_subscribe::SinkError;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
-use crate::sql::{self, Exec, Identity, Rows, Sql};
+use crate::classified;
+use crate::sql::{Exec, Sql};
+use crate::sql_sink::{sql_sink, SqlSink};
 
 /// How long a statement waits for another connection's lock before the
 /// error is reported (as transient).
@@ -44,12 +44,7 @@ pub fn classify(e: rusqlite::Error) -> SinkError {
                 | ErrorCode::SystemIoFailure
         )
     );
-    let message = format!("sqlite: {e}");
-    if transient {
-        SinkError::transient(message)
-    } else {
-        SinkError::permanent(message)
-    }
+    classified(transient, format!("sqlite: {e}"))
 }
 
 impl SqliteSink {
@@ -76,10 +71,11 @@ impl SqliteSink {
     pub fn set_busy_timeout(&mut self, timeout: Duration) -> Result<(), SinkError> {
         self.conn.busy_timeout(timeout).map_err(classify)
     }
+}
 
-    /// The subscription's name.
-    pub fn name(&self) -> &str {
-        &self.sql.name
+impl SqlSink for SqliteSink {
+    fn sql(&self) -> &Sql {
+        &self.sql
     }
 
     fn in_transaction(
@@ -95,30 +91,15 @@ impl SqliteSink {
         tx.commit().map_err(classify)
     }
 
-    /// The subscription's identity (server, publication, mode).
-    pub fn identity(&self) -> Result<Identity, SinkError> {
-        let mut db = Db(&self.conn);
-        self.sql.identity(&mut db)
-    }
-
-    /// Records the subscription's identity.
-    pub fn set_identity(&mut self, id: &Identity) -> Result<(), SinkError> {
-        let s = self.sql.set_identity(id);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    /// One object's present rows, values as the wire writes them.
-    pub fn rows(&self, object: &str) -> Result<Rows, SinkError> {
-        let mut db = Db(&self.conn);
-        self.sql.rows(&mut db, object)
-    }
-
-    /// The objects the sink holds, with their shapes.
-    pub fn objects(&self) -> Result<BTreeMap<String, ObjectSchema>, SinkError> {
-        let mut db = Db(&self.conn);
-        self.sql.shapes(&mut db)
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Sql, &mut dyn Exec) -> Result<T, SinkError>,
+    ) -> Result<T, SinkError> {
+        f(&self.sql, &mut Db(&self.conn))
     }
 }
+
+sql_sink!(SqliteSink);
 
 /// Statements on a connection or, through `Deref`, a transaction.
 struct Db<'a>(&'a Connection);
@@ -155,54 +136,4 @@ fn query(conn: &Connection, sql: &str) -> Result<Vec<Vec<Option<String>>>, SinkE
         out.push(cells);
     }
     Ok(out)
-}
-
-impl Sink for SqliteSink {
-    fn position_mode(&self) -> PositionMode {
-        PositionMode::InApply
-    }
-
-    fn apply(&mut self, items: &[Item], record: &Record) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::apply(sql, db, items, record))
-    }
-
-    fn store_position(
-        &mut self,
-        watermark: Lsn,
-        _applied_above: &[Lsn],
-        schema: Option<SchemaPos>,
-    ) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::store_position(sql, db, watermark, schema))
-    }
-
-    fn store_dead_letter(
-        &mut self,
-        lsn: Lsn,
-        error: &SinkError,
-        attempts: u32,
-    ) -> Result<(), SinkError> {
-        let s = self.sql.dead_letter(lsn, error, attempts);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    fn clear_dead_letter(&mut self, lsn: Lsn) -> Result<(), SinkError> {
-        let s = self.sql.clear_dead_letter(lsn);
-        self.in_transaction(|_, db| db.exec(&s))
-    }
-
-    fn reset(&mut self) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::reset(sql, db))
-    }
-
-    fn resume(&self) -> Result<Resume, SinkError> {
-        let mut db = Db(&self.conn);
-        self.sql.resume(&mut db)
-    }
-
-    fn ensure_objects(
-        &mut self,
-        objects: &BTreeMap<String, ObjectSchema>,
-    ) -> Result<(), SinkError> {
-        self.in_transaction(|sql, db| sql::ensure_objects(sql, db, objects))
-    }
 }

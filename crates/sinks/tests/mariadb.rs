@@ -4,40 +4,27 @@
 //! of its own, dropped and created first, so the user needs to be allowed
 //! to create databases.
 
-// The simulator's planted defects build only in the subscribe crate.
-#![allow(unexpected_cfgs)]
-
+#[macro_use]
 mod common;
-
-#[allow(dead_code)]
-#[path = "../../subscribe/tests/sim"]
-mod sim {
-    pub mod checkers;
-    pub mod harness;
-    pub mod prng;
-    pub mod server;
-    pub mod workload;
-}
+#[path = "common/sim.rs"]
+mod sim;
 
 use aqueduct_publish::Mode;
-use aqueduct_sinks::{MariaDbSink, Rows, SinkSpec};
+use aqueduct_sinks::{MariaDbSink, SinkSpec};
 use aqueduct_subscribe::{ErrorClass, Sink};
-use common::Store;
+use common::opener;
 use mysql::prelude::Queryable;
-use sim::harness::{run_with, Present, Scenario, Shadow};
 
-impl Store for MariaDbSink {
-    fn rows_of(&self, object: &str) -> Rows {
-        self.rows(object).expect("rows")
-    }
-}
+sql_store!(MariaDbSink);
 
 fn url() -> Option<String> {
-    let url = std::env::var("AQ_SINK_MARIADB_URL").ok();
-    if url.is_none() {
-        println!("AQ_SINK_MARIADB_URL is not set: MariaDB sink tests skipped");
-    }
-    url
+    common::env_url("AQ_SINK_MARIADB_URL", "MariaDB sink")
+}
+
+/// Opens the subscription `name` in the database of `db` (a URL), again
+/// on each call.
+fn open(db: String, name: &'static str) -> common::Opener {
+    opener(move || MariaDbSink::connect(&db, name).expect("connect"))
 }
 
 /// `url` with its database replaced by `db`.
@@ -71,34 +58,14 @@ fn fresh(url: &str, name: &str) -> String {
 #[test]
 fn mariadb_cases() {
     let Some(url) = url() else { return };
-    common::all(&mut |case| {
-        let db = fresh(&url, &format!("sinktest_{case}"));
-        Box::new(move || {
-            Box::new(MariaDbSink::connect(&db, "sub").expect("connect")) as Box<dyn Store>
-        })
-    });
+    common::all(&mut |case| open(fresh(&url, &format!("sinktest_{case}")), "sub"));
 }
 
 #[test]
 fn two_subscriptions_share_a_database() {
     let Some(url) = url() else { return };
     let db = fresh(&url, "sinktest_shared");
-    let mut a = MariaDbSink::connect(&db, "a").unwrap();
-    let mut b = MariaDbSink::connect(&db, "b").unwrap();
-    a.ensure_objects(&common::posts()).unwrap();
-    b.ensure_objects(&common::posts()).unwrap();
-    common::apply(&mut a, vec![common::txn(4, vec![])]).unwrap();
-    common::apply(&mut b, vec![common::txn(9, vec![])]).unwrap();
-    assert_eq!(a.resume().unwrap().applied_above, vec![4]);
-    assert_eq!(b.resume().unwrap().applied_above, vec![9]);
-    let id = aqueduct_sinks::Identity {
-        server_id: Some("srv".into()),
-        publication: Some("social".into()),
-        mode: Some("causal".into()),
-    };
-    a.set_identity(&id).unwrap();
-    assert_eq!(a.identity().unwrap(), id);
-    assert_eq!(b.identity().unwrap(), Default::default());
+    common::two_subscriptions_share(|name| MariaDbSink::connect(&db, name).unwrap());
 }
 
 /// A schema change whose DDL committed before a crash, and whose position
@@ -205,49 +172,12 @@ fn errors_classified() {
     }
 }
 
-struct MariaShadow {
-    url: String,
-    sink: Option<MariaDbSink>,
-}
-
-impl Shadow for MariaShadow {
-    fn sink(&mut self) -> &mut dyn Sink {
-        self.sink.as_mut().expect("open")
-    }
-
-    fn reopen(&mut self) {
-        self.sink = None;
-        self.sink = Some(MariaDbSink::connect(&self.url, "sim").expect("reopen"));
-    }
-
-    fn present(&mut self) -> Present {
-        let sink = self.sink.as_ref().expect("open");
-        let mut out = Present::new();
-        for object in sink.objects().expect("objects").keys() {
-            for (key, row) in sink.rows(object).expect("rows") {
-                out.insert((object.clone(), key), row);
-            }
-        }
-        out
-    }
-}
-
 #[test]
 fn simulator_on_mariadb() {
     let Some(url) = url() else { return };
     for (mode, seed) in [(Mode::Global, 0), (Mode::Causal, 100), (Mode::Weak, 300)] {
-        let mut sc = Scenario::new(mode);
-        sc.transactional = true;
-        let db = fresh(&url, &format!("sinktest_sim_{seed}"));
-        let mut shadow = MariaShadow {
-            url: db,
-            sink: None,
-        };
-        let out = run_with(seed, &sc, Some(&mut shadow));
-        assert!(
-            out.violations.is_empty(),
-            "{mode:?}: seed {seed} fails: {:#?}",
-            out.violations
-        );
+        sim::simulate(mode, seed..seed + 1, |_| {}, &mut |seed| {
+            open(fresh(&url, &format!("sinktest_sim_{seed}")), "sim")
+        });
     }
 }

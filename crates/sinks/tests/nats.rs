@@ -15,20 +15,7 @@ use common::{change, schema, txn};
 use serde_json::json;
 
 fn server() -> Option<String> {
-    let url = std::env::var("AQ_SINK_NATS_URL").ok();
-    if url.is_none() {
-        eprintln!("AQ_SINK_NATS_URL is not set: skipping the NATS test");
-    }
-    url
-}
-
-/// A subscription name no earlier run used.
-fn fresh(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{tag}_{}_{nanos}", std::process::id())
+    common::env_url("AQ_SINK_NATS_URL", "NATS sink")
 }
 
 /// Every message of `stream` in order, as (Nats-Msg-Id, line), read by an
@@ -82,7 +69,7 @@ fn ids(got: &[(String, WireMessage)]) -> Vec<&str> {
 fn publishes_in_order_and_deduplicates() {
     let Some(url) = server() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let name = fresh("dedup");
+    let name = common::unique_name("dedup");
     let mut s = NatsSink::connect(&url, &name, dir.path()).unwrap();
     assert!(s.subject().ends_with(&name));
     let t = |lsn| {
@@ -124,7 +111,7 @@ fn publishes_in_order_and_deduplicates() {
 fn crash_and_replay_through_the_agent() {
     let Some(url) = server() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let name = fresh("replay");
+    let name = common::unique_name("replay");
     let lines: Vec<WireMessage> = [3, 5, 6].map(common::agent::insert_line).to_vec();
     let mut s = NatsSink::connect(&url, &name, dir.path()).unwrap();
     let run = common::agent::run(&mut s, &lines, 8);

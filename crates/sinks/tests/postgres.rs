@@ -3,39 +3,27 @@
 //! starts a throwaway one); each case uses a subscription name and a data
 //! schema of its own, dropped first.
 
-// The simulator's planted defects build only in the subscribe crate.
-#![allow(unexpected_cfgs)]
-
+#[macro_use]
 mod common;
-
-#[allow(dead_code)]
-#[path = "../../subscribe/tests/sim"]
-mod sim {
-    pub mod checkers;
-    pub mod harness;
-    pub mod prng;
-    pub mod server;
-    pub mod workload;
-}
+#[path = "common/sim.rs"]
+mod sim;
 
 use aqueduct_publish::Mode;
-use aqueduct_sinks::{PostgresSink, Rows, SinkSpec};
-use aqueduct_subscribe::{ErrorClass, Sink};
-use common::Store;
-use sim::harness::{run_with, Present, Scenario, Shadow};
+use aqueduct_sinks::{PostgresSink, SinkSpec};
+use aqueduct_subscribe::ErrorClass;
+use common::opener;
 
-impl Store for PostgresSink {
-    fn rows_of(&self, object: &str) -> Rows {
-        self.rows(object).expect("rows")
-    }
-}
+sql_store!(PostgresSink);
 
 fn url() -> Option<String> {
-    let url = std::env::var("AQ_SINK_POSTGRES_URL").ok();
-    if url.is_none() {
-        println!("AQ_SINK_POSTGRES_URL is not set: PostgreSQL sink tests skipped");
-    }
-    url
+    common::env_url("AQ_SINK_POSTGRES_URL", "PostgreSQL sink")
+}
+
+/// Opens the subscription `name` with its data tables in the schema
+/// `name`, again on each call.
+fn open(url: &str, name: &str) -> common::Opener {
+    let (url, name) = (url.to_string(), name.to_string());
+    opener(move || PostgresSink::connect_in(&url, &name, &name).expect("connect"))
 }
 
 /// Forgets what an earlier run left under `name`.
@@ -60,11 +48,7 @@ fn postgres_cases() {
     common::all(&mut |case| {
         let name = format!("sinktest_{case}");
         fresh(&url, &name);
-        let url = url.clone();
-        Box::new(move || {
-            Box::new(PostgresSink::connect_in(&url, &name, &name).expect("connect"))
-                as Box<dyn Store>
-        })
+        open(&url, &name)
     });
 }
 
@@ -84,53 +68,14 @@ fn errors_classified() {
     assert_eq!(sink.resume().unwrap(), Default::default());
 }
 
-struct PgShadow {
-    url: String,
-    name: String,
-    sink: Option<PostgresSink>,
-}
-
-impl Shadow for PgShadow {
-    fn sink(&mut self) -> &mut dyn Sink {
-        self.sink.as_mut().expect("open")
-    }
-
-    fn reopen(&mut self) {
-        self.sink = None;
-        let s = PostgresSink::connect_in(&self.url, &self.name, &self.name).expect("reopen");
-        self.sink = Some(s);
-    }
-
-    fn present(&mut self) -> Present {
-        let sink = self.sink.as_ref().expect("open");
-        let mut out = Present::new();
-        for object in sink.objects().expect("objects").keys() {
-            for (key, row) in sink.rows(object).expect("rows") {
-                out.insert((object.clone(), key), row);
-            }
-        }
-        out
-    }
-}
-
 #[test]
 fn simulator_on_postgres() {
     let Some(url) = url() else { return };
     for (mode, seed) in [(Mode::Global, 0), (Mode::Causal, 100), (Mode::Weak, 300)] {
-        let mut sc = Scenario::new(mode);
-        sc.transactional = true;
-        let name = format!("sinktest_sim_{seed}");
-        fresh(&url, &name);
-        let mut shadow = PgShadow {
-            url: url.clone(),
-            name,
-            sink: None,
-        };
-        let out = run_with(seed, &sc, Some(&mut shadow));
-        assert!(
-            out.violations.is_empty(),
-            "{mode:?}: seed {seed} fails: {:#?}",
-            out.violations
-        );
+        sim::simulate(mode, seed..seed + 1, |_| {}, &mut |seed| {
+            let name = format!("sinktest_sim_{seed}");
+            fresh(&url, &name);
+            open(&url, &name)
+        });
     }
 }

@@ -19,20 +19,7 @@ use lapin::{Connection, ConnectionProperties};
 use serde_json::json;
 
 fn broker() -> Option<String> {
-    let url = std::env::var("AQ_SINK_RABBITMQ_URL").ok();
-    if url.is_none() {
-        eprintln!("AQ_SINK_RABBITMQ_URL is not set: skipping the RabbitMQ test");
-    }
-    url
-}
-
-/// A name no earlier run used.
-fn fresh(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{tag}_{}_{nanos}", std::process::id())
+    common::env_url("AQ_SINK_RABBITMQ_URL", "RabbitMQ sink")
 }
 
 /// A message as the consumer got it.
@@ -62,7 +49,7 @@ impl Consumer {
             .unwrap();
         let sink = aqueduct_sinks::rabbitmq::RabbitMqUrl::parse(url).unwrap();
         let uri: AMQPUri = sink.uri;
-        let queue = fresh("q");
+        let queue = common::unique_name("q");
         let (connection, channel) = runtime.block_on(async {
             let conn = Connection::connect_uri(uri, ConnectionProperties::default())
                 .await
@@ -142,10 +129,10 @@ fn with_exchange(url: &str, exchange: &str) -> String {
 #[test]
 fn publishes_per_object_under_confirms() {
     let Some(url) = broker() else { return };
-    let exchange = fresh("ex");
+    let exchange = common::unique_name("ex");
     let url = with_exchange(&url, &exchange);
     let dir = tempfile::tempdir().unwrap();
-    let name = fresh("sub");
+    let name = common::unique_name("sub");
     let consumer = Consumer::bind(&url, &exchange, &name);
     let mut s = RabbitMqSink::connect(&url, &name, dir.path()).unwrap();
     assert_eq!(s.routing_prefix(), name);
@@ -211,7 +198,7 @@ fn publishes_per_object_under_confirms() {
 #[test]
 fn crash_and_replay_through_the_agent() {
     let Some(url) = broker() else { return };
-    let exchange = fresh("ex");
+    let exchange = common::unique_name("ex");
     let url = format!("{}&routing_prefix=shop", with_exchange(&url, &exchange));
     let dir = tempfile::tempdir().unwrap();
     let consumer = Consumer::bind(&url, &exchange, "shop");
@@ -238,7 +225,7 @@ fn crash_and_replay_through_the_agent() {
 #[test]
 fn exchange_of_another_type_is_permanent() {
     let Some(url) = broker() else { return };
-    let exchange = fresh("ex");
+    let exchange = common::unique_name("ex");
     let url = with_exchange(&url, &exchange);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -11,40 +11,27 @@
 //! `ADD COLUMN`s: rows written before one lack the new attribute (its
 //! `existing` value is not back-filled), where the source has it.
 
-// The simulator's planted defects build only in the subscribe crate.
-#![allow(unexpected_cfgs)]
-
+#[macro_use]
 mod common;
-
-#[allow(dead_code)]
-#[path = "../../subscribe/tests/sim"]
-mod sim {
-    pub mod checkers;
-    pub mod harness;
-    pub mod prng;
-    pub mod server;
-    pub mod workload;
-}
+#[path = "common/sim.rs"]
+mod sim;
 
 use aqueduct_publish::{ChangeOp, Mode, SchemaChange};
-use aqueduct_sinks::{RedisSink, Rows, SinkSpec};
+use aqueduct_sinks::{RedisSink, SinkSpec};
 use aqueduct_subscribe::{ErrorClass, SchemaPos, Sink};
-use common::{apply, attrs, change, schema, txn, Store};
+use common::{apply, attrs, change, opener, schema, txn};
 use serde_json::json;
-use sim::harness::{run_with, Present, Scenario, Shadow};
 
-impl Store for RedisSink {
-    fn rows_of(&self, object: &str) -> Rows {
-        self.rows(object).expect("rows")
-    }
-}
+store!(RedisSink);
 
 fn url() -> Option<String> {
-    let url = std::env::var("AQ_SINK_REDIS_URL").ok();
-    if url.is_none() {
-        println!("AQ_SINK_REDIS_URL is not set: Redis sink tests skipped");
-    }
-    url
+    common::env_url("AQ_SINK_REDIS_URL", "Redis sink")
+}
+
+/// Opens the subscription `name`, again on each call.
+fn open(url: &str, name: &str) -> common::Opener {
+    let (url, name) = (url.to_string(), name.to_string());
+    opener(move || RedisSink::connect(&url, &name).expect("connect"))
 }
 
 /// Deletes what an earlier run left under the subscription `name`.
@@ -66,10 +53,7 @@ fn redis_cases() {
     common::all_schemaless(&mut |case| {
         let name = format!("sinktest_{case}");
         fresh(&url, &name);
-        let url = url.clone();
-        Box::new(move || {
-            Box::new(RedisSink::connect(&url, &name).expect("connect")) as Box<dyn Store>
-        })
+        open(&url, &name)
     });
 }
 
@@ -180,54 +164,16 @@ fn errors_classified() {
     assert_eq!(sink.resume().unwrap(), Default::default());
 }
 
-struct RedisShadow {
-    url: String,
-    name: String,
-    sink: Option<RedisSink>,
-}
-
-impl Shadow for RedisShadow {
-    fn sink(&mut self) -> &mut dyn Sink {
-        self.sink.as_mut().expect("open")
-    }
-
-    fn reopen(&mut self) {
-        self.sink = None;
-        self.sink = Some(RedisSink::connect(&self.url, &self.name).expect("reopen"));
-    }
-
-    fn present(&mut self) -> Present {
-        let sink = self.sink.as_ref().expect("open");
-        let mut out = Present::new();
-        for object in sink.objects().expect("objects").keys() {
-            for (key, row) in sink.rows(object).expect("rows") {
-                out.insert((object.clone(), key), row);
-            }
-        }
-        out
-    }
-}
-
 #[test]
 fn simulator_on_redis() {
     let Some(url) = url() else { return };
     for (mode, seed) in [(Mode::Global, 0), (Mode::Causal, 100), (Mode::Weak, 300)] {
-        let mut sc = Scenario::new(mode);
-        sc.transactional = true;
         // Rows are not back-filled by ADD COLUMN (see the file's comment).
-        sc.ddl = false;
-        let name = format!("sinktest_sim_{seed}");
-        fresh(&url, &name);
-        let mut shadow = RedisShadow {
-            url: url.clone(),
-            name,
-            sink: None,
-        };
-        let out = run_with(seed, &sc, Some(&mut shadow));
-        assert!(
-            out.violations.is_empty(),
-            "{mode:?}: seed {seed} fails: {:#?}",
-            out.violations
-        );
+        let no_ddl = |sc: &mut sim::harness::Scenario| sc.ddl = false;
+        sim::simulate(mode, seed..seed + 1, no_ddl, &mut |seed| {
+            let name = format!("sinktest_sim_{seed}");
+            fresh(&url, &name);
+            open(&url, &name)
+        });
     }
 }

@@ -1,16 +1,12 @@
 //! The SQLite sink through the shared cases, each in a database file of
 //! its own.
 
+#[macro_use]
 mod common;
 
-use aqueduct_sinks::{Rows, SqliteSink};
-use common::Store;
+use aqueduct_sinks::SqliteSink;
 
-impl Store for SqliteSink {
-    fn rows_of(&self, object: &str) -> Rows {
-        self.rows(object).expect("rows")
-    }
-}
+sql_store!(SqliteSink);
 
 #[test]
 fn sqlite_cases() {
@@ -18,31 +14,15 @@ fn sqlite_cases() {
     let root = dir.path().to_path_buf();
     common::all(&mut |case| {
         let path = root.join(format!("{case}.db"));
-        Box::new(move || Box::new(SqliteSink::open(&path, "sub").expect("open")) as Box<dyn Store>)
+        common::opener(move || SqliteSink::open(&path, "sub").expect("open"))
     });
 }
 
 #[test]
 fn two_subscriptions_share_a_file() {
-    use aqueduct_subscribe::Sink;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("both.db");
-    let mut a = SqliteSink::open(&path, "a").unwrap();
-    let mut b = SqliteSink::open(&path, "b").unwrap();
-    a.ensure_objects(&common::posts()).unwrap();
-    b.ensure_objects(&common::posts()).unwrap();
-    common::apply(&mut a, vec![common::txn(4, vec![])]).unwrap();
-    common::apply(&mut b, vec![common::txn(9, vec![])]).unwrap();
-    assert_eq!(a.resume().unwrap().applied_above, vec![4]);
-    assert_eq!(b.resume().unwrap().applied_above, vec![9]);
-    let id = aqueduct_sinks::Identity {
-        server_id: Some("srv".into()),
-        publication: Some("social".into()),
-        mode: Some("causal".into()),
-    };
-    a.set_identity(&id).unwrap();
-    assert_eq!(a.identity().unwrap(), id);
-    assert_eq!(b.identity().unwrap(), Default::default());
+    common::two_subscriptions_share(|name| SqliteSink::open(&path, name).unwrap());
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! outside the shape, and apply schema changes to each row at its next
 //! write (their own test file has that case).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use aqueduct_publish::{
     AttributeType, Change, ChangeOp, Lsn, ObjectSchema, SchemaChange, SchemaMessage, TxnMessage,
 };
-use aqueduct_sinks::Rows;
+use aqueduct_sinks::{Identity, Rows};
 use aqueduct_subscribe::{ErrorClass, Item, Record, Resume, SchemaPos, Sink, SinkError};
 use serde_json::{json, Map, Value};
 
@@ -22,6 +22,69 @@ pub mod agent;
 /// A storing sink whose rows the cases can read back.
 pub trait Store: Sink {
     fn rows_of(&self, object: &str) -> Rows;
+    fn objects_of(&self) -> Vec<String>;
+}
+
+/// A SQL sink, which also keeps the subscription's identity.
+pub trait SqlStore: Store {
+    fn identity_of(&self) -> Identity;
+    fn set_identity_of(&mut self, id: &Identity);
+}
+
+/// Implements [`Store`] for sinks with `rows` and `objects` methods.
+macro_rules! store {
+    ($($sink:ty),*) => {$(
+        impl $crate::common::Store for $sink {
+            fn rows_of(&self, object: &str) -> aqueduct_sinks::Rows {
+                self.rows(object).expect("rows")
+            }
+
+            fn objects_of(&self) -> Vec<String> {
+                self.objects().expect("objects").into_keys().collect()
+            }
+        }
+    )*};
+}
+
+/// Implements [`Store`] and [`SqlStore`] for SQL sinks.
+macro_rules! sql_store {
+    ($($sink:ty),*) => {$(
+        store!($sink);
+
+        impl $crate::common::SqlStore for $sink {
+            fn identity_of(&self) -> aqueduct_sinks::Identity {
+                self.identity().expect("identity")
+            }
+
+            fn set_identity_of(&mut self, id: &aqueduct_sinks::Identity) {
+                self.set_identity(id).expect("set identity")
+            }
+        }
+    )*};
+}
+
+/// The value of the environment variable `var` naming a server, or `None`
+/// after a note that the tests of `what` are skipped.
+pub fn env_url(var: &str, what: &str) -> Option<String> {
+    let url = std::env::var(var).ok();
+    if url.is_none() {
+        println!("{var} is not set: {what} tests skipped");
+    }
+    url
+}
+
+/// A name no earlier run used, starting with `tag`.
+pub fn unique_name(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{tag}_{}_{nanos}", std::process::id())
+}
+
+/// Opens a case's sink with `open`, again on each call.
+pub fn opener<S: Store + 'static>(mut open: impl FnMut() -> S + 'static) -> Opener {
+    Box::new(move || Box::new(open()) as Box<dyn Store>)
 }
 
 /// Opens the sink under test: a fresh one on the first call, the same
@@ -435,6 +498,27 @@ pub fn reset_forgets_everything(open: Open) {
 
 /// Opens one case's sink, again on each call.
 pub type Opener = Box<dyn FnMut() -> Box<dyn Store>>;
+
+/// Two subscriptions in one database, opened by `open(name)`, keep their
+/// positions and identities apart.
+pub fn two_subscriptions_share<S: SqlStore>(mut open: impl FnMut(&str) -> S) {
+    let mut a = open("a");
+    let mut b = open("b");
+    a.ensure_objects(&posts()).unwrap();
+    b.ensure_objects(&posts()).unwrap();
+    apply(&mut a, vec![txn(4, vec![])]).unwrap();
+    apply(&mut b, vec![txn(9, vec![])]).unwrap();
+    assert_eq!(a.resume().unwrap().applied_above, vec![4]);
+    assert_eq!(b.resume().unwrap().applied_above, vec![9]);
+    let id = Identity {
+        server_id: Some("srv".into()),
+        publication: Some("social".into()),
+        mode: Some("causal".into()),
+    };
+    a.set_identity_of(&id);
+    assert_eq!(a.identity_of(), id);
+    assert_eq!(b.identity_of(), Default::default());
+}
 
 /// Every case, each on a sink of its own from `open(case name)`.
 pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
