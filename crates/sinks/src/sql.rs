@@ -1317,7 +1317,13 @@ pub(crate) fn apply(
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
     sql.items(&mut script, &mut shapes, items)?;
-    let current = sql.current_watermark(db)?;
+    // The subscription's row is read (and locked) only by a batch that
+    // moves the watermark: batches on other workers that only add their
+    // applied transactions run side by side.
+    let current = match record.watermark {
+        Some(_) => sql.current_watermark(db)?,
+        None => 0,
+    };
     sql.record(&mut script, current, record);
     db.exec(&script.body)
 }
