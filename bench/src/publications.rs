@@ -352,7 +352,12 @@ impl Rabbit {
         let text = std::fs::read_to_string(d.join("server.log")).unwrap_or_default();
         let version = text
             .lines()
-            .find_map(|l| l.trim().strip_prefix("RabbitMQ ").map(str::to_string))
+            .find_map(|l| {
+                let rest = &l[l.find("RabbitMQ ")? + "RabbitMQ ".len()..];
+                let v = rest.split_whitespace().next()?;
+                v.starts_with(|c: char| c.is_ascii_digit())
+                    .then(|| v.to_string())
+            })
             .map(|v| format!("RabbitMQ {v}"))
             .unwrap_or_else(|| "RabbitMQ".into());
         Ok(Rabbit {
