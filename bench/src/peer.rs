@@ -224,7 +224,7 @@ impl PeerProcess {
                     Ok(Some(status)) => {
                         let termed = std::os::unix::process::ExitStatusExt::signal(&status)
                             == Some(libc::SIGTERM);
-                        if !status.success() && !(termed && self.term_is_normal) {
+                        if !(status.success() || termed && self.term_is_normal) {
                             eprintln!("warning: {} exited with {status}", self.name);
                         }
                         break;

@@ -424,6 +424,9 @@ enum Limit {
     Time(Duration),
 }
 
+/// A row of `posts_<k>` as read from either side.
+type PostRow = (i64, Option<i32>, Option<String>, Option<i32>);
+
 /// Changes committed and not yet seen on the sink: by row id, each
 /// expected `n` with its commit time.
 type Pending = Mutex<HashMap<i64, Vec<(i32, Instant)>>>;
@@ -1066,7 +1069,7 @@ impl Env<'_> {
     /// Whether the sink's rows are the source's, row by row.
     fn sink_equals_source(&self, pipe: &Pipe, db: &str) -> anyhow::Result<bool> {
         let q = format!("SELECT id, author, body, n FROM {} ORDER BY id", pipe.table);
-        let read = |c: &mut Client| -> anyhow::Result<Vec<(i64, Option<i32>, Option<String>, Option<i32>)>> {
+        let read = |c: &mut Client| -> anyhow::Result<Vec<PostRow>> {
             Ok(c.query(&q, &[])?
                 .iter()
                 .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
