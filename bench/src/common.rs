@@ -38,6 +38,7 @@ pub fn emergency_stop() {
     crate::kv::emergency_stop();
     crate::aqueduct_server::emergency_stop();
     crate::feed_bench::emergency_stop();
+    crate::publications::emergency_stop();
 }
 
 pub fn stopped() -> bool {

@@ -204,3 +204,9 @@ impl CpuUse {
         }
     }
 }
+
+/// CPU time (user + system) `root` and its direct children have used since
+/// they started, in seconds (0 when it is gone).
+pub fn tree_seconds(root: u32) -> f64 {
+    tree_ticks(root).iter().map(|(_, t)| *t).sum::<u64>() as f64 / clock_ticks_per_s()
+}

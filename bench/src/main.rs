@@ -8,8 +8,9 @@
 //! `bench view partial [options] [--json FILE]`,
 //! `bench view partial-wire [options] [--json FILE]`,
 //! `bench news [options] [--json FILE]`,
-//! `bench releases [options] [--json FILE]` and
-//! `bench feed [options] [--json FILE]`: see `docs/benchmarks.md` for
+//! `bench releases [options] [--json FILE]`,
+//! `bench feed [options] [--json FILE]` and
+//! `bench publications [options] [--json FILE] [--csv-dir DIR]`: see `docs/benchmarks.md` for
 //! what each measures and the results.
 
 mod aqueduct_server;
@@ -26,6 +27,7 @@ mod news;
 mod news_oracle;
 mod peer;
 mod pg;
+mod publications;
 mod releases;
 mod sql_point;
 mod view_partial;
@@ -76,6 +78,10 @@ enum Top {
     /// from the log) and over HTTP, and writes with 0, 1 and 8 consumers,
     /// against PostgreSQL 15's logical decoding.
     Feed(feed_bench::FeedArgs),
+    /// Publications end to end (Synapse's Fig. 13): `aqueduct subscribe`
+    /// into PostgreSQL per mode and worker count, against PostgreSQL's
+    /// logical replication and publishing through RabbitMQ.
+    Publications(publications::PublicationsArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -171,6 +177,8 @@ fn main() -> anyhow::Result<()> {
         Top::Feed(mut args) => feed_bench::run(&mut args).and_then(|results| {
             write_json(&args.json, "feed throughput", started, &args, &results)
         }),
+        Top::Publications(args) => publications::run(&args)
+            .and_then(|results| write_json(&args.json, "publications", started, &args, &results)),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.

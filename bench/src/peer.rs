@@ -130,6 +130,8 @@ pub struct PeerProcess {
     registry: &'static Registry,
     /// How long an orderly shutdown (SIGTERM) may take before SIGKILL.
     stop_deadline: Duration,
+    /// Whether dying of the SIGTERM that stops it is its normal end.
+    term_is_normal: bool,
 }
 
 impl PeerProcess {
@@ -162,7 +164,13 @@ impl PeerProcess {
             log_path: log_path.to_path_buf(),
             registry,
             stop_deadline,
+            term_is_normal: false,
         })
+    }
+
+    /// Dying of the SIGTERM that stops it is its normal end (no warning).
+    pub fn term_is_normal(&mut self) {
+        self.term_is_normal = true;
     }
 
     /// The server's process id.
@@ -214,7 +222,9 @@ impl PeerProcess {
             loop {
                 match self.child.try_wait() {
                     Ok(Some(status)) => {
-                        if !status.success() {
+                        let termed = std::os::unix::process::ExitStatusExt::signal(&status)
+                            == Some(libc::SIGTERM);
+                        if !(status.success() || termed && self.term_is_normal) {
                             eprintln!("warning: {} exited with {status}", self.name);
                         }
                         break;
