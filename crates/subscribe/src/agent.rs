@@ -470,11 +470,11 @@ impl Agent {
                 entry.state = State::Ready;
                 self.ready.insert(key);
             }
-            Some(slot) => {
+            Some((slot, need)) => {
                 entry.state = State::Waiting;
                 entry.since_ms = now;
                 self.waiting.insert((now, key));
-                self.counters.wait(slot, key);
+                self.counters.wait(slot, need, key);
             }
         }
     }
@@ -494,7 +494,7 @@ impl Agent {
                     self.waiting.remove(&(entry.since_ms, key));
                     self.ready.insert(key);
                 }
-                Some(slot) => self.counters.wait(slot, key),
+                Some((slot, need)) => self.counters.wait(slot, need, key),
             }
         }
     }

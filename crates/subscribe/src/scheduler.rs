@@ -2,7 +2,7 @@
 //! §5.5): `done[s]`, the fallback debt per slot, and the index from each
 //! unsatisfied slot to the items waiting on it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::window::Key;
 
@@ -11,7 +11,11 @@ use crate::window::Key;
 pub(crate) struct Counters {
     done: Vec<u64>,
     debt: HashMap<u32, u64>,
-    waiters: HashMap<u32, Vec<Key>>,
+    /// Per slot, the items waiting on it by the count they need: a bump
+    /// wakes only those it satisfies, so a long chain on one slot (one
+    /// user's transactions) costs one wake-up per item, not one per
+    /// item and bump.
+    waiters: HashMap<u32, BTreeMap<u64, Vec<Key>>>,
     /// Planted defect: debts are never paid.
     pub keep_debts: bool,
     /// Planted defect: a new epoch keeps the old counters.
@@ -40,12 +44,28 @@ impl Counters {
         self.done.len()
     }
 
-    /// The first slot whose count is below what `pairs` need.
-    pub fn first_unsatisfied(&self, pairs: &[(u32, u64)]) -> Option<u32> {
+    /// The first slot whose count is below what `pairs` need, with the
+    /// count needed.
+    pub fn first_unsatisfied(&self, pairs: &[(u32, u64)]) -> Option<(u32, u64)> {
         pairs
             .iter()
             .find(|&&(s, need)| self.done[s as usize] < need)
-            .map(|&(s, _)| s)
+            .copied()
+    }
+
+    /// Takes the waiters of `slot` that its count now satisfies.
+    fn satisfied_waiters(&mut self, slot: u32, woken: &mut Vec<Key>) {
+        let done = self.done[slot as usize];
+        let Some(by_need) = self.waiters.get_mut(&slot) else {
+            return;
+        };
+        let later = by_need.split_off(&(done + 1));
+        for (_, keys) in std::mem::replace(by_need, later) {
+            woken.extend(keys);
+        }
+        if by_need.is_empty() {
+            self.waiters.remove(&slot);
+        }
     }
 
     /// Whether `pairs` are satisfied if the items counted in `extra` (slot
@@ -56,9 +76,14 @@ impl Counters {
             .all(|&(s, need)| self.done[s as usize] + extra.get(&s).copied().unwrap_or(0) >= need)
     }
 
-    /// Registers `key` as waiting on `slot`.
-    pub fn wait(&mut self, slot: u32, key: Key) {
-        self.waiters.entry(slot).or_default().push(key);
+    /// Registers `key` as waiting on `slot` until its count reaches `need`.
+    pub fn wait(&mut self, slot: u32, need: u64, key: Key) {
+        self.waiters
+            .entry(slot)
+            .or_default()
+            .entry(need)
+            .or_default()
+            .push(key);
     }
 
     /// Counts an applied item: each of its slots goes up by one, or pays
@@ -76,9 +101,7 @@ impl Counters {
                 }
                 _ => {
                     self.done[s as usize] += 1;
-                    if let Some(w) = self.waiters.remove(&s) {
-                        woken.extend(w);
-                    }
+                    self.satisfied_waiters(s, &mut woken);
                 }
             }
         }
@@ -97,9 +120,7 @@ impl Counters {
                 *self.debt.entry(s).or_default() += need - *done;
                 *done = need;
                 raised.push(s);
-                if let Some(w) = self.waiters.remove(&s) {
-                    woken.extend(w);
-                }
+                self.satisfied_waiters(s, &mut woken);
             }
         }
         (raised, woken)
@@ -116,6 +137,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bump_wakes_only_the_waiters_it_satisfies() {
+        let mut c = Counters::default();
+        c.start_epoch(4);
+        for need in 1..=5u64 {
+            c.wait(2, need, (need, 0));
+        }
+        assert_eq!(c.complete(&[(2, 0)]), vec![(1, 0)]);
+        assert_eq!(c.complete(&[(2, 1)]), vec![(2, 0)]);
+        // A fallback raising the count to 4 wakes 3 and 4, not 5.
+        let (_, woken) = c.fallback(&[(2, 4)]);
+        assert_eq!(woken, vec![(3, 0), (4, 0)]);
+    }
+
+    #[test]
     fn debt_is_paid_before_counting() {
         let mut c = Counters::default();
         c.start_epoch(4);
@@ -127,9 +162,9 @@ mod tests {
         assert_eq!(c.debt_slots(), 1);
         c.complete(&[(1, 0)]);
         assert_eq!(c.debt_slots(), 0);
-        assert_eq!(c.first_unsatisfied(&[(1, 3)]), Some(1));
+        assert_eq!(c.first_unsatisfied(&[(1, 3)]), Some((1, 3)));
         c.complete(&[(1, 1)]);
-        assert_eq!(c.first_unsatisfied(&[(1, 4)]), Some(1));
+        assert_eq!(c.first_unsatisfied(&[(1, 4)]), Some((1, 4)));
         assert_eq!(c.first_unsatisfied(&[(1, 3)]), None);
     }
 }
