@@ -1317,13 +1317,12 @@ pub(crate) fn apply(
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
     sql.items(&mut script, &mut shapes, items)?;
-    // The subscription's row is read (and locked) only by a batch that
-    // moves the watermark: batches on other workers that only add their
-    // applied transactions run side by side.
-    let current = match record.watermark {
-        Some(_) => sql.current_watermark(db)?,
-        None => 0,
-    };
+    // Every batch reads (and locks) the subscription's row first, so the
+    // workers' batches commit one at a time. Without it, batches of weak
+    // mode that write the same rows in different orders deadlock in
+    // PostgreSQL and MariaDB and are retried with backoff, which measured
+    // ten times slower (docs/benchmarks.md, "Publications").
+    let current = sql.current_watermark(db)?;
     sql.record(&mut script, current, record);
     db.exec(&script.body)
 }
