@@ -303,6 +303,9 @@ fn options(p: &mut Parser) -> Result<Vec<(String, String)>, ParserError> {
 pub struct Actor<'a> {
     pub role: &'a str,
     pub superuser: bool,
+    /// Superusers from the server's configuration, outside the catalog's
+    /// roles (they may own publications too).
+    pub configured_superusers: &'a [String],
 }
 
 /// The schema records a publication statement writes, and its command tag.
@@ -428,13 +431,17 @@ pub fn plan_publication(
                     def.name = new.clone();
                 }
                 AlterAction::OwnerTo(role) => {
-                    if catalog.role(role).is_none() {
+                    let configured = actor.configured_superusers.contains(role);
+                    if catalog.role(role).is_none() && !configured && role != actor.role {
                         return Err(SqlError::new(
                             "42704",
                             format!("role \"{role}\" does not exist"),
                         ));
                     }
-                    if def.all_tables && !catalog.role(role).is_some_and(|r| r.superuser) {
+                    let superuser = configured
+                        || catalog.role(role).is_some_and(|r| r.superuser)
+                        || (role == actor.role && actor.superuser);
+                    if def.all_tables && !superuser {
                         return Err(SqlError::new(
                             "42501",
                             format!("permission denied to change owner of publication \"{name}\""),

@@ -23,6 +23,7 @@ impl Session {
         let db = self.engine.database();
         let role = self.principal.name.clone();
         let superuser = self.principal.is_superuser(&db.read());
+        let configured: Vec<String> = self.engine.bootstrap_users.read().iter().cloned().collect();
         let mut tag = "";
         let (_, lsn) = db.run_exclusive(|catalog, txn| {
             let plan = plan_publication(
@@ -31,6 +32,7 @@ impl Session {
                 &Actor {
                     role: &role,
                     superuser,
+                    configured_superusers: &configured,
                 },
             )?;
             tag = plan.tag;
