@@ -51,8 +51,16 @@ fn subscribe_args(server: &Server, sink: &Path, mode: &str) -> Vec<String> {
 /// Runs the agent until it has applied everything committed when it
 /// started.
 fn catch_up(server: &Server, sink: &Path, mode: &str) {
+    catch_up_as(server, sink, mode, "t1");
+}
+
+/// [`catch_up`] for the subscriber called `name`; what the agent said.
+fn catch_up_as(server: &Server, sink: &Path, mode: &str, name: &str) -> String {
+    let mut args = subscribe_args(server, sink, mode);
+    let at = args.iter().position(|a| a == "--name").unwrap() + 1;
+    args[at] = name.to_string();
     let out = aqueduct()
-        .args(subscribe_args(server, sink, mode))
+        .args(args)
         .arg("--until-caught-up")
         .stdin(Stdio::null())
         .output()
@@ -62,6 +70,7 @@ fn catch_up(server: &Server, sink: &Path, mode: &str) {
         "subscribe failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The publication's objects as the server computes them with SQL.
@@ -460,4 +469,114 @@ fn a_subscriber_cut_off_past_its_cap_bootstraps_again() {
     }
     catch_up(&server, &sink, "causal");
     assert_same(&mut c, &sink, "after being cut off and bootstrapped again");
+}
+
+/// A published view's rows in the sink, by key.
+fn sink_rows(path: &Path, object: &str) -> BTreeMap<String, Map<String, Json>> {
+    let sink = SqliteSink::open(path, "check").unwrap();
+    sink.rows(object)
+        .unwrap()
+        .into_iter()
+        .map(|(k, (_, attrs))| (k, attrs))
+        .collect()
+}
+
+/// The oracle of `post_counts`: the visible posts read from the table
+/// (a plain scan) and grouped here, not by the dataflow.
+fn post_counts(c: &mut postgres::Client) -> BTreeMap<String, Map<String, Json>> {
+    let mut groups: BTreeMap<i32, (i64, i32)> = BTreeMap::new();
+    for r in c
+        .query("SELECT id, author FROM posts WHERE NOT draft", &[])
+        .unwrap()
+    {
+        let (id, author): (i32, i32) = (r.get(0), r.get(1));
+        let g = groups.entry(author).or_insert((0, i32::MIN));
+        g.0 += 1;
+        g.1 = g.1.max(id);
+    }
+    groups
+        .into_iter()
+        .map(|(author, (n, last))| {
+            let mut m = Map::new();
+            m.insert("author".into(), json!(author));
+            m.insert("n".into(), json!(n));
+            m.insert("last".into(), json!(last));
+            (json!([author]).to_string(), m)
+        })
+        .collect()
+}
+
+fn assert_view_same(c: &mut postgres::Client, sink: &Path, when: &str) {
+    let want = post_counts(c);
+    let got = sink_rows(sink, "post_counts");
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{when}: post_counts has {} rows in the sink, {} in the oracle",
+        got.len(),
+        want.len()
+    );
+    for (k, row) in &want {
+        assert_eq!(got.get(k), Some(row), "{when}: post_counts row {k}");
+    }
+}
+
+#[test]
+fn a_published_view_follows_its_query_in_the_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(&dir.path().join("data"), &["--fsync", "always"]);
+    let mut c = client(server.pg);
+    c.batch_execute(
+        "CREATE TABLE users (id int PRIMARY KEY, name text, email text);
+         CREATE TABLE posts (id int PRIMARY KEY, author int, body text, draft bool);
+         INSERT INTO users SELECT g, 'user' || g, 'u' || g FROM generate_series(1, 200) g;
+         INSERT INTO posts SELECT g, g % 50 + 1, 'post ' || g, g % 3 = 0 FROM generate_series(1, 500) g;
+         CREATE VIEW post_counts AS
+             SELECT author, count(*) AS n, max(id) AS last FROM posts WHERE NOT draft GROUP BY author;
+         CREATE PUBLICATION social FOR TABLE users, VIEW post_counts KEY (author) WITH (mode = 'causal');",
+    )
+    .unwrap();
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    assert_view_same(&mut c, &sink, "after bootstrap");
+
+    // Groups change, appear (a new author) and disappear (every post of
+    // an author deleted or made a draft).
+    for step in 0..300 {
+        write(&mut c, step);
+    }
+    c.execute("DELETE FROM posts WHERE author = 7", &[])
+        .unwrap();
+    c.execute("UPDATE posts SET draft = true WHERE author = 8", &[])
+        .unwrap();
+    catch_up(&server, &sink, "causal");
+    assert_view_same(&mut c, &sink, "after the stream");
+
+    // A server killed with kill -9 keeps the changes of the view from
+    // where it recovered: the caught-up subscriber goes on.
+    server.process.kill9();
+    server = serve(&dir.path().join("data"), &["--fsync", "always"]);
+    c = client(server.pg);
+    for step in 300..400 {
+        write(&mut c, step);
+    }
+    let said = catch_up_as(&server, &sink, "causal", "t1");
+    assert!(!said.contains("bootstrapping again"), "{said}");
+    assert_view_same(&mut c, &sink, "after a restart of the server");
+
+    // A subscriber further behind than the restart bootstraps again.
+    let late = dir.path().join("late.db");
+    catch_up_as(&server, &late, "weak", "late");
+    for step in 400..460 {
+        write(&mut c, step);
+    }
+    server.process.kill9();
+    server = serve(&dir.path().join("data"), &["--fsync", "always"]);
+    c = client(server.pg);
+    for step in 460..500 {
+        write(&mut c, step);
+    }
+    let said = catch_up_as(&server, &late, "weak", "late");
+    assert!(said.contains("bootstrapping again"), "{said}");
+    assert_view_same(&mut c, &late, "after bootstrapping again");
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use aqueduct_expr::SqlError;
 
 use crate::partial::Region;
+use crate::tap::Tap;
 pub use crate::view::ViewFailure;
 use crate::view::{new_view_with, Lsn, ViewKind, ViewReader, ViewWriter};
 use crate::{consolidate, stored_bytes, Delta, Operator, Row};
@@ -194,6 +195,24 @@ impl Graph {
         self.views
             .get(name)
             .and_then(|&id| self.nodes[id].parents.first().copied())
+    }
+
+    /// The tap on view `name` (made now if it has none): its changes from
+    /// the LSN the graph is at. `None` for no such view or a partial one.
+    pub fn tap(&mut self, name: &str) -> Option<Arc<Tap>> {
+        let id = *self.views.get(name)?;
+        let at = self.processed();
+        match &mut self.nodes[id].kind {
+            Kind::View { writer, .. } if !writer.is_partial() => Some(writer.tap(at)),
+            _ => None,
+        }
+    }
+
+    /// Whether any view has a tap: then batches are processed one by one.
+    pub fn has_taps(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| matches!(&n.kind, Kind::View { writer, .. } if writer.is_tapped()))
     }
 
     pub fn has_view(&self, name: &str) -> bool {

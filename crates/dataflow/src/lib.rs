@@ -16,6 +16,7 @@ pub mod graph;
 pub mod ops;
 pub mod partial;
 pub mod stats;
+pub mod tap;
 pub mod view;
 pub mod worker;
 

@@ -22,6 +22,7 @@ use aqueduct_values::Value;
 use left_right::{Absorb, ReadHandle, ReadHandleFactory, WriteHandle};
 
 use crate::stats::ReadStats;
+use crate::tap::Tap;
 use crate::{row_bytes, Delta, Row};
 
 /// The LSN type of the log (kept as a plain integer here to stay below the log).
@@ -293,6 +294,18 @@ pub struct ViewWriter {
     handle: WriteHandle<ViewState, ViewOp>,
     /// Whether anything was applied since the last publish.
     dirty: bool,
+    /// Where its changes are also kept, for a publication of the view.
+    tap: Option<Arc<Tap>>,
+    /// The LSN of the last publish (where a tap ends when the view goes).
+    published: Lsn,
+}
+
+impl Drop for ViewWriter {
+    fn drop(&mut self) {
+        if let Some(tap) = &self.tap {
+            tap.end(self.published);
+        }
+    }
 }
 
 /// Ids that tell readers apart in each thread's cache of read handles.
@@ -357,6 +370,8 @@ pub fn new_view_with(
             stats: stats.clone(),
             handle: w,
             dirty: false,
+            tap: None,
+            published: 0,
         },
         ViewReader {
             id: NEXT_READER.fetch_add(1, Ordering::Relaxed),
@@ -374,8 +389,28 @@ impl ViewWriter {
         &self.key
     }
 
+    /// The view's tap, made now (as of `lsn`, where the view is) if it
+    /// has none. Only a view in full has one.
+    pub fn tap(&mut self, lsn: Lsn) -> Arc<Tap> {
+        assert!(
+            !self.partial,
+            "a partial view's changes cover only its keys"
+        );
+        self.tap
+            .get_or_insert_with(|| Arc::new(Tap::new(lsn)))
+            .clone()
+    }
+
+    /// Whether the view has a tap.
+    pub fn is_tapped(&self) -> bool {
+        self.tap.is_some()
+    }
+
     /// Applies a delta (not yet visible to readers).
     pub fn apply(&mut self, delta: &Delta) {
+        if let Some(tap) = &self.tap {
+            tap.record(delta);
+        }
         for (row, w) in delta {
             let key = self.key.iter().map(|&c| row[c].clone()).collect();
             self.handle.append(ViewOp::Change {
@@ -432,6 +467,11 @@ impl ViewWriter {
 
     /// Makes everything applied visible, as of `lsn`.
     pub fn publish(&mut self, lsn: Lsn) {
+        // The tap has the changes before readers see the state they make.
+        if let Some(tap) = &self.tap {
+            tap.publish(lsn);
+        }
+        self.published = lsn;
         self.handle.append(ViewOp::Watermark(lsn));
         self.handle.publish();
         self.dirty = false;

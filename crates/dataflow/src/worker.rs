@@ -594,7 +594,8 @@ fn process_next(shared: &Shared, graph: &mut Graph, upto: Lsn) -> bool {
             return false;
         }
         q.in_flight += 1;
-        merge(&mut q.batches, upto)
+        // A tapped view keeps each transaction's changes apart.
+        merge(&mut q.batches, upto, !graph.has_taps())
     };
     graph.process(lsn, changes);
     note_state_bytes(shared, graph);
@@ -818,12 +819,12 @@ fn enforce_limit(shared: &Shared, keep: &HashSet<(NodeId, Row)>, rng: &mut u64) 
 
 /// Takes queued batches from the front, up to [`MAX_MERGED_ROWS`] rows (at
 /// least one batch) and LSN `upto`, and merges them into one at the last
-/// one's LSN.
-fn merge(queue: &mut VecDeque<Batch>, upto: Lsn) -> (Lsn, Vec<(TableId, Delta)>) {
+/// one's LSN; only the first when `may_merge` is false.
+fn merge(queue: &mut VecDeque<Batch>, upto: Lsn, may_merge: bool) -> (Lsn, Vec<(TableId, Delta)>) {
     let first = queue.pop_front().expect("a queued batch");
     let mut lsn = first.lsn;
     let mut rows: usize = first.changes.iter().map(|(_, d)| d.len()).sum();
-    if queue.is_empty() {
+    if queue.is_empty() || !may_merge {
         return (lsn, first.changes);
     }
     let mut per_table: HashMap<TableId, Delta> = first.changes.into_iter().collect();
@@ -881,6 +882,30 @@ mod tests {
     }
 
     #[test]
+    fn a_tapped_view_gets_each_batchs_changes_apart() {
+        let mut g = Graph::new();
+        let src = g.source(1, "t");
+        let _ = g.view("v", src, vec![0]);
+        let tap = g.tap("v").expect("a view in full");
+        let worker = Worker::start(g);
+        // Queued while the graph is held, so the worker finds them all
+        // waiting at once, which it would otherwise merge.
+        let held = lock(&worker.shared.graph);
+        for i in 1..=50 {
+            worker.submit(i, vec![(1, vec![(row(&[i as i64]), 1)])]);
+        }
+        drop(held);
+        worker.wait_processed(50, Duration::from_secs(10)).unwrap();
+        for i in 1..=50u64 {
+            assert_eq!(
+                tap.at(i),
+                crate::tap::TapRead::Changes(vec![(row(&[i as i64]), 1)]),
+                "the changes of LSN {i}"
+            );
+        }
+    }
+
+    #[test]
     fn a_full_queue_makes_writers_wait_for_the_worker() {
         let mut g = Graph::new();
         let src = g.source(1, "t");
@@ -923,7 +948,7 @@ mod tests {
                 changes: vec![(i % 2, vec![(row(&[i as i64]), 1)])],
             })
             .collect();
-        let (lsn, changes) = merge(&mut q, Lsn::MAX);
+        let (lsn, changes) = merge(&mut q, Lsn::MAX, true);
         assert_eq!(lsn, 3);
         assert!(q.is_empty());
         let total: usize = changes.iter().map(|(_, d)| d.len()).sum();

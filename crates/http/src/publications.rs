@@ -228,7 +228,12 @@ pub(crate) async fn stream(
         feed.register(&consumer, Some(request.from_lsn))
             .and_then(|_| feed.ack(&consumer, request.from_lsn - 1))
             .map_err(feed_error)?;
-        let (stream, first) = PublicationStream::open(engine.shared_database(), &feed, request)?;
+        let (stream, first) = PublicationStream::open(
+            engine.shared_database(),
+            engine.views.clone(),
+            &feed,
+            request,
+        )?;
         Ok::<_, SqlError>((engine, stream, first))
     })
     .await;
@@ -294,7 +299,15 @@ pub(crate) async fn bootstrap(
         let db = engine.shared_database();
         let id = server_id(&engine);
         let consumer = consumer_name(&publication, &q.subscriber);
-        let (b, first) = Bootstrap::start(&db, engine.feed(), &publication, mode, &consumer, &id)?;
+        let (b, first) = Bootstrap::start(
+            &db,
+            &engine.views,
+            engine.feed(),
+            &publication,
+            mode,
+            &consumer,
+            &id,
+        )?;
         Ok::<_, SqlError>((b, first))
     })
     .await;

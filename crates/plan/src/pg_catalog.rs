@@ -1690,11 +1690,11 @@ const RELATIONS: &[Relation] = &[
             let mut out = Vec::new();
             for p in m.catalog.publications.values() {
                 for o in &p.objects {
-                    let Some(t) = m.catalog.table_by_id(o.relation) else {
+                    let Some((name, _)) = published_relation(m.catalog, o) else {
                         continue;
                     };
                     out.push(vec![
-                        oid(sub_oid(p.id, b'p', &t.schema.name)),
+                        oid(sub_oid(p.id, b'p', &name)),
                         oid(object_oid(p.id)),
                         oid(object_oid(o.relation)),
                         o.filter.as_ref().map_or(null(), |f| text(&format!("({f})"))),
@@ -1712,23 +1712,39 @@ const RELATIONS: &[Relation] = &[
         rows: |m| {
             let mut out = Vec::new();
             for p in m.catalog.publications.values() {
-                for t in m.catalog.tables.values() {
-                    let object = p.object(t.schema.id);
-                    if !p.all_tables && object.is_none() {
-                        continue;
-                    }
+                let mut relations: Vec<(TableId, String, Vec<String>)> = if p.all_tables {
+                    m.catalog
+                        .tables
+                        .values()
+                        .map(|t| {
+                            let columns = t.schema.columns.iter().map(|c| c.name.clone());
+                            (t.schema.id, t.schema.name.clone(), columns.collect())
+                        })
+                        .collect()
+                } else {
+                    p.objects
+                        .iter()
+                        .filter_map(|o| {
+                            let (name, columns) = published_relation(m.catalog, o)?;
+                            Some((o.relation, name, columns))
+                        })
+                        .collect()
+                };
+                relations.sort_by_key(|(id, _, _)| *id);
+                for (id, name, columns) in relations {
+                    let object = p.object(id);
                     let names: Vec<Value> = match object.and_then(published_attnums) {
                         Some(nums) => nums
                             .iter()
-                            .filter_map(|&n| t.schema.columns.get(n as usize - 1))
-                            .map(|c| text(&c.name))
+                            .filter_map(|&n| columns.get(n as usize - 1))
+                            .map(|c| text(c))
                             .collect(),
-                        None => t.schema.columns.iter().map(|c| text(&c.name)).collect(),
+                        None => columns.iter().map(|c| text(c)).collect(),
                     };
                     out.push(vec![
                         text(&p.name),
                         text("public"),
-                        text(&t.schema.name),
+                        text(&name),
                         Value::Array(names),
                         object
                             .and_then(|o| o.filter.as_ref())
@@ -2303,6 +2319,25 @@ fn roles(m: &Model) -> Vec<(u32, String, bool, bool, bool)> {
 /// The 1-based column numbers a column list publishes (PostgreSQL's
 /// `prattrs`); `None` without a column list. Computed attributes have no
 /// column number and are not listed.
+/// The name and columns of the table or view a publication's object is.
+fn published_relation(
+    catalog: &Catalog,
+    o: &aqueduct_tables::PublishedObject,
+) -> Option<(String, Vec<String>)> {
+    match o.kind {
+        aqueduct_tables::ObjectKind::Table => {
+            let t = catalog.table_by_id(o.relation)?;
+            let columns = t.schema.columns.iter().map(|c| c.name.clone()).collect();
+            Some((t.schema.name.clone(), columns))
+        }
+        aqueduct_tables::ObjectKind::View => {
+            let (name, _) = catalog.views.get(&o.relation)?;
+            let columns = o.view_columns.iter().map(|c| c.name.clone()).collect();
+            Some((name.clone(), columns))
+        }
+    }
+}
+
 fn published_attnums(o: &aqueduct_tables::PublishedObject) -> Option<Vec<i64>> {
     if o.all_columns {
         return None;

@@ -4,15 +4,18 @@
 //! records that declare them. The grammar is PostgreSQL 15's, plus
 //! Aqueduct's additions inside it: an entry of a column list may be
 //! `column AS name` or `expression AS name`, and `WITH` takes `mode`,
-//! `dep_slots`, `max_lag` and `max_lag_age`.
+//! `dep_slots`, `max_lag` and `max_lag_age`; and maintained views as
+//! published objects (`VIEW v [KEY (columns)]`, or a view named after
+//! `TABLE`), with their changes from the view's dataflow.
 
 use std::ops::ControlFlow;
 
 use aqueduct_expr::{Expr, SqlError};
 use aqueduct_tables::{
     Attribute, Catalog, Mode, ObjectKind, PublicationDef, PublishOps, PublishedObject,
-    SchemaChange, Table, DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX,
+    SchemaChange, Table, ViewColumn, DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX,
 };
+use aqueduct_values::DataType;
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
@@ -52,6 +55,10 @@ pub enum Target {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableSpec {
     pub table: String,
+    /// Written after `VIEW` (a view is also found after `TABLE`).
+    pub view: bool,
+    /// `KEY (columns)`: a view's key (views only).
+    pub key: Option<Vec<String>>,
     /// `None`: no column list (every column, following the table).
     pub columns: Option<Vec<ColumnSpec>>,
     pub filter: Option<ast::Expr>,
@@ -191,7 +198,7 @@ fn statement(p: &mut Parser) -> Result<PublicationStatement, ParserError> {
                 let specs = table_list(p)?;
                 let mut names = Vec::with_capacity(specs.len());
                 for s in specs {
-                    if s.columns.is_some() || s.filter.is_some() {
+                    if s.columns.is_some() || s.filter.is_some() || s.key.is_some() {
                         return Err(ParserError::ParserError(
                             "column list and WHERE clause must not be given with DROP TABLE".into(),
                         ));
@@ -235,14 +242,17 @@ fn table_list(p: &mut Parser) -> Result<Vec<TableSpec>, ParserError> {
                 "TABLES IN SCHEMA is not supported: there is one schema, use FOR ALL TABLES".into(),
             ));
         }
-        let said_table = p.parse_keyword(Keyword::TABLE);
+        let said_view = p.parse_keyword(Keyword::VIEW);
+        let said_table = said_view || p.parse_keyword(Keyword::TABLE);
         if !said_table && out.is_empty() {
             return p.expected("TABLE", p.peek_token());
         }
+        let view = said_view || (!said_table && out.last().is_some_and(|s: &TableSpec| s.view));
         let _ = p.parse_keyword(Keyword::ONLY);
         let table = object_name(&p.parse_object_name(false)?)
             .map_err(|e| ParserError::ParserError(e.message))?;
         let _ = p.consume_token(&Token::Mul);
+        let mut key = view_key_clause(p)?;
         let columns = if p.consume_token(&Token::LParen) {
             let list = p.parse_comma_separated(|p| {
                 let expr = p.parse_expr()?;
@@ -266,8 +276,13 @@ fn table_list(p: &mut Parser) -> Result<Vec<TableSpec>, ParserError> {
         } else {
             None
         };
+        if key.is_none() {
+            key = view_key_clause(p)?;
+        }
         out.push(TableSpec {
             table,
+            view,
+            key,
             columns,
             filter,
         });
@@ -275,6 +290,17 @@ fn table_list(p: &mut Parser) -> Result<Vec<TableSpec>, ParserError> {
             return Ok(out);
         }
     }
+}
+
+/// `KEY (columns)`, a view's key, if it comes next.
+fn view_key_clause(p: &mut Parser) -> Result<Option<Vec<String>>, ParserError> {
+    if !p.parse_keyword(Keyword::KEY) {
+        return Ok(None);
+    }
+    p.expect_token(&Token::LParen)?;
+    let names = p.parse_comma_separated(parse_name)?;
+    p.expect_token(&Token::RParen)?;
+    Ok(Some(names))
 }
 
 /// `( name [= value] [, ...] )`; a value is a literal or a word.
@@ -308,6 +334,10 @@ pub struct Actor<'a> {
     pub configured_superusers: &'a [String],
 }
 
+/// The columns of each maintained view, by name (from the views'
+/// registry, which compiles them): what a published view's shape is.
+pub type ViewColumns = std::collections::BTreeMap<String, Vec<(String, DataType)>>;
+
 /// The schema records a publication statement writes, and its command tag.
 pub struct PublicationPlan {
     pub changes: Vec<SchemaChange>,
@@ -319,6 +349,7 @@ pub fn plan_publication(
     catalog: &Catalog,
     st: &PublicationStatement,
     actor: &Actor,
+    views: &ViewColumns,
 ) -> Result<PublicationPlan, SqlError> {
     let plan = |changes, tag| PublicationPlan { changes, tag };
     match st {
@@ -358,7 +389,7 @@ pub fn plan_publication(
                 }
                 Target::Tables(specs) => {
                     for spec in specs {
-                        add_object(catalog, &mut def, spec, actor)?;
+                        add_object(catalog, &mut def, spec, actor, views)?;
                     }
                 }
             }
@@ -393,7 +424,7 @@ pub fn plan_publication(
                         return Err(all_tables_refused());
                     }
                     for spec in specs {
-                        add_object(catalog, &mut def, spec, actor)?;
+                        add_object(catalog, &mut def, spec, actor, views)?;
                     }
                 }
                 AlterAction::SetTables(specs) => {
@@ -402,7 +433,7 @@ pub fn plan_publication(
                     }
                     def.objects.clear();
                     for spec in specs {
-                        add_object(catalog, &mut def, spec, actor)?;
+                        add_object(catalog, &mut def, spec, actor, views)?;
                     }
                 }
                 AlterAction::DropTables(tables) => {
@@ -410,7 +441,10 @@ pub fn plan_publication(
                         return Err(all_tables_refused());
                     }
                     for t in tables {
-                        let id = table_of(catalog, t)?.schema.id;
+                        let id = match relation_of(catalog, t, views) {
+                            Ok(r) => r.schema.id,
+                            Err(e) => return Err(e),
+                        };
                         if def.object(id).is_none() {
                             return Err(SqlError::new(
                                 "42704",
@@ -502,16 +536,57 @@ fn existing<'c>(
     Ok(def)
 }
 
-fn table_of<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Table, SqlError> {
+/// The table or maintained view called `name`: a view as a table of its
+/// columns (no key yet).
+fn relation_of(catalog: &Catalog, name: &str, views: &ViewColumns) -> Result<Table, SqlError> {
     let bare = name.strip_prefix("public.").unwrap_or(name);
-    catalog.table(bare).ok_or_else(|| {
-        if catalog.view(bare).is_some() {
-            SqlError::unsupported(format!("publishing the view \"{bare}\""))
-                .with_hint("publish the tables it reads; views in publications are not built yet")
-        } else {
-            SqlError::undefined_table(bare)
+    if let Some(t) = catalog.table(bare) {
+        return Ok(t.clone());
+    }
+    let (Some(id), Some(columns)) = (catalog.view(bare), views.get(bare)) else {
+        return Err(SqlError::undefined_table(bare));
+    };
+    let object = PublishedObject {
+        relation: id,
+        kind: ObjectKind::View,
+        all_columns: true,
+        attributes: Vec::new(),
+        filter: None,
+        view_columns: columns
+            .iter()
+            .map(|(name, ty)| ViewColumn {
+                name: name.clone(),
+                ty: ty.to_string(),
+            })
+            .collect(),
+        view_key: Vec::new(),
+    };
+    Ok(Table::new(object.view_schema(bare)))
+}
+
+/// A published view's key: the columns `KEY` names, else every column.
+fn view_key(table: &Table, key: Option<&[String]>) -> Result<Vec<usize>, SqlError> {
+    let s = &table.schema;
+    let Some(names) = key else {
+        return Ok((0..s.columns.len()).collect());
+    };
+    let mut out = Vec::new();
+    for n in names {
+        let i = s.column_index(n).ok_or_else(|| {
+            SqlError::new(
+                "42703",
+                format!("column \"{n}\" of view \"{}\" does not exist", s.name),
+            )
+        })?;
+        if out.contains(&i) {
+            return Err(SqlError::new(
+                "42701",
+                format!("column \"{n}\" appears twice in the key of \"{}\"", s.name),
+            ));
         }
-    })
+        out.push(i);
+    }
+    Ok(out)
 }
 
 /// Adds `spec` to `def` as one object.
@@ -520,8 +595,33 @@ fn add_object(
     def: &mut PublicationDef,
     spec: &TableSpec,
     actor: &Actor,
+    views: &ViewColumns,
 ) -> Result<(), SqlError> {
-    let table = table_of(catalog, &spec.table)?;
+    let mut table = relation_of(catalog, &spec.table, views)?;
+    let is_view = catalog.table(&table.schema.name).is_none();
+    if spec.view && !is_view {
+        return Err(
+            SqlError::new("42809", format!("\"{}\" is not a view", table.schema.name))
+                .with_hint("write TABLE for a table"),
+        );
+    }
+    let mut view_key_columns = Vec::new();
+    if is_view {
+        view_key_columns = view_key(&table, spec.key.as_deref())?;
+        table = Table::new(aqueduct_tables::TableSchema {
+            primary_key: view_key_columns.clone(),
+            ..(*table.schema).clone()
+        });
+    } else if spec.key.is_some() {
+        return Err(SqlError::new(
+            "42601",
+            format!(
+                "KEY is for views: table \"{}\" is published by its primary key",
+                table.schema.name
+            ),
+        ));
+    }
+    let table = &table;
     let tname = &table.schema.name;
     if !actor.superuser && !catalog.is_owner(actor.role, table.schema.id) {
         return Err(
@@ -600,10 +700,28 @@ fn add_object(
     };
     def.objects.push(PublishedObject {
         relation: table.schema.id,
-        kind: ObjectKind::Table,
+        kind: if is_view {
+            ObjectKind::View
+        } else {
+            ObjectKind::Table
+        },
         all_columns: spec.columns.is_none(),
         attributes,
         filter,
+        view_columns: if is_view {
+            table
+                .schema
+                .columns
+                .iter()
+                .map(|c| ViewColumn {
+                    name: c.name.clone(),
+                    ty: c.ty.to_string(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        view_key: view_key_columns,
     });
     Ok(())
 }

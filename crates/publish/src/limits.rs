@@ -35,6 +35,12 @@ pub const BOOTSTRAP_SNAPSHOT_TTL_S: u64 = 3_600;
 /// stream limit).
 pub const PUBLICATION_STREAMS_MAX: usize = 256;
 
+/// How long a stream waits for the dataflow to reach a transaction whose
+/// changes to a published view it sends (or a bootstrap for a view's rows
+/// at its LSN); past it the stream ends with 57014 and the subscriber
+/// asks again.
+pub const VIEW_CHANGES_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Bytes of the tracker's counters per slot (`ops` and `ver`).
 pub const TRACKER_BYTES_PER_SLOT: usize = 16;
 

@@ -14,6 +14,7 @@ use aqueduct_publish::{
     BootstrapEndMessage, ChunkEndMessage, EpochMessage, RowMessage, WireMessage,
 };
 use aqueduct_tables::Database;
+use aqueduct_views::views::ViewRegistry;
 
 use crate::projection::Projection;
 
@@ -37,6 +38,7 @@ impl Bootstrap {
     /// the objects' shapes).
     pub fn start(
         db: &Arc<Database>,
+        views: &ViewRegistry,
         feed: &Arc<Feed>,
         publication: &str,
         mode: aqueduct_publish::Mode,
@@ -48,15 +50,19 @@ impl Bootstrap {
         if !def.mode.allows(mode) {
             return Err(crate::mode_refused(&def.name, def.mode, mode));
         }
+        // Published views keep their changes from before the snapshot on.
+        let published = crate::views::published_views(&db.read(), def, views)?;
         let names: Vec<String> = projection
             .objects
-            .values()
-            .map(|o| o.name.clone())
+            .iter()
+            .filter(|(id, _)| !published.contains_key(id))
+            .map(|(_, o)| o.name.clone())
             .collect();
         // Hold the log first (a consumer that exists keeps its place, which
         // is at or before the snapshot), then move the hold to S + 1.
         feed.register(consumer, None).map_err(crate::feed_error)?;
-        let snapshot = Feed::snapshot(db, Some(&names)).map_err(crate::feed_error)?;
+        let mut snapshot = Feed::snapshot(db, Some(&names)).map_err(crate::feed_error)?;
+        crate::views::add_view_tables(&mut snapshot, &published, views)?;
         let lsn = snapshot.lsn;
         if lsn > 0 {
             feed.ack(consumer, lsn).map_err(crate::feed_error)?;

@@ -5,6 +5,8 @@
 //!
 //! - [`projection`]: a publication's attributes, row filter and
 //!   operations applied to one table's changes;
+//! - [`views`]: maintained views as published objects: their changes
+//!   from the view's tap, their rows at a snapshot's LSN;
 //! - [`stream`]: one subscriber's stream from its watermark: projected
 //!   transactions with their dependency counts, schema lines, progress;
 //! - [`bootstrap`]: the publication's tables at one LSN, in chunks, with
@@ -18,6 +20,7 @@ pub mod bootstrap;
 pub mod metrics;
 pub mod projection;
 pub mod stream;
+pub mod views;
 
 pub use bootstrap::Bootstrap;
 pub use metrics::{Counters, PublicationMetrics, StreamGauge};

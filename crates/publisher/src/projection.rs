@@ -12,7 +12,9 @@ use aqueduct_expr::{Env, Expr, SqlError};
 use aqueduct_feed::{value_json, Op, TableInfo};
 use aqueduct_plan::bind::{Binder, Scope};
 use aqueduct_publish::{AttributeType, Change, ChangeOp, ObjectSchema};
-use aqueduct_tables::{Attribute, Catalog, Key, PublicationDef, PublishOps, Row, Table, TableId};
+use aqueduct_tables::{
+    Attribute, Catalog, Key, ObjectKind, PublicationDef, PublishOps, Row, Table, TableId,
+};
 use aqueduct_values::Value;
 use serde_json::{Map, Value as Json};
 
@@ -306,6 +308,13 @@ impl Projection {
                 continue;
             }
             objects.insert(t.schema.id, ObjectProjection::new(catalog, t, object)?);
+        }
+        // Views, with the shape they had when published.
+        for o in def.objects.iter().filter(|o| o.kind == ObjectKind::View) {
+            if let Some((name, _)) = catalog.views.get(&o.relation) {
+                let table = Table::new(o.view_schema(name));
+                objects.insert(o.relation, ObjectProjection::new(catalog, &table, Some(o))?);
+            }
         }
         Ok(Projection {
             publication: Arc::new(def.clone()),

@@ -21,6 +21,8 @@ use aqueduct_publish::{
 use aqueduct_tables::{row_log_key, ColumnSource, Database, DepRead, SchemaChange, TableId};
 
 use crate::projection::Projection;
+use crate::views::{published_views, PublishedView};
+use aqueduct_views::views::ViewRegistry;
 
 /// Transactions passed without a published change before a `progress`
 /// line says so (one is also sent whenever the stream goes quiet).
@@ -44,6 +46,9 @@ pub struct StreamRequest {
 /// A publication stream for one subscriber.
 pub struct PublicationStream {
     db: Arc<Database>,
+    views: Arc<ViewRegistry>,
+    /// The published views, with their taps.
+    published_views: BTreeMap<TableId, PublishedView>,
     sub: Subscription,
     projection: Projection,
     tracker: Option<DepTracker>,
@@ -70,6 +75,7 @@ impl PublicationStream {
     /// Opens the stream and returns it with its first line.
     pub fn open(
         db: Arc<Database>,
+        views: Arc<ViewRegistry>,
         feed: &Arc<Feed>,
         request: StreamRequest,
     ) -> Result<(PublicationStream, WireMessage), SqlError> {
@@ -77,6 +83,19 @@ impl PublicationStream {
         let def = projection.publication.clone();
         if !def.mode.allows(request.mode) {
             return Err(mode_refused(&def.name, def.mode, request.mode));
+        }
+        let published_views = published_views(&db.read(), &def, &views)?;
+        for v in published_views.values() {
+            if !v.covers(request.from_lsn.saturating_sub(1)) {
+                return Err(SqlError::new(
+                    "55000",
+                    format!(
+                        "the changes of view \"{}\" from LSN {} are not kept (the server restarted or the view was made anew since)",
+                        v.name, request.from_lsn
+                    ),
+                )
+                .with_hint("the subscriber bootstraps again"));
+            }
         }
         let sub = feed
             .subscribe(request.from_lsn, None)
@@ -93,6 +112,8 @@ impl PublicationStream {
         Ok((
             PublicationStream {
                 db,
+                views,
+                published_views,
                 sub,
                 projection,
                 tracker,
@@ -182,6 +203,29 @@ impl PublicationStream {
                 }
             }
         }
+        for (id, view) in &self.published_views {
+            let Some(object) = self.projection.objects.get(id) else {
+                continue;
+            };
+            for c in view.changes_at(&self.views, msg.lsn)? {
+                objects.writes.push(dep_hash(&row_log_key(*id, &c.key)));
+                if !objects.tables_written.contains(id) {
+                    objects.tables_written.push(*id);
+                }
+                if let Some(change) = object.project(
+                    publish,
+                    &view.info,
+                    &c.key,
+                    c.op,
+                    msg.lsn,
+                    None,
+                    c.old.as_ref(),
+                    c.new.as_ref(),
+                ) {
+                    changes.push(change);
+                }
+            }
+        }
         if changes.is_empty() {
             return Ok(out);
         }
@@ -233,7 +277,9 @@ impl PublicationStream {
             SchemaChange::AlterTable { schema, .. } => {
                 self.projection.objects.contains_key(&schema.id)
             }
-            SchemaChange::DropTable { id } => self.projection.objects.contains_key(id),
+            SchemaChange::DropTable { id }
+            | SchemaChange::DropView { id }
+            | SchemaChange::AlterView { id, .. } => self.projection.objects.contains_key(id),
             SchemaChange::CreateTable(_) => self.projection.publication.all_tables,
             SchemaChange::CreatePublication(p) | SchemaChange::AlterPublication(p) => p.id == id,
             SchemaChange::DropPublication { id: dropped } if *dropped == id => {
@@ -320,6 +366,21 @@ impl PublicationStream {
             .map(|(id, o)| (*id, o.name.clone()))
             .collect();
         self.projection = Projection::of(&self.db.read(), &name)?;
+        let views = published_views(&self.db.read(), &self.projection.publication, &self.views)?;
+        for (id, view) in &views {
+            if self
+                .published_views
+                .get(id)
+                .is_some_and(|old| !old.same_tap(view))
+            {
+                return Err(SqlError::new(
+                    "55000",
+                    format!("view \"{}\" was made anew at LSN {lsn}", view.name),
+                )
+                .with_hint("the subscriber bootstraps again"));
+            }
+        }
+        self.published_views = views;
         for (id, object) in &self.projection.objects {
             if !before.contains_key(id) {
                 changes.push((

@@ -180,7 +180,30 @@ impl Engine {
             ),
         });
         engine.views.attach(&engine.db);
+        // Published views keep their changes from the recovered state on,
+        // so a subscriber that was caught up goes on after a restart.
+        engine.tap_published_views();
         Ok(engine)
+    }
+
+    /// Puts a tap on every view a publication publishes (a view has one
+    /// from when it is first published until it is dropped or made anew).
+    pub fn tap_published_views(&self) {
+        let names: Vec<String> = {
+            let catalog = self.db.read();
+            catalog
+                .publications
+                .values()
+                .flat_map(|p| &p.objects)
+                .filter(|o| o.kind == aqueduct_tables::ObjectKind::View)
+                .filter_map(|o| catalog.views.get(&o.relation).map(|(n, _)| n.clone()))
+                .collect()
+        };
+        for name in names {
+            if let Err(e) = self.views.tap(&name) {
+                tracing::error!(view = %name, "cannot keep the changes of a published view: {e}");
+            }
+        }
     }
 
     pub fn database(&self) -> &Database {

@@ -37,8 +37,8 @@ pub use batch::{
 };
 pub use locks::{LockError, LockTable, RowId, TxnId};
 pub use publications::{
-    Attribute, Mode, ObjectKind, PublicationDef, PublishOps, PublishedObject, DEP_SLOTS_DEFAULT,
-    DEP_SLOTS_MAX,
+    Attribute, Mode, ObjectKind, PublicationDef, PublishOps, PublishedObject, ViewColumn,
+    DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX,
 };
 pub use roles::{
     Acl, Grantee, Privilege, Privileges, RoleDef, ScramVerifier, Security, MAX_ROLE_NAME_BYTES,
@@ -172,12 +172,12 @@ impl Catalog {
         self.types.values().find(|t| t.name == name)
     }
 
-    /// The time map called `name`.
     /// The publication named `name`.
     pub fn publication(&self, name: &str) -> Option<&PublicationDef> {
         self.publications.values().find(|p| p.name == name)
     }
 
+    /// The time map called `name`.
     pub fn time_map(&self, name: &str) -> Option<&TimeMapDef> {
         self.time_maps.values().find(|d| d.name == name)
     }
@@ -251,6 +251,10 @@ impl Catalog {
             SchemaChange::DropView { id } => {
                 self.views.remove(&id);
                 self.drop_comments(id);
+                // As a dropped table: a dropped view leaves every publication.
+                for p in self.publications.values_mut() {
+                    p.without(id);
+                }
             }
             SchemaChange::CreateTimeMap(def) => {
                 self.next_table_id = self.next_table_id.max(def.id + 1);

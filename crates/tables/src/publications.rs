@@ -8,7 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::schema::{ColumnSource, TableId};
+use aqueduct_values::DataType;
+
+use crate::schema::{parse_type, ColumnDef, ColumnSource, TableId, TableSchema};
 
 pub use aqueduct_publish::limits::{DEP_SLOTS_DEFAULT, DEP_SLOTS_MAX};
 pub use aqueduct_publish::Mode;
@@ -36,6 +38,18 @@ impl Default for PublishOps {
 #[serde(rename_all = "lowercase")]
 pub enum ObjectKind {
     Table,
+    /// A maintained view: its changes come from the view's dataflow, not
+    /// the log (`docs/publications.md`, section 8).
+    View,
+}
+
+/// A published view's column as the publication was made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewColumn {
+    pub name: String,
+    /// SQL type text (`parse_type`).
+    #[serde(rename = "type")]
+    pub ty: String,
 }
 
 /// One published attribute of an object.
@@ -76,6 +90,35 @@ pub struct PublishedObject {
     /// The row filter: SQL text over the row's columns.
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+    /// A view's columns when it was published (views only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub view_columns: Vec<ViewColumn>,
+    /// A view's key: positions in `view_columns` (views only; every
+    /// column when the publication named none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub view_key: Vec<usize>,
+}
+
+impl PublishedObject {
+    /// A published view's shape as a table schema (id, name, columns and
+    /// key), which the projection and the sinks read like a table's.
+    pub fn view_schema(&self, name: &str) -> TableSchema {
+        TableSchema {
+            id: self.relation,
+            name: name.to_string(),
+            columns: self
+                .view_columns
+                .iter()
+                .map(|c| {
+                    ColumnDef::new(c.name.clone(), parse_type(&c.ty).unwrap_or(DataType::Text))
+                })
+                .collect(),
+            primary_key: self.view_key.clone(),
+            indexes: Vec::new(),
+            checks: Vec::new(),
+            foreign_keys: Vec::new(),
+        }
+    }
 }
 
 /// A publication's whole definition, as its schema records carry it.
@@ -175,6 +218,8 @@ mod tests {
                     },
                 ],
                 filter: None,
+                view_columns: Vec::new(),
+                view_key: Vec::new(),
             }],
         };
         // Column 1 dropped: column 2 moves to 1.

@@ -29,6 +29,7 @@ use aqueduct_dataflow::graph::{Graph, NodeId};
 use aqueduct_dataflow::ops::SortColumn;
 use aqueduct_dataflow::partial::PartialPlan;
 pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
+use aqueduct_dataflow::tap::{Tap, TapRead};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
 use aqueduct_dataflow::worker::{Ask, Upstream, WeightedRows, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
@@ -684,6 +685,49 @@ impl ViewRegistry {
 
     pub fn get(&self, name: &str) -> Option<Arc<ViewEntry>> {
         self.views.read().get(name).cloned()
+    }
+
+    /// The tap on view `name` in full (materialized now if it is not):
+    /// its changes by LSN from here on, for a publication of it
+    /// (`docs/publications.md`, section 8).
+    pub fn tap(&self, name: &str) -> Result<Arc<Tap>, SqlError> {
+        let entry = self
+            .get(name)
+            .ok_or_else(|| SqlError::new("42P01", format!("view \"{name}\" does not exist")))?;
+        self.full_reader(&entry)?;
+        self.worker.graph().tap(name).ok_or_else(|| dropped(name))
+    }
+
+    /// View `name`'s rows as of `lsn` (every copy of a row), read once the
+    /// views reflect `lsn` (waiting up to `timeout`): its rows now, with
+    /// the changes since `lsn` undone from its tap. 55000 when the tap no
+    /// longer holds them (the view was made anew, or too much changed).
+    pub fn rows_as_of(
+        &self,
+        name: &str,
+        lsn: Lsn,
+        timeout: Duration,
+    ) -> Result<(Vec<Row>, Arc<Tap>), SqlError> {
+        let tap = self.tap(name)?;
+        self.await_lsn_within(lsn, timeout)?;
+        let entry = self.get(name).ok_or_else(|| dropped(name))?;
+        let reader = self.full_reader(&entry)?;
+        let (rows, now) = read_view(name, &reader, |s| s.all())?;
+        let rows = tap.rows_before(rows, now, lsn).ok_or_else(|| {
+            SqlError::new(
+                "55000",
+                format!("the changes of view \"{name}\" since LSN {lsn} are no longer kept"),
+            )
+            .with_hint("start again: a new snapshot is at a later LSN")
+        })?;
+        Ok((rows, tap))
+    }
+
+    /// The changes `tap` holds at `lsn`, once the views reflect it
+    /// (waiting up to `timeout`).
+    pub fn tap_changes(&self, tap: &Tap, lsn: Lsn, timeout: Duration) -> Result<TapRead, SqlError> {
+        self.await_lsn_within(lsn, timeout)?;
+        Ok(tap.at(lsn))
     }
 
     /// All rows of a view, and its watermark. An error if the view failed.

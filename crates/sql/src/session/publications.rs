@@ -24,6 +24,7 @@ impl Session {
         let role = self.principal.name.clone();
         let superuser = self.principal.is_superuser(&db.read());
         let configured: Vec<String> = self.engine.bootstrap_users.read().iter().cloned().collect();
+        let views = self.view_columns();
         let mut tag = "";
         let (_, lsn) = db.run_exclusive(|catalog, txn| {
             let plan = plan_publication(
@@ -34,6 +35,7 @@ impl Session {
                     superuser,
                     configured_superusers: &configured,
                 },
+                &views,
             )?;
             tag = plan.tag;
             for change in plan.changes {
@@ -44,6 +46,7 @@ impl Session {
         if let Some(lsn) = lsn {
             self.set_last_lsn(lsn);
         }
+        self.engine.tap_published_views();
         // Subscribers of a publication that is gone, or that now has
         // another name, no longer hold the log.
         let gone: Vec<&String> = match &st {

@@ -802,6 +802,24 @@ impl Session {
         })
     }
 
+    /// Each maintained view's columns, by view name.
+    pub(crate) fn view_columns(&self) -> aqueduct_plan::publications::ViewColumns {
+        let views = &self.engine.views;
+        views
+            .names()
+            .into_iter()
+            .filter_map(|n| {
+                let entry = views.get(&n)?;
+                let columns = entry
+                    .columns
+                    .iter()
+                    .map(|c| (c.name.clone(), c.ty.clone()))
+                    .collect();
+                Some((n, columns))
+            })
+            .collect()
+    }
+
     /// The catalog with the catalog relations `st` names built in, from
     /// the catalog as this session sees it.
     pub(crate) fn with_catalog_relations(&self, st: &Statement) -> Catalog {
@@ -811,19 +829,12 @@ impl Session {
             names.extend(catalog_queries::sequences_read(&catalog, st));
         }
         let views = &self.engine.views;
-        let mut view_columns = std::collections::BTreeMap::new();
+        let view_columns = self.view_columns();
         let mut view_tables = std::collections::BTreeMap::new();
         for n in views.names() {
-            let Some(entry) = views.get(&n) else {
-                continue;
-            };
-            let columns = entry
-                .columns
-                .iter()
-                .map(|c| (c.name.clone(), c.ty.clone()))
-                .collect();
-            view_columns.insert(n.clone(), columns);
-            view_tables.insert(n, entry.tables.clone());
+            if let Some(entry) = views.get(&n) {
+                view_tables.insert(n, entry.tables.clone());
+            }
         }
         let ctx = aqueduct_plan::pg_catalog::CatalogContext {
             user: self.principal.name.clone(),
