@@ -1005,16 +1005,38 @@ impl Sql {
         shapes: &mut Shapes,
         items: &[Item],
     ) -> Result<(), SinkError> {
+        // The changes between two schema items are written in one order
+        // of (object, key), the same in every batch, so that the row locks
+        // concurrent batches take cannot form a cycle (workers apply in
+        // parallel without deadlocks). Changes to one key keep their order.
+        let mut run: Vec<&Change> = Vec::new();
         for item in items {
             match item {
-                Item::Txn(t) => {
-                    for c in &t.changes {
-                        self.change(s, shapes, c)?;
-                    }
+                Item::Txn(t) => run.extend(&t.changes),
+                Item::Schema(m, _) => {
+                    self.changes_in_key_order(s, shapes, &mut run)?;
+                    self.schema(s, shapes, &m.object, &m.change)?;
                 }
-                Item::Schema(m, _) => self.schema(s, shapes, &m.object, &m.change)?,
                 Item::Skip { .. } => {}
             }
+        }
+        self.changes_in_key_order(s, shapes, &mut run)
+    }
+
+    /// Writes `run`'s changes sorted by object and key, and empties it.
+    fn changes_in_key_order(
+        &self,
+        s: &mut Script,
+        shapes: &Shapes,
+        run: &mut Vec<&Change>,
+    ) -> Result<(), SinkError> {
+        let mut keyed: Vec<(&str, String, &Change)> = run
+            .drain(..)
+            .map(|c| (c.object.as_str(), key_text(&c.key), c))
+            .collect();
+        keyed.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (_, _, c) in keyed {
+            self.change(s, shapes, c)?;
         }
         Ok(())
     }
@@ -1317,12 +1339,20 @@ pub(crate) fn apply(
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
     sql.items(&mut script, &mut shapes, items)?;
-    // Every batch reads (and locks) the subscription's row first, so the
-    // workers' batches commit one at a time. Without it, batches of weak
-    // mode that write the same rows in different orders deadlock in
-    // PostgreSQL and MariaDB and are retried with backoff, which measured
-    // ten times slower (docs/benchmarks.md, "Publications").
+    // Rows are written in key order (`Sql::items`) and the subscription's
+    // row, which a batch storing a position (about once a second) or a
+    // schema change locks, last: every batch takes its locks in one
+    // global order, so the workers' batches commit in parallel and never
+    // deadlock on one another.
+    if record.watermark.is_none() && record.schema.is_none() {
+        sql.record(&mut script, 0, record);
+        return db.exec(&script.body);
+    }
+    if !script.is_empty() {
+        db.exec(&script.body)?;
+    }
     let current = sql.current_watermark(db)?;
+    let mut script = Script::default();
     sql.record(&mut script, current, record);
     db.exec(&script.body)
 }

@@ -152,14 +152,24 @@ fn errors_classified() {
         .unwrap();
     let mut sink = sink.unwrap();
     sink.ensure_objects(&common::posts()).unwrap();
+    let row = |version| {
+        common::change(
+            "posts",
+            aqueduct_publish::ChangeOp::Insert,
+            serde_json::json!(1),
+            Some(serde_json::json!({"id": 1, "body": "b"})),
+            version,
+        )
+    };
+    common::apply(&mut sink, vec![common::txn(2, vec![row(2)])]).unwrap();
     c.query_drop("START TRANSACTION").unwrap();
-    c.query_drop("SELECT * FROM aqueduct_subscription FOR UPDATE")
+    c.query_drop("SELECT * FROM posts WHERE id = 1 FOR UPDATE")
         .unwrap();
-    let err = common::apply(&mut sink, vec![common::txn(3, vec![])]).unwrap_err();
+    let err = common::apply(&mut sink, vec![common::txn(3, vec![row(3)])]).unwrap_err();
     assert_eq!(err.class, ErrorClass::Transient, "{err}");
     c.query_drop("ROLLBACK").unwrap();
-    common::apply(&mut sink, vec![common::txn(3, vec![])]).unwrap();
-    assert_eq!(sink.resume().unwrap().applied_above, vec![3]);
+    common::apply(&mut sink, vec![common::txn(3, vec![row(3)])]).unwrap();
+    assert_eq!(sink.resume().unwrap().applied_above, vec![2, 3]);
     // Both spellings of the spec open the sink.
     for scheme in ["mariadb", "mysql"] {
         let name = format!("sinktest_spec_{scheme}");
@@ -180,4 +190,11 @@ fn simulator_on_mariadb() {
             open(fresh(&url, &format!("sinktest_sim_{seed}")), "sim")
         });
     }
+}
+
+#[test]
+fn mariadb_parallel_batches() {
+    let Some(url) = url() else { return };
+    let db = fresh(&url, "sinktest_parallel");
+    common::parallel_batches(move || MariaDbSink::connect(&db, "sub").expect("connect"));
 }

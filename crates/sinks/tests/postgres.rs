@@ -79,3 +79,11 @@ fn simulator_on_postgres() {
         });
     }
 }
+
+#[test]
+fn postgres_parallel_batches() {
+    let Some(url) = url() else { return };
+    let name = "sinktest_parallel";
+    fresh(&url, name);
+    common::parallel_batches(move || PostgresSink::connect_in(&url, name, name).expect("connect"));
+}

@@ -555,3 +555,75 @@ pub fn all_schemaless(open: &mut dyn FnMut(&str) -> Opener) {
         case(&mut *opener);
     }
 }
+
+/// The rows [`parallel_batches`] writes: worker `w`'s batch `b`, its
+/// transaction `t` at LSN `lsn`, changes keys in an order of the worker's
+/// own (rotated, and reversed for odd workers), so that concurrent
+/// batches write the same rows in different orders.
+fn parallel_txn(w: u64, b: u64, t: u64) -> (Lsn, Vec<i64>) {
+    const KEYS: i64 = 24;
+    let lsn = ((b * PARALLEL_WORKERS + w) * 10) + t + 1;
+    let mut keys: Vec<i64> = (0..KEYS).collect();
+    keys.rotate_left(((w * 7 + b * 5 + t) % KEYS as u64) as usize);
+    if w % 2 == 1 {
+        keys.reverse();
+    }
+    keys.truncate(10);
+    (lsn, keys)
+}
+
+const PARALLEL_WORKERS: u64 = 4;
+const PARALLEL_BATCHES: u64 = 30;
+
+/// Workers applying batches at once, each on a connection of its own, the
+/// batches writing overlapping rows in different orders (as weak mode
+/// lets them): every batch commits on its first try (no deadlock between
+/// batches), and every row ends at its latest version.
+pub fn parallel_batches<S: Store + Send + 'static>(open: impl Fn() -> S + Send + Sync + 'static) {
+    let mut first = open();
+    first.ensure_objects(&posts()).unwrap();
+    let open = Arc::new(open);
+    let workers: Vec<_> = (0..PARALLEL_WORKERS)
+        .map(|w| {
+            let open = open.clone();
+            std::thread::spawn(move || {
+                let mut s = open();
+                for b in 0..PARALLEL_BATCHES {
+                    let items = (0..3)
+                        .map(|t| {
+                            let (lsn, keys) = parallel_txn(w, b, t);
+                            let body = format!("w{w} b{b} t{t}");
+                            txn(lsn, keys.iter().map(|&k| upsert(k, &body, lsn)).collect())
+                        })
+                        .collect();
+                    if let Err(e) = apply(&mut s, items) {
+                        panic!("worker {w}, batch {b}: {e}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    // The oracle: each key's last write, from the same generator.
+    let mut want: BTreeMap<i64, (Lsn, String)> = BTreeMap::new();
+    for w in 0..PARALLEL_WORKERS {
+        for b in 0..PARALLEL_BATCHES {
+            for t in 0..3 {
+                let (lsn, keys) = parallel_txn(w, b, t);
+                for k in keys {
+                    let e = want.entry(k).or_insert((0, String::new()));
+                    if lsn > e.0 {
+                        *e = (lsn, format!("w{w} b{b} t{t}"));
+                    }
+                }
+            }
+        }
+    }
+    let rows = first.rows_of("posts");
+    assert_eq!(rows.len(), want.len());
+    for (k, (lsn, text)) in want {
+        assert_eq!(body(&rows, k), Some((lsn, json!(text))), "row {k}");
+    }
+}
