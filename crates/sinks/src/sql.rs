@@ -239,6 +239,18 @@ pub(crate) fn string(text: &str) -> String {
 }
 
 /// An LSN as SQL: both dialects store them as signed 64-bit integers.
+/// An upsert's columns (the version last), values, and the guarded
+/// assignments of its conflict clause.
+type UpsertParts = (Vec<String>, Vec<String>, Vec<String>);
+
+/// Rows in one multi-row upsert statement.
+const UPSERT_ROWS_MAX: usize = 1_000;
+
+/// The name of the key's text in a multi-row upsert's `VALUES` (matched
+/// against `tombstones.key`): a name the sink keeps for itself, as it
+/// keeps `_aq_version`.
+const UPSERT_KEY_TEXT: &str = "_aq_key_text";
+
 fn lsn(l: Lsn) -> String {
     assert!(
         i64::try_from(l).is_ok(),
@@ -708,13 +720,8 @@ impl Sql {
         }
     }
 
-    /// The guarded statements of one change (§5.4).
-    pub(crate) fn change(
-        &self,
-        s: &mut Script,
-        shapes: &Shapes,
-        c: &Change,
-    ) -> Result<(), SinkError> {
+    /// The shape of `c`'s object, checked against the change's key.
+    fn shape_of<'s>(&self, shapes: &'s Shapes, c: &Change) -> Result<&'s ObjectSchema, SinkError> {
         let shape = shapes.get(&c.object).ok_or_else(|| {
             SinkError::permanent(format!(
                 "a change of {}, an object the sink lacks",
@@ -729,6 +736,86 @@ impl Sql {
                 shape.key.len()
             )));
         }
+        if c.key.iter().any(Value::is_null) {
+            return Err(SinkError::permanent(format!("{}: a NULL key", c.object)));
+        }
+        Ok(shape)
+    }
+
+    /// The columns (the version last) and values of an upsert of `c`, and
+    /// the guarded assignments of its conflict clause.
+    fn upsert_parts(&self, shape: &ObjectSchema, c: &Change) -> Result<UpsertParts, SinkError> {
+        let empty = Map::new();
+        let attrs = c.attrs.as_ref().unwrap_or(&empty);
+        if let Some(unknown) = attrs
+            .keys()
+            .find(|k| !shape.attributes.iter().any(|a| &a.name == *k))
+        {
+            return Err(SinkError::permanent(format!(
+                "{} has no attribute {unknown}",
+                c.object
+            )));
+        }
+        let v = ident(VERSION_COLUMN);
+        let mut cols = Vec::new();
+        let mut vals = Vec::new();
+        let mut sets = Vec::new();
+        for a in &shape.attributes {
+            let value = match shape.key.iter().position(|k| k == &a.name) {
+                Some(i) => &c.key[i],
+                None => attrs.get(&a.name).unwrap_or(&Value::Null),
+            };
+            cols.push(ident(&a.name));
+            vals.push(self.literal(&a.ty, value)?);
+            if !shape.key.contains(&a.name) {
+                sets.push(ident(&a.name));
+            }
+        }
+        cols.push(v.clone());
+        vals.push(match self.dialect {
+            // Typed, so a multi-row VALUES list has one type for it.
+            Dialect::Postgres => format!("{}::bigint", lsn(c.version)),
+            Dialect::Sqlite | Dialect::MariaDb => lsn(c.version),
+        });
+        // MariaDB evaluates the assignments in order, each seeing the ones
+        // before it: the version, which every guard reads, is set last.
+        sets.push(v.clone());
+        let sets = match self.dialect {
+            Dialect::MariaDb => sets
+                .iter()
+                .map(|c| format!("{c} = IF({v} < VALUES({v}), VALUES({c}), {c})"))
+                .collect(),
+            Dialect::Sqlite | Dialect::Postgres => {
+                sets.iter().map(|c| format!("{c} = excluded.{c}")).collect()
+            }
+        };
+        Ok((cols, vals, sets))
+    }
+
+    /// The conflict clause of an upsert into `shape`'s table.
+    fn on_conflict(&self, shape: &ObjectSchema, sets: &[String]) -> String {
+        let v = ident(VERSION_COLUMN);
+        match self.dialect {
+            Dialect::MariaDb => format!("ON DUPLICATE KEY UPDATE {}", sets.join(", ")),
+            Dialect::Sqlite | Dialect::Postgres => {
+                let key_cols: Vec<String> = shape.key.iter().map(|k| ident(k)).collect();
+                format!(
+                    "ON CONFLICT ({}) DO UPDATE SET {} WHERE t.{v} < excluded.{v}",
+                    key_cols.join(", "),
+                    sets.join(", ")
+                )
+            }
+        }
+    }
+
+    /// The guarded statements of one change (§5.4).
+    pub(crate) fn change(
+        &self,
+        s: &mut Script,
+        shapes: &Shapes,
+        c: &Change,
+    ) -> Result<(), SinkError> {
+        let shape = self.shape_of(shapes, c)?;
         let ty = |name: &str| {
             shape
                 .attributes
@@ -741,73 +828,15 @@ impl Sql {
         };
         let table = self.table(&c.object);
         let version = lsn(c.version);
-        let mut key_match = Vec::new();
-        for (k, v) in shape.key.iter().zip(&c.key) {
-            if v.is_null() {
-                return Err(SinkError::permanent(format!("{}: a NULL key", c.object)));
-            }
-            key_match.push(format!("{} = {}", ident(k), self.literal(ty(k)?, v)?));
-        }
-        let key_match = key_match.join(" AND ");
         let key = string(&key_text(&c.key));
         let object = string(&c.object);
         let tombstones = self.t("tombstones");
         match c.op {
             ChangeOp::Insert | ChangeOp::Update => {
-                let empty = Map::new();
-                let attrs = c.attrs.as_ref().unwrap_or(&empty);
-                if let Some(unknown) = attrs.keys().find(|k| ty(k).is_err()) {
-                    return Err(SinkError::permanent(format!(
-                        "{} has no attribute {unknown}",
-                        c.object
-                    )));
-                }
-                let v = ident(VERSION_COLUMN);
-                let mut cols = Vec::new();
-                let mut vals = Vec::new();
-                let mut sets = Vec::new();
-                for a in &shape.attributes {
-                    let value = match shape.key.iter().position(|k| k == &a.name) {
-                        Some(i) => &c.key[i],
-                        None => attrs.get(&a.name).unwrap_or(&Value::Null),
-                    };
-                    cols.push(ident(&a.name));
-                    vals.push(self.literal(&a.ty, value)?);
-                    if !shape.key.contains(&a.name) {
-                        sets.push(ident(&a.name));
-                    }
-                }
-                cols.push(v.clone());
-                vals.push(version.clone());
-                // MariaDB evaluates the assignments in order, each seeing
-                // the ones before it: the version, which every guard
-                // reads, is set last.
-                sets.push(v.clone());
-                let sets: Vec<String> = match self.dialect {
-                    Dialect::MariaDb => sets
-                        .iter()
-                        .map(|c| format!("{c} = IF({v} < VALUES({v}), VALUES({c}), {c})"))
-                        .collect(),
-                    Dialect::Sqlite | Dialect::Postgres => {
-                        sets.iter().map(|c| format!("{c} = excluded.{c}")).collect()
-                    }
-                };
-                let key_cols: Vec<String> = shape.key.iter().map(|k| ident(k)).collect();
-                let (alias, from, upsert) = match self.dialect {
-                    Dialect::MariaDb => (
-                        "",
-                        " FROM DUAL",
-                        format!("ON DUPLICATE KEY UPDATE {}", sets.join(", ")),
-                    ),
-                    Dialect::Sqlite | Dialect::Postgres => (
-                        " AS t",
-                        "",
-                        format!(
-                            "ON CONFLICT ({}) DO UPDATE SET {} WHERE t.{v} < excluded.{v}",
-                            key_cols.join(", "),
-                            sets.join(", ")
-                        ),
-                    ),
+                let (cols, vals, sets) = self.upsert_parts(shape, c)?;
+                let (alias, from) = match self.dialect {
+                    Dialect::MariaDb => ("", " FROM DUAL"),
+                    Dialect::Sqlite | Dialect::Postgres => (" AS t", ""),
                 };
                 let _ = writeln!(
                     s,
@@ -817,9 +846,15 @@ impl Sql {
                     cols = cols.join(", "),
                     vals = vals.join(", "),
                     n = self.n(),
+                    upsert = self.on_conflict(shape, &sets),
                 );
             }
             ChangeOp::Delete => {
+                let mut key_match = Vec::new();
+                for (k, v) in shape.key.iter().zip(&c.key) {
+                    key_match.push(format!("{} = {}", ident(k), self.literal(ty(k)?, v)?));
+                }
+                let key_match = key_match.join(" AND ");
                 let (alias, from, upsert) = match self.dialect {
                     Dialect::MariaDb => (
                         "",
@@ -845,6 +880,48 @@ impl Sql {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// One PostgreSQL statement upserting `changes`, inserts and updates of
+    /// one object with distinct keys in key order, each guarded as
+    /// [`Sql::change`] guards one: a row is written unless a tombstone or
+    /// the row itself has its version or a newer one.
+    fn upsert_many(
+        &self,
+        s: &mut Script,
+        shapes: &Shapes,
+        changes: &[&Change],
+    ) -> Result<(), SinkError> {
+        let first = changes.first().expect("changes to upsert");
+        let shape = self.shape_of(shapes, first)?;
+        let mut rows = Vec::with_capacity(changes.len());
+        let mut columns = Vec::new();
+        let mut sets = Vec::new();
+        for c in changes {
+            self.shape_of(shapes, c)?;
+            let (cols, mut vals, row_sets) = self.upsert_parts(shape, c)?;
+            vals.push(string(&key_text(&c.key)));
+            rows.push(format!("({})", vals.join(", ")));
+            columns = cols;
+            sets = row_sets;
+        }
+        let names = columns.join(", ");
+        let _ = writeln!(
+            s,
+            "INSERT INTO {table} AS t ({names}) SELECT {names} FROM (VALUES {rows}) \
+             AS v({names}, {key_column}) WHERE NOT EXISTS (SELECT 1 FROM {tombstones} tb \
+             WHERE tb.name = {n} AND tb.object = {object} AND tb.\"key\" = v.{key_column} \
+             AND tb.version >= v.{version}) {upsert};",
+            table = self.table(&first.object),
+            rows = rows.join(", "),
+            key_column = ident(UPSERT_KEY_TEXT),
+            tombstones = self.t("tombstones"),
+            n = self.n(),
+            object = string(&first.object),
+            version = ident(VERSION_COLUMN),
+            upsert = self.on_conflict(shape, &sets),
+        );
         Ok(())
     }
 
@@ -1035,8 +1112,38 @@ impl Sql {
             .map(|c| (c.object.as_str(), key_text(&c.key), c))
             .collect();
         keyed.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        for (_, _, c) in keyed {
-            self.change(s, shapes, c)?;
+        // In PostgreSQL an object's inserts and updates go in one statement
+        // when the run has no delete of it (a delete's tombstone and row
+        // locks would then come after rows of higher keys): the newest
+        // change of each key, in key order still, which in one sink
+        // transaction leaves what all of them would.
+        let mut i = 0;
+        while i < keyed.len() {
+            let object = keyed[i].0;
+            let end = i + keyed[i..].iter().take_while(|k| k.0 == object).count();
+            let group = &keyed[i..end];
+            let upserts_only = group.iter().all(|(_, _, c)| c.op != ChangeOp::Delete);
+            if self.dialect == Dialect::Postgres && upserts_only && group.len() > 1 {
+                let mut newest: Vec<&Change> = Vec::with_capacity(group.len());
+                for (j, (_, key, c)) in group.iter().enumerate() {
+                    if j > 0 && group[j - 1].1 == *key {
+                        let last = newest.last_mut().expect("the key's earlier change");
+                        if c.version > last.version {
+                            *last = c;
+                        }
+                    } else {
+                        newest.push(c);
+                    }
+                }
+                for part in newest.chunks(UPSERT_ROWS_MAX) {
+                    self.upsert_many(s, shapes, part)?;
+                }
+            } else {
+                for (_, _, c) in group {
+                    self.change(s, shapes, c)?;
+                }
+            }
+            i = end;
         }
         Ok(())
     }

@@ -230,6 +230,37 @@ pub fn tombstone_blocks_late_insert(open: Open) {
     assert_eq!(s.rows_of("posts").len(), 2);
 }
 
+/// Several transactions of one batch writing rows of one object (in
+/// PostgreSQL, one statement): each key ends at its newest version, a
+/// tombstone newer than a write keeps it out, and a row newer than a
+/// write keeps it.
+pub fn many_writes_in_one_batch(open: Open) {
+    let mut s = open();
+    s.ensure_objects(&posts()).unwrap();
+    apply(&mut *s, vec![txn(20, vec![upsert(4, "newer", 20)])]).unwrap();
+    let del = change("posts", ChangeOp::Delete, json!(5), None, 21);
+    apply(&mut *s, vec![txn(21, vec![del])]).unwrap();
+    apply(
+        &mut *s,
+        vec![
+            txn(12, vec![upsert(3, "c12", 12), upsert(1, "a12", 12)]),
+            txn(10, vec![upsert(1, "a10", 10), upsert(2, "b10", 10)]),
+            // Older than what the sink holds for 4, and than 5's delete.
+            txn(15, vec![upsert(4, "stale", 15), upsert(5, "gone", 15)]),
+            txn(16, vec![upsert(2, "b16", 16), upsert(6, "f16", 16)]),
+        ],
+    )
+    .unwrap();
+    let rows = s.rows_of("posts");
+    assert_eq!(body(&rows, 1), Some((12, json!("a12"))));
+    assert_eq!(body(&rows, 2), Some((16, json!("b16"))));
+    assert_eq!(body(&rows, 3), Some((12, json!("c12"))));
+    assert_eq!(body(&rows, 4), Some((20, json!("newer"))));
+    assert_eq!(body(&rows, 5), None);
+    assert_eq!(body(&rows, 6), Some((16, json!("f16"))));
+    assert_eq!(rows.len(), 5);
+}
+
 pub fn exactly_once_across_crash(open: Open) {
     let mut s = open();
     s.ensure_objects(&posts()).unwrap();
@@ -523,9 +554,10 @@ pub fn two_subscriptions_share<S: SqlStore>(mut open: impl FnMut(&str) -> S) {
 /// Every case, each on a sink of its own from `open(case name)`.
 pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
     type Case = fn(Open);
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 8] = [
         ("reset", reset_forgets_everything),
         ("guarded_upsert", guarded_upsert),
+        ("many_writes", many_writes_in_one_batch),
         ("tombstone", tombstone_blocks_late_insert),
         ("exactly_once", exactly_once_across_crash),
         ("schema", schema_changes),
@@ -542,9 +574,10 @@ pub fn all(open: &mut dyn FnMut(&str) -> Opener) {
 /// changes and the refusal of a value of the wrong type.
 pub fn all_schemaless(open: &mut dyn FnMut(&str) -> Opener) {
     type Case = fn(Open);
-    let cases: [(&str, Case); 6] = [
+    let cases: [(&str, Case); 7] = [
         ("reset", reset_forgets_everything),
         ("guarded_upsert", guarded_upsert),
+        ("many_writes", many_writes_in_one_batch),
         ("tombstone", tombstone_blocks_late_insert),
         ("exactly_once", exactly_once_across_crash),
         ("ensure_objects", ensure_objects_idempotent),
