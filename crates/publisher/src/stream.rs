@@ -416,10 +416,46 @@ impl PublicationStream {
     }
 }
 
+/// At least the bytes `v` takes as JSON (a string's every character
+/// escaped as `\u00XX`, a number at its longest): cheap to add up.
+fn json_bytes_bound(v: &serde_json::Value) -> usize {
+    use serde_json::Value as J;
+    match v {
+        J::Null | J::Bool(_) => 5,
+        J::Number(_) => 24,
+        J::String(s) => 6 * s.len() + 2,
+        J::Array(a) => 2 + a.iter().map(|x| json_bytes_bound(x) + 1).sum::<usize>(),
+        J::Object(m) => {
+            2 + m
+                .iter()
+                .map(|(k, x)| 6 * k.len() + 4 + json_bytes_bound(x))
+                .sum::<usize>()
+        }
+    }
+}
+
+/// At least the bytes `c` takes as JSON.
+fn change_bytes_bound(c: &Change) -> usize {
+    // The field names, the operation and two LSNs.
+    const FIXED: usize = 128;
+    FIXED
+        + 6 * c.object.len()
+        + c.key.iter().map(|k| json_bytes_bound(k) + 1).sum::<usize>()
+        + c.attrs.as_ref().map_or(0, |m| {
+            m.iter()
+                .map(|(k, x)| 6 * k.len() + 4 + json_bytes_bound(x))
+                .sum::<usize>()
+        })
+}
+
 /// A transaction's changes cut into frames that each fit a line.
 fn frames(changes: Vec<Change>) -> Vec<Vec<Change>> {
     // Room for the frame's own fields and its dependency lists.
     const BUDGET: usize = WIRE_FRAME_BYTES_MAX - (256 << 10);
+    // Most transactions fit a frame by far: no need to write them twice.
+    if changes.iter().map(change_bytes_bound).sum::<usize>() <= BUDGET {
+        return vec![changes];
+    }
     let mut out = vec![Vec::new()];
     let mut bytes = 0usize;
     for c in changes {
@@ -433,4 +469,48 @@ fn frames(changes: Vec<Change>) -> Vec<Vec<Change>> {
         out.last_mut().expect("one frame at least").push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_cheap_bound_is_never_below_the_written_size() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(-1.234_567_890_123_456_7e-300),
+            json!(u64::MAX),
+            json!("\u{1}\u{1f}\"\\\n"),
+            json!("née 😀"),
+            json!([1, "a", null, [2.5, {"x\u{2}": "\u{7f}"}]]),
+            json!({"": {"": []}}),
+        ];
+        for v in values {
+            let written = serde_json::to_string(&v).unwrap().len();
+            assert!(json_bytes_bound(&v) >= written, "{v}");
+            let c = Change {
+                object: "o\u{3}".into(),
+                op: aqueduct_publish::ChangeOp::Update,
+                key: vec![v.clone(), json!(i64::MIN)],
+                attrs: Some([("k\u{4}".to_string(), v.clone())].into_iter().collect()),
+                version: u64::MAX,
+                prev_version: Some(u64::MAX),
+            };
+            let written = serde_json::to_string(&c).unwrap().len();
+            assert!(change_bytes_bound(&c) >= written, "{c:?}");
+        }
+        // Past the budget the frames are cut by the written sizes.
+        let big = Change {
+            object: "o".into(),
+            op: aqueduct_publish::ChangeOp::Insert,
+            key: vec![json!(1)],
+            attrs: Some([("b".to_string(), json!("x".repeat(1 << 20)))].into_iter().collect()),
+            version: 1,
+            prev_version: None,
+        };
+        assert_eq!(frames(vec![big.clone(); 12]).len(), 4);
+    }
 }
