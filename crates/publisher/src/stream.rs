@@ -507,7 +507,11 @@ mod tests {
             object: "o".into(),
             op: aqueduct_publish::ChangeOp::Insert,
             key: vec![json!(1)],
-            attrs: Some([("b".to_string(), json!("x".repeat(1 << 20)))].into_iter().collect()),
+            attrs: Some(
+                [("b".to_string(), json!("x".repeat(1 << 20)))]
+                    .into_iter()
+                    .collect(),
+            ),
             version: 1,
             prev_version: None,
         };

@@ -506,7 +506,12 @@ impl Agent {
             return;
         }
         while let Some(worker) = self.busy.iter().position(|b| !b) {
-            let keys = self.next_batch_keys();
+            // Ready transactions are shared out among the idle workers, so
+            // that a burst is applied in parallel rather than all in the
+            // first idle worker's batch.
+            let idle = self.busy.iter().filter(|b| !**b).count();
+            let share = self.ready.len().div_ceil(idle).max(1);
+            let keys = self.next_batch_keys(share);
             if keys.is_empty() {
                 return;
             }
@@ -514,8 +519,9 @@ impl Agent {
         }
     }
 
-    /// The keys of the next batch for an idle worker (§5.2).
-    fn next_batch_keys(&self) -> Vec<Key> {
+    /// The keys of the next batch for an idle worker (§5.2): in causal and
+    /// weak mode at most `share` transactions.
+    fn next_batch_keys(&self, share: usize) -> Vec<Key> {
         let barriers = !self.planted("schema-barrier-ignored");
         let first_schema = if barriers {
             self.window.first_schema()
@@ -531,7 +537,11 @@ impl Agent {
             }
         }
         let before_barrier = |k: &Key| first_schema.is_none_or(|s| *k < s);
-        let max_txns = self.config.batch_txns_max;
+        let max_txns = if self.config.mode == Mode::Global {
+            self.config.batch_txns_max
+        } else {
+            self.config.batch_txns_max.min(share)
+        };
         let max_rows = self.config.batch_rows_max;
         let mut keys = Vec::new();
         let mut rows = 0;

@@ -102,18 +102,24 @@ fn fig8_through_the_agent() {
         started.extend(applies(&a.step(txn(i as u64 + 1, Some(d.clone())))));
     }
     assert_eq!(started, vec![(0, vec![1])]);
-    // After M1: M2 and M3 (user 1 counted by M1, post read) together; M3
-    // does not wait for M2.
+    // After M1: M2 and M3 (user 1 counted by M1, post read) at once, on
+    // two idle workers; M3 does not wait for M2.
     let next = applies(&a.step(Input::Applied {
         now_ms: 1,
         batch: 0,
     }));
-    assert_eq!(next, vec![(1, vec![2, 3])]);
-    let last = applies(&a.step(Input::Applied {
+    assert_eq!(next, vec![(1, vec![2]), (2, vec![3])]);
+    // M4 (user 1 again) waits for M3, not for M2.
+    let after_m2 = applies(&a.step(Input::Applied {
         now_ms: 2,
         batch: 1,
     }));
-    assert_eq!(last, vec![(2, vec![4])]);
+    assert!(after_m2.is_empty(), "{after_m2:?}");
+    let last = applies(&a.step(Input::Applied {
+        now_ms: 3,
+        batch: 2,
+    }));
+    assert_eq!(last, vec![(3, vec![4])]);
 }
 
 #[test]
