@@ -207,6 +207,12 @@ pub struct OverheadRow {
     pub writes_per_sec: f64,
     /// Seconds after the writer stopped until every subscriber had all.
     pub drain_seconds: f64,
+    /// The publisher's CPU per write, from the writer's start until every
+    /// subscriber had all (Aqueduct only: the baseline PostgreSQL's
+    /// backends have exited by then): the server's own cost of a write
+    /// and of sending it to the subscribers, apart from the CPU the
+    /// subscribers take from the writer on a shared machine.
+    pub publisher_cpu_us_per_write: Option<f64>,
 }
 
 #[derive(Serialize, Clone, Debug, Default)]
@@ -1283,6 +1289,7 @@ impl Env<'_> {
 
     fn overhead(&self, system: System, subs: usize, round: usize) -> anyhow::Result<OverheadRow> {
         let pipe = self.pipe(system, subs, false)?;
+        let cpu_before = self.cpu(&pipe).publisher_s;
         let w = self.write(
             &pipe,
             self.args.clients,
@@ -1298,6 +1305,8 @@ impl Env<'_> {
                 None => bail!("a subscriber of {} did not catch up", pipe.table),
             }
         }
+        let publisher_cpu_us_per_write = matches!(system, System::Aqueduct { .. })
+            .then(|| (self.cpu(&pipe).publisher_s - cpu_before) * 1e6 / w.changes.max(1) as f64);
         self.teardown(pipe)?;
         Ok(OverheadRow {
             system: system.name().into(),
@@ -1306,6 +1315,7 @@ impl Env<'_> {
             changes: w.changes,
             writes_per_sec: w.changes as f64 / w.seconds(),
             drain_seconds: (drained - w.last).as_secs_f64(),
+            publisher_cpu_us_per_write,
         })
     }
 }
@@ -1452,7 +1462,14 @@ fn print_results(r: &Results) {
     if !r.overhead.is_empty() {
         println!("\nPublisher writes/s with subscribers attached");
         common::print_table(
-            &["system", "subscribers", "round", "writes/s", "drain s"],
+            &[
+                "system",
+                "subscribers",
+                "round",
+                "writes/s",
+                "drain s",
+                "publisher CPU µs/write",
+            ],
             &r.overhead
                 .iter()
                 .map(|o| {
@@ -1462,6 +1479,8 @@ fn print_results(r: &Results) {
                         o.round.to_string(),
                         format!("{:.0}", o.writes_per_sec),
                         format!("{:.2}", o.drain_seconds),
+                        o.publisher_cpu_us_per_write
+                            .map_or("-".into(), |c| format!("{c:.0}")),
                     ]
                 })
                 .collect::<Vec<_>>(),
@@ -1526,11 +1545,20 @@ fn write_csv(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         );
     }
     std::fs::write(dir.join("publications-callback.csv"), out)?;
-    let mut out = String::from("system,subscribers,round,changes,writes_per_sec,drain_seconds\n");
+    let mut out = String::from(
+        "system,subscribers,round,changes,writes_per_sec,drain_seconds,publisher_cpu_us_per_write\n",
+    );
     for o in &r.overhead {
         out += &format!(
-            "{},{},{},{},{:.1},{:.3}\n",
-            o.system, o.subscribers, o.round, o.changes, o.writes_per_sec, o.drain_seconds
+            "{},{},{},{},{:.1},{:.3},{}\n",
+            o.system,
+            o.subscribers,
+            o.round,
+            o.changes,
+            o.writes_per_sec,
+            o.drain_seconds,
+            o.publisher_cpu_us_per_write
+                .map_or(String::new(), |c| format!("{c:.1}"))
         );
     }
     std::fs::write(dir.join("publications-overhead.csv"), out)?;

@@ -506,11 +506,10 @@ impl Agent {
             return;
         }
         while let Some(worker) = self.busy.iter().position(|b| !b) {
-            // Ready transactions are shared out among the idle workers, so
-            // that a burst is applied in parallel rather than all in the
-            // first idle worker's batch.
-            let idle = self.busy.iter().filter(|b| !**b).count();
-            let share = self.ready.len().div_ceil(idle).max(1);
+            // Ready transactions are shared out among all the workers, so
+            // that a backlog is applied in parallel as workers come free,
+            // rather than all in the first free worker's batch.
+            let share = self.ready.len().div_ceil(self.busy.len()).max(1);
             let keys = self.next_batch_keys(share);
             if keys.is_empty() {
                 return;
@@ -520,7 +519,8 @@ impl Agent {
     }
 
     /// The keys of the next batch for an idle worker (§5.2): in causal and
-    /// weak mode at most `share` transactions.
+    /// weak mode at most `share` transactions (the ready ones over the
+    /// workers).
     fn next_batch_keys(&self, share: usize) -> Vec<Key> {
         let barriers = !self.planted("schema-barrier-ignored");
         let first_schema = if barriers {

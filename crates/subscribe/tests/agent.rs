@@ -238,3 +238,33 @@ fn dead_letter_blocks_dependents_only_and_can_be_skipped() {
     assert!(fx.contains(&Effect::DeadLetterCleared { lsn: 1 }));
     assert_eq!(applies(&fx)[0].1, vec![2]);
 }
+
+#[test]
+fn weak_mode_shares_a_backlog_among_the_workers() {
+    let mut a = agent(Mode::Weak, 4);
+    let mut started = Vec::new();
+    for lsn in 1..=8 {
+        started.extend(applies(&a.step(txn(lsn, None))));
+    }
+    // One transaction per idle worker as they arrive, then the rest wait
+    // for a worker.
+    assert_eq!(
+        started,
+        vec![(0, vec![1]), (1, vec![2]), (2, vec![3]), (3, vec![4])]
+    );
+    // The backlog is shared out over the workers as they come free: a
+    // quarter of it to each, not all of it to the first.
+    for lsn in 9..=16 {
+        assert!(applies(&a.step(txn(lsn, None))).is_empty());
+    }
+    let next = applies(&a.step(Input::Applied {
+        now_ms: 1,
+        batch: 0,
+    }));
+    assert_eq!(next, vec![(4, vec![5, 6, 7])]);
+    let next = applies(&a.step(Input::Applied {
+        now_ms: 2,
+        batch: 1,
+    }));
+    assert_eq!(next, vec![(5, vec![8, 9, 10])]);
+}
