@@ -287,8 +287,12 @@ fn compaction_drops_acknowledged_rows_and_keeps_the_rest_across_restarts() {
             logged.len()
         );
         // The highest row id stays, so no id is handed out twice.
-        let max_now = logged.iter().map(|(r, _)| *r).max().unwrap();
-        assert!(max_now > highest_rowid);
+        let max_now = logged.iter().map(|(r, _)| *r).max();
+        assert!(
+            max_now.is_some_and(|m| m > highest_rowid),
+            "the row with the highest row id was dropped (log keeps {max_now:?}, \
+             highest before {highest_rowid})"
+        );
     }
     // Restarted after all that, new rows take new row ids.
     drop(s);
@@ -296,7 +300,11 @@ fn compaction_drops_acknowledged_rows_and_keeps_the_rest_across_restarts() {
     let e = open(dir.path());
     let mut s = e.session();
     let before = logged_rows(e.database().log(), id);
-    let highest = before.iter().map(|(r, _)| *r).max().unwrap();
+    let highest = before
+        .iter()
+        .map(|(r, _)| *r)
+        .max()
+        .expect("the row with the highest row id stays");
     ok(&mut s, "INSERT INTO events VALUES (-7, 'after restart')");
     let after = logged_rows(e.database().log(), id);
     let (rowid, _) = after.iter().find(|(_, n)| *n == -7).unwrap();
