@@ -25,10 +25,9 @@ const READ_HINT: &str = "An ephemeral table keeps none of its rows: read them fr
                          true) to keep them.";
 
 /// Refuses what `st` would do to an ephemeral table that it cannot.
+/// Looks up only the names `st` uses (never every table), so its cost
+/// follows the statement, not the catalog.
 pub fn refuse_unsupported(catalog: &Catalog, st: &Statement) -> Result<(), SqlError> {
-    if !catalog.tables.values().any(|t| t.schema.ephemeral) {
-        return Ok(());
-    }
     let ephemeral = |name: &str| catalog.table(name).is_some_and(|t| t.schema.ephemeral);
     let target_of = |n: &ast::ObjectName| object_name(n).ok().filter(|n| ephemeral(n));
     match st {
@@ -94,11 +93,14 @@ pub fn refuse_unsupported(catalog: &Catalog, st: &Statement) -> Result<(), SqlEr
             )),
             None => Ok(()),
         },
+        Statement::Copy {
+            source: ast::CopySource::Query(q),
+            ..
+        } => refuse_reads(catalog, q.as_ref()),
         Statement::Explain { statement, .. } => refuse_unsupported(catalog, statement),
-        Statement::Query(_)
-        | Statement::CreateView(_)
-        | Statement::Declare { .. }
-        | Statement::Copy { .. } => refuse_reads(catalog, st),
+        Statement::Query(_) | Statement::CreateView(_) | Statement::Declare { .. } => {
+            refuse_reads(catalog, st)
+        }
         // Schema changes (ALTER, DROP, TRUNCATE, COMMENT, GRANT), COPY FROM
         // and publications name the table without reading rows.
         _ => Ok(()),

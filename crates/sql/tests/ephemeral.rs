@@ -148,6 +148,13 @@ fn inserts_reach_the_feed_and_the_table_keeps_nothing() {
     // so a key sent twice is two inserts.
     ok(&mut s, "INSERT INTO clicks VALUES (1, 'a'), (2, 'b')");
     ok(&mut s, "INSERT INTO clicks VALUES (1, 'again')");
+    // COPY FROM loads rows like INSERT.
+    assert!(matches!(
+        ok(&mut s, "COPY clicks (id, at) FROM STDIN"),
+        aqueduct_sql::Outcome::CopyIn { .. }
+    ));
+    s.copy_in_data(b"10\tcopied\n11\tcopied\n").unwrap();
+    s.copy_in_done().unwrap();
     // RETURNING returns what was written.
     let Ok(aqueduct_sql::Outcome::Rows { rows, .. }) = run(
         &mut s,
@@ -172,9 +179,9 @@ fn inserts_reach_the_feed_and_the_table_keeps_nothing() {
         (0..ROWS as i64).collect::<Vec<_>>(),
         "every insert, in order"
     );
-    let got = receive(&e, "reader", clicks, 4);
+    let got = receive(&e, "reader", clicks, 6);
     let ns: Vec<i64> = got.iter().map(|(n, _)| *n).collect();
-    assert_eq!(ns, vec![1, 2, 1, 3]);
+    assert_eq!(ns, vec![1, 2, 1, 10, 11, 3]);
 
     // Reading, changing or indexing the rows is refused, naming the table.
     for sql in [
@@ -199,6 +206,15 @@ fn inserts_reach_the_feed_and_the_table_keeps_nothing() {
             err.message
         );
     }
+    // A table made ephemeral in the open transaction is one already.
+    ok(&mut s, "BEGIN");
+    ok(
+        &mut s,
+        "CREATE TABLE pending (n int) WITH (ephemeral = true)",
+    );
+    let err = run(&mut s, "SELECT * FROM pending").expect_err("a read of it");
+    assert_eq!(err.code, "0A000", "{err}");
+    ok(&mut s, "ROLLBACK");
     // A CTE of the same name is not the table.
     ok(
         &mut s,

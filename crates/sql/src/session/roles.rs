@@ -41,7 +41,10 @@ impl Session {
     /// Also refuses, for every role, what no statement may do with an
     /// ephemeral table (SQLSTATE 0A000: reading, updating, deleting).
     pub(crate) fn authorize(&mut self, st: &Statement) -> Result<(), SqlError> {
-        aqueduct_plan::ephemeral::refuse_unsupported(&self.engine.database().read(), st)?;
+        aqueduct_plan::ephemeral::refuse_unsupported(
+            &self.engine.database().read_in(self.txn.as_ref()),
+            st,
+        )?;
         if self.principal.bootstrap {
             return Ok(());
         }
