@@ -376,92 +376,6 @@ fn one_sessions_transactions_arrive_in_commit_order() {
     }
 }
 
-/// Whether the server can still stream changes from `lsn` (a probe that
-/// holds nothing: no durable consumer).
-fn log_still_has(server: &Server, lsn: u64) -> bool {
-    let r = aqueduct_mirror::http::request(
-        &format!("127.0.0.1:{}", server.http),
-        "GET",
-        &format!("/v1/changes?from_lsn={lsn}"),
-        None,
-        None,
-        STEP_TIMEOUT,
-    )
-    .unwrap();
-    r.status == 200
-}
-
-/// The metrics page's value of `line_start` (a metric with its labels).
-fn metric(server: &Server, line_start: &str) -> Option<u64> {
-    let r = aqueduct_mirror::http::request(
-        &format!("127.0.0.1:{}", server.http),
-        "GET",
-        "/metrics",
-        None,
-        None,
-        STEP_TIMEOUT,
-    )
-    .unwrap();
-    let mut body = r.body;
-    let text = String::from_utf8(body.read_to_end(16 << 20).unwrap()).unwrap();
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// A subscriber that falls further behind than its publication's cap is
-/// cut off, the log it held is compacted away, and when it comes back it
-/// bootstraps again by itself: from an empty copy, so rows deleted while
-/// it was away are gone too.
-#[test]
-fn a_subscriber_cut_off_past_its_cap_bootstraps_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = serve(
-        &dir.path().join("data"),
-        &[
-            "--fsync",
-            "never",
-            "--segment-bytes",
-            "65536",
-            "--compaction-interval-secs",
-            "1",
-            // Small, so the stream behind must come from the log.
-            "--feed-memory",
-            "16384",
-        ],
-    );
-    let mut c = client(server.pg);
-    setup(&mut c);
-    c.batch_execute("ALTER PUBLICATION social SET (max_lag = '64kB')")
-        .unwrap();
-    let sink = dir.path().join("sink.db");
-    catch_up(&server, &sink, "causal");
-    let away_from = watermark(&sink);
-    // While it is away: many versions of every post, some deleted.
-    for round in 0..8 {
-        c.execute("UPDATE posts SET body = body || $1", &[&format!("{round}")])
-            .unwrap();
-    }
-    c.execute("DELETE FROM posts WHERE id <= 60", &[]).unwrap();
-    c.execute("DELETE FROM users WHERE id > 190", &[]).unwrap();
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    while metric(
-        &server,
-        "aqueduct_publication_subscriber_dropped{publication=\"social\",subscriber=\"t1\"}",
-    ) != Some(1)
-        || log_still_has(&server, away_from)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the subscriber was not cut off and its log compacted in time"
-        );
-        std::thread::yield_now();
-    }
-    catch_up(&server, &sink, "causal");
-    assert_same(&mut c, &sink, "after being cut off and bootstrapped again");
-}
-
 /// An ephemeral table's inserts reach a subscriber as inserts; its
 /// bootstrap sends no rows (the table keeps none), so a subscriber gets
 /// only what is inserted after it starts.
@@ -546,4 +460,90 @@ fn an_ephemeral_tables_inserts_reach_a_subscriber() {
         got, want,
         "every insert after the subscriber started, once, in order"
     );
+}
+
+/// Whether the server can still stream changes from `lsn` (a probe that
+/// holds nothing: no durable consumer).
+fn log_still_has(server: &Server, lsn: u64) -> bool {
+    let r = aqueduct_mirror::http::request(
+        &format!("127.0.0.1:{}", server.http),
+        "GET",
+        &format!("/v1/changes?from_lsn={lsn}"),
+        None,
+        None,
+        STEP_TIMEOUT,
+    )
+    .unwrap();
+    r.status == 200
+}
+
+/// The metrics page's value of `line_start` (a metric with its labels).
+fn metric(server: &Server, line_start: &str) -> Option<u64> {
+    let r = aqueduct_mirror::http::request(
+        &format!("127.0.0.1:{}", server.http),
+        "GET",
+        "/metrics",
+        None,
+        None,
+        STEP_TIMEOUT,
+    )
+    .unwrap();
+    let mut body = r.body;
+    let text = String::from_utf8(body.read_to_end(16 << 20).unwrap()).unwrap();
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A subscriber that falls further behind than its publication's cap is
+/// cut off, the log it held is compacted away, and when it comes back it
+/// bootstraps again by itself: from an empty copy, so rows deleted while
+/// it was away are gone too.
+#[test]
+fn a_subscriber_cut_off_past_its_cap_bootstraps_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(
+        &dir.path().join("data"),
+        &[
+            "--fsync",
+            "never",
+            "--segment-bytes",
+            "65536",
+            "--compaction-interval-secs",
+            "1",
+            // Small, so the stream behind must come from the log.
+            "--feed-memory",
+            "16384",
+        ],
+    );
+    let mut c = client(server.pg);
+    setup(&mut c);
+    c.batch_execute("ALTER PUBLICATION social SET (max_lag = '64kB')")
+        .unwrap();
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    let away_from = watermark(&sink);
+    // While it is away: many versions of every post, some deleted.
+    for round in 0..8 {
+        c.execute("UPDATE posts SET body = body || $1", &[&format!("{round}")])
+            .unwrap();
+    }
+    c.execute("DELETE FROM posts WHERE id <= 60", &[]).unwrap();
+    c.execute("DELETE FROM users WHERE id > 190", &[]).unwrap();
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    while metric(
+        &server,
+        "aqueduct_publication_subscriber_dropped{publication=\"social\",subscriber=\"t1\"}",
+    ) != Some(1)
+        || log_still_has(&server, away_from)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the subscriber was not cut off and its log compacted in time"
+        );
+        std::thread::yield_now();
+    }
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after being cut off and bootstrapped again");
 }

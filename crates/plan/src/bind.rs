@@ -4043,7 +4043,8 @@ impl<'a> Binder<'a> {
                 &name,
                 "a unique constraint",
                 "An ephemeral table keeps no rows to check against: drop the UNIQUE \
-                 constraint (a primary key names each row but is not checked either).",
+                 constraint (a primary key names each row, checked only among one \
+                 transaction's own writes).",
             ));
         }
         let mut names = ConstraintNames::default();
@@ -5376,9 +5377,6 @@ fn is_literal(e: &ast::Expr) -> bool {
 /// [`deferral`].
 type UniqueSpec = (Option<String>, Vec<usize>, (bool, bool));
 
-/// A constraint's `[NOT] DEFERRABLE [INITIALLY DEFERRED | IMMEDIATE]`:
-/// (deferrable, initially deferred). INITIALLY DEFERRED implies
-/// DEFERRABLE, as in PostgreSQL.
 /// A refusal of `what` on ephemeral table `table` (SQLSTATE 0A000; the
 /// statements refused are listed in `ephemeral.rs`).
 pub fn ephemeral_refused(table: &str, what: &str, hint: &str) -> SqlError {
@@ -5429,6 +5427,9 @@ fn ephemeral_option(options: &ast::CreateTableOptions) -> Result<bool, SqlError>
     Ok(ephemeral)
 }
 
+/// A constraint's `[NOT] DEFERRABLE [INITIALLY DEFERRED | IMMEDIATE]`:
+/// (deferrable, initially deferred). INITIALLY DEFERRED implies
+/// DEFERRABLE, as in PostgreSQL.
 pub(crate) fn deferral(c: &Option<ast::ConstraintCharacteristics>) -> (bool, bool) {
     let deferred = c
         .as_ref()
