@@ -25,9 +25,12 @@ const ROWS_PER_INSERT: usize = 50;
 /// How long a test waits for the feed to deliver what was committed.
 const DELIVERY_DEADLINE: Duration = Duration::from_secs(30);
 /// What the log may still hold of an ephemeral table once every row is
-/// acknowledged and compacted: the active segment's records, and one row
-/// kept for its row id. Far below one round's rows.
-const RETAINED_ROWS_MAX: usize = ROWS / 3;
+/// acknowledged, the active segment sealed and the log compacted: the one
+/// row kept for its highest row id.
+const RETAINED_ROWS_MAX: usize = 1;
+/// Bytes of log (every segment) left then: the schema records and that
+/// row, within one segment; each round writes several times more.
+const RETAINED_BYTES_MAX: u64 = SEGMENT_BYTES;
 
 fn open(dir: &std::path::Path) -> Arc<Engine> {
     let (log, _) = Log::open(
@@ -84,6 +87,11 @@ fn logged_rows(log: &Log, id: TableId) -> Vec<(i64, i64)> {
     })
     .unwrap();
     out
+}
+
+/// Bytes of every segment of the log, sealed and active.
+fn log_bytes(log: &Log) -> u64 {
+    log.segments().iter().map(|s| s.bytes).sum()
 }
 
 /// Reads consumer `name`'s messages until it has `count` inserts into
@@ -292,10 +300,19 @@ fn compaction_drops_acknowledged_rows_and_keeps_the_rest_across_restarts() {
     for _ in 0..3 {
         insert_round(&mut s, next);
         next += ROWS;
+        assert!(
+            log_bytes(e.database().log()) > 4 * RETAINED_BYTES_MAX,
+            "a round fills several segments"
+        );
         let head = e.database().applied_lsn();
         e.feed().ack("sub", head).unwrap();
         e.database().log().seal_active().unwrap();
         e.database().log().compact().unwrap();
+        let bytes = log_bytes(e.database().log());
+        assert!(
+            bytes <= RETAINED_BYTES_MAX,
+            "{bytes} bytes of log retained after everything was acknowledged"
+        );
         let logged = logged_rows(e.database().log(), id);
         assert!(
             logged.len() <= RETAINED_ROWS_MAX,
