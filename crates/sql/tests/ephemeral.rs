@@ -283,11 +283,16 @@ fn compaction_drops_acknowledged_rows_and_keeps_the_rest_across_restarts() {
 
     // After a restart and another compaction, the consumer gets exactly
     // what it had not acknowledged, in order.
+    // An altered table stays ephemeral through replay (its alter_table
+    // record carries the whole definition).
+    ok(&mut s, "ALTER TABLE events ADD COLUMN source text");
     drop(s);
     drop(e);
     let e = open(dir.path());
     e.database().log().compact().unwrap();
     let t = e.database().read().table("events").unwrap().clone();
+    assert!(t.schema.ephemeral, "still ephemeral after ALTER and replay");
+    assert_eq!(t.schema.columns.len(), 3);
     assert_eq!((t.len(), t.bytes), (0, 0), "replay keeps no ephemeral row");
     let got = receive(&e, "sub", id, ROWS + ROWS / 2);
     let ns: Vec<i64> = got.iter().map(|(n, _)| *n).collect();
@@ -338,7 +343,10 @@ fn compaction_drops_acknowledged_rows_and_keeps_the_rest_across_restarts() {
         .map(|(r, _)| *r)
         .max()
         .expect("the row with the highest row id stays");
-    ok(&mut s, "INSERT INTO events VALUES (-7, 'after restart')");
+    ok(
+        &mut s,
+        "INSERT INTO events (n, body) VALUES (-7, 'after restart')",
+    );
     let after = logged_rows(e.database().log(), id);
     let (rowid, _) = after.iter().find(|(_, n)| *n == -7).unwrap();
     assert!(
