@@ -385,6 +385,92 @@ fn one_sessions_transactions_arrive_in_commit_order() {
     }
 }
 
+/// An ephemeral table's inserts reach a subscriber as inserts; its
+/// bootstrap sends no rows (the table keeps none), so a subscriber gets
+/// only what is inserted after it starts.
+#[test]
+fn an_ephemeral_tables_inserts_reach_a_subscriber() {
+    const BEFORE: u64 = 5;
+    const AFTER: u64 = 30;
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    c.batch_execute(
+        "CREATE TABLE events (kind text NOT NULL, n bigint) WITH (ephemeral = true);
+         CREATE PUBLICATION stream FOR TABLE events",
+    )
+    .unwrap();
+    for n in 0..BEFORE {
+        c.execute("INSERT INTO events VALUES ('before', $1)", &[&(n as i64)])
+            .unwrap();
+    }
+    let out = dir.path().join("events.jsonl");
+    let run = || {
+        let o = aqueduct()
+            .args([
+                "subscribe",
+                "--from",
+                &format!("127.0.0.1:{}", server.http),
+                "--publication",
+                "stream",
+                "--name",
+                "listener",
+                "--mode",
+                "causal",
+                "--into",
+                &format!("jsonl:{}", out.display()),
+                "--state-dir",
+                &dir.path().join("state").display().to_string(),
+                "--until-caught-up",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run();
+    for n in 0..AFTER {
+        c.execute("INSERT INTO events VALUES ('after', $1)", &[&(n as i64)])
+            .unwrap();
+    }
+    run();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<Json> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let bootstrap_rows = lines
+        .iter()
+        .filter(|j| j["bootstrap"] == true)
+        .all(|j| j["type"] != "row" && j["changes"].as_array().is_none_or(|c| c.is_empty()));
+    assert!(
+        bootstrap_rows,
+        "the bootstrap sent rows of an ephemeral table: {text}"
+    );
+    let inserts: Vec<&Json> = lines
+        .iter()
+        .filter(|j| j["type"] == "txn")
+        .flat_map(|j| j["changes"].as_array().unwrap())
+        .collect();
+    assert!(inserts.iter().all(|ch| ch["object"] == "events"
+        && ch["op"] == "insert"
+        && ch["prev_version"].is_null()));
+    let got: Vec<(String, i64)> = inserts
+        .iter()
+        .map(|ch| {
+            (
+                ch["attrs"]["kind"].as_str().unwrap().to_string(),
+                ch["attrs"]["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, i64)> = (0..AFTER).map(|n| ("after".into(), n as i64)).collect();
+    assert_eq!(
+        got, want,
+        "every insert after the subscriber started, once, in order"
+    );
+}
+
 /// Whether the server can still stream changes from `lsn` (a probe that
 /// holds nothing: no durable consumer).
 fn log_still_has(server: &Server, lsn: u64) -> bool {

@@ -37,6 +37,7 @@ fn create_table(db: &Database) {
         indexes: Vec::new(),
         checks: vec![],
         foreign_keys: vec![],
+        ephemeral: false,
     }));
     db.commit(&txn).unwrap();
 }

@@ -11,7 +11,10 @@
 //!    `Put` of each key. The newest `Delete` of a key is dropped too: every
 //!    older record of the key sits in an older segment, rewritten earlier in
 //!    this pass, or in this very segment, so nothing older holds the key once
-//!    this segment is swapped in. Each rewrite goes to `<base>.seg.tmp`, is
+//!    this segment is swapped in. A `Put` the layer above says has expired
+//!    ([`Expiry`]: a row of an ephemeral table) is dropped even when it is
+//!    its key's newest version; the range is below every hold, so every
+//!    durable reader has consumed it. Each rewrite goes to `<base>.seg.tmp`, is
 //!    synced, and is renamed over the segment: a crash leaves either version,
 //!    and either version (with the rest of the log) replays to the same state.
 //! 4. Adjacent small segments are merged into the first of them; the merged
@@ -79,12 +82,30 @@ pub struct Reclaimable {
     pub bytes: u64,
 }
 
+/// Says, for one pass, whether a `Put` record (by its key) has expired.
+pub type ExpiredPuts = Box<dyn Fn(&[u8]) -> bool + Send>;
+
+/// Records compaction may drop although no later record of their key
+/// replaces them: rows published but not stored (ephemeral tables). The
+/// log does not know what keys mean; the layer that does sets this
+/// ([`Log::set_expiry`]). Only records of the compactable range are asked
+/// about, so a record at or above any hold, or above
+/// [`Retention::protect_from`], is never dropped this way.
+pub trait Expiry: Send + Sync {
+    /// Called once at the start of each pass, before compaction takes its
+    /// lock: the predicate for the pass, or `None` when nothing expires.
+    fn for_pass(&self) -> Option<ExpiredPuts>;
+}
+
 /// Newest compactable LSN per key.
 type NewestByKey = HashMap<Vec<u8>, Lsn>;
 
-fn keep(r: &RecordView<'_>, newest: &NewestByKey) -> bool {
+fn keep(r: &RecordView<'_>, newest: &NewestByKey, expired: Option<&ExpiredPuts>) -> bool {
     if !r.kind.is_compactable() {
         return true;
+    }
+    if r.kind == RecordKind::Put && expired.is_some_and(|f| f(r.key)) {
+        return false;
     }
     matches!(r.kind, RecordKind::Put | RecordKind::TxnDeps) && newest.get(r.key) == Some(&r.lsn)
 }
@@ -144,6 +165,8 @@ pub fn reclaimable(log: &Log) -> Result<Reclaimable> {
     let storage = log.storage().as_ref();
     let segs: Vec<(Lsn, u64)> = log.segments().iter().map(|s| (s.base, s.bytes)).collect();
     let newest = newest_by_key(storage, &segs)?;
+    let expiry = log.inner.expiry.lock().clone();
+    let expired = expiry.and_then(|e| e.for_pass());
     let mut out = Reclaimable {
         keys: newest.len() as u64,
         ..Default::default()
@@ -151,7 +174,7 @@ pub fn reclaimable(log: &Log) -> Result<Reclaimable> {
     for &(base, len) in &segs {
         let file = open_segment(storage, base)?;
         scan_all(storage, file.as_ref(), base, len, |r, _| {
-            if !keep(&r, &newest) {
+            if !keep(&r, &newest, expired.as_ref()) {
                 out.records += 1;
                 out.bytes += r.encoded_len() as u64;
             }
@@ -180,6 +203,11 @@ pub(crate) fn compact(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<CompactionReport> {
     let inner = &log.inner;
+    // Asked before the lock: the layer above reads its own state to answer,
+    // and must never wait for a pass while a holder of that state waits to
+    // set a hold (which takes the lock).
+    let expiry = inner.expiry.lock().clone();
+    let expired = expiry.and_then(|e| e.for_pass());
     let _guard = inner.compaction.lock();
     let storage = inner.storage.as_ref();
     let retention = inner.opts.retention.clone();
@@ -249,7 +277,7 @@ pub(crate) fn compact(
         }
         report.records_before += s.summary.record_count;
         report.bytes_before += s.summary.data_len;
-        match rewrite(log, s, &newest)? {
+        match rewrite(log, s, &newest, expired.as_ref())? {
             Rewritten::Unchanged => survivors.push(s.clone()),
             Rewritten::Replaced(new) => {
                 report.segments_rewritten += 1;
@@ -304,14 +332,19 @@ enum Rewritten {
 }
 
 /// Writes the kept records of `s` to a temporary file and swaps it in.
-fn rewrite(log: &Log, s: &SealedSegment, newest: &NewestByKey) -> Result<Rewritten> {
+fn rewrite(
+    log: &Log,
+    s: &SealedSegment,
+    newest: &NewestByKey,
+    expired: Option<&ExpiredPuts>,
+) -> Result<Rewritten> {
     let storage = log.storage().as_ref();
     let base = s.header.base;
     let file = open_segment(storage, base)?;
     // Count first: most segments of a compacted log need no rewrite.
     let mut dropped = 0u64;
     scan_all(storage, file.as_ref(), base, s.summary.data_len, |r, _| {
-        dropped += !keep(&r, newest) as u64;
+        dropped += !keep(&r, newest, expired) as u64;
         Ok(())
     })?;
     if dropped == 0 {
@@ -334,7 +367,7 @@ fn rewrite(log: &Log, s: &SealedSegment, newest: &NewestByKey) -> Result<Rewritt
     // A kept record waits here until we know whether its batch goes on.
     let mut pending: Option<(Vec<u8>, u8)> = None;
     scan_all(storage, file.as_ref(), base, s.summary.data_len, |r, _| {
-        if keep(&r, newest) {
+        if keep(&r, newest, expired) {
             if let Some((bytes, _)) = pending.take() {
                 out.push_encoded(&bytes)?;
             }

@@ -35,7 +35,7 @@ pub mod storage;
 use std::io;
 use std::time::Duration;
 
-pub use crate::compaction::{CompactionReport, Retention};
+pub use crate::compaction::{CompactionReport, ExpiredPuts, Expiry, Retention};
 pub use crate::live::LiveLogReader;
 pub use crate::log::{Log, LsnRange, RecoveryReport, SegmentStat};
 pub use crate::meta::Meta;

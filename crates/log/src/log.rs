@@ -117,6 +117,9 @@ pub(crate) struct Inner {
     /// Retention holds by name: compaction keeps every record at or above
     /// the lowest ([`Log::set_hold`]).
     pub holds: Mutex<std::collections::BTreeMap<String, Lsn>>,
+    /// Which records compaction may drop although they are their key's
+    /// newest version ([`Log::set_expiry`]).
+    pub expiry: Mutex<Option<Arc<dyn crate::compaction::Expiry>>>,
     /// Serialises manifest writes; taken after `writer`, before `segments`.
     pub manifest: Mutex<ManifestState>,
     pub meta: Mutex<Meta>,
@@ -234,6 +237,7 @@ impl Log {
             poisoned: OnceLock::new(),
             compaction: Mutex::new(()),
             holds: Mutex::new(Default::default()),
+            expiry: Mutex::new(None),
             meta: Mutex::new(recovered.meta),
             generations: Mutex::new(recovered.max_generation),
             metrics: LogMetrics::default(),
@@ -719,6 +723,14 @@ impl Log {
             }
         }
         Ok(())
+    }
+
+    /// Tells compaction which rows expire: records it may drop, once
+    /// they are below every hold, although no later record of their key
+    /// replaces them (rows of ephemeral tables, which the layer above
+    /// knows by their keys). `None`: every key's newest version stays.
+    pub fn set_expiry(&self, expiry: Option<Arc<dyn crate::compaction::Expiry>>) {
+        *self.inner.expiry.lock() = expiry;
     }
 
     /// The retention holds, by name.

@@ -67,6 +67,7 @@ fn create(db: &Database, name: &str) -> u64 {
         indexes: vec![],
         checks: vec![],
         foreign_keys: vec![],
+        ephemeral: false,
     }));
     db.commit(&txn).unwrap();
     id

@@ -745,6 +745,13 @@ impl Work<'_> {
                     sql: bind::stored_sql(&ck.expr),
                 });
             }
+            ast::TableConstraint::Unique(_) if self.schema.ephemeral => {
+                return Err(bind::ephemeral_refused(
+                    &self.schema.name,
+                    "a unique constraint",
+                    "An ephemeral table keeps no rows to check against.",
+                ));
+            }
             ast::TableConstraint::Unique(u) => {
                 let cols: Vec<usize> = u
                     .columns

@@ -3880,6 +3880,7 @@ impl<'a> Binder<'a> {
             return Err(SqlError::unsupported("CREATE TABLE ... AS"));
         }
         let name = object_name(&c.name)?;
+        let ephemeral = ephemeral_option(&c.table_options)?;
         let mut columns = Vec::new();
         let mut primary_key: Vec<usize> = Vec::new();
         let mut uniques: Vec<UniqueSpec> = Vec::new();
@@ -4037,6 +4038,15 @@ impl<'a> Binder<'a> {
         for &k in &primary_key {
             columns[k].not_null = true;
         }
+        if ephemeral && !uniques.is_empty() {
+            return Err(ephemeral_refused(
+                &name,
+                "a unique constraint",
+                "An ephemeral table keeps no rows to check against: drop the UNIQUE \
+                 constraint (a primary key names each row, checked only among one \
+                 transaction's own writes).",
+            ));
+        }
         let mut names = ConstraintNames::default();
         let indexes: Vec<aqueduct_tables::IndexDef> = uniques
             .into_iter()
@@ -4058,6 +4068,7 @@ impl<'a> Binder<'a> {
             columns,
             primary_key,
             indexes,
+            ephemeral,
             ..TableSchema::default()
         };
         // CHECK conditions are bound over the table's row, to refuse bad
@@ -4427,6 +4438,13 @@ impl<'a> Binder<'a> {
         } else {
             &self.table(&ref_name)?.schema
         };
+        if referenced.ephemeral {
+            return Err(ephemeral_refused(
+                &ref_name,
+                "a foreign key referencing it",
+                "An ephemeral table keeps no rows to reference: reference a stored table.",
+            ));
+        }
         let ref_columns: Vec<usize> = if fk.referred_columns.is_empty() {
             if referenced.primary_key.is_empty() {
                 return Err(SqlError::new(
@@ -5358,6 +5376,56 @@ fn is_literal(e: &ast::Expr) -> bool {
 /// A UNIQUE constraint of `CREATE TABLE`: its given name, columns and
 /// [`deferral`].
 type UniqueSpec = (Option<String>, Vec<usize>, (bool, bool));
+
+/// A refusal of `what` on ephemeral table `table` (SQLSTATE 0A000; the
+/// statements refused are listed in `ephemeral.rs`).
+pub fn ephemeral_refused(table: &str, what: &str, hint: &str) -> SqlError {
+    SqlError::new(
+        "0A000",
+        format!("{what} is not supported on ephemeral table \"{table}\""),
+    )
+    .with_detail("An ephemeral table is published but not stored: it takes inserts only.")
+    .with_hint(hint)
+}
+
+/// `CREATE TABLE ... WITH (ephemeral = true)`: whether the table is
+/// ephemeral. The value is a boolean as PostgreSQL's storage parameters
+/// take one (`true`, `false`, `on`, `off`, `1`, `0`, quoted or not; the
+/// name alone means true). Other storage parameters (`fillfactor`, ...)
+/// are accepted and ignored, as before.
+fn ephemeral_option(options: &ast::CreateTableOptions) -> Result<bool, SqlError> {
+    let ast::CreateTableOptions::With(options) = options else {
+        return Ok(false);
+    };
+    let mut ephemeral = false;
+    for o in options {
+        let value = match o {
+            ast::SqlOption::Ident(i) if ident(i) == "ephemeral" => "true".to_string(),
+            ast::SqlOption::KeyValue { key, value } if ident(key) == "ephemeral" => match value {
+                ast::Expr::Value(v) => match &v.value {
+                    ast::Value::Boolean(b) => b.to_string(),
+                    ast::Value::Number(n, _) => n.clone(),
+                    ast::Value::SingleQuotedString(t) => t.to_lowercase(),
+                    other => other.to_string(),
+                },
+                ast::Expr::Identifier(i) => ident(i),
+                other => other.to_string(),
+            },
+            _ => continue,
+        };
+        ephemeral = match value.as_str() {
+            "true" | "on" | "yes" | "1" => true,
+            "false" | "off" | "no" | "0" => false,
+            _ => {
+                return Err(SqlError::new(
+                    "22023",
+                    format!("invalid value for boolean option \"ephemeral\": {value}"),
+                ))
+            }
+        };
+    }
+    Ok(ephemeral)
+}
 
 /// A constraint's `[NOT] DEFERRABLE [INITIALLY DEFERRED | IMMEDIATE]`:
 /// (deferrable, initially deferred). INITIALLY DEFERRED implies

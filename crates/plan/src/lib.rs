@@ -17,7 +17,8 @@
 //! and `limits.rs` (leaves), `parse.rs`, `catalog_queries.rs`, `bind.rs`
 //! (with `windows.rs`, window functions, part of the binder),
 //! `alter.rs`, `alter_sequence.rs` and
-//! `enum_types.rs`, `exec.rs`; `wire_values.rs` (values in PostgreSQL's
+//! `enum_types.rs`, `exec.rs`; `ephemeral.rs` (what a statement may do
+//! with an ephemeral table) after `bind.rs`; `wire_values.rs` (values in PostgreSQL's
 //! text and binary formats) and `copy.rs` (`COPY`'s options and formats)
 //! after `parse.rs`.
 
@@ -30,6 +31,7 @@ mod constraints;
 pub mod copy;
 mod effects;
 mod enum_types;
+pub mod ephemeral;
 pub mod exec;
 pub mod limits;
 pub mod parse;

@@ -903,7 +903,14 @@ const RELATIONS: &[Relation] = &[
                         int(0),
                         int(0),
                         null(),
-                        null(),
+                        // An ephemeral table's storage parameter, which
+                        // psql's \d+ prints as "Options: ephemeral=true".
+                        match m.catalog.table_by_id(r.table) {
+                            Some(t) if r.kind == "r" && t.schema.ephemeral => {
+                                Value::Array(vec![text("ephemeral=true")])
+                            }
+                            _ => null(),
+                        },
                         null(),
                     ]
                 })

@@ -344,9 +344,26 @@ impl Releases {
     }
 }
 
-/// Releases capture every committed batch's row changes.
+/// Releases capture every committed batch's row changes, except those of
+/// ephemeral tables: nothing reads their rows, and their change sets would
+/// hold what the tables never keep.
 impl aqueduct_tables::CommitConsumer for Releases {
-    fn committed(&self, batch: &aqueduct_tables::AppliedBatch, _: &Catalog) {
-        self.on_commit(batch.last, &batch.changes);
+    fn committed(&self, batch: &aqueduct_tables::AppliedBatch, catalog: &Catalog) {
+        let ephemeral = |c: &RowChange| {
+            catalog
+                .table_by_id(c.table)
+                .is_some_and(|t| t.schema.ephemeral)
+        };
+        if batch.changes.iter().any(ephemeral) {
+            let kept: Vec<RowChange> = batch
+                .changes
+                .iter()
+                .filter(|c| !ephemeral(c))
+                .cloned()
+                .collect();
+            self.on_commit(batch.last, &kept);
+        } else {
+            self.on_commit(batch.last, &batch.changes);
+        }
     }
 }

@@ -115,6 +115,7 @@ impl Engine {
     ) -> Result<Arc<Engine>, SqlError> {
         let (db, replay) = Database::open(log, progress)?;
         let db = Arc::new(db);
+        db.expire_ephemeral_rows();
         let registry = Arc::new(views::ViewRegistry::new(options));
         // Views are functions of the tables: registered (and, with partial
         // state off, rebuilt) from the recovered state, in creation order,

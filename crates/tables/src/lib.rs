@@ -12,6 +12,7 @@
 //!   A transaction is one atomic log batch.
 
 mod batch;
+mod ephemeral;
 mod index;
 mod locks;
 mod publications;
@@ -35,6 +36,7 @@ pub use batch::{
     decode_record, decode_row_key, encode_batch, row_log_key, AppliedBatch, Batch, BatchBuilder,
     BatchEntry,
 };
+pub use ephemeral::EphemeralRows;
 pub use locks::{LockError, LockTable, RowId, TxnId};
 pub use publications::{
     Attribute, Mode, ObjectKind, PublicationDef, PublishOps, PublishedObject, ViewColumn,
@@ -399,6 +401,21 @@ impl Catalog {
     ) -> Option<RowChange> {
         // Rows of a dropped table are skipped: ids are never reused.
         let t = self.tables.get_mut(&table)?;
+        if t.schema.ephemeral {
+            // Published, never stored: the consumers see an insert, the
+            // table keeps nothing. Nothing deletes an ephemeral row, and a
+            // delete record of one (there are none) would change nothing.
+            let row = canonical_jsonb(t.schema.columns.iter().map(|c| &c.ty), row?);
+            t.note_ephemeral(&key);
+            return Some(RowChange {
+                table,
+                key,
+                lsn,
+                prev_lsn: None,
+                old: None,
+                new: Some(Arc::new(row)),
+            });
+        }
         let prev_lsn = t.get(&key).map(|v| v.lsn);
         let (old, new) = match row {
             Some(row) => {

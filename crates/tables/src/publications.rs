@@ -117,6 +117,7 @@ impl PublishedObject {
             indexes: Vec::new(),
             checks: Vec::new(),
             foreign_keys: Vec::new(),
+            ephemeral: false,
         }
     }
 }

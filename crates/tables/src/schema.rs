@@ -159,6 +159,11 @@ pub struct TableSchema {
     pub indexes: Vec<IndexDef>,
     pub checks: Vec<CheckDef>,
     pub foreign_keys: Vec<ForeignKeyDef>,
+    /// Published but not stored (`CREATE TABLE ... WITH (ephemeral =
+    /// true)`, Synapse's ephemerals): its inserts are written to the log
+    /// and reach the change feed, but no row is kept in memory, and
+    /// compaction drops its rows once every hold on the log is past them.
+    pub ephemeral: bool,
 }
 
 impl TableSchema {
@@ -439,6 +444,10 @@ struct TableJson {
     checks: Vec<CheckDef>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     foreign_keys: Vec<ForeignKeyDef>,
+    /// Absent (false) in records of ordinary tables and in every record
+    /// written before ephemeral tables existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    ephemeral: bool,
 }
 
 /// Where a column of an altered table takes its values from.
@@ -471,6 +480,7 @@ fn table_json(t: &TableSchema) -> TableJson {
         indexes: t.indexes.iter().map(index_json).collect(),
         checks: t.checks.clone(),
         foreign_keys: t.foreign_keys.clone(),
+        ephemeral: t.ephemeral,
     }
 }
 
@@ -512,6 +522,7 @@ fn table_def(j: TableJson) -> Result<TableSchema, String> {
         indexes: j.indexes.into_iter().map(index_def).collect(),
         checks: j.checks,
         foreign_keys: j.foreign_keys,
+        ephemeral: j.ephemeral,
     })
 }
 
@@ -1163,6 +1174,7 @@ mod tests {
                 deferrable: true,
                 initially_deferred: true,
             }],
+            ephemeral: false,
         };
         let serial = ColumnDef {
             default_expr: Some("nextval('users_id_seq'::regclass)".into()),
@@ -1361,5 +1373,26 @@ mod tests {
         );
         let again = SchemaChange::decode(&SchemaChange::CreateTable(new.clone()).encode()).unwrap();
         assert_eq!(again, SchemaChange::CreateTable(new));
+    }
+
+    #[test]
+    fn the_ephemeral_flag_is_kept_and_absent_means_stored() {
+        let old = br#"{"op":"create_table","v":1,"id":3,"name":"m","columns":[],"primary_key":[],"indexes":[]}"#;
+        let SchemaChange::CreateTable(t) = SchemaChange::decode(old).unwrap() else {
+            panic!("not a table")
+        };
+        assert!(!t.ephemeral, "a record without the flag is a stored table");
+        let stored = String::from_utf8(SchemaChange::CreateTable(t.clone()).encode()).unwrap();
+        assert!(!stored.contains("ephemeral"), "{stored}");
+        let eph = TableSchema {
+            ephemeral: true,
+            ..t
+        };
+        let text = String::from_utf8(SchemaChange::CreateTable(eph.clone()).encode()).unwrap();
+        assert!(text.contains(r#""ephemeral":true"#), "{text}");
+        assert_eq!(
+            SchemaChange::decode(text.as_bytes()).unwrap(),
+            SchemaChange::CreateTable(eph)
+        );
     }
 }

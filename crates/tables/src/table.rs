@@ -361,9 +361,26 @@ impl Table {
         def.columns.iter().map(|&c| row[c].clone()).collect()
     }
 
+    /// An insert into an ephemeral table, which stores nothing: the table
+    /// learns only the row id, so no id is handed out twice (even after
+    /// compaction dropped the rows). Its version stays: nothing reads the
+    /// table, so no transaction's reads are invalidated by an insert.
+    pub fn note_ephemeral(&mut self, key: &Key) {
+        assert!(
+            self.schema.ephemeral && self.rows.is_empty(),
+            "rows noted but not stored only in an empty ephemeral table"
+        );
+        if !self.schema.has_primary_key() {
+            if let Some(Value::Int(id)) = key.first() {
+                self.next_rowid = self.next_rowid.max(id + 1);
+            }
+        }
+    }
+
     /// Stores `row` at `key`; returns the row it replaced.
     pub fn put(&mut self, key: Key, row: Row, lsn: Lsn) -> Option<Arc<Row>> {
         assert_eq!(row.len(), self.schema.columns.len(), "row width");
+        assert!(!self.schema.ephemeral, "a row stored in an ephemeral table");
         if !self.schema.has_primary_key() {
             if let Some(Value::Int(id)) = key.first() {
                 self.next_rowid = self.next_rowid.max(id + 1);
@@ -495,6 +512,7 @@ mod tests {
             indexes: Vec::new(),
             checks: vec![],
             foreign_keys: vec![],
+            ephemeral: false,
         })
     }
 

@@ -38,6 +38,7 @@ fn table() -> SchemaChange {
         indexes: Vec::new(),
         checks: vec![],
         foreign_keys: vec![],
+        ephemeral: false,
     })
 }
 

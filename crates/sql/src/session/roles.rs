@@ -38,7 +38,13 @@ impl Session {
 
     /// Refuses what the session's role may not do with `st` (SQLSTATE
     /// 42501, naming the object).
+    /// Also refuses, for every role, what no statement may do with an
+    /// ephemeral table (SQLSTATE 0A000: reading, updating, deleting).
     pub(crate) fn authorize(&mut self, st: &Statement) -> Result<(), SqlError> {
+        aqueduct_plan::ephemeral::refuse_unsupported(
+            &self.engine.database().read_in(self.txn.as_ref()),
+            st,
+        )?;
         if self.principal.bootstrap {
             return Ok(());
         }
