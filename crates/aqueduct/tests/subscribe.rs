@@ -197,6 +197,8 @@ fn a_subscriber_follows_a_publication_into_sqlite() {
 
     catch_up(&server, &sink, "causal");
     assert_same(&mut c, &sink, "after bootstrap");
+    let st = status(&server, &sink);
+    assert!(st.contains(": in sync"), "{st}");
 
     for step in 0..300 {
         write(&mut c, step);
@@ -295,12 +297,13 @@ fn watermark(sink: &Path) -> u64 {
 }
 
 /// The transactions a JSON-lines sink received, in the order it applied
-/// them, without the bootstrap's chunks.
+/// them, without the bootstrap's chunks (which have no `txid`; the
+/// stream's transactions after a bootstrap are flagged `bootstrap` too).
 fn applied_order(path: &Path) -> Vec<u64> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<Json>(l).ok())
-        .filter(|j| j["type"] == "txn" && j["bootstrap"] != true)
+        .filter(|j| j["type"] == "txn" && j["txid"] != "")
         .map(|j| j["lsn"].as_u64().unwrap())
         .collect()
 }
@@ -460,4 +463,109 @@ fn a_subscriber_cut_off_past_its_cap_bootstraps_again() {
     }
     catch_up(&server, &sink, "causal");
     assert_same(&mut c, &sink, "after being cut off and bootstrapped again");
+}
+
+/// The server's last committed LSN, from its health page.
+fn head(server: &Server) -> u64 {
+    let r = aqueduct_mirror::http::request(
+        &format!("127.0.0.1:{}", server.http),
+        "GET",
+        "/health",
+        None,
+        None,
+        STEP_TIMEOUT,
+    )
+    .unwrap();
+    let mut body = r.body;
+    let j: Json = serde_json::from_slice(&body.read_to_end(1 << 20).unwrap()).unwrap();
+    j["lsn"].as_u64().unwrap()
+}
+
+/// The first stream after a bootstrap at `S` flags the transactions up to
+/// the head the server had when it opened (`bootstrap: true`), and only
+/// those: the subscriber is in sync after them.
+#[test]
+fn the_first_stream_after_a_bootstrap_flags_transactions_up_to_its_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let s = head(&server);
+    for step in 0..10 {
+        write(&mut c, step);
+    }
+    let opened_at = head(&server);
+    let r = aqueduct_mirror::http::request(
+        &format!("127.0.0.1:{}", server.http),
+        "GET",
+        &format!(
+            "/v1/publications/social/stream?subscriber=probe&from_lsn={}&mode=causal&bootstrapped_at={s}",
+            s + 1
+        ),
+        None,
+        None,
+        STEP_TIMEOUT,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let mut body = r.body;
+    body.set_read_timeout(Some(STEP_TIMEOUT)).unwrap();
+    let mut next = || -> Json {
+        loop {
+            let line = body.next_line().unwrap().expect("the stream goes on");
+            if !line.is_empty() {
+                return serde_json::from_slice(&line).unwrap();
+            }
+        }
+    };
+    let epoch = next();
+    assert_eq!(epoch["type"], "epoch");
+    assert_eq!(epoch["bootstrap_until"], json!(opened_at), "{epoch}");
+    for step in 10..20 {
+        write(&mut c, step);
+    }
+    let last = head(&server);
+    let (mut flagged, mut unflagged) = (0, 0);
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        assert!(Instant::now() < deadline, "the stream did not reach {last}");
+        let m = next();
+        if m["type"] == "progress" && m["lsn"].as_u64() >= Some(last) {
+            break;
+        }
+        if m["type"] != "txn" {
+            continue;
+        }
+        let lsn = m["lsn"].as_u64().unwrap();
+        let want = lsn <= opened_at;
+        assert_eq!(m["bootstrap"], json!(want), "txn at LSN {lsn}: {m}");
+        if want {
+            flagged += 1;
+        } else {
+            unflagged += 1;
+        }
+        if lsn >= last {
+            break;
+        }
+    }
+    assert!(
+        flagged >= 5 && unflagged >= 5,
+        "{flagged} flagged, {unflagged} not"
+    );
+}
+
+/// `aqueduct subscribe status` on a subscription: its output.
+fn status(server: &Server, sink: &Path) -> String {
+    let out = aqueduct()
+        .args(["subscribe", "status", "--name", "t1", "--into"])
+        .arg(format!("sqlite:{}", sink.display()))
+        .args(["--from", &format!("127.0.0.1:{}", server.http)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }

@@ -11,6 +11,10 @@
 //!   `txn`, `schema` and `progress` lines; empty lines are keep-alives; an
 //!   `error` line ends a stream the server stopped. The consumer is
 //!   registered on first use and `from_lsn` acknowledges what is before it.
+//!   `&bootstrapped_at=S` (the first stream after a bootstrap at `S`) or
+//!   `&bootstrap_until=H` (a later one, not yet in sync): transactions up
+//!   to the head at open, or up to `H`, carry `bootstrap: true`, and the
+//!   `epoch` line says up to where.
 //! - `POST /v1/publications/{pub}/ack?subscriber=NAME&lsn=L`: everything
 //!   up to `L` is durably applied; the log may drop it.
 //!
@@ -48,6 +52,14 @@ pub(crate) struct StreamQuery {
     from_lsn: Option<u64>,
     mode: Option<String>,
     epoch: Option<u64>,
+    /// The subscriber was bootstrapped at this LSN and opens its first
+    /// stream since: transactions up to the server's head now carry
+    /// `bootstrap: true`.
+    bootstrapped_at: Option<u64>,
+    /// A later stream of a subscriber not yet in sync: transactions up to
+    /// this LSN (the `bootstrap_until` its first stream was given) carry
+    /// `bootstrap: true`.
+    bootstrap_until: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -221,9 +233,15 @@ pub(crate) async fn stream(
         epoch: q.epoch.unwrap_or(0),
         from_lsn: q.from_lsn.unwrap_or(0).max(1),
         server_id: server_id(&engine),
+        bootstrap_until: q.bootstrap_until,
     };
+    let bootstrapped_at = q.bootstrapped_at;
     let opened = blocking(move || {
         let feed = engine.feed().clone();
+        let mut request = request;
+        if let Some(s) = bootstrapped_at {
+            request.bootstrap_until = Some(feed.head().max(s));
+        }
         // The consumer's hold follows the subscriber's watermark.
         feed.register(&consumer, Some(request.from_lsn))
             .and_then(|_| feed.ack(&consumer, request.from_lsn - 1))

@@ -60,7 +60,8 @@ pub struct TxnMessage {
     /// What the transaction waits for; only on frame 0, absent in weak mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deps: Option<Deps>,
-    /// Sent while the subscriber bootstraps.
+    /// Sent on the transactions a subscriber receives after a bootstrap
+    /// until it has caught up with the head of its first stream (§5.6).
     #[serde(default)]
     pub bootstrap: bool,
     /// The published changes of this frame.
@@ -199,6 +200,12 @@ pub struct EpochMessage {
     /// its key, whether or not the column list names the key's columns).
     #[serde(default)]
     pub objects: std::collections::BTreeMap<String, ObjectSchema>,
+    /// On the streams of a subscriber just bootstrapped (§5.6): the head
+    /// the server had when the first stream after the bootstrap opened.
+    /// Transactions up to it carry `bootstrap: true`; the subscriber is
+    /// in sync once it has applied past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_until: Option<Lsn>,
 }
 
 /// A `progress` line.
@@ -415,6 +422,7 @@ mod tests {
                 server_id: "srv1".into(),
                 dep_slots: 65_536,
                 objects: Default::default(),
+                bootstrap_until: None,
             }),
             WireMessage::Progress(ProgressMessage { lsn: 99 }),
             WireMessage::Row(RowMessage {

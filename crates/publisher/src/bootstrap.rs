@@ -68,6 +68,7 @@ impl Bootstrap {
             server_id: server_id.to_string(),
             dep_slots: projection.publication.dep_slots,
             objects: projection.schemas(),
+            bootstrap_until: None,
         });
         Ok((
             Bootstrap {

@@ -15,6 +15,8 @@
 //! - `aq:{name}:applied`: a sorted set of the transactions applied at or
 //!   above the watermark;
 //! - `aq:{name}:sub`: a hash with `watermark`, `schema_lsn`, `schema_seq`;
+//! - `aq:{name}:origin`: where the copy came from (server id, bootstrap
+//!   LSN, in-sync LSN), as JSON;
 //! - `aq:{name}:dead`: a hash of dead letters by LSN (`{"error",
 //!   "attempts"}`).
 //!
@@ -522,6 +524,22 @@ impl Sink for RedisSink {
                 .ignore()
                 .query::<()>(c)
         })
+    }
+
+    fn origin(&self) -> Result<aqueduct_subscribe::Origin, SinkError> {
+        let key = format!("{}origin", self.prefix());
+        let text: Option<String> = self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
+        match text {
+            None => Ok(Default::default()),
+            Some(t) => serde_json::from_str(&t)
+                .map_err(|e| SinkError::permanent(format!("stored origin: {e}"))),
+        }
+    }
+
+    fn set_origin(&mut self, o: &aqueduct_subscribe::Origin) -> Result<(), SinkError> {
+        let key = format!("{}origin", self.prefix());
+        let text = serde_json::to_string(o).expect("origins serialize");
+        self.with_conn(|c| redis::cmd("SET").arg(&key).arg(text).query::<()>(c))
     }
 
     fn resume(&self) -> Result<Resume, SinkError> {

@@ -123,6 +123,7 @@ fn through_the_agent() {
                         server_id: "srv".into(),
                         dep_slots: 1024,
                         objects: common::posts(),
+                        bootstrap_until: None,
                     }));
                     for lsn in [3, 5] {
                         let c = change(

@@ -21,8 +21,8 @@ use aqueduct_sinks::SinkSpec;
 use super::metrics::AgentStats;
 use super::FollowArgs;
 use aqueduct_subscribe::{
-    Agent, AgentConfig, BatchId, BootstrapStep, Effect, Input, Item, PositionMode, Record, Sink,
-    SinkError, StreamEnd,
+    Agent, AgentConfig, BatchId, BootstrapStep, Effect, Input, Item, Origin, PositionMode, Record,
+    Sink, SinkError, StreamEnd,
 };
 
 /// Longest the event loop waits without a `Tick`.
@@ -59,6 +59,9 @@ struct Server {
     publication: String,
     name: String,
     mode: Mode,
+    /// What the next stream request adds about a bootstrap just done
+    /// (`&bootstrapped_at=S` or `&bootstrap_until=H`), or nothing.
+    boot_mark: Mutex<String>,
 }
 
 impl Server {
@@ -103,6 +106,7 @@ pub fn run(args: &FollowArgs) -> Result<()> {
         publication: args.publication.clone(),
         name: args.name.clone(),
         mode,
+        boot_mark: Mutex::new(String::new()),
     });
     let spec: SinkSpec = args.into.parse().map_err(|e| anyhow!("--into: {e}"))?;
     let open = |spec: &SinkSpec| {
@@ -183,6 +187,7 @@ fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
         .expect("a valid template"),
     );
     let mut rows: Vec<Change> = Vec::new();
+    let mut server_id = String::new();
     let flush = |sink: &mut dyn Sink, rows: &mut Vec<Change>| -> Result<()> {
         if rows.is_empty() {
             return Ok(());
@@ -209,9 +214,11 @@ fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
         }
         let text = std::str::from_utf8(&line).context("a bootstrap line is not UTF-8")?;
         match parse_line(text).map_err(|e| anyhow!("{e}"))? {
-            WireMessage::Epoch(e) => sink
-                .ensure_objects(&e.objects)
-                .map_err(|e| anyhow!("creating the sink's tables: {e}"))?,
+            WireMessage::Epoch(e) => {
+                server_id = e.server_id.clone();
+                sink.ensure_objects(&e.objects)
+                    .map_err(|e| anyhow!("creating the sink's tables: {e}"))?
+            }
             WireMessage::Row(r) => {
                 rows.push(Change {
                     object: r.object,
@@ -238,6 +245,12 @@ fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
                     PositionMode::Separate => sink.store_position(next, &[], None),
                 }
                 .map_err(|e| anyhow!("storing the position after bootstrap: {e}"))?;
+                sink.set_origin(&Origin {
+                    server_id: Some(server_id),
+                    boot_lsn: Some(end.lsn),
+                    sync_lsn: None,
+                })
+                .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
                 bar.finish_with_message(format!("at LSN {}", end.lsn));
                 return Ok(());
             }
@@ -298,6 +311,19 @@ fn follow(
             })?;
         workers.push(tx);
     }
+    // A copy just bootstrapped reports "in sync" once it has applied past
+    // the head its first stream after the bootstrap was given.
+    let mut origin = control
+        .origin()
+        .map_err(|e| anyhow!("reading the sink's origin: {e}"))?;
+    let replaying = args.from_lsn.is_some() || args.from_time.is_some();
+    let mut in_sync = replaying || !origin.bootstrapping(agent.watermark());
+    *server.boot_mark.lock().expect("mark") = match (in_sync, origin.boot_lsn, origin.sync_lsn) {
+        (false, _, Some(h)) => format!("&bootstrap_until={h}"),
+        (false, Some(s), None) => format!("&bootstrapped_at={s}"),
+        _ => String::new(),
+    };
+    stats.bootstrapping.store(u64::from(!in_sync), Relaxed);
     let caught_up_at = if args.until_caught_up {
         Some(head_lsn(server)?)
     } else {
@@ -412,6 +438,18 @@ fn follow(
             .store(agent.dead_letters().len() as u64, Relaxed);
         stats.epoch.store(agent.epoch(), Relaxed);
         stats.debt_slots.store(agent.debt_slots() as u64, Relaxed);
+        if !in_sync && origin.sync_lsn.is_some() && !origin.bootstrapping(agent.durable_watermark())
+        {
+            in_sync = true;
+            server.boot_mark.lock().expect("mark").clear();
+            stats.bootstrapping.store(0, Relaxed);
+            eprintln!(
+                "subscriber {}: in sync (applied past LSN {} after the bootstrap at LSN {})",
+                args.name,
+                origin.sync_lsn.unwrap_or(0),
+                origin.boot_lsn.unwrap_or(0)
+            );
+        }
         if let Some(target) = caught_up_at {
             if agent.durable_watermark() > target {
                 return Ok(Followed::CaughtUp);
@@ -445,6 +483,13 @@ fn follow(
                     control
                         .ensure_objects(&e.objects)
                         .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+                    if let (false, None, Some(h)) = (in_sync, origin.sync_lsn, e.bootstrap_until) {
+                        origin.sync_lsn = Some(h);
+                        control
+                            .set_origin(&origin)
+                            .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
+                        *server.boot_mark.lock().expect("mark") = format!("&bootstrap_until={h}");
+                    }
                 }
                 Input::Received {
                     now_ms: now(),
@@ -558,8 +603,11 @@ fn read_stream(
     stop: &AtomicBool,
 ) -> StreamEnd {
     let path = format!(
-        "/v1/publications/{}/stream?subscriber={}&from_lsn={from_lsn}&mode={}&epoch={epoch}",
-        server.publication, server.name, server.mode
+        "/v1/publications/{}/stream?subscriber={}&from_lsn={from_lsn}&mode={}&epoch={epoch}{}",
+        server.publication,
+        server.name,
+        server.mode,
+        server.boot_mark.lock().expect("mark")
     );
     let response = match server.request("GET", &path, REQUEST_TIMEOUT) {
         Ok(r) => r,
