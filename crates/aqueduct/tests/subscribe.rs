@@ -17,7 +17,7 @@ use std::time::Instant;
 use aqueduct_sinks::SqliteSink;
 use serde_json::{json, Map, Value as Json};
 
-use common::{aqueduct, serve, Running, Server, STEP_TIMEOUT};
+use common::{aqueduct, serve, serve_at, Running, Server, STEP_TIMEOUT};
 
 fn client(pg: u16) -> postgres::Client {
     postgres::Config::new()
@@ -568,4 +568,90 @@ fn status(server: &Server, sink: &Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A server whose data directory was wiped and which came back at the
+/// same address is another log: the agent refuses to follow it, says
+/// why and what to do, and changes nothing; with `--rebootstrap` it
+/// clears its copy and bootstraps from the new server.
+#[test]
+fn a_wiped_server_at_the_same_address_is_refused_until_rebootstrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = serve(&data, &["--fsync", "never"]);
+    let (pg, http) = (server.pg, server.http);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    for step in 0..50 {
+        write(&mut c, step);
+    }
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "before the wipe");
+    drop(c);
+    server.process.kill9();
+    std::fs::remove_dir_all(&data).unwrap();
+    let server = serve_at(&data, pg, http, &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    c.execute("DELETE FROM posts WHERE id > 400", &[]).unwrap();
+    let before = watermark(&sink);
+    let (ok, err) = bounded(
+        aqueduct()
+            .args(subscribe_args(&server, &sink, "causal"))
+            .arg("--until-caught-up"),
+    );
+    assert!(!ok, "the agent followed a wiped server");
+    assert!(
+        err.contains("wiped") && err.contains("--rebootstrap"),
+        "unclear refusal: {err}"
+    );
+    assert_eq!(
+        watermark(&sink),
+        before,
+        "the refused agent changed the sink"
+    );
+    let out = aqueduct()
+        .args(subscribe_args(&server, &sink, "causal"))
+        .args(["--until-caught-up", "--rebootstrap"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same(&mut c, &sink, "after --rebootstrap from the new server");
+}
+
+/// Runs `cmd` to its end within the step deadline (killed and failed
+/// past it): whether it succeeded, and its standard error.
+fn bounded(cmd: &mut std::process::Command) -> (bool, String) {
+    use std::io::Read;
+    let mut child = Running(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = child.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not finish in time (it follows on as if nothing happened)"
+        );
+        std::thread::yield_now();
+    };
+    (status.success(), reader.join().unwrap())
 }

@@ -228,8 +228,9 @@ impl axum::serve::Listener for TlsListener {
 }
 
 async fn health(State(s): State<AppState>) -> impl IntoResponse {
-    let lsn = s.engine.database().log().committed_lsn();
-    Json(serde_json::json!({ "status": "ok", "lsn": lsn }))
+    let log = s.engine.database().log();
+    let lsn = log.committed_lsn();
+    Json(serde_json::json!({ "status": "ok", "lsn": lsn, "server_id": log.server_id() }))
 }
 
 async fn metrics_page(State(s): State<AppState>) -> impl IntoResponse {

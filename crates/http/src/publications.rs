@@ -125,11 +125,12 @@ pub(crate) struct AckQuery {
     lsn: u64,
 }
 
-/// The server's id as subscribers record it: a subscriber that finds
-/// another id behind the same address is following another log.
+/// The server's id as subscribers record it: the log's random id, drawn
+/// when its data directory was created (`docs/log-format.md`). A
+/// subscriber that finds another id behind the same address is following
+/// another log (a wiped or different server).
 pub fn server_id(engine: &Engine) -> String {
-    let place = engine.database().log().storage().describe("");
-    format!("{:016x}", aqueduct_publish::dep_hash(place.as_bytes()))
+    engine.database().log().server_id()
 }
 
 fn bad_request(e: SqlError) -> Response {

@@ -81,6 +81,12 @@ pub struct FollowArgs {
     /// Serve the agent's metrics (Prometheus text) on this address.
     #[arg(long)]
     pub(crate) metrics_addr: Option<String>,
+    /// Clear the sink's copy of the publication and bootstrap it again
+    /// before following: after the server's data was wiped or replaced
+    /// (the agent refuses to follow a server whose id is not the one its
+    /// copy came from, and says so).
+    #[arg(long, conflicts_with_all = ["from_lsn", "from_time"])]
+    pub(crate) rebootstrap: bool,
 }
 
 pub fn run(args: SubscribeArgs) -> Result<()> {

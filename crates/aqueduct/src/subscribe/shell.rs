@@ -132,13 +132,24 @@ pub fn run(args: &FollowArgs) -> Result<()> {
     if let Some(addr) = &args.metrics_addr {
         super::metrics::serve(addr, &args.name, stats.clone())?;
     }
+    let mut rebootstrap = args.rebootstrap;
     loop {
         let mut control = open(&spec)?;
         config.position = control.position_mode();
         config.validate().map_err(|e| anyhow!("{e}"))?;
+        if rebootstrap {
+            rebootstrap = false;
+            control
+                .reset()
+                .map_err(|e| anyhow!("clearing the sink before bootstrapping again: {e}"))?;
+            bootstrap(&server, control.as_mut())?;
+        }
         let mut resume = control
             .resume()
             .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
+        if resume.watermark > 0 {
+            check_server(&server, control.as_mut(), None)?;
+        }
         if resume.watermark == 0 && resume.applied_above.is_empty() && replay_from.is_none() {
             bootstrap(&server, control.as_mut())?;
             resume = control
@@ -160,11 +171,44 @@ pub fn run(args: &FollowArgs) -> Result<()> {
                     args.name
                 );
                 let mut control = open(&spec)?;
+                check_server(&server, control.as_mut(), None)?;
                 control
                     .reset()
                     .map_err(|e| anyhow!("clearing the sink before bootstrapping again: {e}"))?;
                 bootstrap(&server, control.as_mut())?;
             }
+        }
+    }
+}
+
+/// Refuses to go on when the server's id (`seen`, from an `epoch` line,
+/// or else asked of the server) is not the one the sink's copy came from:
+/// the server's data was wiped or another server answers at its address,
+/// and the copy's position means nothing there. A sink with no id stored
+/// (bootstrapped by an older agent) takes the server's.
+fn check_server(server: &Server, sink: &mut dyn Sink, seen: Option<&str>) -> Result<()> {
+    let mut origin = sink
+        .origin()
+        .map_err(|e| anyhow!("reading the sink's origin: {e}"))?;
+    let now = match seen {
+        Some(id) => id.to_string(),
+        None => health(server)?.1,
+    };
+    match &origin.server_id {
+        Some(id) if *id == now => Ok(()),
+        Some(id) => bail!(
+            "subscriber {}: the sink's copy was bootstrapped from server {id}, but the server at {} is now server {now}: \
+             its data directory was wiped or replaced, or another server answers at that address, so the copy's \
+             position means nothing there and following it would mix two histories. Nothing was changed. To clear the \
+             copy and bootstrap it from this server, run the agent again with --rebootstrap; to keep following the \
+             original server, point --from at it.",
+            server.name,
+            server.addr
+        ),
+        None => {
+            origin.server_id = Some(now);
+            sink.set_origin(&origin)
+                .map_err(|e| anyhow!("recording the server's id in the sink: {e}"))
         }
     }
 }
@@ -480,6 +524,8 @@ fn follow(
                     _ => {}
                 }
                 if let WireMessage::Epoch(e) = &line {
+                    check_server(server, control.as_mut(), Some(&e.server_id))?;
+                    origin.server_id = Some(e.server_id.clone());
                     control
                         .ensure_objects(&e.objects)
                         .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
@@ -563,13 +609,23 @@ fn lsn_at(server: &Server, t: &str) -> Result<u64> {
 
 /// The server's last committed LSN, from its health page.
 fn head_lsn(server: &Server) -> Result<u64> {
+    health(server).map(|h| h.0)
+}
+
+/// The server's last committed LSN and its id, from its health page.
+fn health(server: &Server) -> Result<(u64, String)> {
     let r = server.request("GET", "/health", REQUEST_TIMEOUT)?;
     let mut body = r.body;
     let bytes = body.read_to_end(1 << 20)?;
     let j: serde_json::Value = serde_json::from_slice(&bytes).context("the health page")?;
-    j.get("lsn")
+    let lsn = j
+        .get("lsn")
         .and_then(|v| v.as_u64())
-        .ok_or_else(|| anyhow!("the health page has no lsn"))
+        .ok_or_else(|| anyhow!("the health page has no lsn"))?;
+    let id = j.get("server_id").and_then(|v| v.as_str()).ok_or_else(|| {
+        anyhow!("the health page has no server_id (a server older than this agent)")
+    })?;
+    Ok((lsn, id.to_string()))
 }
 
 /// Reads the stream from `from_lsn` on a thread of its own.
