@@ -655,3 +655,54 @@ fn bounded(cmd: &mut std::process::Command) -> (bool, String) {
     };
     (status.success(), reader.join().unwrap())
 }
+
+/// A bootstrap of thousands of rows in small chunks, fetched by four
+/// workers in parallel while a writer keeps changing the tables, ends
+/// equal to the publisher once the stream has caught up.
+#[test]
+fn a_parallel_bootstrap_under_concurrent_writes_equals_the_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    c.batch_execute(
+        "INSERT INTO posts SELECT g, g % 200 + 1, 'more ' || g, g % 7 = 0 FROM generate_series(501, 6000) g",
+    )
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let pg = server.pg;
+        std::thread::spawn(move || {
+            let mut c = client(pg);
+            let mut step: i32 = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = (step * 7919) % 6000 + 1;
+                match step % 4 {
+                    0 => c.execute("UPDATE posts SET body = body || '~' WHERE id = $1", &[&id]),
+                    1 => c.execute("DELETE FROM posts WHERE id = $1", &[&id]),
+                    2 => c.execute(
+                        "INSERT INTO posts VALUES ($1, 1, 'new', false) ON CONFLICT (id) DO UPDATE SET draft = NOT posts.draft",
+                        &[&(10_000 + step)],
+                    ),
+                    _ => c.execute("UPDATE users SET name = name || '*' WHERE id = $1", &[&(id % 200 + 1)]),
+                }
+                .unwrap();
+                step += 1;
+            }
+            step
+        })
+    };
+    let sink = dir.path().join("sink.db");
+    let mut args = subscribe_args(&server, &sink, "causal");
+    let w = args.iter().position(|a| a == "--workers").unwrap();
+    args[w + 1] = "4".into();
+    args.extend(["--bootstrap-chunk-rows", "250", "--until-caught-up"].map(String::from));
+    let (ok, err) = bounded(aqueduct().args(&args));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(ok, "{err}");
+    assert!(writes > 0, "nothing was written during the bootstrap");
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after a parallel bootstrap under writes");
+}

@@ -1,11 +1,17 @@
 //! Publications over HTTP (`docs/publications.md`, section 4): what a
 //! subscriber agent (`aqueduct subscribe`) talks to.
 //!
-//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M`: the
-//!   publication's tables at one LSN `S`, NDJSON: an `epoch` line (from
-//!   `S + 1`, with each object's shape), `row` lines, a `chunk_end` line
-//!   after each chunk, and `bootstrap_end` with `S`. The subscriber's
-//!   durable consumer holds the log from `S + 1` before any row is sent.
+//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M`: takes
+//!   a snapshot of the publication's tables at one LSN `S` (with
+//!   `&objects=A,B` of those objects only, a partial bootstrap) and
+//!   answers JSON: `S`, the snapshot's id, the objects' shapes and its
+//!   chunks (key ranges of about `chunk_rows` rows). For a whole
+//!   bootstrap the subscriber's durable consumer holds the log from
+//!   `S + 1` before the answer is sent.
+//! - `GET /v1/publications/{pub}/bootstrap/{id}/chunks/{n}`: one chunk,
+//!   NDJSON: `row` lines, then `chunk_end`. Chunks may be fetched in any
+//!   order and in parallel while the snapshot is held.
+//! - `DELETE /v1/publications/{pub}/bootstrap/{id}`: releases the snapshot.
 //! - `GET /v1/publications/{pub}/stream?subscriber=NAME&from_lsn=L&mode=M&epoch=E`:
 //!   the stream from the subscriber's watermark `L`: an `epoch` line, then
 //!   `txn`, `schema` and `progress` lines; empty lines are keep-alives; an
@@ -29,7 +35,8 @@ use std::sync::Arc;
 use aqueduct_feed::FeedError;
 use aqueduct_publish::{ErrorMessage, Mode, WireMessage};
 use aqueduct_publisher::{
-    consumer_name, Bootstrap, Counters, PublicationStream, StreamGauge, StreamRequest,
+    consumer_name, Bootstrap, BootstrapRequest, Counters, PublicationStream, StreamGauge,
+    StreamRequest,
 };
 use aqueduct_sql::{Engine, SqlError};
 use axum::body::Bytes;
@@ -42,9 +49,6 @@ use tokio::sync::mpsc;
 
 use crate::changes::{busy, streaming, StreamSlot, KEEPALIVE, STREAM_BUFFER_MESSAGES};
 use crate::{error_response, status_of, AppState};
-
-/// Lines a bootstrap sends per step of its thread.
-const BOOTSTRAP_LINES_PER_STEP: usize = 1024;
 
 #[derive(Deserialize)]
 pub(crate) struct StreamQuery {
@@ -66,6 +70,11 @@ pub(crate) struct StreamQuery {
 pub(crate) struct SubscriberQuery {
     subscriber: String,
     mode: Option<String>,
+    /// A partial bootstrap: these objects only (published names, comma
+    /// separated).
+    objects: Option<String>,
+    /// Rows per chunk, within the server's limits.
+    chunk_rows: Option<u64>,
 }
 
 fn mode_of(mode: Option<&str>) -> Result<Mode, Box<Response>> {
@@ -297,6 +306,9 @@ fn pump(
     }
 }
 
+/// `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M[&objects=A,B][&chunk_rows=N]`:
+/// takes the snapshot and answers its LSN, id, the objects' shapes and
+/// its chunks (JSON, `BootstrapAnswer`).
 pub(crate) async fn bootstrap(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -309,38 +321,76 @@ pub(crate) async fn bootstrap(
     };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
+    let held = s.bootstraps.clone();
     let started = blocking(move || {
         let db = engine.shared_database();
         let id = server_id(&engine);
         let consumer = consumer_name(&publication, &q.subscriber);
-        let (b, first) = Bootstrap::start(&db, engine.feed(), &publication, mode, &consumer, &id)?;
-        Ok::<_, SqlError>((b, first))
+        let objects = q.objects.as_deref().map(|o| {
+            o.split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        });
+        let b = Bootstrap::start(
+            &db,
+            engine.feed(),
+            &BootstrapRequest {
+                publication: &publication,
+                mode,
+                consumer: &consumer,
+                server_id: &id,
+                objects,
+                chunk_rows: q.chunk_rows,
+            },
+        )?;
+        held.insert(b)
     })
     .await;
-    let (mut boot, first) = match started {
-        Ok(x) => x,
-        Err(r) => return *r,
+    match started {
+        Ok(b) => {
+            counters
+                .bootstraps
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            axum::Json(b.answer().clone()).into_response()
+        }
+        Err(r) => *r,
+    }
+}
+
+/// `GET /v1/publications/{pub}/bootstrap/{id}/chunks/{n}`: one chunk's
+/// `row` lines and its `chunk_end`, NDJSON.
+pub(crate) async fn bootstrap_chunk(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((publication, id, chunk)): Path<(String, String, u32)>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return *r;
+    }
+    let boot = match s.bootstraps.get(&id) {
+        Ok(b) => b,
+        Err(e) => return bad_request(e),
     };
-    counters
-        .bootstraps
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let counters = s.publications.of(&publication);
     spawn_stream(&s, "publication-bootstrap", move |tx| {
         let _open = StreamGauge::new(counters.clone());
-        if !send(tx, &counters, &first) {
-            return;
-        }
-        loop {
-            let lines = boot.next_lines(BOOTSTRAP_LINES_PER_STEP);
-            if lines.is_empty() {
-                return;
-            }
-            for l in &lines {
-                if !send(tx, &counters, l) {
-                    return;
-                }
-            }
+        if let Err(e) = boot.send_chunk(chunk, |l| send(tx, &counters, l)) {
+            let _ = tx.blocking_send(error_line(&e));
         }
     })
+}
+
+/// `DELETE /v1/publications/{pub}/bootstrap/{id}`: releases the snapshot.
+pub(crate) async fn release_bootstrap(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((_publication, id)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return *r;
+    }
+    axum::Json(json!({ "released": s.bootstraps.release(&id) })).into_response()
 }
 
 pub(crate) async fn ack(

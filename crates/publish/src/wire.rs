@@ -335,6 +335,37 @@ impl WireMessage {
     }
 }
 
+/// The server's answer to a bootstrap request (§5.6), one JSON object:
+/// the snapshot's LSN `S`, its id, the objects' shapes and the chunks to
+/// fetch (`GET .../bootstrap/{boot_id}/chunks/{chunk}`, each `row` lines
+/// and a `chunk_end` line).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootstrapAnswer {
+    /// The snapshot's id, naming it in chunk requests.
+    pub boot_id: String,
+    /// The snapshot's LSN `S`.
+    pub lsn: Lsn,
+    /// The server's id.
+    pub server_id: String,
+    /// The publication's dependency space.
+    pub dep_slots: u32,
+    /// The shapes of the objects bootstrapped, by published name.
+    pub objects: std::collections::BTreeMap<String, ObjectSchema>,
+    /// The chunks, in order.
+    pub chunks: Vec<ChunkInfo>,
+}
+
+/// One chunk of a bootstrap: a range of one object's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkInfo {
+    /// Its number, from 0.
+    pub chunk: u32,
+    /// The object's published name.
+    pub object: String,
+    /// The table rows in its range (those the row filter passes are sent).
+    pub rows: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

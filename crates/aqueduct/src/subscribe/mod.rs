@@ -87,6 +87,10 @@ pub struct FollowArgs {
     /// copy came from, and says so).
     #[arg(long, conflicts_with_all = ["from_lsn", "from_time"])]
     pub(crate) rebootstrap: bool,
+    /// Rows per bootstrap chunk to ask the server for (it keeps them
+    /// within its limits); each chunk is one sink transaction.
+    #[arg(long)]
+    pub(crate) bootstrap_chunk_rows: Option<u64>,
 }
 
 pub fn run(args: SubscribeArgs) -> Result<()> {

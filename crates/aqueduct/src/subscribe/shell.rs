@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aqueduct_mirror::http;
-use aqueduct_publish::{parse_line, Change, ChangeOp, ErrorMessage, Mode, TxnMessage, WireMessage};
+use aqueduct_publish::{
+    parse_line, BootstrapAnswer, Change, ChangeOp, ErrorMessage, Mode, TxnMessage, WireMessage,
+};
 use aqueduct_sinks::SinkSpec;
 
 use super::metrics::AgentStats;
@@ -132,6 +134,20 @@ pub fn run(args: &FollowArgs) -> Result<()> {
     if let Some(addr) = &args.metrics_addr {
         super::metrics::serve(addr, &args.name, stats.clone())?;
     }
+    let boot = Boot {
+        server: &server,
+        spec: &spec,
+        args,
+        stats: &stats,
+    };
+    // Forgets the copy and bootstraps it whole: a crash part way through
+    // a bootstrap leaves a copy that is reset and bootstrapped again.
+    let fresh = |control: &mut dyn Sink| -> Result<()> {
+        control
+            .reset()
+            .map_err(|e| anyhow!("clearing the sink before bootstrapping: {e}"))?;
+        bootstrap(&boot, control, None).map(drop)
+    };
     let mut rebootstrap = args.rebootstrap;
     loop {
         let mut control = open(&spec)?;
@@ -139,10 +155,7 @@ pub fn run(args: &FollowArgs) -> Result<()> {
         config.validate().map_err(|e| anyhow!("{e}"))?;
         if rebootstrap {
             rebootstrap = false;
-            control
-                .reset()
-                .map_err(|e| anyhow!("clearing the sink before bootstrapping again: {e}"))?;
-            bootstrap(&server, control.as_mut())?;
+            fresh(control.as_mut())?;
         }
         let mut resume = control
             .resume()
@@ -151,7 +164,7 @@ pub fn run(args: &FollowArgs) -> Result<()> {
             check_server(&server, control.as_mut(), None)?;
         }
         if resume.watermark == 0 && resume.applied_above.is_empty() && replay_from.is_none() {
-            bootstrap(&server, control.as_mut())?;
+            fresh(control.as_mut())?;
             resume = control
                 .resume()
                 .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
@@ -172,10 +185,7 @@ pub fn run(args: &FollowArgs) -> Result<()> {
                 );
                 let mut control = open(&spec)?;
                 check_server(&server, control.as_mut(), None)?;
-                control
-                    .reset()
-                    .map_err(|e| anyhow!("clearing the sink before bootstrapping again: {e}"))?;
-                bootstrap(&server, control.as_mut())?;
+                fresh(control.as_mut())?;
             }
         }
     }
@@ -213,98 +223,200 @@ fn check_server(server: &Server, sink: &mut dyn Sink, seen: Option<&str>) -> Res
     }
 }
 
-/// Copies the publication's tables at one LSN `S` into the sink and sets
-/// its position to `S + 1`.
-fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
-    let path = format!(
+/// Attempts at fetching and applying one bootstrap chunk.
+const CHUNK_ATTEMPTS: u32 = 3;
+
+/// What a bootstrap loads and where.
+struct Boot<'a> {
+    server: &'a Server,
+    spec: &'a SinkSpec,
+    args: &'a FollowArgs,
+    stats: &'a AgentStats,
+}
+
+/// Copies the publication's tables at one LSN `S` into the sink (or,
+/// with `objects`, those objects only: a partial bootstrap that leaves
+/// the position alone) and, for a whole bootstrap, sets its position to
+/// `S + 1` and records the origin. The server answers with the snapshot's
+/// chunks; up to `--workers` are fetched and applied in parallel, each
+/// as one sink transaction, each worker on its own sink connection.
+/// Returns `S`.
+fn bootstrap(boot: &Boot<'_>, sink: &mut dyn Sink, objects: Option<&[String]>) -> Result<u64> {
+    use std::sync::atomic::AtomicUsize;
+    let server = boot.server;
+    let mut path = format!(
         "/v1/publications/{}/bootstrap?subscriber={}&mode={}",
         server.publication, server.name, server.mode
     );
+    if let Some(o) = objects {
+        path.push_str(&format!("&objects={}", o.join(",")));
+    }
+    if let Some(n) = boot.args.bootstrap_chunk_rows {
+        path.push_str(&format!("&chunk_rows={n}"));
+    }
     let r = server.request("POST", &path, REQUEST_TIMEOUT)?;
     let mut body = r.body;
-    body.set_read_timeout(Some(STREAM_READ_TIMEOUT))?;
-    let bar = indicatif::ProgressBar::new_spinner();
+    let answer: BootstrapAnswer = serde_json::from_slice(&body.read_to_end(64 << 20)?)
+        .context("the server's answer to a bootstrap request")?;
+    sink.ensure_objects(&answer.objects)
+        .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+    boot.stats.bootstrapping.store(1, Ordering::Relaxed);
+    let total: u64 = answer.chunks.iter().map(|c| c.rows).sum();
+    let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} bootstrap: {pos} rows ({per_sec}) {msg}",
+            "bootstrap at LSN {msg}: [{bar:30}] {pos}/{len} rows ({per_sec}, {eta} left)",
         )
-        .expect("a valid template"),
+        .expect("a valid template")
+        .progress_chars("=> "),
     );
-    let mut rows: Vec<Change> = Vec::new();
-    let mut server_id = String::new();
-    let flush = |sink: &mut dyn Sink, rows: &mut Vec<Change>| -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
+    bar.set_message(answer.lsn.to_string());
+    // Message sinks hand rows on in order, so they take chunks one at a
+    // time; storing sinks in parallel.
+    let workers = match sink.position_mode() {
+        PositionMode::Separate => 1,
+        PositionMode::InApply => boot.args.workers.max(1),
+    }
+    .min(answer.chunks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                let work = || -> Result<()> {
+                    let mut sink = boot
+                        .spec
+                        .open(&boot.args.name, boot.args.state_dir.as_deref())
+                        .map_err(|e| anyhow!("opening the sink {}: {e}", boot.spec))?;
+                    loop {
+                        if failed.lock().expect("failed").is_some() {
+                            return Ok(());
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(chunk) = answer.chunks.get(i) else {
+                            return Ok(());
+                        };
+                        let mut attempt = 1;
+                        let rows = loop {
+                            match load_chunk(server, &answer.boot_id, chunk.chunk, sink.as_mut()) {
+                                Ok(rows) => break rows,
+                                Err(e) if attempt >= CHUNK_ATTEMPTS => {
+                                    return Err(e.context(format!(
+                                        "bootstrap chunk {} ({})",
+                                        chunk.chunk, chunk.object
+                                    )))
+                                }
+                                Err(_) => attempt += 1,
+                            }
+                        };
+                        boot.stats.bootstrap_rows.fetch_add(rows, Ordering::Relaxed);
+                        bar.inc(chunk.rows);
+                    }
+                };
+                if let Err(e) = work() {
+                    failed.lock().expect("failed").get_or_insert(e);
+                }
+            });
         }
-        let txn = TxnMessage {
-            lsn: rows.iter().map(|c| c.version).max().unwrap_or(0),
-            first_lsn: 0,
-            txid: String::new(),
-            commit_time: String::new(),
-            epoch: 0,
-            frame: 0,
-            last: true,
-            deps: None,
-            bootstrap: true,
-            changes: std::mem::take(rows),
-            origin: None,
-        };
-        sink.apply(&[Item::Txn(Arc::new(txn))], &Record::default())
-            .map_err(|e| anyhow!("applying a bootstrap chunk: {e}"))
-    };
+    });
+    let release = format!(
+        "/v1/publications/{}/bootstrap/{}",
+        server.publication, answer.boot_id
+    );
+    let _ = server.request("DELETE", &release, REQUEST_TIMEOUT);
+    if let Some(e) = failed.into_inner().expect("failed") {
+        bar.abandon();
+        return Err(e);
+    }
+    if objects.is_none() {
+        let next = answer.lsn + 1;
+        match sink.position_mode() {
+            PositionMode::InApply => sink.apply(
+                &[],
+                &Record {
+                    watermark: Some(next),
+                    ..Record::default()
+                },
+            ),
+            PositionMode::Separate => sink.store_position(next, &[], None),
+        }
+        .map_err(|e| anyhow!("storing the position after bootstrap: {e}"))?;
+        sink.set_origin(&Origin {
+            server_id: Some(answer.server_id.clone()),
+            boot_lsn: Some(answer.lsn),
+            sync_lsn: None,
+        })
+        .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
+    }
+    bar.finish();
+    Ok(answer.lsn)
+}
+
+/// Fetches chunk `n` of bootstrap `id` and applies it as one sink
+/// transaction; returns its rows.
+fn load_chunk(server: &Server, id: &str, n: u32, sink: &mut dyn Sink) -> Result<u64> {
+    let path = format!(
+        "/v1/publications/{}/bootstrap/{id}/chunks/{n}",
+        server.publication
+    );
+    let r = server.request("GET", &path, REQUEST_TIMEOUT)?;
+    let mut body = r.body;
+    body.set_read_timeout(Some(STREAM_READ_TIMEOUT))?;
+    let mut rows: Vec<Change> = Vec::new();
     while let Some(line) = body.next_line()? {
         if line.is_empty() {
             continue;
         }
         let text = std::str::from_utf8(&line).context("a bootstrap line is not UTF-8")?;
         match parse_line(text).map_err(|e| anyhow!("{e}"))? {
-            WireMessage::Epoch(e) => {
-                server_id = e.server_id.clone();
-                sink.ensure_objects(&e.objects)
-                    .map_err(|e| anyhow!("creating the sink's tables: {e}"))?
-            }
-            WireMessage::Row(r) => {
-                rows.push(Change {
-                    object: r.object,
-                    op: ChangeOp::Insert,
-                    key: r.key,
-                    attrs: Some(r.attrs),
-                    version: r.version,
-                    prev_version: None,
-                });
-                bar.inc(1);
-            }
-            WireMessage::ChunkEnd(_) => flush(sink, &mut rows)?,
-            WireMessage::BootstrapEnd(end) => {
-                flush(sink, &mut rows)?;
-                let next = end.lsn + 1;
-                match sink.position_mode() {
-                    PositionMode::InApply => sink.apply(
-                        &[],
-                        &Record {
-                            watermark: Some(next),
-                            ..Record::default()
-                        },
-                    ),
-                    PositionMode::Separate => sink.store_position(next, &[], None),
+            WireMessage::Row(r) => rows.push(Change {
+                object: r.object,
+                op: ChangeOp::Insert,
+                key: r.key,
+                attrs: Some(r.attrs),
+                version: r.version,
+                prev_version: None,
+            }),
+            WireMessage::ChunkEnd(end) => {
+                if end.rows != rows.len() as u64 {
+                    bail!(
+                        "chunk {n} ended after {} rows, saying {}",
+                        rows.len(),
+                        end.rows
+                    );
                 }
-                .map_err(|e| anyhow!("storing the position after bootstrap: {e}"))?;
-                sink.set_origin(&Origin {
-                    server_id: Some(server_id),
-                    boot_lsn: Some(end.lsn),
-                    sync_lsn: None,
-                })
-                .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
-                bar.finish_with_message(format!("at LSN {}", end.lsn));
-                return Ok(());
+                let count = rows.len() as u64;
+                if rows.is_empty() {
+                    return Ok(0);
+                }
+                let txn = TxnMessage {
+                    lsn: rows.iter().map(|c| c.version).max().unwrap_or(0),
+                    first_lsn: 0,
+                    txid: String::new(),
+                    commit_time: String::new(),
+                    epoch: 0,
+                    frame: 0,
+                    last: true,
+                    deps: None,
+                    bootstrap: true,
+                    changes: rows,
+                    origin: None,
+                };
+                sink.apply(&[Item::Txn(Arc::new(txn))], &Record::default())
+                    .map_err(|e| anyhow!("applying bootstrap chunk {n}: {e}"))?;
+                return Ok(count);
             }
             WireMessage::Error(e) => {
-                bail!("the server ended the bootstrap: {}: {}", e.code, e.message)
+                bail!(
+                    "the server ended bootstrap chunk {n}: {}: {}",
+                    e.code,
+                    e.message
+                )
             }
-            other => bail!("unexpected line during bootstrap: {}", other.to_line()),
+            other => bail!("unexpected line in a bootstrap chunk: {}", other.to_line()),
         }
     }
-    bail!("the bootstrap ended before its last line")
+    bail!("bootstrap chunk {n} ended before its last line")
 }
 
 enum Followed {
