@@ -706,3 +706,169 @@ fn a_parallel_bootstrap_under_concurrent_writes_equals_the_publisher() {
     catch_up(&server, &sink, "causal");
     assert_same(&mut c, &sink, "after a parallel bootstrap under writes");
 }
+
+/// Writes rows straight into the sink, as drift the publisher never
+/// made: a version above anything the server has, so the guard keeps
+/// them against every later write.
+fn drift(sink: &Path, changes: Vec<aqueduct_publish::Change>) {
+    use aqueduct_subscribe::Sink;
+    let mut s = SqliteSink::open(sink, "drift").unwrap();
+    let txn = aqueduct_publish::TxnMessage {
+        lsn: 1 << 40,
+        first_lsn: 0,
+        txid: String::new(),
+        commit_time: String::new(),
+        epoch: 0,
+        frame: 0,
+        last: true,
+        deps: None,
+        bootstrap: false,
+        changes,
+        origin: None,
+    };
+    s.apply(
+        &[aqueduct_subscribe::Item::Txn(std::sync::Arc::new(txn))],
+        &aqueduct_subscribe::Record::default(),
+    )
+    .unwrap();
+}
+
+fn post(id: i32, body: &str) -> aqueduct_publish::Change {
+    let attrs = json!({"id": id, "author": 1, "body": body, "draft": false});
+    aqueduct_publish::Change {
+        object: "posts".into(),
+        op: aqueduct_publish::ChangeOp::Update,
+        key: vec![json!(id)],
+        attrs: Some(attrs.as_object().unwrap().clone()),
+        version: 1 << 40,
+        prev_version: None,
+    }
+}
+
+/// `--rebootstrap-table posts --rebootstrap-where ...` deletes the
+/// matching rows of that one object and loads it again from a new
+/// snapshot, while the stream goes on from the subscriber's position: a
+/// sink whose rows drifted ends equal to the publisher.
+#[test]
+fn one_table_bootstrapped_again_equals_the_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    drift(&sink, vec![post(1, "drifted"), post(99_999, "stray")]);
+    for step in 0..100 {
+        write(&mut c, step);
+    }
+    let mut args = subscribe_args(&server, &sink, "causal");
+    args.extend(
+        [
+            "--rebootstrap-table",
+            "posts",
+            "--rebootstrap-where",
+            "id = 1 OR id > 5000",
+            "--until-caught-up",
+        ]
+        .map(String::from),
+    );
+    let (ok, err) = bounded(aqueduct().args(&args));
+    assert!(ok, "{err}");
+    for step in 100..150 {
+        write(&mut c, step);
+    }
+    catch_up(&server, &sink, "causal");
+    assert_same(
+        &mut c,
+        &sink,
+        "after posts was bootstrapped again where ...",
+    );
+    // Whole, while writes wait in the stream: its changes up to S' are
+    // skipped, the snapshot has them.
+    drift(&sink, vec![post(2, "drifted"), post(99_998, "stray")]);
+    for step in 150..250 {
+        write(&mut c, step);
+    }
+    let mut args = subscribe_args(&server, &sink, "causal");
+    args.extend(["--rebootstrap-table", "posts", "--until-caught-up"].map(String::from));
+    let (ok, err) = bounded(aqueduct().args(&args));
+    assert!(ok, "{err}");
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after posts was bootstrapped again whole");
+}
+
+/// A table added to the publication reaches the subscriber with the rows
+/// it had before it was added (a partial bootstrap of that table at
+/// S' >= the addition), and the changes after.
+#[test]
+fn a_table_added_to_the_publication_arrives_with_its_old_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    // The agent follows while the table is made, filled and added: its
+    // stream passed the rows when they were not published yet.
+    let agent = Running(
+        aqueduct()
+            .args(subscribe_args(&server, &sink, "causal"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let until = |lsn: u64| {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while watermark(&sink) <= lsn {
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not reach LSN {lsn}"
+            );
+            std::thread::yield_now();
+        }
+    };
+    c.batch_execute(
+        "CREATE TABLE tags (id int PRIMARY KEY, label text);
+         INSERT INTO tags SELECT g, 'tag ' || g FROM generate_series(1, 700) g;",
+    )
+    .unwrap();
+    until(head(&server));
+    c.batch_execute(
+        "ALTER PUBLICATION social ADD TABLE tags;
+         UPDATE tags SET label = 'changed' WHERE id % 10 = 0;
+         DELETE FROM tags WHERE id % 7 = 0;",
+    )
+    .unwrap();
+    for step in 0..50 {
+        write(&mut c, step);
+    }
+    until(head(&server));
+    agent.kill9();
+    catch_up(&server, &sink, "causal");
+    c.batch_execute("UPDATE tags SET label = 'later' WHERE id % 3 = 0")
+        .unwrap();
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after a table was added");
+    let want: BTreeMap<String, Map<String, Json>> = c
+        .query("SELECT id, label FROM tags", &[])
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let id: i32 = r.get(0);
+            let label: Option<String> = r.get(1);
+            let m = json!({"id": id, "label": label});
+            (json!([id]).to_string(), m.as_object().unwrap().clone())
+        })
+        .collect();
+    let got: BTreeMap<String, Map<String, Json>> = SqliteSink::open(&sink, "check")
+        .unwrap()
+        .rows("tags")
+        .unwrap()
+        .into_iter()
+        .map(|(k, (_, attrs))| (k, attrs))
+        .collect();
+    assert_eq!(got.len(), want.len(), "tags rows in the sink");
+    assert_eq!(got, want, "tags in the sink");
+}

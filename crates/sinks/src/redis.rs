@@ -487,6 +487,27 @@ impl Sink for RedisSink {
         .map(drop)
     }
 
+    fn clear_object(&mut self, object: &str, filter: Option<&str>) -> Result<(), SinkError> {
+        if filter.is_some() {
+            return Err(SinkError::permanent(
+                "a Redis sink cannot delete rows by a condition: clear the whole object",
+            ));
+        }
+        let p = self.prefix();
+        let keys: Vec<String> = self.with_conn(|c| {
+            redis::cmd("SMEMBERS")
+                .arg(format!("{p}rows:{object}"))
+                .query(c)
+        })?;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for k in &keys {
+            pipe.cmd("DEL").arg(format!("{p}{object}:{k}")).ignore();
+        }
+        pipe.cmd("DEL").arg(format!("{p}rows:{object}")).ignore();
+        self.with_conn(|c| pipe.query::<()>(c))
+    }
+
     fn reset(&mut self) -> Result<(), SinkError> {
         let p = self.prefix();
         // The position first: a crash part way leaves a subscription that

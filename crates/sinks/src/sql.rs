@@ -1406,6 +1406,26 @@ pub(crate) fn reset(sql: &Sql, db: &mut dyn Exec) -> Result<(), SinkError> {
     db.exec(&script)
 }
 
+/// Deletes one object's rows (those matching `filter`, a condition in
+/// the sink's SQL), inside the caller's transaction.
+pub(crate) fn clear_object(
+    sql: &Sql,
+    db: &mut dyn Exec,
+    object: &str,
+    filter: Option<&str>,
+) -> Result<(), SinkError> {
+    if !sql.shapes(db)?.contains_key(object) {
+        return Err(SinkError::permanent(format!(
+            "the sink holds no object \"{object}\""
+        )));
+    }
+    let script = match filter {
+        None => format!("DELETE FROM {};", sql.table(object)),
+        Some(f) => format!("DELETE FROM {} WHERE ({f});", sql.table(object)),
+    };
+    db.exec(&script)
+}
+
 /// Creates the missing objects, inside the caller's transaction (in
 /// MariaDB after [`ensure_ddl`] ran).
 pub(crate) fn ensure_objects(

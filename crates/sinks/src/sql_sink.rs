@@ -130,6 +130,15 @@ pub(crate) fn set_identity<S: SqlSink>(sink: &mut S, id: &Identity) -> Result<()
     sink.in_transaction(|_, db| db.exec(&s))
 }
 
+/// [`aqueduct_subscribe::Sink::clear_object`].
+pub(crate) fn clear_object<S: SqlSink>(
+    sink: &mut S,
+    object: &str,
+    filter: Option<&str>,
+) -> Result<(), SinkError> {
+    sink.in_transaction(|sql, db| sql::clear_object(sql, db, object, filter))
+}
+
 /// [`aqueduct_subscribe::Sink::origin`].
 pub(crate) fn origin<S: SqlSink>(sink: &S) -> Result<aqueduct_subscribe::Origin, SinkError> {
     sink.read(|sql, db| sql.origin(db))
@@ -264,6 +273,14 @@ macro_rules! sql_sink {
 
             fn origin(&self) -> Result<aqueduct_subscribe::Origin, aqueduct_subscribe::SinkError> {
                 $crate::sql_sink::origin(self)
+            }
+
+            fn clear_object(
+                &mut self,
+                object: &str,
+                filter: Option<&str>,
+            ) -> Result<(), aqueduct_subscribe::SinkError> {
+                $crate::sql_sink::clear_object(self, object, filter)
             }
 
             fn set_origin(

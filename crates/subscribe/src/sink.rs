@@ -112,6 +112,21 @@ pub trait Sink {
         Ok(())
     }
 
+    /// Deletes one object's rows before that object alone is bootstrapped
+    /// again (§5.6), or with `filter` (a condition in the sink's own
+    /// query language over its columns) the rows matching it. Its own
+    /// transaction. Message sinks hold no rows: their receivers see the
+    /// new rows flagged `bootstrap`; a sink that cannot filter refuses a
+    /// filter.
+    fn clear_object(&mut self, _object: &str, filter: Option<&str>) -> Result<(), SinkError> {
+        match filter {
+            None => Ok(()),
+            Some(_) => Err(SinkError::permanent(
+                "this sink holds no rows to delete by a condition",
+            )),
+        }
+    }
+
     /// Where the sink's copy came from (§5.6); the default for a sink
     /// that stores none.
     fn origin(&self) -> Result<Origin, SinkError> {

@@ -7,6 +7,7 @@
 //! time in. A new subscriber is bootstrapped first: the publication's
 //! tables at one LSN, then the stream from the next.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use aqueduct_mirror::http;
 use aqueduct_publish::{
-    parse_line, BootstrapAnswer, Change, ChangeOp, ErrorMessage, Mode, TxnMessage, WireMessage,
+    parse_line, BootstrapAnswer, Change, ChangeOp, ErrorMessage, Mode, SchemaChange, TxnMessage,
+    WireMessage,
 };
 use aqueduct_sinks::SinkSpec;
 
@@ -149,6 +151,8 @@ pub fn run(args: &FollowArgs) -> Result<()> {
         bootstrap(&boot, control, None).map(drop)
     };
     let mut rebootstrap = args.rebootstrap;
+    let mut reload = args.rebootstrap_table.clone();
+    let mut skips: BTreeMap<String, u64> = BTreeMap::new();
     loop {
         let mut control = open(&spec)?;
         config.position = control.position_mode();
@@ -175,9 +179,41 @@ pub fn run(args: &FollowArgs) -> Result<()> {
             resume.watermark = from.max(1);
             resume.applied_above.retain(|l| *l >= from);
         }
+        for table in std::mem::take(&mut reload) {
+            // Re-bootstrap of one object: its rows (or those matching the
+            // condition) go, and it is loaded alone from a new snapshot
+            // at S'. Cleared whole, its changes up to S' are in the
+            // snapshot and the stream skips them; cleared by a condition,
+            // rows outside it still need the stream's deletes up to S'
+            // (the guard skips the older versions of the rest).
+            let filter = args.rebootstrap_where.as_deref();
+            control
+                .clear_object(&table, filter)
+                .map_err(|e| anyhow!("clearing {table} in the sink: {e}"))?;
+            let at = bootstrap(&boot, control.as_mut(), Some(std::slice::from_ref(&table)))?;
+            eprintln!(
+                "subscriber {}: {table} bootstrapped again at LSN {at}",
+                args.name
+            );
+            if filter.is_none() {
+                skips.insert(table, at);
+            }
+        }
         let agent = Agent::new(config.clone(), resume).map_err(|e| anyhow!("{e}"))?;
-        match follow(&server, &spec, args, agent, control, &stats)? {
+        match follow(&server, &spec, args, agent, control, &stats, &skips)? {
             Followed::CaughtUp => return Ok(()),
+            Followed::Added(objects) => {
+                let mut control = open(&spec)?;
+                let at = bootstrap(&boot, control.as_mut(), Some(&objects))?;
+                eprintln!(
+                    "subscriber {}: {} added to the publication, bootstrapped at LSN {at}",
+                    args.name,
+                    objects.join(", ")
+                );
+                for o in objects {
+                    skips.insert(o, at);
+                }
+            }
             Followed::Rebootstrap => {
                 eprintln!(
                     "subscriber {}: the server no longer has the stream from its position; bootstrapping again",
@@ -422,6 +458,8 @@ fn load_chunk(server: &Server, id: &str, n: u32, sink: &mut dyn Sink) -> Result<
 enum Followed {
     CaughtUp,
     Rebootstrap,
+    /// The publication gained these objects: bootstrap them alone.
+    Added(Vec<String>),
 }
 
 /// Runs the agent until it fails, asks for a bootstrap, or (with
@@ -433,8 +471,10 @@ fn follow(
     mut agent: Agent,
     mut control: Box<dyn Sink + Send>,
     stats: &AgentStats,
+    skips: &BTreeMap<String, u64>,
 ) -> Result<Followed> {
     use std::sync::atomic::Ordering::Relaxed;
+
     // What each batch in flight holds: transactions and rows.
     let mut in_flight: std::collections::HashMap<BatchId, (u64, u64)> = Default::default();
     let started = Instant::now();
@@ -624,7 +664,26 @@ fn follow(
             .unwrap_or(TICK)
             .min(TICK);
         let input = match events.recv_timeout(wait) {
-            Ok(Event::Line(line, bytes)) => {
+            Ok(Event::Line(mut line, bytes)) => {
+                match &mut line {
+                    // An object bootstrapped alone at S' has its changes
+                    // up to S' in the snapshot already.
+                    WireMessage::Txn(t) if !skips.is_empty() => t
+                        .changes
+                        .retain(|c| skips.get(&c.object).is_none_or(|s| c.version > *s)),
+                    // An object added to the publication: before the
+                    // addition is applied (so before it can be durable),
+                    // the object is bootstrapped alone at S' >= its LSN;
+                    // the stream after that passes the addition on.
+                    WireMessage::Schema(m) => {
+                        if let SchemaChange::AddObject { object, .. } = &m.change {
+                            if skips.get(object).is_none_or(|s| *s < m.lsn) {
+                                return Ok(Followed::Added(vec![object.clone()]));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
                 match &line {
                     WireMessage::Txn(t) if t.frame == 0 => {
                         stats.received_txns.fetch_add(1, Relaxed);
