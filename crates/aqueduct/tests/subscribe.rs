@@ -17,7 +17,7 @@ use std::time::Instant;
 use aqueduct_sinks::SqliteSink;
 use serde_json::{json, Map, Value as Json};
 
-use common::{aqueduct, serve, Running, Server, STEP_TIMEOUT};
+use common::{aqueduct, serve, serve_at, Running, Server, STEP_TIMEOUT};
 
 fn client(pg: u16) -> postgres::Client {
     postgres::Config::new()
@@ -206,6 +206,8 @@ fn a_subscriber_follows_a_publication_into_sqlite() {
 
     catch_up(&server, &sink, "causal");
     assert_same(&mut c, &sink, "after bootstrap");
+    let st = status(&server, &sink);
+    assert!(st.contains(": in sync"), "{st}");
 
     for step in 0..300 {
         write(&mut c, step);
@@ -304,12 +306,13 @@ fn watermark(sink: &Path) -> u64 {
 }
 
 /// The transactions a JSON-lines sink received, in the order it applied
-/// them, without the bootstrap's chunks.
+/// them, without the bootstrap's chunks (which have no `txid`; the
+/// stream's transactions after a bootstrap are flagged `bootstrap` too).
 fn applied_order(path: &Path) -> Vec<u64> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<Json>(l).ok())
-        .filter(|j| j["type"] == "txn" && j["bootstrap"] != true)
+        .filter(|j| j["type"] == "txn" && j["txid"] != "")
         .map(|j| j["lsn"].as_u64().unwrap())
         .collect()
 }
@@ -439,9 +442,12 @@ fn an_ephemeral_tables_inserts_reach_a_subscriber() {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
+    // A bootstrap chunk is a line flagged `bootstrap` without a source
+    // transaction (an empty txid); stream transactions up to the head the
+    // first stream saw are flagged too, and carry their txid.
     let bootstrap_rows = lines
         .iter()
-        .filter(|j| j["bootstrap"] == true)
+        .filter(|j| j["bootstrap"] == true && j["txid"].as_str().is_none_or(str::is_empty))
         .all(|j| j["type"] != "row" && j["changes"].as_array().is_none_or(|c| c.is_empty()));
     assert!(
         bootstrap_rows,
@@ -665,4 +671,412 @@ fn a_published_view_follows_its_query_in_the_sink() {
     let said = catch_up_as(&server, &late, "weak", "late");
     assert!(said.contains("bootstrapping again"), "{said}");
     assert_view_same(&mut c, &late, "after bootstrapping again");
+}
+
+/// The server's last committed LSN, from its health page.
+fn head(server: &Server) -> u64 {
+    let r = aqueduct_mirror::http::request(
+        &format!("127.0.0.1:{}", server.http),
+        "GET",
+        "/health",
+        None,
+        None,
+        STEP_TIMEOUT,
+    )
+    .unwrap();
+    let mut body = r.body;
+    let j: Json = serde_json::from_slice(&body.read_to_end(1 << 20).unwrap()).unwrap();
+    j["lsn"].as_u64().unwrap()
+}
+
+/// The first stream after a bootstrap at `S` flags the transactions up to
+/// the head the server had when it opened (`bootstrap: true`), and only
+/// those: the subscriber is in sync after them.
+#[test]
+fn the_first_stream_after_a_bootstrap_flags_transactions_up_to_its_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let s = head(&server);
+    for step in 0..10 {
+        write(&mut c, step);
+    }
+    let opened_at = head(&server);
+    let r = aqueduct_mirror::http::request(
+        &format!("127.0.0.1:{}", server.http),
+        "GET",
+        &format!(
+            "/v1/publications/social/stream?subscriber=probe&from_lsn={}&mode=causal&bootstrapped_at={s}",
+            s + 1
+        ),
+        None,
+        None,
+        STEP_TIMEOUT,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let mut body = r.body;
+    body.set_read_timeout(Some(STEP_TIMEOUT)).unwrap();
+    let mut next = || -> Json {
+        loop {
+            let line = body.next_line().unwrap().expect("the stream goes on");
+            if !line.is_empty() {
+                return serde_json::from_slice(&line).unwrap();
+            }
+        }
+    };
+    let epoch = next();
+    assert_eq!(epoch["type"], "epoch");
+    assert_eq!(epoch["bootstrap_until"], json!(opened_at), "{epoch}");
+    for step in 10..20 {
+        write(&mut c, step);
+    }
+    let last = head(&server);
+    let (mut flagged, mut unflagged) = (0, 0);
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        assert!(Instant::now() < deadline, "the stream did not reach {last}");
+        let m = next();
+        if m["type"] == "progress" && m["lsn"].as_u64() >= Some(last) {
+            break;
+        }
+        if m["type"] != "txn" {
+            continue;
+        }
+        let lsn = m["lsn"].as_u64().unwrap();
+        let want = lsn <= opened_at;
+        assert_eq!(m["bootstrap"], json!(want), "txn at LSN {lsn}: {m}");
+        if want {
+            flagged += 1;
+        } else {
+            unflagged += 1;
+        }
+        if lsn >= last {
+            break;
+        }
+    }
+    assert!(
+        flagged >= 5 && unflagged >= 5,
+        "{flagged} flagged, {unflagged} not"
+    );
+}
+
+/// `aqueduct subscribe status` on a subscription: its output.
+fn status(server: &Server, sink: &Path) -> String {
+    let out = aqueduct()
+        .args(["subscribe", "status", "--name", "t1", "--into"])
+        .arg(format!("sqlite:{}", sink.display()))
+        .args(["--from", &format!("127.0.0.1:{}", server.http)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A server whose data directory was wiped and which came back at the
+/// same address is another log: the agent refuses to follow it, says
+/// why and what to do, and changes nothing; with `--rebootstrap` it
+/// clears its copy and bootstraps from the new server.
+#[test]
+fn a_wiped_server_at_the_same_address_is_refused_until_rebootstrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = serve(&data, &["--fsync", "never"]);
+    let (pg, http) = (server.pg, server.http);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    for step in 0..50 {
+        write(&mut c, step);
+    }
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "before the wipe");
+    drop(c);
+    server.process.kill9();
+    std::fs::remove_dir_all(&data).unwrap();
+    let server = serve_at(&data, pg, http, &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    c.execute("DELETE FROM posts WHERE id > 400", &[]).unwrap();
+    let before = watermark(&sink);
+    let (ok, err) = bounded(
+        aqueduct()
+            .args(subscribe_args(&server, &sink, "causal"))
+            .arg("--until-caught-up"),
+    );
+    assert!(!ok, "the agent followed a wiped server");
+    assert!(
+        err.contains("wiped") && err.contains("--rebootstrap"),
+        "unclear refusal: {err}"
+    );
+    assert_eq!(
+        watermark(&sink),
+        before,
+        "the refused agent changed the sink"
+    );
+    let out = aqueduct()
+        .args(subscribe_args(&server, &sink, "causal"))
+        .args(["--until-caught-up", "--rebootstrap"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same(&mut c, &sink, "after --rebootstrap from the new server");
+}
+
+/// Runs `cmd` to its end within the step deadline (killed and failed
+/// past it): whether it succeeded, and its standard error.
+fn bounded(cmd: &mut std::process::Command) -> (bool, String) {
+    use std::io::Read;
+    let mut child = Running(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = child.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not finish in time (it follows on as if nothing happened)"
+        );
+        std::thread::yield_now();
+    };
+    (status.success(), reader.join().unwrap())
+}
+
+/// A bootstrap of thousands of rows in small chunks, fetched by four
+/// workers in parallel while a writer keeps changing the tables, ends
+/// equal to the publisher once the stream has caught up.
+#[test]
+fn a_parallel_bootstrap_under_concurrent_writes_equals_the_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    c.batch_execute(
+        "INSERT INTO posts SELECT g, g % 200 + 1, 'more ' || g, g % 7 = 0 FROM generate_series(501, 6000) g",
+    )
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let pg = server.pg;
+        std::thread::spawn(move || {
+            let mut c = client(pg);
+            let mut step: i32 = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = (step * 7919) % 6000 + 1;
+                match step % 4 {
+                    0 => c.execute("UPDATE posts SET body = body || '~' WHERE id = $1", &[&id]),
+                    1 => c.execute("DELETE FROM posts WHERE id = $1", &[&id]),
+                    2 => c.execute(
+                        "INSERT INTO posts VALUES ($1, 1, 'new', false) ON CONFLICT (id) DO UPDATE SET draft = NOT posts.draft",
+                        &[&(10_000 + step)],
+                    ),
+                    _ => c.execute("UPDATE users SET name = name || '*' WHERE id = $1", &[&(id % 200 + 1)]),
+                }
+                .unwrap();
+                step += 1;
+            }
+            step
+        })
+    };
+    let sink = dir.path().join("sink.db");
+    let mut args = subscribe_args(&server, &sink, "causal");
+    let w = args.iter().position(|a| a == "--workers").unwrap();
+    args[w + 1] = "4".into();
+    args.extend(["--bootstrap-chunk-rows", "250", "--until-caught-up"].map(String::from));
+    let (ok, err) = bounded(aqueduct().args(&args));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(ok, "{err}");
+    assert!(writes > 0, "nothing was written during the bootstrap");
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after a parallel bootstrap under writes");
+}
+
+/// Writes rows straight into the sink, as drift the publisher never
+/// made: a version above anything the server has, so the guard keeps
+/// them against every later write.
+fn drift(sink: &Path, changes: Vec<aqueduct_publish::Change>) {
+    use aqueduct_subscribe::Sink;
+    let mut s = SqliteSink::open(sink, "drift").unwrap();
+    let txn = aqueduct_publish::TxnMessage {
+        lsn: 1 << 40,
+        first_lsn: 0,
+        txid: String::new(),
+        commit_time: String::new(),
+        epoch: 0,
+        frame: 0,
+        last: true,
+        deps: None,
+        bootstrap: false,
+        changes,
+        origin: None,
+    };
+    s.apply(
+        &[aqueduct_subscribe::Item::Txn(std::sync::Arc::new(txn))],
+        &aqueduct_subscribe::Record::default(),
+    )
+    .unwrap();
+}
+
+fn post(id: i32, body: &str) -> aqueduct_publish::Change {
+    let attrs = json!({"id": id, "author": 1, "body": body, "draft": false});
+    aqueduct_publish::Change {
+        object: "posts".into(),
+        op: aqueduct_publish::ChangeOp::Update,
+        key: vec![json!(id)],
+        attrs: Some(attrs.as_object().unwrap().clone()),
+        version: 1 << 40,
+        prev_version: None,
+    }
+}
+
+/// `--rebootstrap-table posts --rebootstrap-where ...` deletes the
+/// matching rows of that one object and loads it again from a new
+/// snapshot, while the stream goes on from the subscriber's position: a
+/// sink whose rows drifted ends equal to the publisher.
+#[test]
+fn one_table_bootstrapped_again_equals_the_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    drift(&sink, vec![post(1, "drifted"), post(99_999, "stray")]);
+    for step in 0..100 {
+        write(&mut c, step);
+    }
+    let mut args = subscribe_args(&server, &sink, "causal");
+    args.extend(
+        [
+            "--rebootstrap-table",
+            "posts",
+            "--rebootstrap-where",
+            "id = 1 OR id > 5000",
+            "--until-caught-up",
+        ]
+        .map(String::from),
+    );
+    let (ok, err) = bounded(aqueduct().args(&args));
+    assert!(ok, "{err}");
+    for step in 100..150 {
+        write(&mut c, step);
+    }
+    catch_up(&server, &sink, "causal");
+    assert_same(
+        &mut c,
+        &sink,
+        "after posts was bootstrapped again where ...",
+    );
+    // Whole, while writes wait in the stream: its changes up to S' are
+    // skipped, the snapshot has them.
+    drift(&sink, vec![post(2, "drifted"), post(99_998, "stray")]);
+    for step in 150..250 {
+        write(&mut c, step);
+    }
+    let mut args = subscribe_args(&server, &sink, "causal");
+    args.extend(["--rebootstrap-table", "posts", "--until-caught-up"].map(String::from));
+    let (ok, err) = bounded(aqueduct().args(&args));
+    assert!(ok, "{err}");
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after posts was bootstrapped again whole");
+}
+
+/// A table added to the publication reaches the subscriber with the rows
+/// it had before it was added (a partial bootstrap of that table at
+/// S' >= the addition), and the changes after.
+#[test]
+fn a_table_added_to_the_publication_arrives_with_its_old_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(&dir.path().join("data"), &["--fsync", "never"]);
+    let mut c = client(server.pg);
+    setup(&mut c);
+    let sink = dir.path().join("sink.db");
+    catch_up(&server, &sink, "causal");
+    // The agent follows while the table is made, filled and added: its
+    // stream passed the rows when they were not published yet.
+    let agent = Running(
+        aqueduct()
+            .args(subscribe_args(&server, &sink, "causal"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let until = |lsn: u64| {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while watermark(&sink) <= lsn {
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not reach LSN {lsn}"
+            );
+            std::thread::yield_now();
+        }
+    };
+    c.batch_execute(
+        "CREATE TABLE tags (id int PRIMARY KEY, label text);
+         INSERT INTO tags SELECT g, 'tag ' || g FROM generate_series(1, 700) g;",
+    )
+    .unwrap();
+    until(head(&server));
+    c.batch_execute(
+        "ALTER PUBLICATION social ADD TABLE tags;
+         UPDATE tags SET label = 'changed' WHERE id % 10 = 0;
+         DELETE FROM tags WHERE id % 7 = 0;",
+    )
+    .unwrap();
+    for step in 0..50 {
+        write(&mut c, step);
+    }
+    until(head(&server));
+    agent.kill9();
+    catch_up(&server, &sink, "causal");
+    c.batch_execute("UPDATE tags SET label = 'later' WHERE id % 3 = 0")
+        .unwrap();
+    catch_up(&server, &sink, "causal");
+    assert_same(&mut c, &sink, "after a table was added");
+    let want: BTreeMap<String, Map<String, Json>> = c
+        .query("SELECT id, label FROM tags", &[])
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let id: i32 = r.get(0);
+            let label: Option<String> = r.get(1);
+            let m = json!({"id": id, "label": label});
+            (json!([id]).to_string(), m.as_object().unwrap().clone())
+        })
+        .collect();
+    let got: BTreeMap<String, Map<String, Json>> = SqliteSink::open(&sink, "check")
+        .unwrap()
+        .rows("tags")
+        .unwrap()
+        .into_iter()
+        .map(|(k, (_, attrs))| (k, attrs))
+        .collect();
+    assert_eq!(got.len(), want.len(), "tags rows in the sink");
+    assert_eq!(got, want, "tags in the sink");
 }

@@ -17,7 +17,7 @@ use aqueduct_sql::{Engine, Outcome, SqlError};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::net::TcpListener;
@@ -59,6 +59,8 @@ struct AppState {
     streams: Arc<std::sync::atomic::AtomicUsize>,
     /// Counters of publication streams (`publications.rs`).
     publications: Arc<aqueduct_publisher::PublicationMetrics>,
+    /// Bootstrap snapshots held for subscribers (`publications.rs`).
+    bootstraps: Arc<aqueduct_publisher::Bootstraps>,
 }
 
 /// The routes, for serving and for tests.
@@ -73,6 +75,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         extra,
         streams: Default::default(),
         publications: Default::default(),
+        bootstraps: Default::default(),
     };
     Router::new()
         .route("/health", get(health))
@@ -89,6 +92,14 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route(
             "/v1/publications/{publication}/bootstrap",
             post(publications::bootstrap),
+        )
+        .route(
+            "/v1/publications/{publication}/bootstrap/{id}",
+            delete(publications::release_bootstrap),
+        )
+        .route(
+            "/v1/publications/{publication}/bootstrap/{id}/chunks/{chunk}",
+            get(publications::bootstrap_chunk),
         )
         .route(
             "/v1/publications/{publication}/ack",
@@ -228,8 +239,9 @@ impl axum::serve::Listener for TlsListener {
 }
 
 async fn health(State(s): State<AppState>) -> impl IntoResponse {
-    let lsn = s.engine.database().log().committed_lsn();
-    Json(serde_json::json!({ "status": "ok", "lsn": lsn }))
+    let log = s.engine.database().log();
+    let lsn = log.committed_lsn();
+    Json(serde_json::json!({ "status": "ok", "lsn": lsn, "server_id": log.server_id() }))
 }
 
 async fn metrics_page(State(s): State<AppState>) -> impl IntoResponse {

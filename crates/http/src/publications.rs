@@ -1,16 +1,26 @@
 //! Publications over HTTP (`docs/publications.md`, section 4): what a
 //! subscriber agent (`aqueduct subscribe`) talks to.
 //!
-//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M`: the
-//!   publication's tables at one LSN `S`, NDJSON: an `epoch` line (from
-//!   `S + 1`, with each object's shape), `row` lines, a `chunk_end` line
-//!   after each chunk, and `bootstrap_end` with `S`. The subscriber's
-//!   durable consumer holds the log from `S + 1` before any row is sent.
+//! - `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M`: takes
+//!   a snapshot of the publication's tables at one LSN `S` (with
+//!   `&objects=A,B` of those objects only, a partial bootstrap) and
+//!   answers JSON: `S`, the snapshot's id, the objects' shapes and its
+//!   chunks (key ranges of about `chunk_rows` rows). For a whole
+//!   bootstrap the subscriber's durable consumer holds the log from
+//!   `S + 1` before the answer is sent.
+//! - `GET /v1/publications/{pub}/bootstrap/{id}/chunks/{n}`: one chunk,
+//!   NDJSON: `row` lines, then `chunk_end`. Chunks may be fetched in any
+//!   order and in parallel while the snapshot is held.
+//! - `DELETE /v1/publications/{pub}/bootstrap/{id}`: releases the snapshot.
 //! - `GET /v1/publications/{pub}/stream?subscriber=NAME&from_lsn=L&mode=M&epoch=E`:
 //!   the stream from the subscriber's watermark `L`: an `epoch` line, then
 //!   `txn`, `schema` and `progress` lines; empty lines are keep-alives; an
 //!   `error` line ends a stream the server stopped. The consumer is
 //!   registered on first use and `from_lsn` acknowledges what is before it.
+//!   `&bootstrapped_at=S` (the first stream after a bootstrap at `S`) or
+//!   `&bootstrap_until=H` (a later one, not yet in sync): transactions up
+//!   to the head at open, or up to `H`, carry `bootstrap: true`, and the
+//!   `epoch` line says up to where.
 //! - `POST /v1/publications/{pub}/ack?subscriber=NAME&lsn=L`: everything
 //!   up to `L` is durably applied; the log may drop it.
 //!
@@ -25,7 +35,8 @@ use std::sync::Arc;
 use aqueduct_feed::FeedError;
 use aqueduct_publish::{ErrorMessage, Mode, WireMessage};
 use aqueduct_publisher::{
-    consumer_name, Bootstrap, Counters, PublicationStream, StreamGauge, StreamRequest,
+    consumer_name, Bootstrap, BootstrapRequest, Counters, PublicationStream, StreamGauge,
+    StreamRequest,
 };
 use aqueduct_sql::{Engine, SqlError};
 use axum::body::Bytes;
@@ -39,21 +50,31 @@ use tokio::sync::mpsc;
 use crate::changes::{busy, streaming, StreamSlot, KEEPALIVE, STREAM_BUFFER_MESSAGES};
 use crate::{error_response, status_of, AppState};
 
-/// Lines a bootstrap sends per step of its thread.
-const BOOTSTRAP_LINES_PER_STEP: usize = 1024;
-
 #[derive(Deserialize)]
 pub(crate) struct StreamQuery {
     subscriber: String,
     from_lsn: Option<u64>,
     mode: Option<String>,
     epoch: Option<u64>,
+    /// The subscriber was bootstrapped at this LSN and opens its first
+    /// stream since: transactions up to the server's head now carry
+    /// `bootstrap: true`.
+    bootstrapped_at: Option<u64>,
+    /// A later stream of a subscriber not yet in sync: transactions up to
+    /// this LSN (the `bootstrap_until` its first stream was given) carry
+    /// `bootstrap: true`.
+    bootstrap_until: Option<u64>,
 }
 
 #[derive(Deserialize)]
 pub(crate) struct SubscriberQuery {
     subscriber: String,
     mode: Option<String>,
+    /// A partial bootstrap: these objects only (published names, comma
+    /// separated).
+    objects: Option<String>,
+    /// Rows per chunk, within the server's limits.
+    chunk_rows: Option<u64>,
 }
 
 fn mode_of(mode: Option<&str>) -> Result<Mode, Box<Response>> {
@@ -113,11 +134,12 @@ pub(crate) struct AckQuery {
     lsn: u64,
 }
 
-/// The server's id as subscribers record it: a subscriber that finds
-/// another id behind the same address is following another log.
+/// The server's id as subscribers record it: the log's random id, drawn
+/// when its data directory was created (`docs/log-format.md`). A
+/// subscriber that finds another id behind the same address is following
+/// another log (a wiped or different server).
 pub fn server_id(engine: &Engine) -> String {
-    let place = engine.database().log().storage().describe("");
-    format!("{:016x}", aqueduct_publish::dep_hash(place.as_bytes()))
+    engine.database().log().server_id()
 }
 
 fn bad_request(e: SqlError) -> Response {
@@ -221,9 +243,15 @@ pub(crate) async fn stream(
         epoch: q.epoch.unwrap_or(0),
         from_lsn: q.from_lsn.unwrap_or(0).max(1),
         server_id: server_id(&engine),
+        bootstrap_until: q.bootstrap_until,
     };
+    let bootstrapped_at = q.bootstrapped_at;
     let opened = blocking(move || {
         let feed = engine.feed().clone();
+        let mut request = request;
+        if let Some(s) = bootstrapped_at {
+            request.bootstrap_until = Some(feed.head().max(s));
+        }
         // The consumer's hold follows the subscriber's watermark.
         feed.register(&consumer, Some(request.from_lsn))
             .and_then(|_| feed.ack(&consumer, request.from_lsn - 1))
@@ -283,6 +311,9 @@ fn pump(
     }
 }
 
+/// `POST /v1/publications/{pub}/bootstrap?subscriber=NAME&mode=M[&objects=A,B][&chunk_rows=N]`:
+/// takes the snapshot and answers its LSN, id, the objects' shapes and
+/// its chunks (JSON, `BootstrapAnswer`).
 pub(crate) async fn bootstrap(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -295,46 +326,77 @@ pub(crate) async fn bootstrap(
     };
     let engine = s.engine.clone();
     let counters = s.publications.of(&publication);
+    let held = s.bootstraps.clone();
     let started = blocking(move || {
         let db = engine.shared_database();
         let id = server_id(&engine);
         let consumer = consumer_name(&publication, &q.subscriber);
-        let (b, first) = Bootstrap::start(
+        let objects = q.objects.as_deref().map(|o| {
+            o.split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        });
+        let b = Bootstrap::start(
             &db,
             &engine.views,
             engine.feed(),
-            &publication,
-            mode,
-            &consumer,
-            &id,
+            &BootstrapRequest {
+                publication: &publication,
+                mode,
+                consumer: &consumer,
+                server_id: &id,
+                objects,
+                chunk_rows: q.chunk_rows,
+            },
         )?;
-        Ok::<_, SqlError>((b, first))
+        held.insert(b)
     })
     .await;
-    let (mut boot, first) = match started {
-        Ok(x) => x,
-        Err(r) => return *r,
+    match started {
+        Ok(b) => {
+            counters
+                .bootstraps
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            axum::Json(b.answer().clone()).into_response()
+        }
+        Err(r) => *r,
+    }
+}
+
+/// `GET /v1/publications/{pub}/bootstrap/{id}/chunks/{n}`: one chunk's
+/// `row` lines and its `chunk_end`, NDJSON.
+pub(crate) async fn bootstrap_chunk(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((publication, id, chunk)): Path<(String, String, u32)>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return *r;
+    }
+    let boot = match s.bootstraps.get(&id) {
+        Ok(b) => b,
+        Err(e) => return bad_request(e),
     };
-    counters
-        .bootstraps
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let counters = s.publications.of(&publication);
     spawn_stream(&s, "publication-bootstrap", move |tx| {
         let _open = StreamGauge::new(counters.clone());
-        if !send(tx, &counters, &first) {
-            return;
-        }
-        loop {
-            let lines = boot.next_lines(BOOTSTRAP_LINES_PER_STEP);
-            if lines.is_empty() {
-                return;
-            }
-            for l in &lines {
-                if !send(tx, &counters, l) {
-                    return;
-                }
-            }
+        if let Err(e) = boot.send_chunk(chunk, |l| send(tx, &counters, l)) {
+            let _ = tx.blocking_send(error_line(&e));
         }
     })
+}
+
+/// `DELETE /v1/publications/{pub}/bootstrap/{id}`: releases the snapshot.
+pub(crate) async fn release_bootstrap(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((_publication, id)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return *r;
+    }
+    axum::Json(json!({ "released": s.bootstraps.release(&id) })).into_response()
 }
 
 pub(crate) async fn ack(

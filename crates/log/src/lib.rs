@@ -56,8 +56,8 @@ pub const FORMAT_VERSION: u16 = 2;
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// Version of the index file layout (unchanged since format version 1).
 pub const INDEX_FORMAT_VERSION: u16 = 1;
-/// Version of the metadata file layout (unchanged since format version 1).
-pub const META_FORMAT_VERSION: u16 = 2;
+/// Version of the metadata file layout (3: adds the server id).
+pub const META_FORMAT_VERSION: u16 = 3;
 /// Largest key a record may carry.
 pub const MAX_KEY_BYTES: usize = 64 * 1024;
 /// Largest body a record may carry.

@@ -204,7 +204,20 @@ impl Log {
         adopt: bool,
     ) -> Result<(Log, RecoveryReport)> {
         let started = Instant::now();
-        let recovered = recover(storage.as_ref(), &opts, adopt)?;
+        let mut recovered = recover(storage.as_ref(), &opts, adopt)?;
+        if !opts.read_only && recovered.meta.server_id == 0 {
+            // A new directory, or one from a build before server ids: its
+            // id is drawn once and kept from now on.
+            let mut m = recovered.meta.clone();
+            m.server_id = loop {
+                let id: u128 = rand::random();
+                if id != 0 {
+                    break id;
+                }
+            };
+            m.store(storage.as_ref())?;
+            recovered.meta = m;
+        }
         let mut report = recovered.report;
         report.elapsed = started.elapsed();
         let last_lsn = recovered.next_lsn - 1;
@@ -748,6 +761,12 @@ impl Log {
 
     pub fn meta(&self) -> Meta {
         self.inner.meta.lock().clone()
+    }
+
+    /// The log's random id (`meta`), as 32 hex digits; all zeros only for
+    /// a log opened read-only that never had one.
+    pub fn server_id(&self) -> String {
+        format!("{:032x}", self.inner.meta.lock().server_id)
     }
 
     /// Stores the replication vote durably.

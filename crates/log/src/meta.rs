@@ -7,10 +7,16 @@
 //! 16 u64 purged_lsn    records at or below this LSN were purged on purpose
 //! 24 u64 purged_term
 //! 32 u32 vote_len, then vote_len bytes of vote
-//! .. u64 compacted_until (format version 2 only; version 1 files lack it
-//!        and read as 0)
+//! .. u64 compacted_until (format versions 2 and 3; version 1 files lack
+//!        it and read as 0)
+//! .. [16] server_id (format version 3; older files lack it and read as 0)
 //! .. u32 CRC32C of everything before it
 //! ```
+//!
+//! `server_id`: a random 128-bit id drawn once, when the log is first
+//! opened writable without one (a new data directory, or one written by an
+//! older build). It names this log to subscribers: another id behind the
+//! same address means a wiped or different server. Never 0 once drawn.
 //!
 //! `compacted_until`: compaction may have dropped records below this LSN, so
 //! a reader that must see every record (a change-feed consumer) can start
@@ -33,6 +39,8 @@ pub struct Meta {
     pub vote: Vec<u8>,
     /// Records below this LSN may have been removed by compaction.
     pub compacted_until: Lsn,
+    /// The log's random id; 0 until one is drawn.
+    pub server_id: u128,
 }
 
 impl Meta {
@@ -47,6 +55,7 @@ impl Meta {
         b.extend_from_slice(&(self.vote.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.vote);
         b.extend_from_slice(&self.compacted_until.to_le_bytes());
+        b.extend_from_slice(&self.server_id.to_le_bytes());
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
@@ -63,22 +72,29 @@ impl Meta {
         let version = u16::from_le_bytes(b[8..10].try_into().unwrap());
         let tail = match version {
             1 => 0,
-            META_FORMAT_VERSION => 8,
+            2 => 8,
+            META_FORMAT_VERSION => 24,
             v => return Err(format!("metadata format version {v} is unknown")),
         };
         let vote_len = u32::from_le_bytes(b[32..36].try_into().unwrap()) as usize;
         if 36 + vote_len + tail != body.len() {
             return Err("metadata length mismatch".into());
         }
+        let rest = &body[36 + vote_len..];
         let compacted_until = match tail {
             0 => 0,
-            _ => u64::from_le_bytes(body[36 + vote_len..].try_into().unwrap()),
+            _ => u64::from_le_bytes(rest[..8].try_into().unwrap()),
+        };
+        let server_id = match tail {
+            24 => u128::from_le_bytes(rest[8..24].try_into().unwrap()),
+            _ => 0,
         };
         Ok(Meta {
             purged_lsn: u64::from_le_bytes(b[16..24].try_into().unwrap()),
             purged_term: u64::from_le_bytes(b[24..32].try_into().unwrap()),
             vote: b[36..36 + vote_len].to_vec(),
             compacted_until,
+            server_id,
         })
     }
 
@@ -126,6 +142,7 @@ mod tests {
             purged_term: 3,
             vote: b"term=3,node=1".to_vec(),
             compacted_until: 77,
+            server_id: 0x1234_5678_9abc_def0_0fed_cba9_8765_4321,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b).unwrap(), m);
@@ -134,5 +151,21 @@ mod tests {
             d[i] ^= 0x10;
             assert!(Meta::decode(&d).is_err(), "byte {i}");
         }
+    }
+
+    #[test]
+    fn a_version_2_file_reads_without_a_server_id() {
+        let m = Meta {
+            purged_lsn: 5,
+            compacted_until: 9,
+            ..Meta::default()
+        };
+        let mut b = m.encode();
+        // Version 2 of the same: no server id, its version, its checksum.
+        b.truncate(b.len() - 4 - 16);
+        b[8..10].copy_from_slice(&2u16.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(Meta::decode(&b).unwrap(), m);
     }
 }

@@ -28,10 +28,10 @@ pub use tracker::{
     slot_of, valid_dep_slots, DepObject, DepTracker, Deps, Mode, TxnObjects, UnknownMode,
 };
 pub use wire::{
-    parse_line, AttributeType, BootstrapEndMessage, Change, ChangeOp, ChunkEndMessage,
-    EpochMessage, ErrorMessage, Lsn, ObjectSchema, Origin, ProgressMessage, RowMessage,
-    SchemaChange, SchemaMessage, TxnMessage, WireError, WireMessage, WIRE_VERSION,
-    WIRE_VERSIONS_READ,
+    parse_line, AttributeType, BootstrapAnswer, BootstrapEndMessage, Change, ChangeOp,
+    ChunkEndMessage, ChunkInfo, EpochMessage, ErrorMessage, Lsn, ObjectSchema, Origin,
+    ProgressMessage, RowMessage, SchemaChange, SchemaMessage, TxnMessage, WireError, WireMessage,
+    WIRE_VERSION, WIRE_VERSIONS_READ,
 };
 
 /// The prefix of the durable consumers (in the server's change feed) of

@@ -25,10 +25,19 @@ pub const WIRE_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Rows in one bootstrap chunk, about.
 pub const BOOTSTRAP_CHUNK_ROWS: u64 = 50_000;
 
-/// Bootstrap snapshots one server holds at once.
-pub const BOOTSTRAP_SNAPSHOTS_MAX: usize = 4;
+/// Smallest chunk a subscriber may ask for (`chunk_rows`), in rows.
+pub const BOOTSTRAP_CHUNK_ROWS_MIN: u64 = 100;
 
-/// How long a bootstrap snapshot is held, in seconds.
+/// Chunks of one bootstrap at most: a larger publication gets larger
+/// chunks, so the chunk list stays small.
+pub const BOOTSTRAP_CHUNKS_MAX: usize = 65_536;
+
+/// Bootstrap snapshots one server holds at once (a new bootstrap of the
+/// same subscriber replaces its old one; past the limit a request is
+/// refused with 53300).
+pub const BOOTSTRAP_SNAPSHOTS_MAX: usize = 8;
+
+/// How long a bootstrap snapshot is held after its last use, in seconds.
 pub const BOOTSTRAP_SNAPSHOT_TTL_S: u64 = 3_600;
 
 /// Publication streams one server serves at once (shared with the feed's
@@ -58,3 +67,7 @@ const _: () = assert!(READ_DEPS_PER_TXN_MAX * READ_DEP_RECORD_BYTES * 64 <= LOG_
 // cut into frames.
 const _: () = assert!(WIRE_FRAME_BYTES_MAX < LOG_BODY_BYTES_MAX);
 const _: () = assert!(BOOTSTRAP_CHUNK_ROWS > 0 && BOOTSTRAP_SNAPSHOTS_MAX > 0);
+const _: () =
+    assert!(BOOTSTRAP_CHUNK_ROWS_MIN > 0 && BOOTSTRAP_CHUNK_ROWS_MIN <= BOOTSTRAP_CHUNK_ROWS);
+// A chunk number fits the wire's u32.
+const _: () = assert!(BOOTSTRAP_CHUNKS_MAX as u64 <= u32::MAX as u64);

@@ -60,7 +60,8 @@ pub struct TxnMessage {
     /// What the transaction waits for; only on frame 0, absent in weak mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deps: Option<Deps>,
-    /// Sent while the subscriber bootstraps.
+    /// Sent on the transactions a subscriber receives after a bootstrap
+    /// until it has caught up with the head of its first stream (§5.6).
     #[serde(default)]
     pub bootstrap: bool,
     /// The published changes of this frame.
@@ -199,6 +200,12 @@ pub struct EpochMessage {
     /// its key, whether or not the column list names the key's columns).
     #[serde(default)]
     pub objects: std::collections::BTreeMap<String, ObjectSchema>,
+    /// On the streams of a subscriber just bootstrapped (§5.6): the head
+    /// the server had when the first stream after the bootstrap opened.
+    /// Transactions up to it carry `bootstrap: true`; the subscriber is
+    /// in sync once it has applied past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_until: Option<Lsn>,
 }
 
 /// A `progress` line.
@@ -328,6 +335,37 @@ impl WireMessage {
     }
 }
 
+/// The server's answer to a bootstrap request (§5.6), one JSON object:
+/// the snapshot's LSN `S`, its id, the objects' shapes and the chunks to
+/// fetch (`GET .../bootstrap/{boot_id}/chunks/{chunk}`, each `row` lines
+/// and a `chunk_end` line).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootstrapAnswer {
+    /// The snapshot's id, naming it in chunk requests.
+    pub boot_id: String,
+    /// The snapshot's LSN `S`.
+    pub lsn: Lsn,
+    /// The server's id.
+    pub server_id: String,
+    /// The publication's dependency space.
+    pub dep_slots: u32,
+    /// The shapes of the objects bootstrapped, by published name.
+    pub objects: std::collections::BTreeMap<String, ObjectSchema>,
+    /// The chunks, in order.
+    pub chunks: Vec<ChunkInfo>,
+}
+
+/// One chunk of a bootstrap: a range of one object's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkInfo {
+    /// Its number, from 0.
+    pub chunk: u32,
+    /// The object's published name.
+    pub object: String,
+    /// The table rows in its range (those the row filter passes are sent).
+    pub rows: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +453,7 @@ mod tests {
                 server_id: "srv1".into(),
                 dep_slots: 65_536,
                 objects: Default::default(),
+                bootstrap_until: None,
             }),
             WireMessage::Progress(ProgressMessage { lsn: 99 }),
             WireMessage::Row(RowMessage {

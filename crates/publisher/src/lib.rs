@@ -22,7 +22,7 @@ pub mod projection;
 pub mod stream;
 pub mod views;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{Bootstrap, BootstrapRequest, Bootstraps};
 pub use metrics::{Counters, PublicationMetrics, StreamGauge};
 pub use projection::{ObjectProjection, Projection, ROW_ID_ATTRIBUTE};
 pub use stream::{mode_refused, PublicationStream, StreamRequest};

@@ -41,6 +41,9 @@ pub struct StreamRequest {
     /// The subscriber's watermark: everything below it is applied.
     pub from_lsn: Lsn,
     pub server_id: String,
+    /// For a subscriber just bootstrapped: transactions up to this LSN
+    /// carry `bootstrap: true` (§5.6).
+    pub bootstrap_until: Option<Lsn>,
 }
 
 /// A publication stream for one subscriber.
@@ -108,6 +111,7 @@ impl PublicationStream {
             server_id: request.server_id.clone(),
             dep_slots: def.dep_slots,
             objects: projection.schemas(),
+            bootstrap_until: request.bootstrap_until,
         });
         Ok((
             PublicationStream {
@@ -256,7 +260,7 @@ impl PublicationStream {
                 frame: i as u32,
                 last: i == last,
                 deps: if i == 0 { deps.clone() } else { None },
-                bootstrap: false,
+                bootstrap: self.request.bootstrap_until.is_some_and(|h| msg.lsn <= h),
                 changes,
                 origin: None,
             }));

@@ -15,6 +15,8 @@
 //! - `aq:{name}:applied`: a sorted set of the transactions applied at or
 //!   above the watermark;
 //! - `aq:{name}:sub`: a hash with `watermark`, `schema_lsn`, `schema_seq`;
+//! - `aq:{name}:origin`: where the copy came from (server id, bootstrap
+//!   LSN, in-sync LSN), as JSON;
 //! - `aq:{name}:dead`: a hash of dead letters by LSN (`{"error",
 //!   "attempts"}`).
 //!
@@ -485,6 +487,27 @@ impl Sink for RedisSink {
         .map(drop)
     }
 
+    fn clear_object(&mut self, object: &str, filter: Option<&str>) -> Result<(), SinkError> {
+        if filter.is_some() {
+            return Err(SinkError::permanent(
+                "a Redis sink cannot delete rows by a condition: clear the whole object",
+            ));
+        }
+        let p = self.prefix();
+        let keys: Vec<String> = self.with_conn(|c| {
+            redis::cmd("SMEMBERS")
+                .arg(format!("{p}rows:{object}"))
+                .query(c)
+        })?;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for k in &keys {
+            pipe.cmd("DEL").arg(format!("{p}{object}:{k}")).ignore();
+        }
+        pipe.cmd("DEL").arg(format!("{p}rows:{object}")).ignore();
+        self.with_conn(|c| pipe.query::<()>(c))
+    }
+
     fn reset(&mut self) -> Result<(), SinkError> {
         let p = self.prefix();
         // The position first: a crash part way leaves a subscription that
@@ -522,6 +545,22 @@ impl Sink for RedisSink {
                 .ignore()
                 .query::<()>(c)
         })
+    }
+
+    fn origin(&self) -> Result<aqueduct_subscribe::Origin, SinkError> {
+        let key = format!("{}origin", self.prefix());
+        let text: Option<String> = self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
+        match text {
+            None => Ok(Default::default()),
+            Some(t) => serde_json::from_str(&t)
+                .map_err(|e| SinkError::permanent(format!("stored origin: {e}"))),
+        }
+    }
+
+    fn set_origin(&mut self, o: &aqueduct_subscribe::Origin) -> Result<(), SinkError> {
+        let key = format!("{}origin", self.prefix());
+        let text = serde_json::to_string(o).expect("origins serialize");
+        self.with_conn(|c| redis::cmd("SET").arg(&key).arg(text).query::<()>(c))
     }
 
     fn resume(&self) -> Result<Resume, SinkError> {

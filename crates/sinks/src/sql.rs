@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use aqueduct_publish::{AttributeType, Change, ChangeOp, Lsn, ObjectSchema, SchemaChange};
-use aqueduct_subscribe::{key_text, Item, Record, Resume, SchemaPos, SinkError};
+use aqueduct_subscribe::{key_text, Item, Origin, Record, Resume, SchemaPos, SinkError};
 use serde_json::{Map, Value};
 
 /// The row version column every data table has.
@@ -472,6 +472,8 @@ impl Sql {
              CREATE TABLE IF NOT EXISTS {objects} (\"schema\" {name} NOT NULL, \
              object {name} NOT NULL, shape {text} NOT NULL, \
              PRIMARY KEY (\"schema\", object)){opts};\n\
+             CREATE TABLE IF NOT EXISTS {origin} (name {name} PRIMARY KEY, server_id {text}, \
+             boot_lsn bigint, sync_lsn bigint){opts};\n\
              {insert} INTO {sub} (name) VALUES ({n}){ignore};\n",
             opts = self.table_options(),
             sub = self.t("subscription"),
@@ -479,9 +481,41 @@ impl Sql {
             tomb = self.t("tombstones"),
             dead = self.t("dead_letters"),
             objects = self.t("objects"),
+            origin = self.t("origin"),
             n = self.n(),
         );
         s
+    }
+
+    /// Where the copy came from (§5.6).
+    pub(crate) fn origin(&self, db: &mut dyn Exec) -> Result<Origin, SinkError> {
+        let rows = db.query(&format!(
+            "SELECT server_id, boot_lsn, sync_lsn FROM {} WHERE name = {}",
+            self.t("origin"),
+            self.n()
+        ))?;
+        let Some(row) = rows.first() else {
+            return Ok(Origin::default());
+        };
+        Ok(Origin {
+            server_id: row[0].clone(),
+            boot_lsn: int(&row[1])?,
+            sync_lsn: int(&row[2])?,
+        })
+    }
+
+    /// Replaces where the copy came from.
+    pub(crate) fn set_origin(&self, o: &Origin) -> String {
+        let lsn = |l: Option<Lsn>| l.map_or("NULL".to_string(), |l| l.to_string());
+        format!(
+            "DELETE FROM {t} WHERE name = {n};\n\
+             INSERT INTO {t} (name, server_id, boot_lsn, sync_lsn) VALUES ({n}, {}, {}, {});\n",
+            o.server_id.as_deref().map_or("NULL".to_string(), string),
+            lsn(o.boot_lsn),
+            lsn(o.sync_lsn),
+            t = self.t("origin"),
+            n = self.n(),
+        )
     }
 
     // ---- reading state ----
@@ -1506,6 +1540,26 @@ pub(crate) fn reset(sql: &Sql, db: &mut dyn Exec) -> Result<(), SinkError> {
         tomb = sql.t("tombstones"),
         sub = sql.t("subscription"),
     );
+    db.exec(&script)
+}
+
+/// Deletes one object's rows (those matching `filter`, a condition in
+/// the sink's SQL), inside the caller's transaction.
+pub(crate) fn clear_object(
+    sql: &Sql,
+    db: &mut dyn Exec,
+    object: &str,
+    filter: Option<&str>,
+) -> Result<(), SinkError> {
+    if !sql.shapes(db)?.contains_key(object) {
+        return Err(SinkError::permanent(format!(
+            "the sink holds no object \"{object}\""
+        )));
+    }
+    let script = match filter {
+        None => format!("DELETE FROM {};", sql.table(object)),
+        Some(f) => format!("DELETE FROM {} WHERE ({f});", sql.table(object)),
+    };
     db.exec(&script)
 }
 

@@ -130,6 +130,29 @@ pub(crate) fn set_identity<S: SqlSink>(sink: &mut S, id: &Identity) -> Result<()
     sink.in_transaction(|_, db| db.exec(&s))
 }
 
+/// [`aqueduct_subscribe::Sink::clear_object`].
+pub(crate) fn clear_object<S: SqlSink>(
+    sink: &mut S,
+    object: &str,
+    filter: Option<&str>,
+) -> Result<(), SinkError> {
+    sink.in_transaction(|sql, db| sql::clear_object(sql, db, object, filter))
+}
+
+/// [`aqueduct_subscribe::Sink::origin`].
+pub(crate) fn origin<S: SqlSink>(sink: &S) -> Result<aqueduct_subscribe::Origin, SinkError> {
+    sink.read(|sql, db| sql.origin(db))
+}
+
+/// [`aqueduct_subscribe::Sink::set_origin`].
+pub(crate) fn set_origin<S: SqlSink>(
+    sink: &mut S,
+    o: &aqueduct_subscribe::Origin,
+) -> Result<(), SinkError> {
+    let s = sink.sql().set_origin(o);
+    sink.in_transaction(|_, db| db.exec(&s))
+}
+
 /// One object's present rows.
 pub(crate) fn rows<S: SqlSink>(sink: &S, object: &str) -> Result<Rows, SinkError> {
     sink.read(|sql, db| sql.rows(db, object))
@@ -246,6 +269,25 @@ macro_rules! sql_sink {
 
             fn resume(&self) -> Result<aqueduct_subscribe::Resume, aqueduct_subscribe::SinkError> {
                 $crate::sql_sink::resume(self)
+            }
+
+            fn origin(&self) -> Result<aqueduct_subscribe::Origin, aqueduct_subscribe::SinkError> {
+                $crate::sql_sink::origin(self)
+            }
+
+            fn clear_object(
+                &mut self,
+                object: &str,
+                filter: Option<&str>,
+            ) -> Result<(), aqueduct_subscribe::SinkError> {
+                $crate::sql_sink::clear_object(self, object, filter)
+            }
+
+            fn set_origin(
+                &mut self,
+                o: &aqueduct_subscribe::Origin,
+            ) -> Result<(), aqueduct_subscribe::SinkError> {
+                $crate::sql_sink::set_origin(self, o)
             }
 
             fn ensure_objects(

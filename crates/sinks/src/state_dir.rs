@@ -15,7 +15,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::path::PathBuf;
 
 use aqueduct_publish::{Lsn, WireMessage};
-use aqueduct_subscribe::{Item, Record, Resume, SchemaPos, SinkError};
+use aqueduct_subscribe::{Item, Origin, Record, Resume, SchemaPos, SinkError};
 use serde::{Deserialize, Serialize};
 
 /// The position file's name in the state directory.
@@ -37,6 +37,9 @@ struct Position {
     watermark: Lsn,
     applied_above: Vec<Lsn>,
     schema: Option<(Lsn, u32)>,
+    /// Where the receiver's copy came from (§5.6).
+    #[serde(default)]
+    origin: Origin,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -185,6 +188,7 @@ impl StateDir {
             watermark,
             applied_above: applied_above.to_vec(),
             schema: schema.map(|s| (s.lsn, s.seq)),
+            origin: old.origin,
         })?;
         self.schema = schema;
         Ok(())
@@ -211,6 +215,18 @@ impl StateDir {
             attempts: None,
             error: None,
         })
+    }
+
+    /// [`aqueduct_subscribe::Sink::origin`].
+    pub(crate) fn origin(&self) -> Result<Origin, SinkError> {
+        Ok(self.read_position()?.origin)
+    }
+
+    /// [`aqueduct_subscribe::Sink::set_origin`].
+    pub(crate) fn set_origin(&mut self, origin: &Origin) -> Result<(), SinkError> {
+        let mut p = self.read_position()?;
+        p.origin = origin.clone();
+        self.write_position(&p)
     }
 
     /// [`aqueduct_subscribe::Sink::resume`].
@@ -260,6 +276,17 @@ macro_rules! state_dir_methods {
 
         fn resume(&self) -> Result<aqueduct_subscribe::Resume, aqueduct_subscribe::SinkError> {
             self.state.resume()
+        }
+
+        fn origin(&self) -> Result<aqueduct_subscribe::Origin, aqueduct_subscribe::SinkError> {
+            self.state.origin()
+        }
+
+        fn set_origin(
+            &mut self,
+            origin: &aqueduct_subscribe::Origin,
+        ) -> Result<(), aqueduct_subscribe::SinkError> {
+            self.state.set_origin(origin)
         }
 
         /// Message sinks hold no tables: the receiver learns shapes from

@@ -234,6 +234,7 @@ impl WebhookSink {
                         "lsn": t.lsn,
                         "commit_time": t.commit_time,
                         "index": index,
+                        "bootstrap": t.bootstrap,
                     });
                     if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
                         b.extend(e);

@@ -123,6 +123,7 @@ fn through_the_agent() {
                         server_id: "srv".into(),
                         dep_slots: 1024,
                         objects: common::posts(),
+                        bootstrap_until: None,
                     }));
                     for lsn in [3, 5] {
                         let c = change(
@@ -190,4 +191,44 @@ fn through_the_agent() {
     drop(sink);
     let sink = JsonLinesSink::file(&out_path, &state).unwrap();
     assert_eq!(sink.resume().unwrap().watermark, 9);
+}
+
+/// A transaction sent while the subscriber catches up after a bootstrap
+/// reaches the receiver with its `bootstrap` flag; the sink's origin
+/// survives positions stored after it.
+#[test]
+fn the_bootstrap_flag_reaches_the_receiver_and_the_origin_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = JsonLinesSink::new(Vec::new(), dir.path()).unwrap();
+    let Item::Txn(t) = txn(
+        5,
+        vec![change(
+            "posts",
+            ChangeOp::Insert,
+            json!(1),
+            Some(json!({"id": 1})),
+            5,
+        )],
+    ) else {
+        unreachable!()
+    };
+    let mut flagged = (*t).clone();
+    flagged.bootstrap = true;
+    s.apply(
+        &[Item::Txn(std::sync::Arc::new(flagged))],
+        &Record::default(),
+    )
+    .unwrap();
+    let origin = aqueduct_subscribe::Origin {
+        server_id: Some("abc".into()),
+        boot_lsn: Some(4),
+        sync_lsn: Some(9),
+    };
+    s.set_origin(&origin).unwrap();
+    s.store_position(6, &[], None).unwrap();
+    assert_eq!(s.origin().unwrap(), origin);
+    assert!(origin.bootstrapping(6) && !origin.bootstrapping(10));
+    let out = String::from_utf8(s.into_inner()).unwrap();
+    let line: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(line["bootstrap"], json!(true), "{out}");
 }

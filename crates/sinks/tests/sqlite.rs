@@ -41,3 +41,49 @@ fn busy_is_transient() {
     common::apply(&mut s, vec![common::txn(3, vec![])]).unwrap();
     assert_eq!(s.resume().unwrap().applied_above, vec![3]);
 }
+
+/// The origin is kept apart from the position and survives a reset; one
+/// object's rows are cleared whole or by a condition.
+#[test]
+fn origin_and_clearing_one_object() {
+    use aqueduct_publish::{AttributeType, ChangeOp, ObjectSchema};
+    use aqueduct_subscribe::{Origin, Record, Sink};
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = SqliteSink::open(dir.path().join("s.db"), "s").unwrap();
+    assert_eq!(s.origin().unwrap(), Origin::default());
+    let origin = Origin {
+        server_id: Some("feed".into()),
+        boot_lsn: Some(10),
+        sync_lsn: None,
+    };
+    s.set_origin(&origin).unwrap();
+    let shape = ObjectSchema {
+        attributes: vec![AttributeType {
+            name: "id".into(),
+            ty: "integer".into(),
+        }],
+        key: vec!["id".into()],
+    };
+    s.ensure_objects(&[("posts".to_string(), shape)].into_iter().collect())
+        .unwrap();
+    let rows: Vec<_> = (1..=4)
+        .map(|i| {
+            common::change(
+                "posts",
+                ChangeOp::Insert,
+                serde_json::json!(i),
+                Some(serde_json::json!({ "id": i })),
+                i as u64,
+            )
+        })
+        .collect();
+    s.apply(&[common::txn(4, rows)], &Record::default())
+        .unwrap();
+    s.clear_object("posts", Some("id > 2")).unwrap();
+    assert_eq!(s.rows("posts").unwrap().len(), 2);
+    s.clear_object("posts", None).unwrap();
+    assert!(s.rows("posts").unwrap().is_empty());
+    assert!(s.clear_object("nothing", None).is_err());
+    s.reset().unwrap();
+    assert_eq!(s.origin().unwrap(), origin);
+}

@@ -200,7 +200,7 @@ fn per_change_callbacks_in_order() {
         body,
         json!({"object": "users", "op": "update", "key": ["a b"], "attrs": {"id": "a b"},
                "version": 9, "prev_version": 4, "txid": "test:9", "lsn": 9,
-               "commit_time": "2025-01-01T00:00:00.000000Z", "index": 1})
+               "commit_time": "2025-01-01T00:00:00.000000Z", "index": 1, "bootstrap": false})
     );
     assert!(matches!(got[3].line(), WireMessage::Schema(_)));
 }

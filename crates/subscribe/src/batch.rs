@@ -85,3 +85,33 @@ pub struct Resume {
     /// Dead letters with their attempts so far.
     pub dead_letters: Vec<(Lsn, u32)>,
 }
+
+/// Where a sink's copy came from (`docs/publications.md` §5.6): the
+/// server it was bootstrapped from, the bootstrap's LSN `S`, and the head
+/// the first stream after it was given (the copy is in sync once the
+/// watermark is past it). Stored apart from the position; a sink that
+/// cannot store it has none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Origin {
+    /// The server's id, as its stream's `epoch` line gives it.
+    #[serde(default)]
+    pub server_id: Option<String>,
+    /// The LSN `S` of the last whole bootstrap.
+    #[serde(default)]
+    pub boot_lsn: Option<Lsn>,
+    /// The `bootstrap_until` of the first stream after that bootstrap.
+    #[serde(default)]
+    pub sync_lsn: Option<Lsn>,
+}
+
+impl Origin {
+    /// Whether the copy is still catching up after its bootstrap, given
+    /// the watermark.
+    pub fn bootstrapping(&self, watermark: Lsn) -> bool {
+        match (self.boot_lsn, self.sync_lsn) {
+            (Some(_), None) => true,
+            (_, Some(h)) => watermark <= h,
+            (None, None) => false,
+        }
+    }
+}

@@ -30,7 +30,7 @@ mod window;
 #[cfg(feature = "planted-bugs")]
 pub use agent::AgentBug;
 pub use agent::{Agent, Phase};
-pub use batch::{BatchId, Item, Record, Resume, SchemaPos};
+pub use batch::{BatchId, Item, Origin, Record, Resume, SchemaPos};
 pub use io::{AgentConfig, BootstrapStep, Effect, Input, Operator, StreamEnd};
 #[cfg(feature = "planted-bugs")]
 pub use sink::SinkBug;

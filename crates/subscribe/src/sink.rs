@@ -9,7 +9,7 @@ use std::fmt;
 use aqueduct_publish::{Change, ChangeOp, Lsn, ObjectSchema, SchemaChange};
 use serde_json::{Map, Value};
 
-use crate::batch::{Item, Record, Resume, SchemaPos};
+use crate::batch::{Item, Origin, Record, Resume, SchemaPos};
 
 /// How a sink error should be handled (§5.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,6 +109,33 @@ pub trait Sink {
     /// so no row the new snapshot lacks survives. Message sinks hold
     /// nothing to forget (their receivers see the new bootstrap's rows).
     fn reset(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// Deletes one object's rows before that object alone is bootstrapped
+    /// again (§5.6), or with `filter` (a condition in the sink's own
+    /// query language over its columns) the rows matching it. Its own
+    /// transaction. Message sinks hold no rows: their receivers see the
+    /// new rows flagged `bootstrap`; a sink that cannot filter refuses a
+    /// filter.
+    fn clear_object(&mut self, _object: &str, filter: Option<&str>) -> Result<(), SinkError> {
+        match filter {
+            None => Ok(()),
+            Some(_) => Err(SinkError::permanent(
+                "this sink holds no rows to delete by a condition",
+            )),
+        }
+    }
+
+    /// Where the sink's copy came from (§5.6); the default for a sink
+    /// that stores none.
+    fn origin(&self) -> Result<Origin, SinkError> {
+        Ok(Origin::default())
+    }
+
+    /// Replaces what [`Sink::origin`] reads (its own transaction). Kept
+    /// by [`Sink::reset`].
+    fn set_origin(&mut self, _origin: &Origin) -> Result<(), SinkError> {
         Ok(())
     }
 

@@ -19,6 +19,7 @@ fn epoch(from_lsn: u64) -> Input {
             server_id: "s".into(),
             dep_slots: 1024,
             objects: Default::default(),
+            bootstrap_until: None,
         }),
         bytes: 10,
     }

@@ -25,6 +25,10 @@ pub struct AgentStats {
     pub sink_errors: AtomicU64,
     pub epoch: AtomicU64,
     pub debt_slots: AtomicU64,
+    /// 1 from a bootstrap until the copy is in sync (§5.6), else 0.
+    pub bootstrapping: AtomicU64,
+    /// Rows a bootstrap has loaded so far.
+    pub bootstrap_rows: AtomicU64,
 }
 
 impl AgentStats {
@@ -98,6 +102,18 @@ impl AgentStats {
                 "counter",
                 "Sink batches that failed.",
                 get(&self.sink_errors),
+            ),
+            (
+                "aqueduct_subscribe_bootstrapping",
+                "gauge",
+                "1 while the copy is bootstrapping or catching up after a bootstrap, 0 once in sync.",
+                get(&self.bootstrapping),
+            ),
+            (
+                "aqueduct_subscribe_bootstrap_rows_total",
+                "counter",
+                "Rows loaded by bootstraps.",
+                get(&self.bootstrap_rows),
             ),
             (
                 "aqueduct_subscribe_epoch",

@@ -81,6 +81,28 @@ pub struct FollowArgs {
     /// Serve the agent's metrics (Prometheus text) on this address.
     #[arg(long)]
     pub(crate) metrics_addr: Option<String>,
+    /// Clear the sink's copy of the publication and bootstrap it again
+    /// before following: after the server's data was wiped or replaced
+    /// (the agent refuses to follow a server whose id is not the one its
+    /// copy came from, and says so).
+    #[arg(long, conflicts_with_all = ["from_lsn", "from_time"])]
+    pub(crate) rebootstrap: bool,
+    /// Bootstrap this object (published name) again before following:
+    /// its rows in the sink are deleted and it is loaded alone from a new
+    /// snapshot at S', while the rest of the copy stays; the stream then
+    /// skips its changes up to S'. Repeatable.
+    #[arg(long, conflicts_with_all = ["from_lsn", "from_time", "rebootstrap"])]
+    pub(crate) rebootstrap_table: Vec<String>,
+    /// With --rebootstrap-table: delete only the rows matching this
+    /// condition (SQL of the sink's database, over the sink table's
+    /// columns) before the object is loaded again; rows outside it are
+    /// refreshed by the load's guarded upserts.
+    #[arg(long, requires = "rebootstrap_table")]
+    pub(crate) rebootstrap_where: Option<String>,
+    /// Rows per bootstrap chunk to ask the server for (it keeps them
+    /// within its limits); each chunk is one sink transaction.
+    #[arg(long)]
+    pub(crate) bootstrap_chunk_rows: Option<u64>,
 }
 
 pub fn run(args: SubscribeArgs) -> Result<()> {

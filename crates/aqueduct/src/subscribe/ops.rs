@@ -80,6 +80,20 @@ pub fn status(a: &SinkArgs) -> Result<()> {
         return Ok(());
     }
     println!("applied: everything below LSN {}", r.watermark);
+    let origin = sink
+        .origin()
+        .map_err(|e| anyhow!("reading the sink's origin: {e}"))?;
+    if let Some(id) = &origin.server_id {
+        println!("server id: {id}");
+    }
+    if let Some(s) = origin.boot_lsn {
+        let sync = match origin.sync_lsn {
+            _ if !origin.bootstrapping(r.watermark) => "in sync".to_string(),
+            Some(h) => format!("bootstrapping: catching up to LSN {h}"),
+            None => "bootstrapping: the stream has not started yet".to_string(),
+        };
+        println!("bootstrapped at LSN {s}: {sync}");
+    }
     if !r.applied_above.is_empty() {
         println!(
             "applied above it: {} transactions (up to LSN {})",

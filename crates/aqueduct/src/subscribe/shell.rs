@@ -7,6 +7,7 @@
 //! time in. A new subscriber is bootstrapped first: the publication's
 //! tables at one LSN, then the stream from the next.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -15,14 +16,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aqueduct_mirror::http;
-use aqueduct_publish::{parse_line, Change, ChangeOp, ErrorMessage, Mode, TxnMessage, WireMessage};
+use aqueduct_publish::{
+    parse_line, BootstrapAnswer, Change, ChangeOp, ErrorMessage, Mode, SchemaChange, TxnMessage,
+    WireMessage,
+};
 use aqueduct_sinks::SinkSpec;
 
 use super::metrics::AgentStats;
 use super::FollowArgs;
 use aqueduct_subscribe::{
-    Agent, AgentConfig, BatchId, BootstrapStep, Effect, Input, Item, PositionMode, Record, Sink,
-    SinkError, StreamEnd,
+    Agent, AgentConfig, BatchId, BootstrapStep, Effect, Input, Item, Origin, PositionMode, Record,
+    Sink, SinkError, StreamEnd,
 };
 
 /// Longest the event loop waits without a `Tick`.
@@ -59,6 +63,9 @@ struct Server {
     publication: String,
     name: String,
     mode: Mode,
+    /// What the next stream request adds about a bootstrap just done
+    /// (`&bootstrapped_at=S` or `&bootstrap_until=H`), or nothing.
+    boot_mark: Mutex<String>,
 }
 
 impl Server {
@@ -103,6 +110,7 @@ pub fn run(args: &FollowArgs) -> Result<()> {
         publication: args.publication.clone(),
         name: args.name.clone(),
         mode,
+        boot_mark: Mutex::new(String::new()),
     });
     let spec: SinkSpec = args.into.parse().map_err(|e| anyhow!("--into: {e}"))?;
     let open = |spec: &SinkSpec| {
@@ -128,15 +136,39 @@ pub fn run(args: &FollowArgs) -> Result<()> {
     if let Some(addr) = &args.metrics_addr {
         super::metrics::serve(addr, &args.name, stats.clone())?;
     }
+    let boot = Boot {
+        server: &server,
+        spec: &spec,
+        args,
+        stats: &stats,
+    };
+    // Forgets the copy and bootstraps it whole: a crash part way through
+    // a bootstrap leaves a copy that is reset and bootstrapped again.
+    let fresh = |control: &mut dyn Sink| -> Result<()> {
+        control
+            .reset()
+            .map_err(|e| anyhow!("clearing the sink before bootstrapping: {e}"))?;
+        bootstrap(&boot, control, None).map(drop)
+    };
+    let mut rebootstrap = args.rebootstrap;
+    let mut reload = args.rebootstrap_table.clone();
+    let mut skips: BTreeMap<String, u64> = BTreeMap::new();
     loop {
         let mut control = open(&spec)?;
         config.position = control.position_mode();
         config.validate().map_err(|e| anyhow!("{e}"))?;
+        if rebootstrap {
+            rebootstrap = false;
+            fresh(control.as_mut())?;
+        }
         let mut resume = control
             .resume()
             .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
+        if resume.watermark > 0 {
+            check_server(&server, control.as_mut(), None)?;
+        }
         if resume.watermark == 0 && resume.applied_above.is_empty() && replay_from.is_none() {
-            bootstrap(&server, control.as_mut())?;
+            fresh(control.as_mut())?;
             resume = control
                 .resume()
                 .map_err(|e| anyhow!("reading the sink's position: {e}"))?;
@@ -147,112 +179,287 @@ pub fn run(args: &FollowArgs) -> Result<()> {
             resume.watermark = from.max(1);
             resume.applied_above.retain(|l| *l >= from);
         }
+        for table in std::mem::take(&mut reload) {
+            // Re-bootstrap of one object: its rows (or those matching the
+            // condition) go, and it is loaded alone from a new snapshot
+            // at S'. Cleared whole, its changes up to S' are in the
+            // snapshot and the stream skips them; cleared by a condition,
+            // rows outside it still need the stream's deletes up to S'
+            // (the guard skips the older versions of the rest).
+            let filter = args.rebootstrap_where.as_deref();
+            control
+                .clear_object(&table, filter)
+                .map_err(|e| anyhow!("clearing {table} in the sink: {e}"))?;
+            let at = bootstrap(&boot, control.as_mut(), Some(std::slice::from_ref(&table)))?;
+            eprintln!(
+                "subscriber {}: {table} bootstrapped again at LSN {at}",
+                args.name
+            );
+            if filter.is_none() {
+                skips.insert(table, at);
+            }
+        }
         let agent = Agent::new(config.clone(), resume).map_err(|e| anyhow!("{e}"))?;
-        match follow(&server, &spec, args, agent, control, &stats)? {
+        match follow(&server, &spec, args, agent, control, &stats, &skips)? {
             Followed::CaughtUp => return Ok(()),
+            Followed::Added(objects) => {
+                let mut control = open(&spec)?;
+                let at = bootstrap(&boot, control.as_mut(), Some(&objects))?;
+                eprintln!(
+                    "subscriber {}: {} added to the publication, bootstrapped at LSN {at}",
+                    args.name,
+                    objects.join(", ")
+                );
+                for o in objects {
+                    skips.insert(o, at);
+                }
+            }
             Followed::Rebootstrap => {
                 eprintln!(
                     "subscriber {}: the server no longer has the stream from its position; bootstrapping again",
                     args.name
                 );
                 let mut control = open(&spec)?;
-                control
-                    .reset()
-                    .map_err(|e| anyhow!("clearing the sink before bootstrapping again: {e}"))?;
-                bootstrap(&server, control.as_mut())?;
+                check_server(&server, control.as_mut(), None)?;
+                fresh(control.as_mut())?;
             }
         }
     }
 }
 
-/// Copies the publication's tables at one LSN `S` into the sink and sets
-/// its position to `S + 1`.
-fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
-    let path = format!(
+/// Refuses to go on when the server's id (`seen`, from an `epoch` line,
+/// or else asked of the server) is not the one the sink's copy came from:
+/// the server's data was wiped or another server answers at its address,
+/// and the copy's position means nothing there. A sink with no id stored
+/// (bootstrapped by an older agent) takes the server's.
+fn check_server(server: &Server, sink: &mut dyn Sink, seen: Option<&str>) -> Result<()> {
+    let mut origin = sink
+        .origin()
+        .map_err(|e| anyhow!("reading the sink's origin: {e}"))?;
+    let now = match seen {
+        Some(id) => id.to_string(),
+        None => health(server)?.1,
+    };
+    match &origin.server_id {
+        Some(id) if *id == now => Ok(()),
+        Some(id) => bail!(
+            "subscriber {}: the sink's copy was bootstrapped from server {id}, but the server at {} is now server {now}: \
+             its data directory was wiped or replaced, or another server answers at that address, so the copy's \
+             position means nothing there and following it would mix two histories. Nothing was changed. To clear the \
+             copy and bootstrap it from this server, run the agent again with --rebootstrap; to keep following the \
+             original server, point --from at it.",
+            server.name,
+            server.addr
+        ),
+        None => {
+            origin.server_id = Some(now);
+            sink.set_origin(&origin)
+                .map_err(|e| anyhow!("recording the server's id in the sink: {e}"))
+        }
+    }
+}
+
+/// Attempts at fetching and applying one bootstrap chunk.
+const CHUNK_ATTEMPTS: u32 = 3;
+
+/// What a bootstrap loads and where.
+struct Boot<'a> {
+    server: &'a Server,
+    spec: &'a SinkSpec,
+    args: &'a FollowArgs,
+    stats: &'a AgentStats,
+}
+
+/// Copies the publication's tables at one LSN `S` into the sink (or,
+/// with `objects`, those objects only: a partial bootstrap that leaves
+/// the position alone) and, for a whole bootstrap, sets its position to
+/// `S + 1` and records the origin. The server answers with the snapshot's
+/// chunks; up to `--workers` are fetched and applied in parallel, each
+/// as one sink transaction, each worker on its own sink connection.
+/// Returns `S`.
+fn bootstrap(boot: &Boot<'_>, sink: &mut dyn Sink, objects: Option<&[String]>) -> Result<u64> {
+    use std::sync::atomic::AtomicUsize;
+    let server = boot.server;
+    let mut path = format!(
         "/v1/publications/{}/bootstrap?subscriber={}&mode={}",
         server.publication, server.name, server.mode
     );
+    if let Some(o) = objects {
+        path.push_str(&format!("&objects={}", o.join(",")));
+    }
+    if let Some(n) = boot.args.bootstrap_chunk_rows {
+        path.push_str(&format!("&chunk_rows={n}"));
+    }
     let r = server.request("POST", &path, REQUEST_TIMEOUT)?;
     let mut body = r.body;
-    body.set_read_timeout(Some(STREAM_READ_TIMEOUT))?;
-    let bar = indicatif::ProgressBar::new_spinner();
+    let answer: BootstrapAnswer = serde_json::from_slice(&body.read_to_end(64 << 20)?)
+        .context("the server's answer to a bootstrap request")?;
+    sink.ensure_objects(&answer.objects)
+        .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+    boot.stats.bootstrapping.store(1, Ordering::Relaxed);
+    let total: u64 = answer.chunks.iter().map(|c| c.rows).sum();
+    let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} bootstrap: {pos} rows ({per_sec}) {msg}",
+            "bootstrap at LSN {msg}: [{bar:30}] {pos}/{len} rows ({per_sec}, {eta} left)",
         )
-        .expect("a valid template"),
+        .expect("a valid template")
+        .progress_chars("=> "),
     );
-    let mut rows: Vec<Change> = Vec::new();
-    let flush = |sink: &mut dyn Sink, rows: &mut Vec<Change>| -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
+    bar.set_message(answer.lsn.to_string());
+    // Message sinks hand rows on in order, so they take chunks one at a
+    // time; storing sinks in parallel.
+    let workers = match sink.position_mode() {
+        PositionMode::Separate => 1,
+        PositionMode::InApply => boot.args.workers.max(1),
+    }
+    .min(answer.chunks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                let work = || -> Result<()> {
+                    let mut sink = boot
+                        .spec
+                        .open(&boot.args.name, boot.args.state_dir.as_deref())
+                        .map_err(|e| anyhow!("opening the sink {}: {e}", boot.spec))?;
+                    loop {
+                        if failed.lock().expect("failed").is_some() {
+                            return Ok(());
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(chunk) = answer.chunks.get(i) else {
+                            return Ok(());
+                        };
+                        let mut attempt = 1;
+                        let rows = loop {
+                            match load_chunk(server, &answer.boot_id, chunk.chunk, sink.as_mut()) {
+                                Ok(rows) => break rows,
+                                Err(e) if attempt >= CHUNK_ATTEMPTS => {
+                                    return Err(e.context(format!(
+                                        "bootstrap chunk {} ({})",
+                                        chunk.chunk, chunk.object
+                                    )))
+                                }
+                                Err(_) => attempt += 1,
+                            }
+                        };
+                        boot.stats.bootstrap_rows.fetch_add(rows, Ordering::Relaxed);
+                        bar.inc(chunk.rows);
+                    }
+                };
+                if let Err(e) = work() {
+                    failed.lock().expect("failed").get_or_insert(e);
+                }
+            });
         }
-        let txn = TxnMessage {
-            lsn: rows.iter().map(|c| c.version).max().unwrap_or(0),
-            first_lsn: 0,
-            txid: String::new(),
-            commit_time: String::new(),
-            epoch: 0,
-            frame: 0,
-            last: true,
-            deps: None,
-            bootstrap: true,
-            changes: std::mem::take(rows),
-            origin: None,
-        };
-        sink.apply(&[Item::Txn(Arc::new(txn))], &Record::default())
-            .map_err(|e| anyhow!("applying a bootstrap chunk: {e}"))
-    };
+    });
+    let release = format!(
+        "/v1/publications/{}/bootstrap/{}",
+        server.publication, answer.boot_id
+    );
+    let _ = server.request("DELETE", &release, REQUEST_TIMEOUT);
+    if let Some(e) = failed.into_inner().expect("failed") {
+        bar.abandon();
+        return Err(e);
+    }
+    if objects.is_none() {
+        let next = answer.lsn + 1;
+        match sink.position_mode() {
+            PositionMode::InApply => sink.apply(
+                &[],
+                &Record {
+                    watermark: Some(next),
+                    ..Record::default()
+                },
+            ),
+            PositionMode::Separate => sink.store_position(next, &[], None),
+        }
+        .map_err(|e| anyhow!("storing the position after bootstrap: {e}"))?;
+        sink.set_origin(&Origin {
+            server_id: Some(answer.server_id.clone()),
+            boot_lsn: Some(answer.lsn),
+            sync_lsn: None,
+        })
+        .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
+    }
+    bar.finish();
+    Ok(answer.lsn)
+}
+
+/// Fetches chunk `n` of bootstrap `id` and applies it as one sink
+/// transaction; returns its rows.
+fn load_chunk(server: &Server, id: &str, n: u32, sink: &mut dyn Sink) -> Result<u64> {
+    let path = format!(
+        "/v1/publications/{}/bootstrap/{id}/chunks/{n}",
+        server.publication
+    );
+    let r = server.request("GET", &path, REQUEST_TIMEOUT)?;
+    let mut body = r.body;
+    body.set_read_timeout(Some(STREAM_READ_TIMEOUT))?;
+    let mut rows: Vec<Change> = Vec::new();
     while let Some(line) = body.next_line()? {
         if line.is_empty() {
             continue;
         }
         let text = std::str::from_utf8(&line).context("a bootstrap line is not UTF-8")?;
         match parse_line(text).map_err(|e| anyhow!("{e}"))? {
-            WireMessage::Epoch(e) => sink
-                .ensure_objects(&e.objects)
-                .map_err(|e| anyhow!("creating the sink's tables: {e}"))?,
-            WireMessage::Row(r) => {
-                rows.push(Change {
-                    object: r.object,
-                    op: ChangeOp::Insert,
-                    key: r.key,
-                    attrs: Some(r.attrs),
-                    version: r.version,
-                    prev_version: None,
-                });
-                bar.inc(1);
-            }
-            WireMessage::ChunkEnd(_) => flush(sink, &mut rows)?,
-            WireMessage::BootstrapEnd(end) => {
-                flush(sink, &mut rows)?;
-                let next = end.lsn + 1;
-                match sink.position_mode() {
-                    PositionMode::InApply => sink.apply(
-                        &[],
-                        &Record {
-                            watermark: Some(next),
-                            ..Record::default()
-                        },
-                    ),
-                    PositionMode::Separate => sink.store_position(next, &[], None),
+            WireMessage::Row(r) => rows.push(Change {
+                object: r.object,
+                op: ChangeOp::Insert,
+                key: r.key,
+                attrs: Some(r.attrs),
+                version: r.version,
+                prev_version: None,
+            }),
+            WireMessage::ChunkEnd(end) => {
+                if end.rows != rows.len() as u64 {
+                    bail!(
+                        "chunk {n} ended after {} rows, saying {}",
+                        rows.len(),
+                        end.rows
+                    );
                 }
-                .map_err(|e| anyhow!("storing the position after bootstrap: {e}"))?;
-                bar.finish_with_message(format!("at LSN {}", end.lsn));
-                return Ok(());
+                let count = rows.len() as u64;
+                if rows.is_empty() {
+                    return Ok(0);
+                }
+                let txn = TxnMessage {
+                    lsn: rows.iter().map(|c| c.version).max().unwrap_or(0),
+                    first_lsn: 0,
+                    txid: String::new(),
+                    commit_time: String::new(),
+                    epoch: 0,
+                    frame: 0,
+                    last: true,
+                    deps: None,
+                    bootstrap: true,
+                    changes: rows,
+                    origin: None,
+                };
+                sink.apply(&[Item::Txn(Arc::new(txn))], &Record::default())
+                    .map_err(|e| anyhow!("applying bootstrap chunk {n}: {e}"))?;
+                return Ok(count);
             }
             WireMessage::Error(e) => {
-                bail!("the server ended the bootstrap: {}: {}", e.code, e.message)
+                bail!(
+                    "the server ended bootstrap chunk {n}: {}: {}",
+                    e.code,
+                    e.message
+                )
             }
-            other => bail!("unexpected line during bootstrap: {}", other.to_line()),
+            other => bail!("unexpected line in a bootstrap chunk: {}", other.to_line()),
         }
     }
-    bail!("the bootstrap ended before its last line")
+    bail!("bootstrap chunk {n} ended before its last line")
 }
 
 enum Followed {
     CaughtUp,
     Rebootstrap,
+    /// The publication gained these objects: bootstrap them alone.
+    Added(Vec<String>),
 }
 
 /// Runs the agent until it fails, asks for a bootstrap, or (with
@@ -264,8 +471,10 @@ fn follow(
     mut agent: Agent,
     mut control: Box<dyn Sink + Send>,
     stats: &AgentStats,
+    skips: &BTreeMap<String, u64>,
 ) -> Result<Followed> {
     use std::sync::atomic::Ordering::Relaxed;
+
     // What each batch in flight holds: transactions and rows.
     let mut in_flight: std::collections::HashMap<BatchId, (u64, u64)> = Default::default();
     let started = Instant::now();
@@ -298,6 +507,19 @@ fn follow(
             })?;
         workers.push(tx);
     }
+    // A copy just bootstrapped reports "in sync" once it has applied past
+    // the head its first stream after the bootstrap was given.
+    let mut origin = control
+        .origin()
+        .map_err(|e| anyhow!("reading the sink's origin: {e}"))?;
+    let replaying = args.from_lsn.is_some() || args.from_time.is_some();
+    let mut in_sync = replaying || !origin.bootstrapping(agent.watermark());
+    *server.boot_mark.lock().expect("mark") = match (in_sync, origin.boot_lsn, origin.sync_lsn) {
+        (false, _, Some(h)) => format!("&bootstrap_until={h}"),
+        (false, Some(s), None) => format!("&bootstrapped_at={s}"),
+        _ => String::new(),
+    };
+    stats.bootstrapping.store(u64::from(!in_sync), Relaxed);
     let caught_up_at = if args.until_caught_up {
         Some(head_lsn(server)?)
     } else {
@@ -412,6 +634,18 @@ fn follow(
             .store(agent.dead_letters().len() as u64, Relaxed);
         stats.epoch.store(agent.epoch(), Relaxed);
         stats.debt_slots.store(agent.debt_slots() as u64, Relaxed);
+        if !in_sync && origin.sync_lsn.is_some() && !origin.bootstrapping(agent.durable_watermark())
+        {
+            in_sync = true;
+            server.boot_mark.lock().expect("mark").clear();
+            stats.bootstrapping.store(0, Relaxed);
+            eprintln!(
+                "subscriber {}: in sync (applied past LSN {} after the bootstrap at LSN {})",
+                args.name,
+                origin.sync_lsn.unwrap_or(0),
+                origin.boot_lsn.unwrap_or(0)
+            );
+        }
         if let Some(target) = caught_up_at {
             if agent.durable_watermark() > target {
                 return Ok(Followed::CaughtUp);
@@ -430,7 +664,26 @@ fn follow(
             .unwrap_or(TICK)
             .min(TICK);
         let input = match events.recv_timeout(wait) {
-            Ok(Event::Line(line, bytes)) => {
+            Ok(Event::Line(mut line, bytes)) => {
+                match &mut line {
+                    // An object bootstrapped alone at S' has its changes
+                    // up to S' in the snapshot already.
+                    WireMessage::Txn(t) if !skips.is_empty() => t
+                        .changes
+                        .retain(|c| skips.get(&c.object).is_none_or(|s| c.version > *s)),
+                    // An object added to the publication: before the
+                    // addition is applied (so before it can be durable),
+                    // the object is bootstrapped alone at S' >= its LSN;
+                    // the stream after that passes the addition on.
+                    WireMessage::Schema(m) => {
+                        if let SchemaChange::AddObject { object, .. } = &m.change {
+                            if skips.get(object).is_none_or(|s| *s < m.lsn) {
+                                return Ok(Followed::Added(vec![object.clone()]));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
                 match &line {
                     WireMessage::Txn(t) if t.frame == 0 => {
                         stats.received_txns.fetch_add(1, Relaxed);
@@ -442,9 +695,18 @@ fn follow(
                     _ => {}
                 }
                 if let WireMessage::Epoch(e) = &line {
+                    check_server(server, control.as_mut(), Some(&e.server_id))?;
+                    origin.server_id = Some(e.server_id.clone());
                     control
                         .ensure_objects(&e.objects)
                         .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+                    if let (false, None, Some(h)) = (in_sync, origin.sync_lsn, e.bootstrap_until) {
+                        origin.sync_lsn = Some(h);
+                        control
+                            .set_origin(&origin)
+                            .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
+                        *server.boot_mark.lock().expect("mark") = format!("&bootstrap_until={h}");
+                    }
                 }
                 Input::Received {
                     now_ms: now(),
@@ -518,13 +780,23 @@ fn lsn_at(server: &Server, t: &str) -> Result<u64> {
 
 /// The server's last committed LSN, from its health page.
 fn head_lsn(server: &Server) -> Result<u64> {
+    health(server).map(|h| h.0)
+}
+
+/// The server's last committed LSN and its id, from its health page.
+fn health(server: &Server) -> Result<(u64, String)> {
     let r = server.request("GET", "/health", REQUEST_TIMEOUT)?;
     let mut body = r.body;
     let bytes = body.read_to_end(1 << 20)?;
     let j: serde_json::Value = serde_json::from_slice(&bytes).context("the health page")?;
-    j.get("lsn")
+    let lsn = j
+        .get("lsn")
         .and_then(|v| v.as_u64())
-        .ok_or_else(|| anyhow!("the health page has no lsn"))
+        .ok_or_else(|| anyhow!("the health page has no lsn"))?;
+    let id = j.get("server_id").and_then(|v| v.as_str()).ok_or_else(|| {
+        anyhow!("the health page has no server_id (a server older than this agent)")
+    })?;
+    Ok((lsn, id.to_string()))
 }
 
 /// Reads the stream from `from_lsn` on a thread of its own.
@@ -558,8 +830,11 @@ fn read_stream(
     stop: &AtomicBool,
 ) -> StreamEnd {
     let path = format!(
-        "/v1/publications/{}/stream?subscriber={}&from_lsn={from_lsn}&mode={}&epoch={epoch}",
-        server.publication, server.name, server.mode
+        "/v1/publications/{}/stream?subscriber={}&from_lsn={from_lsn}&mode={}&epoch={epoch}{}",
+        server.publication,
+        server.name,
+        server.mode,
+        server.boot_mark.lock().expect("mark")
     );
     let response = match server.request("GET", &path, REQUEST_TIMEOUT) {
         Ok(r) => r,

@@ -58,7 +58,12 @@ pub struct Server {
 /// Starts `aqueduct serve` on `data` with `args`; returns once both
 /// listeners accept connections.
 pub fn serve(data: &std::path::Path, args: &[&str]) -> Server {
-    let (pg, http) = (free_port(), free_port());
+    serve_at(data, free_port(), free_port(), args)
+}
+
+/// Starts `aqueduct serve` on `data` with `args` at the ports `pg` and
+/// `http` (a server restarted at the same address).
+pub fn serve_at(data: &std::path::Path, pg: u16, http: u16, args: &[&str]) -> Server {
     let mut child = aqueduct()
         .env("RUST_LOG", "info")
         .args(["serve", "--data-dir"])

@@ -79,6 +79,7 @@ pub fn run(sink: &mut dyn Sink, lines: &[WireMessage], progress_to: Lsn) -> Run 
                         server_id: "test".into(),
                         dep_slots: 1024,
                         objects: posts(),
+                        bootstrap_until: None,
                     }));
                     stream.extend(
                         lines

@@ -117,6 +117,7 @@ pub fn stream(
         server_id: SERVER_ID.into(),
         dep_slots: tracker.dep_slots(),
         objects: shapes(txns, from_lsn),
+        bootstrap_until: None,
     }));
     for t in txns.iter().filter(|t| t.first_lsn >= from_lsn) {
         if let Some((table, change)) = &t.schema {
