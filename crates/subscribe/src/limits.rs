@@ -41,6 +41,10 @@ pub const DEAD_LETTERS_MAX: usize = 10_000;
 /// How often the watermark is stored in the sink (and acknowledged).
 pub const WATERMARK_STORE_INTERVAL_MS: u64 = 1_000;
 
+/// How often the agent asks the sink again whether a decorator's
+/// transaction's origins are applied there (§8).
+pub const ORIGIN_RECHECK_MS: u64 = 250;
+
 /// Bytes of the agent's `done` counter per slot.
 pub const AGENT_BYTES_PER_SLOT: usize = 8;
 
