@@ -550,6 +550,36 @@ impl Sql {
         })
     }
 
+    /// Whether a subscription of this sink database following `server_id`
+    /// has applied its transaction `lsn`: its watermark is past it, or it
+    /// is among its `applied` rows (§8). No such subscription: not yet.
+    pub(crate) fn origin_applied(
+        &self,
+        db: &mut dyn Exec,
+        server_id: &str,
+        lsn: Lsn,
+    ) -> Result<bool, SinkError> {
+        let rows = db.query(&format!(
+            "SELECT count(*) FROM {sub} s WHERE s.server_id = {id} AND (s.watermark > {lsn} \
+             OR EXISTS (SELECT 1 FROM {applied} a WHERE a.name = s.name AND a.lsn = {lsn}))",
+            sub = self.t("subscription"),
+            applied = self.t("applied"),
+            id = string(server_id),
+        ))?;
+        let n = rows.first().map(|r| int(&r[0])).transpose()?.flatten();
+        Ok(n.unwrap_or(0) > 0)
+    }
+
+    /// Records the server the subscription follows, if none is recorded.
+    pub(crate) fn note_server(&self, server_id: &str) -> String {
+        format!(
+            "UPDATE {} SET server_id = {} WHERE name = {} AND server_id IS NULL;\n",
+            self.t("subscription"),
+            string(server_id),
+            self.n()
+        )
+    }
+
     /// Sets the subscription's identity columns.
     pub(crate) fn set_identity(&self, id: &Identity) -> String {
         let opt = |v: &Option<String>| v.as_deref().map_or("NULL".to_string(), string);

@@ -209,9 +209,12 @@ fn bootstrap(server: &Server, sink: &mut dyn Sink) -> Result<()> {
         }
         let text = std::str::from_utf8(&line).context("a bootstrap line is not UTF-8")?;
         match parse_line(text).map_err(|e| anyhow!("{e}"))? {
-            WireMessage::Epoch(e) => sink
-                .ensure_objects(&e.objects)
-                .map_err(|e| anyhow!("creating the sink's tables: {e}"))?,
+            WireMessage::Epoch(e) => {
+                sink.ensure_objects(&e.objects)
+                    .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+                sink.note_server(&e.server_id)
+                    .map_err(|e| anyhow!("recording the server: {e}"))?;
+            }
             WireMessage::Row(r) => {
                 rows.push(Change {
                     object: r.object,
@@ -308,6 +311,8 @@ fn follow(
     let mut retry_at: Option<u64> = None;
     let mut connect_after: Option<(u64, u64, u64)> = None;
     let mut last_connect: Option<Instant> = None;
+    // Whether the log already said the sink cannot tell origins apart.
+    let mut told_cannot = false;
     let mut pending = agent.step(Input::Start { now_ms: now() });
     loop {
         // Effects in order, acknowledgements last.
@@ -390,6 +395,23 @@ fn follow(
                     slots.len()
                 )
                 }
+                Effect::CheckOrigins { lsn, origins } => {
+                    if origins_applied(&*control, &args.name, lsn, &origins, &mut told_cannot) {
+                        more.push(Input::OriginsApplied { now_ms: now(), lsn });
+                    }
+                }
+                Effect::OriginFallback { lsn, origins } => {
+                    stats.origin_fallbacks.fetch_add(1, Relaxed);
+                    let list: Vec<String> = origins
+                        .iter()
+                        .map(|o| format!("{}:{}", o.server_id, o.lsn))
+                        .collect();
+                    eprintln!(
+                        "subscriber {}: transaction at LSN {lsn} waited past the causal timeout for its origins ({}) and is applied without them",
+                        args.name,
+                        list.join(", ")
+                    );
+                }
                 Effect::Bootstrap(BootstrapStep::Request) => return Ok(Followed::Rebootstrap),
                 Effect::Fail { reason } => bail!("subscriber {} stopped: {reason}", args.name),
             }
@@ -412,6 +434,9 @@ fn follow(
             .store(agent.dead_letters().len() as u64, Relaxed);
         stats.epoch.store(agent.epoch(), Relaxed);
         stats.debt_slots.store(agent.debt_slots() as u64, Relaxed);
+        stats
+            .origins_waiting
+            .store(agent.origins_waiting() as u64, Relaxed);
         if let Some(target) = caught_up_at {
             if agent.durable_watermark() > target {
                 return Ok(Followed::CaughtUp);
@@ -445,6 +470,9 @@ fn follow(
                     control
                         .ensure_objects(&e.objects)
                         .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+                    control
+                        .note_server(&e.server_id)
+                        .map_err(|e| anyhow!("recording the server: {e}"))?;
                 }
                 Input::Received {
                     now_ms: now(),
@@ -495,6 +523,40 @@ fn follow(
         };
         pending = agent.step(input);
     }
+}
+
+/// Whether the sink holds every origin of the decorator's transaction at
+/// `lsn` (§8), or cannot tell (then the agent does not wait, and says so
+/// once). A failed check counts as not yet: the agent asks again.
+fn origins_applied(
+    sink: &dyn Sink,
+    name: &str,
+    lsn: u64,
+    origins: &[aqueduct_publish::Origin],
+    told_cannot: &mut bool,
+) -> bool {
+    for o in origins {
+        match sink.origin_applied(&o.server_id, o.lsn) {
+            Ok(Some(true)) => {}
+            Ok(Some(false)) => return false,
+            Ok(None) => {
+                if !*told_cannot {
+                    *told_cannot = true;
+                    eprintln!(
+                        "subscriber {name}: the sink cannot tell whether a decorator's origins are applied; transactions with origins are applied without waiting"
+                    );
+                }
+                return true;
+            }
+            Err(e) => {
+                eprintln!(
+                    "subscriber {name}: checking the origins of the transaction at LSN {lsn}: {e}"
+                );
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// The first LSN the server committed at or after time `t`.
