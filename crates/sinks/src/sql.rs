@@ -1449,6 +1449,9 @@ pub(crate) fn run_ddl(db: &mut dyn Exec, ddl: &[Ddl]) -> Result<(), SinkError> {
 pub(crate) fn ddl_of(sql: &Sql, db: &mut dyn Exec, items: &[Item]) -> Result<Vec<Ddl>, SinkError> {
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
+    if sql.dialect == Dialect::Postgres {
+        script.body.push_str(&origin_setting(items));
+    }
     sql.items(&mut script, &mut shapes, items)?;
     Ok(script.ddl)
 }
@@ -1475,6 +1478,9 @@ pub(crate) fn apply(
 ) -> Result<(), SinkError> {
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
+    if sql.dialect == Dialect::Postgres {
+        script.body.push_str(&origin_setting(items));
+    }
     sql.items(&mut script, &mut shapes, items)?;
     // Rows are written in key order (`Sql::items`) and the subscription's
     // row, which a batch storing a position (about once a second) or a
@@ -1492,6 +1498,29 @@ pub(crate) fn apply(
     let mut script = Script::default();
     sql.record(&mut script, current, record);
     db.exec(&script.body)
+}
+
+/// In PostgreSQL, the batch's source transactions as the transaction's
+/// `aqueduct.origin` (`docs/publications.md` §8): when the target is an
+/// Aqueduct server, whatever it publishes from these rows names them as
+/// origins, so a decorator built on an agent orders after its sources for
+/// free; PostgreSQL itself keeps the dotted setting and ignores it.
+/// Empty when the batch has no transaction ids (bootstrap chunks).
+fn origin_setting(items: &[Item]) -> String {
+    let txids: Vec<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Txn(t) if !t.txid.is_empty() => Some(t.txid.as_str()),
+            _ => None,
+        })
+        .collect();
+    if txids.is_empty() {
+        return String::new();
+    }
+    format!(
+        "SET LOCAL aqueduct.origin = {};\n",
+        string(&txids.join(","))
+    )
 }
 
 /// Stores a position on its own, inside the caller's transaction.
@@ -1558,6 +1587,31 @@ pub(crate) fn ensure_objects(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_batchs_txids_are_its_origin() {
+        let txn = |txid: &str| {
+            Item::Txn(std::sync::Arc::new(aqueduct_publish::TxnMessage {
+                lsn: 1,
+                first_lsn: 1,
+                txid: txid.into(),
+                commit_time: String::new(),
+                epoch: 0,
+                frame: 0,
+                last: true,
+                deps: None,
+                bootstrap: false,
+                changes: Vec::new(),
+                origin: None,
+            }))
+        };
+        assert_eq!(
+            origin_setting(&[txn("a1:5"), txn("a1:9")]),
+            "SET LOCAL aqueduct.origin = 'a1:5,a1:9';\n"
+        );
+        // Bootstrap chunks have no txids.
+        assert_eq!(origin_setting(&[txn("")]), "");
+    }
 
     #[test]
     fn kinds() {

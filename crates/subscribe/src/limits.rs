@@ -64,3 +64,7 @@ const _: () = assert!(DEP_SLOTS_MAX as usize * AGENT_BYTES_PER_SLOT <= 32 << 20)
 // A causal timeout is at least RETRY_MAX_MS (checked at start); the stored
 // position is never staler than a tenth of it.
 const _: () = assert!(WATERMARK_STORE_INTERVAL_MS * 10 <= RETRY_MAX_MS);
+
+// The PostgreSQL sink names every transaction of a batch as an origin of
+// its sink transaction (`aqueduct.origin`), which takes this many.
+const _: () = assert!(APPLY_BATCH_TXNS_MAX <= aqueduct_publish::limits::ORIGINS_PER_TXN_MAX);
