@@ -177,6 +177,7 @@ fn run(seed: u64, steps: usize) {
             txn.origin = aqueduct_tables::TxnOrigin {
                 session: rng.below(5),
                 user: format!("u{}", rng.below(3)),
+                origins: Vec::new(),
             };
             let t = tables[rng.below(tables.len() as u64) as usize];
             txn.note_row_read(&db.read(), t, &vec![Value::Int(rng.below(30) as i64)]);

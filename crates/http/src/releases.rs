@@ -469,8 +469,21 @@ pub(crate) fn configure(
         })?;
         session.configure("aqueduct.acting_user", v)?;
     }
+    // The source transactions a decorator's writes derive from
+    // (`docs/publications.md`, section 8).
+    if let Some(v) = headers.get(ORIGIN_HEADER) {
+        let v = v.to_str().map_err(|_| {
+            SqlError::new("22023", format!("the {ORIGIN_HEADER} header is not text"))
+        })?;
+        session.configure("aqueduct.origin", v)?;
+    }
     Ok(())
 }
+
+/// The request header listing the source transactions a request's writes
+/// derive from, `"<server_id>:<lsn>, ..."` (the session setting
+/// `aqueduct.origin`).
+pub(crate) const ORIGIN_HEADER: &str = "aqueduct-origin";
 
 /// The request header naming the application's user a statement acts for
 /// (the session setting `aqueduct.acting_user`).

@@ -16,6 +16,16 @@ pub const READ_DEPS_PER_TXN_MAX: usize = 4_096;
 /// Bytes of one recorded read in the `txn_deps` log record body.
 pub const READ_DEP_RECORD_BYTES: usize = 17;
 
+/// Origins (source transactions of other servers, `aqueduct.origin`) one
+/// transaction may carry (`docs/publications.md` §8); more are refused.
+/// At least the transactions of one agent batch (the subscriber's
+/// `APPLY_BATCH_TXNS_MAX`, asserted there), which the PostgreSQL sink
+/// names as the origins of the batch's sink transaction.
+pub const ORIGINS_PER_TXN_MAX: usize = 256;
+
+/// Bytes of one origin's server id.
+pub const ORIGIN_SERVER_ID_BYTES_MAX: usize = 64;
+
 /// Bytes of a log record body (the log's own limit).
 pub const LOG_BODY_BYTES_MAX: usize = 16 << 20;
 
@@ -63,6 +73,9 @@ const _: () = assert!(DEP_SLOTS_MAX as usize * TRACKER_BYTES_PER_SLOT <= 64 << 2
 // The `txn_deps` body (with its header) stays far below a log body.
 const _: () = assert!(READ_DEPS_PER_TXN_MAX * READ_DEP_RECORD_BYTES + 1024 <= 70 << 10);
 const _: () = assert!(READ_DEPS_PER_TXN_MAX * READ_DEP_RECORD_BYTES * 64 <= LOG_BODY_BYTES_MAX);
+// Origins add at most a few KiB to the `txn_deps` body.
+const _: () = assert!(ORIGINS_PER_TXN_MAX * (ORIGIN_SERVER_ID_BYTES_MAX + 9) + 2 <= 32 << 10);
+const _: () = assert!(ORIGIN_SERVER_ID_BYTES_MAX <= u8::MAX as usize);
 // A line is well below a log body, so one record's worth of changes can be
 // cut into frames.
 const _: () = assert!(WIRE_FRAME_BYTES_MAX < LOG_BODY_BYTES_MAX);

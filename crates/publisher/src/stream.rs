@@ -233,6 +233,7 @@ impl PublicationStream {
         if changes.is_empty() {
             return Ok(out);
         }
+        let mut origin = None;
         if let Some(deps) = &msg.deps {
             let published = |t: TableId| self.projection.objects.contains_key(&t);
             for r in &deps.reads {
@@ -245,6 +246,7 @@ impl PublicationStream {
                 }
             }
             objects.user = Some(deps.origin.user.clone());
+            origin = Some(deps.origin.origins.clone()).filter(|o| !o.is_empty());
             objects.session = Some(deps.origin.session);
         }
         let deps = self.tracker.as_mut().map(|t| t.assign(&objects));
@@ -262,7 +264,7 @@ impl PublicationStream {
                 deps: if i == 0 { deps.clone() } else { None },
                 bootstrap: self.request.bootstrap_until.is_some_and(|h| msg.lsn <= h),
                 changes,
-                origin: None,
+                origin: if i == 0 { origin.take() } else { None },
             }));
         }
         Ok(out)

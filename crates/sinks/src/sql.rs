@@ -584,6 +584,36 @@ impl Sql {
         })
     }
 
+    /// Whether a subscription of this sink database following `server_id`
+    /// has applied its transaction `lsn`: its watermark is past it, or it
+    /// is among its `applied` rows (§8). No such subscription: not yet.
+    pub(crate) fn origin_applied(
+        &self,
+        db: &mut dyn Exec,
+        server_id: &str,
+        lsn: Lsn,
+    ) -> Result<bool, SinkError> {
+        let rows = db.query(&format!(
+            "SELECT count(*) FROM {sub} s WHERE s.server_id = {id} AND (s.watermark > {lsn} \
+             OR EXISTS (SELECT 1 FROM {applied} a WHERE a.name = s.name AND a.lsn = {lsn}))",
+            sub = self.t("subscription"),
+            applied = self.t("applied"),
+            id = string(server_id),
+        ))?;
+        let n = rows.first().map(|r| int(&r[0])).transpose()?.flatten();
+        Ok(n.unwrap_or(0) > 0)
+    }
+
+    /// Records the server the subscription follows, if none is recorded.
+    pub(crate) fn note_server(&self, server_id: &str) -> String {
+        format!(
+            "UPDATE {} SET server_id = {} WHERE name = {} AND server_id IS NULL;\n",
+            self.t("subscription"),
+            string(server_id),
+            self.n()
+        )
+    }
+
     /// Sets the subscription's identity columns.
     pub(crate) fn set_identity(&self, id: &Identity) -> String {
         let opt = |v: &Option<String>| v.as_deref().map_or("NULL".to_string(), string);
@@ -1453,6 +1483,9 @@ pub(crate) fn run_ddl(db: &mut dyn Exec, ddl: &[Ddl]) -> Result<(), SinkError> {
 pub(crate) fn ddl_of(sql: &Sql, db: &mut dyn Exec, items: &[Item]) -> Result<Vec<Ddl>, SinkError> {
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
+    if sql.dialect == Dialect::Postgres {
+        script.body.push_str(&origin_setting(items));
+    }
     sql.items(&mut script, &mut shapes, items)?;
     Ok(script.ddl)
 }
@@ -1479,6 +1512,9 @@ pub(crate) fn apply(
 ) -> Result<(), SinkError> {
     let mut shapes = sql.shapes(db)?;
     let mut script = Script::default();
+    if sql.dialect == Dialect::Postgres {
+        script.body.push_str(&origin_setting(items));
+    }
     sql.items(&mut script, &mut shapes, items)?;
     // Rows are written in key order (`Sql::items`) and the subscription's
     // row, which a batch storing a position (about once a second) or a
@@ -1496,6 +1532,29 @@ pub(crate) fn apply(
     let mut script = Script::default();
     sql.record(&mut script, current, record);
     db.exec(&script.body)
+}
+
+/// In PostgreSQL, the batch's source transactions as the transaction's
+/// `aqueduct.origin` (`docs/publications.md` §8): when the target is an
+/// Aqueduct server, whatever it publishes from these rows names them as
+/// origins, so a decorator built on an agent orders after its sources for
+/// free; PostgreSQL itself keeps the dotted setting and ignores it.
+/// Empty when the batch has no transaction ids (bootstrap chunks).
+fn origin_setting(items: &[Item]) -> String {
+    let txids: Vec<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Txn(t) if !t.txid.is_empty() => Some(t.txid.as_str()),
+            _ => None,
+        })
+        .collect();
+    if txids.is_empty() {
+        return String::new();
+    }
+    format!(
+        "SET LOCAL aqueduct.origin = {};\n",
+        string(&txids.join(","))
+    )
 }
 
 /// Stores a position on its own, inside the caller's transaction.
@@ -1582,6 +1641,31 @@ pub(crate) fn ensure_objects(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_batchs_txids_are_its_origin() {
+        let txn = |txid: &str| {
+            Item::Txn(std::sync::Arc::new(aqueduct_publish::TxnMessage {
+                lsn: 1,
+                first_lsn: 1,
+                txid: txid.into(),
+                commit_time: String::new(),
+                epoch: 0,
+                frame: 0,
+                last: true,
+                deps: None,
+                bootstrap: false,
+                changes: Vec::new(),
+                origin: None,
+            }))
+        };
+        assert_eq!(
+            origin_setting(&[txn("a1:5"), txn("a1:9")]),
+            "SET LOCAL aqueduct.origin = 'a1:5,a1:9';\n"
+        );
+        // Bootstrap chunks have no txids.
+        assert_eq!(origin_setting(&[txn("")]), "");
+    }
 
     #[test]
     fn kinds() {

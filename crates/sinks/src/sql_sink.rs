@@ -119,6 +119,22 @@ pub(crate) fn ensure_objects<S: SqlSink>(
     sink.in_transaction(|sql, db| sql::ensure_objects(sql, db, objects))
 }
 
+/// [`aqueduct_subscribe::Sink::origin_applied`].
+pub(crate) fn origin_applied<S: SqlSink>(
+    sink: &S,
+    server_id: &str,
+    lsn: Lsn,
+) -> Result<Option<bool>, SinkError> {
+    sink.read(|sql, db| sql.origin_applied(db, server_id, lsn))
+        .map(Some)
+}
+
+/// [`aqueduct_subscribe::Sink::note_server`].
+pub(crate) fn note_server<S: SqlSink>(sink: &mut S, server_id: &str) -> Result<(), SinkError> {
+    let s = sink.sql().note_server(server_id);
+    sink.in_transaction(|_, db| db.exec(&s))
+}
+
 /// The subscription's identity (server, publication, mode).
 pub(crate) fn identity<S: SqlSink>(sink: &S) -> Result<Identity, SinkError> {
     sink.read(|sql, db| sql.identity(db))
@@ -295,6 +311,21 @@ macro_rules! sql_sink {
                 objects: &std::collections::BTreeMap<String, aqueduct_publish::ObjectSchema>,
             ) -> Result<(), aqueduct_subscribe::SinkError> {
                 $crate::sql_sink::ensure_objects(self, objects)
+            }
+
+            fn origin_applied(
+                &self,
+                server_id: &str,
+                lsn: aqueduct_publish::Lsn,
+            ) -> Result<Option<bool>, aqueduct_subscribe::SinkError> {
+                $crate::sql_sink::origin_applied(self, server_id, lsn)
+            }
+
+            fn note_server(
+                &mut self,
+                server_id: &str,
+            ) -> Result<(), aqueduct_subscribe::SinkError> {
+                $crate::sql_sink::note_server(self, server_id)
             }
         }
 

@@ -238,6 +238,14 @@ impl WebhookSink {
                     });
                     if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
                         b.extend(e);
+                        // A decorator's origins (§8), as the whole
+                        // transaction's line carries them.
+                        if let Some(origin) = &t.origin {
+                            b.insert(
+                                "origin".into(),
+                                serde_json::to_value(origin).expect("origins serialize"),
+                            );
+                        }
                     }
                     let target = self.url.target(&[&change.object, callback(change.op)]);
                     self.post(&target, &format!("{}:{index}", t.txid), &body.to_string())?;

@@ -13,7 +13,7 @@ use aqueduct_publish::{
 
 use crate::batch::{BatchId, Item, Record, Resume, SchemaPos};
 use crate::io::{AgentConfig, BootstrapStep, Effect, Input, Operator, StreamEnd};
-use crate::limits::DEAD_LETTER_ATTEMPTS;
+use crate::limits::{DEAD_LETTER_ATTEMPTS, ORIGIN_RECHECK_MS};
 use crate::retry::backoff_ms;
 use crate::scheduler::Counters;
 use crate::sink::{ErrorClass, PositionMode, SinkError};
@@ -34,6 +34,8 @@ pub enum AgentBug {
     DebtNotPaid,
     /// Schema messages are not barriers (item 9).
     SchemaBarrierIgnored,
+    /// A decorator's transaction does not wait for its origins (§8).
+    OriginIgnored,
 }
 
 /// Where the agent is with its stream.
@@ -72,6 +74,9 @@ pub struct Agent {
     ready: BTreeSet<Key>,
     retries: BTreeSet<(u64, Key)>,
     waiting: BTreeSet<(u64, Key)>,
+    /// Transactions waiting for their origins (§8): since when, and when
+    /// the sink was last asked.
+    origin_wait: BTreeMap<Key, (u64, Option<u64>)>,
     batches: BTreeMap<BatchId, Batch>,
     next_batch: BatchId,
     busy: Vec<bool>,
@@ -107,6 +112,7 @@ impl Agent {
             ready: BTreeSet::new(),
             retries: BTreeSet::new(),
             waiting: BTreeSet::new(),
+            origin_wait: BTreeMap::new(),
             batches: BTreeMap::new(),
             next_batch: 0,
             busy: vec![false; workers],
@@ -141,6 +147,7 @@ impl Agent {
             let name = match self.bug {
                 Some(AgentBug::PositionAfterCommit) => "position-after-commit",
                 Some(AgentBug::SchemaBarrierIgnored) => "schema-barrier-ignored",
+                Some(AgentBug::OriginIgnored) => "origin-ignored",
                 _ => "",
             };
             name == _bug
@@ -200,6 +207,11 @@ impl Agent {
         self.counters.debt_slots()
     }
 
+    /// Transactions waiting for their origins (§8).
+    pub fn origins_waiting(&self) -> usize {
+        self.origin_wait.len()
+    }
+
     /// Items ready and items waiting on a slot.
     pub fn ready_and_waiting(&self) -> (usize, usize) {
         (self.ready.len(), self.waiting.len())
@@ -227,6 +239,13 @@ impl Agent {
             }
             Input::Applied { now_ms, batch } => {
                 self.on_applied(batch, &mut fx);
+                now_ms
+            }
+            Input::OriginsApplied { now_ms, lsn } => {
+                let key = (lsn, TXN_SUB);
+                if self.origin_wait.remove(&key).is_some() {
+                    self.evaluate(now_ms, key);
+                }
                 now_ms
             }
             Input::SinkFailed {
@@ -257,6 +276,7 @@ impl Agent {
             }
         };
         if self.phase != Phase::Failed {
+            self.origins_due(now, &mut fx);
             self.fallback_due(now, &mut fx);
             self.dispatch(now, &mut fx);
             self.maybe_store(now, &mut fx);
@@ -459,7 +479,55 @@ impl Agent {
             self.window.get_mut(&key).expect("entry").state = State::Dead;
             return;
         }
+        let ignore_origins = self.planted("origin-ignored");
+        let entry = self.window.get_mut(&key).expect("entry");
+        let has_origins = matches!(
+            entry.item(),
+            Some(Item::Txn(t)) if t.origin.as_ref().is_some_and(|o| !o.is_empty())
+        );
+        // A decorator's transaction waits until the sink holds what it
+        // decorates (§8), unless the timeout is zero (weak) or the planted
+        // defect skips the wait.
+        if has_origins && self.config.causal_timeout_ms != Some(0) && !ignore_origins {
+            entry.state = State::Origins;
+            self.origin_wait.insert(key, (now, None));
+            return;
+        }
         self.evaluate(now, key);
+    }
+
+    /// Transactions waiting for their origins (§8): asks the sink again
+    /// every `ORIGIN_RECHECK_MS`; past the causal timeout, applies them
+    /// anyway and says so.
+    fn origins_due(&mut self, now: u64, fx: &mut Vec<Effect>) {
+        if self.phase != Phase::Streaming || self.origin_wait.is_empty() {
+            return;
+        }
+        let timeout = self.config.causal_timeout_ms;
+        let mut released = Vec::new();
+        for (key, (since, asked)) in self.origin_wait.iter_mut() {
+            let origins = match self.window.get(key).and_then(Entry::item) {
+                Some(Item::Txn(t)) => t.origin.clone().unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            if timeout.is_some_and(|t| since.saturating_add(t) <= now) {
+                fx.push(Effect::OriginFallback {
+                    lsn: key.0,
+                    origins,
+                });
+                released.push(*key);
+            } else if asked.is_none_or(|a| a.saturating_add(ORIGIN_RECHECK_MS) <= now) {
+                *asked = Some(now);
+                fx.push(Effect::CheckOrigins {
+                    lsn: key.0,
+                    origins,
+                });
+            }
+        }
+        for key in released {
+            self.origin_wait.remove(&key);
+            self.evaluate(now, key);
+        }
     }
 
     /// Puts a complete entry in the ready queue or on a slot's waiters.
@@ -831,6 +899,7 @@ impl Agent {
         self.ready.clear();
         self.retries.clear();
         self.waiting.clear();
+        self.origin_wait.clear();
         self.counters.clear_waiters();
         self.paused = false;
         self.phase = Phase::Reconnecting;

@@ -47,6 +47,14 @@ pub enum Input {
         /// Its length in bytes, for the window's bound.
         bytes: usize,
     },
+    /// The sink holds every origin of the transaction at `lsn` (or cannot
+    /// tell): it may be applied (answers [`Effect::CheckOrigins`]).
+    OriginsApplied {
+        /// Now.
+        now_ms: u64,
+        /// The transaction.
+        lsn: Lsn,
+    },
     /// A batch committed in the sink.
     Applied {
         /// Now.
@@ -168,6 +176,24 @@ pub enum Effect {
         lsn: Lsn,
         /// The slots whose order it skipped.
         slots: Vec<u32>,
+    },
+    /// Ask the sink whether each origin of the transaction at `lsn` is
+    /// applied there (§8); answer with [`Input::OriginsApplied`] when all
+    /// are, or when the sink cannot tell. Asked again every
+    /// `ORIGIN_RECHECK_MS` while the transaction waits.
+    CheckOrigins {
+        /// The decorator's transaction.
+        lsn: Lsn,
+        /// Its origins.
+        origins: Vec<aqueduct_publish::Origin>,
+    },
+    /// A transaction waited past the causal timeout for its origins and
+    /// is applied anyway (for metrics and the log).
+    OriginFallback {
+        /// The transaction.
+        lsn: Lsn,
+        /// The origins not known applied.
+        origins: Vec<aqueduct_publish::Origin>,
     },
     /// A bootstrap step.
     Bootstrap(BootstrapStep),

@@ -41,6 +41,10 @@ pub const DEAD_LETTERS_MAX: usize = 10_000;
 /// How often the watermark is stored in the sink (and acknowledged).
 pub const WATERMARK_STORE_INTERVAL_MS: u64 = 1_000;
 
+/// How often the agent asks the sink again whether a decorator's
+/// transaction's origins are applied there (§8).
+pub const ORIGIN_RECHECK_MS: u64 = 250;
+
 /// Bytes of the agent's `done` counter per slot.
 pub const AGENT_BYTES_PER_SLOT: usize = 8;
 
@@ -60,3 +64,7 @@ const _: () = assert!(DEP_SLOTS_MAX as usize * AGENT_BYTES_PER_SLOT <= 32 << 20)
 // A causal timeout is at least RETRY_MAX_MS (checked at start); the stored
 // position is never staler than a tenth of it.
 const _: () = assert!(WATERMARK_STORE_INTERVAL_MS * 10 <= RETRY_MAX_MS);
+
+// The PostgreSQL sink names every transaction of a batch as an origin of
+// its sink transaction (`aqueduct.origin`), which takes this many.
+const _: () = assert!(APPLY_BATCH_TXNS_MAX <= aqueduct_publish::limits::ORIGINS_PER_TXN_MAX);

@@ -146,6 +146,25 @@ pub trait Sink {
     /// `epoch` line arrives, before any change of that stream is applied.
     fn ensure_objects(&mut self, objects: &BTreeMap<String, ObjectSchema>)
         -> Result<(), SinkError>;
+
+    /// Whether the transaction `lsn` of server `server_id` is applied in
+    /// this sink by a subscription following that server (§8: a
+    /// decorator's transaction waits for its origins). `None`: the sink
+    /// cannot tell (it keeps no positions another subscription shares),
+    /// so the agent does not wait.
+    fn origin_applied(&self, server_id: &str, lsn: Lsn) -> Result<Option<bool>, SinkError> {
+        let _ = (server_id, lsn);
+        Ok(None)
+    }
+
+    /// Records the server the subscription follows (the stream's `epoch`
+    /// line), where the sink keeps it and holds none yet, so that other
+    /// subscriptions in the same sink can find what it applied
+    /// ([`Sink::origin_applied`]).
+    fn note_server(&mut self, server_id: &str) -> Result<(), SinkError> {
+        let _ = server_id;
+        Ok(())
+    }
 }
 
 /// A stored row, or the tombstone of a deleted one.

@@ -21,6 +21,9 @@ pub(crate) enum State {
     Assembling,
     /// Complete, some slot not yet done.
     Waiting,
+    /// Complete, its origins (a decorator's source transactions on other
+    /// servers, §8) not yet known applied in the sink.
+    Origins,
     /// Applicable; waits for a worker.
     Ready,
     /// Being applied in a batch.

@@ -7,7 +7,7 @@
 //! Body layout (all integers little-endian):
 //!
 //! ```text
-//! u8   version (1)
+//! u8   version (1, or 2 when the transaction has origins)
 //! u64  session id
 //! u16  length of the acting user, then its UTF-8 bytes
 //! u8   flags (bit 0: row reads overflowed into table reads)
@@ -15,10 +15,20 @@
 //!        u8  kind (1 row present, 2 row absent, 3 whole table)
 //!        u64 table id
 //!        u64 dep_hash of the row's log key (0 for a whole table)
+//! version 2 only:
+//! u16  count of origins (`aqueduct.origin`), then each:
+//!        u8  length of the server id, then its UTF-8 bytes
+//!        u64 the source transaction's LSN there
 //! ```
+//!
+//! A transaction without origins is written as version 1, byte for byte
+//! as before, so older records and older readers are unaffected.
 
 use aqueduct_log::{NewRecord, RecordKind, RecordView};
-use aqueduct_publish::limits::READ_DEPS_PER_TXN_MAX;
+use aqueduct_publish::limits::{
+    ORIGINS_PER_TXN_MAX, ORIGIN_SERVER_ID_BYTES_MAX, READ_DEPS_PER_TXN_MAX,
+};
+pub use aqueduct_publish::Origin;
 
 use crate::schema::TableId;
 
@@ -27,6 +37,8 @@ pub const TXN_DEPS_KIND: RecordKind = RecordKind::TxnDeps;
 /// The log key of every `txn_deps` record.
 pub const TXN_DEPS_KEY: &[u8] = b"d";
 const VERSION: u8 = 1;
+/// The version of records that carry origins.
+const VERSION_ORIGINS: u8 = 2;
 const FLAG_OVERFLOW: u8 = 1;
 /// Longest acting user kept, in bytes (a longer one is cut at a character
 /// boundary: users are told apart by their first 255 bytes).
@@ -52,6 +64,11 @@ pub struct TxnOrigin {
     pub session: u64,
     /// The session's `aqueduct.acting_user`, or its role's name.
     pub user: String,
+    /// The source transactions on other servers this one's rows derive
+    /// from (`aqueduct.origin`): a decorator's writes (at most
+    /// [`ORIGINS_PER_TXN_MAX`], each server id at most
+    /// [`ORIGIN_SERVER_ID_BYTES_MAX`] bytes; the session checks both).
+    pub origins: Vec<Origin>,
 }
 
 /// A transaction's reads and origin.
@@ -100,7 +117,12 @@ impl TxnDeps {
             user = &user[..end];
         }
         let mut b = Vec::with_capacity(16 + user.len() + self.reads.len() * 17);
-        b.push(VERSION);
+        let origins = &self.origin.origins[..self.origin.origins.len().min(ORIGINS_PER_TXN_MAX)];
+        b.push(if origins.is_empty() {
+            VERSION
+        } else {
+            VERSION_ORIGINS
+        });
         b.extend_from_slice(&self.origin.session.to_le_bytes());
         b.extend_from_slice(&(user.len() as u16).to_le_bytes());
         b.extend_from_slice(user.as_bytes());
@@ -118,6 +140,16 @@ impl TxnDeps {
             b.push(kind);
             b.extend_from_slice(&table.to_le_bytes());
             b.extend_from_slice(&hash.to_le_bytes());
+        }
+        if !origins.is_empty() {
+            b.extend_from_slice(&(origins.len() as u16).to_le_bytes());
+            for o in origins {
+                let id =
+                    &o.server_id.as_bytes()[..o.server_id.len().min(ORIGIN_SERVER_ID_BYTES_MAX)];
+                b.push(id.len() as u8);
+                b.extend_from_slice(id);
+                b.extend_from_slice(&o.lsn.to_le_bytes());
+            }
         }
         NewRecord::new(TXN_DEPS_KIND, TXN_DEPS_KEY.to_vec(), b)
     }
@@ -138,9 +170,9 @@ impl TxnDeps {
             Ok(s)
         };
         let version = take(1)?[0];
-        if version != VERSION {
+        if version != VERSION && version != VERSION_ORIGINS {
             return Err(format!(
-                "txn_deps record version {version} is not known (this build reads {VERSION})"
+                "txn_deps record version {version} is not known (this build reads {VERSION} and {VERSION_ORIGINS})"
             ));
         }
         let session = u64::from_le_bytes(take(8)?.try_into().unwrap());
@@ -168,11 +200,30 @@ impl TxnDeps {
                 other => return Err(format!("txn_deps read of unknown kind {other}")),
             });
         }
+        let mut origins = Vec::new();
+        if version == VERSION_ORIGINS {
+            let count = u16::from_le_bytes(take(2)?.try_into().unwrap()) as usize;
+            if count > ORIGINS_PER_TXN_MAX {
+                return Err(format!("txn_deps record has {count} origins"));
+            }
+            for _ in 0..count {
+                let len = take(1)?[0] as usize;
+                let server_id = std::str::from_utf8(take(len)?)
+                    .map_err(|_| "txn_deps origin server id is not UTF-8".to_string())?
+                    .to_string();
+                let lsn = u64::from_le_bytes(take(8)?.try_into().unwrap());
+                origins.push(Origin { server_id, lsn });
+            }
+        }
         if at != body.len() {
             return Err("txn_deps record has bytes after its reads".into());
         }
         Ok(TxnDeps {
-            origin: TxnOrigin { session, user },
+            origin: TxnOrigin {
+                session,
+                user,
+                origins,
+            },
             overflow: flags & FLAG_OVERFLOW != 0,
             reads,
         })
@@ -189,6 +240,7 @@ mod tests {
             TxnOrigin {
                 session: 7,
                 user: "alice".into(),
+                origins: Vec::new(),
             },
             vec![
                 DepRead::Table(3),
@@ -204,6 +256,38 @@ mod tests {
         let r = d.record();
         assert_eq!(TxnDeps::decode(&r.body).unwrap(), d);
         assert!(TxnDeps::decode(&r.body[..r.body.len() - 1]).is_err());
+        assert_eq!(r.body[0], VERSION, "no origins: the version-1 layout");
+    }
+
+    #[test]
+    fn origins_round_trip_and_old_records_still_decode() {
+        let mut d = TxnDeps::new(
+            TxnOrigin {
+                session: 3,
+                user: "bob".into(),
+                origins: vec![
+                    Origin {
+                        server_id: "00aa".into(),
+                        lsn: 41,
+                    },
+                    Origin {
+                        server_id: "00bb".into(),
+                        lsn: 7,
+                    },
+                ],
+            },
+            vec![DepRead::Table(1)],
+        );
+        let r = d.record();
+        assert_eq!(r.body[0], VERSION_ORIGINS);
+        assert_eq!(TxnDeps::decode(&r.body).unwrap(), d);
+        assert!(TxnDeps::decode(&r.body[..r.body.len() - 1]).is_err());
+        // A version-1 body (as written before origins existed) decodes
+        // with none.
+        d.origin.origins.clear();
+        let old = d.record();
+        assert_eq!(old.body[0], VERSION);
+        assert_eq!(TxnDeps::decode(&old.body).unwrap().origin.origins, vec![]);
     }
 
     #[test]

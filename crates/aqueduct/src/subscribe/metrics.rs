@@ -22,6 +22,8 @@ pub struct AgentStats {
     pub window: AtomicU64,
     pub dead_letters: AtomicU64,
     pub fallbacks: AtomicU64,
+    pub origin_fallbacks: AtomicU64,
+    pub origins_waiting: AtomicU64,
     pub sink_errors: AtomicU64,
     pub epoch: AtomicU64,
     pub debt_slots: AtomicU64,
@@ -90,6 +92,18 @@ impl AgentStats {
                 "counter",
                 "Transactions applied out of order after the causal timeout.",
                 get(&self.fallbacks),
+            ),
+            (
+                "aqueduct_subscribe_origin_fallbacks_total",
+                "counter",
+                "Decorator transactions applied after the causal timeout without their origins in the sink.",
+                get(&self.origin_fallbacks),
+            ),
+            (
+                "aqueduct_subscribe_origins_waiting_txns",
+                "gauge",
+                "Decorator transactions waiting for their origins to be applied in the sink.",
+                get(&self.origins_waiting),
             ),
             (
                 "aqueduct_subscribe_debt_slots",

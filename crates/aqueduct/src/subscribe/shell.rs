@@ -296,6 +296,10 @@ fn bootstrap(boot: &Boot<'_>, sink: &mut dyn Sink, objects: Option<&[String]>) -
         .context("the server's answer to a bootstrap request")?;
     sink.ensure_objects(&answer.objects)
         .map_err(|e| anyhow!("creating the sink's tables: {e}"))?;
+    // Other subscriptions in the sink find this one by its server
+    // (decorations waiting for their origins, `Sink::origin_applied`).
+    sink.note_server(&answer.server_id)
+        .map_err(|e| anyhow!("recording the server: {e}"))?;
     boot.stats.bootstrapping.store(1, Ordering::Relaxed);
     let total: u64 = answer.chunks.iter().map(|c| c.rows).sum();
     let bar = indicatif::ProgressBar::new(total);
@@ -530,6 +534,8 @@ fn follow(
     let mut retry_at: Option<u64> = None;
     let mut connect_after: Option<(u64, u64, u64)> = None;
     let mut last_connect: Option<Instant> = None;
+    // Whether the log already said the sink cannot tell origins apart.
+    let mut told_cannot = false;
     let mut pending = agent.step(Input::Start { now_ms: now() });
     loop {
         // Effects in order, acknowledgements last.
@@ -612,6 +618,23 @@ fn follow(
                     slots.len()
                 )
                 }
+                Effect::CheckOrigins { lsn, origins } => {
+                    if origins_applied(&*control, &args.name, lsn, &origins, &mut told_cannot) {
+                        more.push(Input::OriginsApplied { now_ms: now(), lsn });
+                    }
+                }
+                Effect::OriginFallback { lsn, origins } => {
+                    stats.origin_fallbacks.fetch_add(1, Relaxed);
+                    let list: Vec<String> = origins
+                        .iter()
+                        .map(|o| format!("{}:{}", o.server_id, o.lsn))
+                        .collect();
+                    eprintln!(
+                        "subscriber {}: transaction at LSN {lsn} waited past the causal timeout for its origins ({}) and is applied without them",
+                        args.name,
+                        list.join(", ")
+                    );
+                }
                 Effect::Bootstrap(BootstrapStep::Request) => return Ok(Followed::Rebootstrap),
                 Effect::Fail { reason } => bail!("subscriber {} stopped: {reason}", args.name),
             }
@@ -646,6 +669,9 @@ fn follow(
                 origin.boot_lsn.unwrap_or(0)
             );
         }
+        stats
+            .origins_waiting
+            .store(agent.origins_waiting() as u64, Relaxed);
         if let Some(target) = caught_up_at {
             if agent.durable_watermark() > target {
                 return Ok(Followed::CaughtUp);
@@ -707,6 +733,9 @@ fn follow(
                             .map_err(|e| anyhow!("recording the bootstrap in the sink: {e}"))?;
                         *server.boot_mark.lock().expect("mark") = format!("&bootstrap_until={h}");
                     }
+                    control
+                        .note_server(&e.server_id)
+                        .map_err(|e| anyhow!("recording the server: {e}"))?;
                 }
                 Input::Received {
                     now_ms: now(),
@@ -757,6 +786,40 @@ fn follow(
         };
         pending = agent.step(input);
     }
+}
+
+/// Whether the sink holds every origin of the decorator's transaction at
+/// `lsn` (§8), or cannot tell (then the agent does not wait, and says so
+/// once). A failed check counts as not yet: the agent asks again.
+fn origins_applied(
+    sink: &dyn Sink,
+    name: &str,
+    lsn: u64,
+    origins: &[aqueduct_publish::Origin],
+    told_cannot: &mut bool,
+) -> bool {
+    for o in origins {
+        match sink.origin_applied(&o.server_id, o.lsn) {
+            Ok(Some(true)) => {}
+            Ok(Some(false)) => return false,
+            Ok(None) => {
+                if !*told_cannot {
+                    *told_cannot = true;
+                    eprintln!(
+                        "subscriber {name}: the sink cannot tell whether a decorator's origins are applied; transactions with origins are applied without waiting"
+                    );
+                }
+                return true;
+            }
+            Err(e) => {
+                eprintln!(
+                    "subscriber {name}: checking the origins of the transaction at LSN {lsn}: {e}"
+                );
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// The first LSN the server committed at or after time `t`.

@@ -95,6 +95,10 @@ pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     // publications' causal order (docs/publications.md, section 2);
     // empty: the session's role.
     ("aqueduct.acting_user", ""),
+    // The source transactions on other servers this session's writes
+    // derive from, "<server_id>:<lsn>, ..." (a decorator's; docs/
+    // publications.md, section 8); empty: none.
+    ("aqueduct.origin", ""),
 ];
 
 /// Settings clients may not change.
@@ -307,6 +311,11 @@ impl Session {
             .get("aqueduct.acting_user")
             .map(String::as_str)
             .unwrap_or("");
+        let origins = self
+            .settings
+            .get("aqueduct.origin")
+            .and_then(|v| parse_origins(v).ok())
+            .unwrap_or_default();
         aqueduct_tables::TxnOrigin {
             session: self.backend_pid() as u32 as u64,
             user: if acting.is_empty() {
@@ -314,6 +323,7 @@ impl Session {
             } else {
                 acting.to_string()
             },
+            origins,
         }
     }
 
@@ -485,6 +495,9 @@ impl Session {
             ));
         }
         if let Some(v) = &value {
+            if key == "aqueduct.origin" {
+                parse_origins(v)?;
+            }
             check_setting(&key, v)?;
         }
         if key == "transaction_isolation" || key == "default_transaction_isolation" {
@@ -699,6 +712,58 @@ fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
+/// `aqueduct.origin`: a comma-separated list of source transaction ids
+/// `"<server_id>:<lsn>"` (each as a publication stream's `txid`); empty
+/// for none. Refuses a malformed list (22023) and more than
+/// `ORIGINS_PER_TXN_MAX` entries (54000).
+pub(crate) fn parse_origins(value: &str) -> Result<Vec<aqueduct_publish::Origin>, SqlError> {
+    use aqueduct_publish::limits::{ORIGINS_PER_TXN_MAX, ORIGIN_SERVER_ID_BYTES_MAX};
+    let mut out: Vec<aqueduct_publish::Origin> = Vec::new();
+    if value.trim().is_empty() {
+        return Ok(out);
+    }
+    let bad = |part: &str| {
+        SqlError::new(
+            "22023",
+            format!("invalid value for parameter \"aqueduct.origin\": \"{part}\""),
+        )
+        .with_hint(format!(
+            "aqueduct.origin takes a comma-separated list of transaction ids \"<server_id>:<lsn>\" \
+             (a publication stream's txid), the server id of letters, digits, '-', '_' or '.', \
+             at most {ORIGIN_SERVER_ID_BYTES_MAX} bytes"
+        ))
+    };
+    for part in value.split(',') {
+        let part = part.trim();
+        let Some((server_id, lsn)) = part.rsplit_once(':') else {
+            return Err(bad(part));
+        };
+        let id_ok = !server_id.is_empty()
+            && server_id.len() <= ORIGIN_SERVER_ID_BYTES_MAX
+            && server_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        let lsn = match lsn.parse::<Lsn>() {
+            Ok(l) if l > 0 && id_ok && lsn.bytes().all(|b| b.is_ascii_digit()) => l,
+            _ => return Err(bad(part)),
+        };
+        let origin = aqueduct_publish::Origin {
+            server_id: server_id.to_string(),
+            lsn,
+        };
+        if !out.contains(&origin) {
+            out.push(origin);
+        }
+        if out.len() > ORIGINS_PER_TXN_MAX {
+            return Err(SqlError::new(
+                "54000",
+                format!("aqueduct.origin lists more than {ORIGINS_PER_TXN_MAX} transactions"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// Refuses a value a setting cannot take, saying what it takes.
 pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
     let ok = match key {
@@ -779,6 +844,29 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_parse_and_refuse_what_they_must() {
+        let o = parse_origins(" a1:5, b-2.x:7 ,a1:5").unwrap();
+        assert_eq!(
+            o.iter()
+                .map(|o| (o.server_id.as_str(), o.lsn))
+                .collect::<Vec<_>>(),
+            vec![("a1", 5), ("b-2.x", 7)]
+        );
+        assert!(parse_origins("").unwrap().is_empty());
+        for bad in [
+            "a1", "a1:", ":5", "a1:0", "a1:-5", "a b:5", "a1:5,", "a1:+5",
+        ] {
+            let e = parse_origins(bad).unwrap_err();
+            assert_eq!(e.code, "22023", "{bad}");
+        }
+        let many = (1..=aqueduct_publish::limits::ORIGINS_PER_TXN_MAX + 1)
+            .map(|i| format!("s:{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(parse_origins(&many).unwrap_err().code, "54000");
+    }
 
     #[test]
     fn max_index_keys_is_the_limit_enforced() {

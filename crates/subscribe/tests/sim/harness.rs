@@ -260,6 +260,9 @@ impl Run<'_> {
                 self.out.fallbacks += 1;
                 self.checker.on_fallback(lsn);
             }
+            // The simulated workload has no decorators (origins are
+            // tested in tests/origins.rs).
+            Effect::CheckOrigins { .. } | Effect::OriginFallback { .. } => {}
             Effect::Bootstrap(_) => {}
             Effect::Fail { reason } => self.failed = Some(reason),
         }
