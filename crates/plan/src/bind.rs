@@ -3458,7 +3458,25 @@ impl<'a> Binder<'a> {
             .iter()
             .map(object_name)
             .collect::<Result<Vec<_>, _>>()?;
-        let columns = target_columns(table, &name, &names)?;
+        let mut columns = target_columns(table, &name, &names)?;
+        // Without a column list, fewer values than columns fill the first
+        // columns and leave the rest to their defaults, as PostgreSQL does.
+        let fit = |width: usize, columns: &mut Vec<usize>| -> Result<(), SqlError> {
+            if width > columns.len() {
+                return Err(SqlError::syntax(
+                    "INSERT has more expressions than target columns",
+                ));
+            }
+            if width < columns.len() {
+                if !names.is_empty() {
+                    return Err(SqlError::syntax(
+                        "INSERT has more target columns than expressions",
+                    ));
+                }
+                columns.truncate(width);
+            }
+            Ok(())
+        };
         let empty = Scope::empty();
         let source = match i.source.as_deref() {
             None => return Err(SqlError::unsupported("INSERT without VALUES or SELECT")),
@@ -3471,14 +3489,15 @@ impl<'a> Binder<'a> {
                         ));
                     }
                     let mut rows = Vec::with_capacity(values.rows.len());
+                    if let Some(first) = values.rows.first() {
+                        fit(first.content.len(), &mut columns)?;
+                    }
                     for row in &values.rows {
                         let row = &row.content;
                         if row.len() != columns.len() {
-                            return Err(SqlError::syntax(format!(
-                                "INSERT has {} expressions but {} target columns",
-                                row.len(),
-                                columns.len()
-                            )));
+                            return Err(SqlError::syntax(
+                                "VALUES lists must all be the same length",
+                            ));
                         }
                         let mut bound = Vec::with_capacity(row.len());
                         for (e, c) in row.iter().zip(&columns) {
@@ -3509,13 +3528,7 @@ impl<'a> Binder<'a> {
                 ast::SetExpr::Select(s) => {
                     let (limit, offset) = self.limit(q)?;
                     let (plan, cols) = self.select(s, q.order_by.as_ref(), limit, offset)?;
-                    if cols.len() != columns.len() {
-                        return Err(SqlError::syntax(format!(
-                            "INSERT has {} expressions but {} target columns",
-                            cols.len(),
-                            columns.len()
-                        )));
-                    }
+                    fit(cols.len(), &mut columns)?;
                     InsertSource::Query(Box::new(plan))
                 }
                 _ => return Err(SqlError::unsupported("this INSERT source")),
