@@ -373,14 +373,17 @@ impl Worker {
     pub fn drain(&self) -> MutexGuard<'_, Graph> {
         let mut q = lock(&self.shared.queue);
         // A worker that waits for a commit's batch holds no graph: the
-        // commit (draining under the commit lock) must not wait for it.
-        while ((q.busy && q.awaiting == 0) || q.in_flight > 0 || !q.batches.is_empty())
+        // commit (draining under the commit lock) must not wait for it,
+        // nor for the batches queued before, which it runs itself.
+        while ((q.awaiting == 0 && (q.busy || !q.batches.is_empty())) || q.in_flight > 0)
             && q.broken.is_none()
         {
             q = self.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         drop(q);
-        lock(&self.shared.graph)
+        let mut graph = lock(&self.shared.graph);
+        while process_next(&self.shared, &mut graph, Lsn::MAX) {}
+        graph
     }
 
     /// The graph, as of whatever the worker has processed (for reading its

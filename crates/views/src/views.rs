@@ -35,7 +35,7 @@ use aqueduct_dataflow::worker::{Ask, Upstream, WeightedRows, Worker, WorkerStats
 use aqueduct_dataflow::{Delta, Row};
 use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId};
 use aqueduct_values::Value;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use sqlparser::ast;
 
 use aqueduct_expr::SqlError;
@@ -124,6 +124,10 @@ pub struct ViewRegistry {
     auto_generation: AtomicU64,
     /// Numbers automatic views.
     auto_made: AtomicU64,
+    /// Held by a commit from dropping the views over an altered table
+    /// until their new versions are registered, so that a read which
+    /// found its view dropped waits for the new one rather than failing.
+    remaking: Mutex<()>,
 }
 
 impl Default for ViewRegistry {
@@ -139,6 +143,7 @@ impl Default for ViewRegistry {
             auto: RwLock::default(),
             auto_generation: AtomicU64::new(0),
             auto_made: AtomicU64::new(0),
+            remaking: Mutex::new(()),
         }
     }
 }
@@ -152,7 +157,7 @@ const LOCAL_KEYED_VIEWS: usize = 4096;
 
 /// How many times one keyed read tries a view that ALTER TABLE keeps
 /// making again under it before it reports the failure.
-const READS_OF_A_REMADE_VIEW: usize = 4;
+const READS_OF_A_REMADE_VIEW: usize = 8;
 
 /// One thread's copies of the keyed readers it used, by view id.
 type LocalKeyed = HashMap<u64, Vec<(Vec<usize>, bool, ViewReader)>>;
@@ -405,7 +410,7 @@ impl ViewRegistry {
             if let Some(r) = self.full.read().get(&entry.name) {
                 return Ok(r.clone());
             }
-            if self.get(&entry.name).is_none_or(|e| e.uid != entry.uid) {
+            if self.entry(&entry.name).is_none_or(|e| e.uid != entry.uid) {
                 return Err(dropped(&entry.name));
             }
             let started = Instant::now();
@@ -439,6 +444,7 @@ impl ViewRegistry {
             })
             .collect();
         let mut remake = Vec::new();
+        let remaking = (!altered.is_empty()).then(|| self.remaking.lock());
         if !altered.is_empty() {
             let names: Vec<String> = altered.iter().map(|t| t.name.clone()).collect();
             remake = aqueduct_plan::bind::dependent_views(catalog, &names);
@@ -495,6 +501,7 @@ impl ViewRegistry {
                 tracing::error!(view = %name, "cannot maintain the view after ALTER TABLE: {e}");
             }
         }
+        drop(remaking);
         for s in schema {
             match s {
                 SchemaChange::CreateView { id, name, sql } => {
@@ -541,7 +548,7 @@ impl ViewRegistry {
     /// again on next use).
     fn drop_auto_views_reading(&self, name: &str) {
         let reads = |view: &str| {
-            self.get(view).is_some_and(|v| {
+            self.entry(view).is_some_and(|v| {
                 aqueduct_plan::parse::parse(&v.sql).map_or(true, |sts| {
                     sts.iter()
                         .any(|st| aqueduct_plan::bind::relations(st).iter().any(|r| r == name))
@@ -643,7 +650,7 @@ impl ViewRegistry {
                 .auto
                 .read()
                 .values()
-                .find(|a| self.get(&a.view).is_some_and(|v| v.sql == text))
+                .find(|a| self.entry(&a.view).is_some_and(|v| v.sql == text))
                 .map(|a| a.view.clone());
             let name = match existing {
                 Some(name) => name,
@@ -654,7 +661,7 @@ impl ViewRegistry {
                     name
                 }
             };
-            let entry = self.get(&name).expect("installed");
+            let entry = self.entry(&name).expect("installed");
             let global = p.global;
             match crate::auto_views::AutoView::describe(&entry, p) {
                 Ok(mut auto) => {
@@ -683,7 +690,20 @@ impl ViewRegistry {
         self.views.read().keys().cloned().collect()
     }
 
+    /// The view registered as `name`. While a commit makes the views over
+    /// an altered table anew, a view it dropped is waited for rather than
+    /// missed. Never called by the registry itself, which may hold what
+    /// that commit waits for.
     pub fn get(&self, name: &str) -> Option<Arc<ViewEntry>> {
+        if let Some(found) = self.entry(name) {
+            return Some(found);
+        }
+        drop(self.remaking.lock());
+        self.entry(name)
+    }
+
+    /// The view registered as `name` now, without waiting.
+    fn entry(&self, name: &str) -> Option<Arc<ViewEntry>> {
         self.views.read().get(name).cloned()
     }
 
@@ -710,7 +730,7 @@ impl ViewRegistry {
     ) -> Result<(Vec<Row>, Arc<Tap>), SqlError> {
         let tap = self.tap(name)?;
         self.await_lsn_within(lsn, timeout)?;
-        let entry = self.get(name).ok_or_else(|| dropped(name))?;
+        let entry = self.entry(name).ok_or_else(|| dropped(name))?;
         let reader = self.full_reader(&entry)?;
         let (rows, now) = read_view(name, &reader, |s| s.all())?;
         let rows = tap.rows_before(rows, now, lsn).ok_or_else(|| {
@@ -732,8 +752,10 @@ impl ViewRegistry {
 
     /// All rows of a view, and its watermark. An error if the view failed.
     pub fn rows(&self, entry: &ViewEntry) -> Result<(Vec<Row>, Lsn), SqlError> {
-        let reader = self.full_reader(entry)?;
-        read_view(&entry.name, &reader, |s| s.all())
+        self.once_more_if_remade(entry, |entry| {
+            let reader = self.full_reader(entry)?;
+            read_view(&entry.name, &reader, |s| s.all())
+        })
     }
 
     pub fn stats(&self) -> Vec<ViewStats> {
@@ -860,14 +882,14 @@ impl ViewRegistry {
     /// one: the view was made again (ALTER TABLE re-makes the views over
     /// the table) since `entry` was looked up.
     pub fn remade(&self, entry: &ViewEntry) -> Option<Arc<ViewEntry>> {
-        self.get(&entry.name).filter(|e| e.uid != entry.uid)
+        self.entry(&entry.name).filter(|e| e.uid != entry.uid)
     }
 
     /// Whether `entry` is still the view registered under its name (a
     /// view dropped, or dropped and made again by ALTER TABLE, is not);
     /// asked with the graph locked, which dropping a view takes first.
     fn registered(&self, entry: &ViewEntry) -> bool {
-        self.get(&entry.name).is_some_and(|e| e.uid == entry.uid)
+        self.entry(&entry.name).is_some_and(|e| e.uid == entry.uid)
     }
 
     fn find_keyed(
@@ -1048,7 +1070,7 @@ impl ViewRegistry {
     fn once_more_if_remade<T>(
         &self,
         entry: &ViewEntry,
-        read: impl Fn(&ViewEntry) -> Result<T, SqlError>,
+        mut read: impl FnMut(&ViewEntry) -> Result<T, SqlError>,
     ) -> Result<T, SqlError> {
         let mut outcome = read(entry);
         let mut current: Option<Arc<ViewEntry>> = None;
@@ -1057,6 +1079,9 @@ impl ViewRegistry {
                 break;
             }
             let seen = current.as_deref().unwrap_or(entry);
+            // A commit making the view anew holds this from dropping the
+            // old version until the new one is registered.
+            drop(self.remaking.lock());
             match self.remade(seen) {
                 Some(now) => {
                     outcome = read(&now);
@@ -1258,11 +1283,14 @@ impl ViewRegistry {
         entry: &ViewEntry,
         key: &[usize],
         values: &[Value],
-        f: impl FnMut(&Row),
+        mut f: impl FnMut(&Row),
     ) -> Result<Lsn, SqlError> {
-        self.with_keyed(entry, key, false, |r| {
-            self.read_key(&entry.name, r, values, DEFAULT_UPQUERY_TIMEOUT, f)
-        })?
+        // A failed read calls `f` on no row, so it may read again.
+        self.once_more_if_remade(entry, |entry| {
+            self.with_keyed(entry, key, false, |r| {
+                self.read_key(&entry.name, r, values, DEFAULT_UPQUERY_TIMEOUT, &mut f)
+            })?
+        })
     }
 
     /// The rows of view `entry` whose first `key` columns equal `prefix`
