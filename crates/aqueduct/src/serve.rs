@@ -125,6 +125,15 @@ pub struct ServeArgs {
     /// nothing for this long (such as 7d or 12h) is dropped [default: no cap]
     #[arg(long, env = "AQUEDUCT_CONSUMER_MAX_AGE")]
     consumer_max_age: Option<String>,
+    /// Follow the log of these servers (the HTTP address of each, as
+    /// host:port, comma-separated): this server then takes no write of its
+    /// own, copies their log by catch-up and serves reads of it
+    /// (docs/replication.md)
+    #[arg(long, env = "AQUEDUCT_FOLLOW", value_delimiter = ',')]
+    follow: Vec<String>,
+    /// A bearer token that maps to a superuser on the servers followed
+    #[arg(long, env = "AQUEDUCT_FOLLOW_TOKEN")]
+    follow_token: Option<String>,
 }
 
 impl ServeArgs {
@@ -164,6 +173,8 @@ impl ServeArgs {
             feed_max_lag: self.feed_max_lag,
             consumer_max_bytes: self.consumer_max_bytes.clone(),
             consumer_max_age: self.consumer_max_age.clone(),
+            follow: (!self.follow.is_empty()).then(|| self.follow.clone()),
+            follow_token: self.follow_token.clone(),
         })
     }
 }

@@ -6,6 +6,7 @@
 mod auth;
 mod changes;
 mod json;
+mod log_records;
 pub(crate) mod metrics;
 mod publications;
 mod releases;
@@ -85,6 +86,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/v1/changes", get(changes::changes))
         .route("/v1/changes/ack", post(changes::ack))
         .route("/v1/snapshot", get(changes::snapshot))
+        .route("/v1/log", get(log_records::records))
         .route(
             "/v1/publications/{publication}/stream",
             get(publications::stream),

@@ -31,6 +31,7 @@ pub mod record;
 pub mod segment;
 pub mod sim;
 pub mod storage;
+pub mod wire;
 
 use std::io;
 use std::time::Duration;

@@ -18,7 +18,7 @@ use crate::manifest::{self, Fate, Found, Manifest, ManifestEntry};
 use crate::meta::Meta;
 use crate::metrics::LogMetrics;
 use crate::reader::LogReader;
-use crate::record::{self, NewRecord, RecordView, FLAG_BATCH_CONTINUES};
+use crate::record::{self, NewRecord, Record, RecordView, FLAG_BATCH_CONTINUES};
 use crate::segment::{
     self, data_name, index_name, parse_data_name, ScanEnd, SegmentHeader, SegmentSummary,
     TailDamage, SEGMENT_HEADER_LEN,
@@ -336,6 +336,46 @@ impl Log {
         let range = self.write_batch(batch, Some(first))?;
         self.await_committed(range.last)?;
         Ok(range)
+    }
+
+    /// Appends records copied from another log at the same LSNs, batch by
+    /// batch, keeping each record's term and time (a follower copying a
+    /// member's log, `docs/replication.md`). `records` are whole batches,
+    /// dense from [`Log::next_lsn`]; waits once, after the last, for them
+    /// to be durable as the sync policy says.
+    pub fn append_copied(&self, records: &[Record]) -> Result<LsnRange> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Err(Error::Invalid("no record to append".into()));
+        };
+        if !last.ends_batch() {
+            return Err(Error::Invalid(format!(
+                "the records end inside a batch (at LSN {})",
+                last.lsn
+            )));
+        }
+        let mut start = 0;
+        for (i, r) in records.iter().enumerate() {
+            if !r.ends_batch() {
+                continue;
+            }
+            let batch: Vec<NewRecord> = records[start..=i]
+                .iter()
+                .map(|r| NewRecord {
+                    kind: r.kind,
+                    key: r.key.clone(),
+                    body: r.body.clone(),
+                    term: r.term,
+                    timestamp_micros: r.timestamp_micros,
+                })
+                .collect();
+            self.write_batch(&batch, Some(records[start].lsn))?;
+            start = i + 1;
+        }
+        self.await_committed(last.lsn)?;
+        Ok(LsnRange {
+            first: first.lsn,
+            last: last.lsn,
+        })
     }
 
     fn write_batch(&self, batch: &[NewRecord], expect_first: Option<Lsn>) -> Result<LsnRange> {

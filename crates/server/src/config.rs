@@ -20,6 +20,8 @@
 //! feed_max_lag = 10000000     # LSNs a feed subscriber may fall behind; absent: no limit
 //! consumer_max_bytes = "10GiB" # log a durable consumer may hold; absent: no cap
 //! consumer_max_age = "7d"     # time a durable consumer behind may go without acknowledging
+//! follow = ["10.0.0.1:8433", "10.0.0.2:8433"]  # a read-only follower of these members' log
+//! follow_token = "secret"     # a token that maps to a superuser on them
 //! user_file = "/etc/aqueduct/users"   # more bootstrap users, see below
 //! allow_trust_on_network = false
 //! [users]                     # bootstrap users: superusers
@@ -110,6 +112,11 @@ pub struct ServerConfig {
     pub statement_timeout: Option<Duration>,
     /// The change feed's memory, lag limit and durable consumers' caps.
     pub feed: aqueduct_feed::FeedOptions,
+    /// `host:port` of the HTTP listeners of the members whose log this
+    /// server follows, read-only (empty: it takes writes of its own).
+    pub follow: Vec<String>,
+    /// The bearer token sent to them.
+    pub follow_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -135,6 +142,8 @@ impl Default for ServerConfig {
             consistency: Consistency::Linearizable,
             statement_timeout: None,
             feed: aqueduct_feed::FeedOptions::default(),
+            follow: Vec::new(),
+            follow_token: None,
         }
     }
 }
@@ -177,6 +186,10 @@ pub struct FileConfig {
     pub consumer_max_bytes: Option<String>,
     /// `--consumer-max-age`: a duration such as `7d`, `12h` or `30min`.
     pub consumer_max_age: Option<String>,
+    /// `--follow`: members' HTTP addresses (`host:port`).
+    pub follow: Option<Vec<String>>,
+    /// `--follow-token`.
+    pub follow_token: Option<String>,
 }
 
 /// `http_tokens`: a table of token → role, or (the older form) a list of
@@ -368,7 +381,20 @@ impl ServerConfig {
                 })?),
             },
         };
+        let follow = flags.follow.or(file.follow).unwrap_or_default();
+        for m in &follow {
+            let host_port = m
+                .rsplit_once(':')
+                .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if host_port.is_none() || m.contains('/') {
+                return Err(ConfigError::Invalid(format!(
+                    "--follow takes the HTTP address of each member as host:port, got '{m}'"
+                )));
+            }
+        }
         let config = ServerConfig {
+            follow,
+            follow_token: flags.follow_token.or(file.follow_token),
             feed,
             memory_limit,
             statement_timeout,

@@ -195,7 +195,32 @@ pub async fn run(
         users_configured: !config.users.is_empty(),
         tls: http_tls,
     };
+    let follow_status = Arc::new(aqueduct_replicate::FollowStatus::default());
+    let follow_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let follower = if config.follow.is_empty() {
+        None
+    } else {
+        tracing::info!(
+            "following {} read-only from LSN {}",
+            config.follow.join(", "),
+            engine.database().log().next_lsn()
+        );
+        Some(aqueduct_replicate::spawn(
+            engine.shared_database(),
+            aqueduct_replicate::FollowConfig {
+                members: config.follow.clone(),
+                token: config.follow_token.clone(),
+                seed: std::process::id() as u64 ^ aqueduct_log::now_micros() as u64,
+            },
+            follow_status.clone(),
+            follow_stop.clone(),
+        )?)
+    };
+    let following = follower.is_some().then(|| follow_status.clone());
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
+        if let Some(status) = &following {
+            status.metrics(out);
+        }
         let m = &pg_metrics;
         for (name, kind, help, v) in [
             (
@@ -247,6 +272,10 @@ pub async fn run(
     // the shutdown up; a commit already appending completes.
     engine.interrupt_all();
     let _ = stop_tx.send(true);
+    follow_stop.store(true, Ordering::Relaxed);
+    if let Some(f) = follower {
+        let _ = tokio::task::spawn_blocking(move || f.join()).await;
+    }
     let _ = pg_task.await;
     let _ = http_task.await;
     if let Some(r) = releaser {

@@ -991,6 +991,9 @@ pub struct Database {
     pub locks: LockTable,
     next_txn: AtomicU64,
     pub metrics: TableMetrics,
+    /// Set on a follower: why it takes no write of its own (every write
+    /// comes from the members it follows, through `apply_appended`).
+    read_only: RwLock<Option<String>>,
 }
 
 impl Database {
@@ -1043,6 +1046,7 @@ impl Database {
             sequences: SequenceCache::default(),
             locks: LockTable::default(),
             next_txn: AtomicU64::new(1),
+            read_only: RwLock::new(None),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -1235,6 +1239,15 @@ impl Database {
         if txn.writes.is_empty() {
             return Ok(None);
         }
+        if let Some(why) = &*self.read_only.read() {
+            return Err(TableError::Refused(
+                aqueduct_expr::SqlError::new(
+                    "25006",
+                    format!("cannot execute a write on this server: {why}"),
+                )
+                .with_hint("send writes to the server it follows; reads are served here"),
+            ));
+        }
         self.check_unique(txn)?;
         let first = self.log.next_lsn();
         let catalog = self.catalog.read();
@@ -1273,6 +1286,18 @@ impl Database {
         self.metrics
             .rows_written
             .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Makes the database take no write of its own (`Some(why)`: a
+    /// follower, whose writes come only through [`Database::apply_appended`]),
+    /// or take them again (`None`).
+    pub fn set_read_only(&self, why: Option<String>) {
+        *self.read_only.write() = why;
+    }
+
+    /// Why the database takes no write of its own, when it does not.
+    pub fn read_only(&self) -> Option<String> {
+        self.read_only.read().clone()
     }
 
     /// Applies a batch that is already in the log at its LSNs (a follower

@@ -1,0 +1,185 @@
+//! Followers (`aqueduct serve --follow`, `docs/replication.md`) against
+//! real servers on loopback: a follower of a server and a follower of that
+//! follower (a chain) copy its log while writes run; the first follower is
+//! killed with SIGKILL half way and restarted. Afterwards every
+//! acknowledged write is on both, each follower's log is record for record
+//! the source's log (same LSNs, terms, keys and bodies), and their tables
+//! and a maintained view answer as the source does. A follower refuses
+//! writes with SQLSTATE 25006.
+//!
+//! No timed sleeps: every wait is for a condition, under a deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use aqueduct_log::wire;
+use aqueduct_mirror::http;
+use common::{serve, serve_at, STEP_TIMEOUT};
+use serde_json::Value as Json;
+
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Transactions the writer commits on the source.
+const WRITES: usize = 400;
+/// The first follower is killed after this many.
+const KILL_AT: usize = 150;
+/// Compaction would make the logs differ (each server compacts its own):
+/// the comparison of logs runs with it out of the way.
+const NO_COMPACTION: &[&str] = &["--compaction-interval-secs", "3600", "--fsync", "interval"];
+
+fn addr(http: u16) -> String {
+    format!("127.0.0.1:{http}")
+}
+
+fn sql(http: u16, text: &str) -> Result<Json, aqueduct_mirror::Error> {
+    http::sql(&addr(http), None, text, &[], HTTP_TIMEOUT)
+}
+
+fn ok(http: u16, text: &str) -> Json {
+    sql(http, text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// The rows of `text`, sorted, as JSON text.
+fn rows(http: u16, text: &str) -> Vec<String> {
+    let mut out: Vec<String> = ok(http, text)["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The metric `name` on the server at `http`.
+fn metric(http: u16, name: &str) -> Option<u64> {
+    let mut r = http::request(&addr(http), "GET", "/metrics", None, None, HTTP_TIMEOUT).ok()?;
+    let text = String::from_utf8(r.body.read_to_end(16 << 20).ok()?).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until the follower at `http` has applied `lsn`.
+fn await_applied(http: u16, lsn: u64) {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let applied = metric(http, "aqueduct_follower_applied_lsn");
+        if applied.is_some_and(|a| a >= lsn) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower on {http} applied {applied:?}, not LSN {lsn}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every record of the log of the server at `http`, as sent to followers
+/// (without the header, whose committed LSN may differ).
+fn log_records(http: u16) -> Vec<aqueduct_log::Record> {
+    let mut out = Vec::new();
+    loop {
+        let from = out.last().map_or(1, |r: &aqueduct_log::Record| r.lsn + 1);
+        let path = format!("/v1/log?from_lsn={from}&max_records=65536");
+        let mut r = http::request(&addr(http), "GET", &path, None, None, HTTP_TIMEOUT).unwrap();
+        assert_eq!(r.status, 200, "{path}");
+        let body = r.body.read_to_end(1 << 30).unwrap();
+        let (records, _) = wire::decode(&body, from).unwrap();
+        if records.is_empty() {
+            return out;
+        }
+        out.extend(records);
+    }
+}
+
+#[test]
+fn followers_and_a_chain_of_them_copy_the_log_across_a_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = serve(&dir.path().join("source"), NO_COMPACTION);
+    ok(
+        source.http,
+        "CREATE TABLE account (id bigint PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL)",
+    );
+    ok(
+        source.http,
+        "CREATE VIEW per_owner AS SELECT owner, count(*) AS n, sum(balance) AS total FROM account GROUP BY owner",
+    );
+    let follow_source = addr(source.http);
+    let mut follow_args: Vec<&str> = NO_COMPACTION.to_vec();
+    follow_args.extend(["--follow", &follow_source]);
+    let first_dir = dir.path().join("first");
+    let first = serve(&first_dir, &follow_args);
+    let follow_first = addr(first.http);
+    let mut chain_args: Vec<&str> = NO_COMPACTION.to_vec();
+    chain_args.extend(["--follow", &follow_first]);
+    let chained = serve(&dir.path().join("chained"), &chain_args);
+
+    // A follower takes no write of its own.
+    let refused = sql(first.http, "INSERT INTO account VALUES (1, 'x', 1)").unwrap_err();
+    assert!(
+        matches!(&refused, aqueduct_mirror::Error::Server { code, .. } if code == "25006"),
+        "{refused}"
+    );
+
+    let mut first = Some(first);
+    let mut last_lsn = 0;
+    for i in 0..WRITES {
+        let id = (i % 97) as i64;
+        let statement = match i % 5 {
+            0 | 1 => format!(
+                "INSERT INTO account VALUES ({id}, 'o{}', {i}) ON CONFLICT (id) DO UPDATE SET balance = account.balance + {i}",
+                id % 7
+            ),
+            2 => format!("UPDATE account SET owner = 'o{}' WHERE id = {id}", i % 7),
+            3 => format!("DELETE FROM account WHERE id = {}", (i * 31) % 97),
+            _ => format!(
+                "INSERT INTO account VALUES ({}, 'o1', 1), ({}, 'o2', 2) ON CONFLICT (id) DO NOTHING",
+                (i * 7) % 97,
+                (i * 11) % 97
+            ),
+        };
+        let out = ok(source.http, &statement);
+        last_lsn = last_lsn.max(out["lsn"].as_u64().unwrap_or(0));
+        if i == KILL_AT {
+            first.take().unwrap().process.kill9();
+        }
+        if i == KILL_AT + 100 {
+            // Back at the same address, so the chained follower finds it.
+            let port = follow_first.rsplit_once(':').unwrap().1.parse().unwrap();
+            first = Some(serve_at(
+                &first_dir,
+                common::free_port(),
+                port,
+                &follow_args,
+            ));
+        }
+    }
+    let first = first.unwrap();
+    assert!(last_lsn > 0);
+    await_applied(first.http, last_lsn);
+    await_applied(chained.http, last_lsn);
+
+    // The same log, record for record.
+    let expected = log_records(source.http);
+    assert_eq!(expected.last().map(|r| r.lsn), Some(last_lsn));
+    for (name, http) in [("first", first.http), ("chained", chained.http)] {
+        let got = log_records(http);
+        assert_eq!(got.len(), expected.len(), "{name}: records");
+        for (g, e) in got.iter().zip(&expected) {
+            assert_eq!(g, e, "{name}: the record at LSN {}", e.lsn);
+        }
+    }
+    // The same tables and views.
+    for query in [
+        "SELECT * FROM account",
+        "SELECT * FROM per_owner",
+        "SELECT owner, n FROM per_owner WHERE owner = 'o3'",
+    ] {
+        let want = rows(source.http, query);
+        assert!(!want.is_empty(), "{query}");
+        assert_eq!(rows(first.http, query), want, "first: {query}");
+        assert_eq!(rows(chained.http, query), want, "chained: {query}");
+    }
+    assert_eq!(metric(first.http, "aqueduct_follower_stuck"), Some(0));
+}

@@ -1,0 +1,120 @@
+//! The log's records for followers (`docs/replication.md`):
+//!
+//! - `GET /v1/log?from_lsn=N[&max_records=M][&wait_ms=W]`: whole batches of
+//!   committed records from LSN `N` (a batch boundary), about `M` records
+//!   at most, in the wire layout of `aqueduct_log::wire`. With nothing
+//!   committed past `N - 1` it waits up to `W` ms (at most
+//!   [`MAX_LOG_WAIT`]) for a commit, then answers with no record. The
+//!   headers say how far this server's log goes (`Aqueduct-Log-Committed`)
+//!   and from where it holds every record (`Aqueduct-Log-Exact-From`).
+//!   410 (SQLSTATE 55000) when compaction dropped records at or after `N`;
+//!   409 when `N` is past the end of this log. Superusers only: the log
+//!   holds every table.
+
+use std::time::Duration;
+
+use aqueduct_log::wire;
+use aqueduct_sql::SqlError;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::{error_response, AppState};
+
+/// Longest a request for records waits for a commit.
+pub const MAX_LOG_WAIT: Duration = Duration::from_secs(10);
+/// Records a response carries when the request does not say.
+const DEFAULT_LOG_RECORDS: usize = 4096;
+
+/// The response headers.
+pub const COMMITTED_HEADER: &str = "aqueduct-log-committed";
+pub const EXACT_FROM_HEADER: &str = "aqueduct-log-exact-from";
+
+#[derive(Deserialize)]
+pub(crate) struct LogQuery {
+    from_lsn: u64,
+    max_records: Option<usize>,
+    wait_ms: Option<u64>,
+}
+
+pub(crate) async fn records(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<LogQuery>,
+) -> Response {
+    let principal = match s.auth.principal(&s.engine, &headers) {
+        Ok(p) => p,
+        Err(r) => return *r,
+    };
+    if !principal.is_superuser(&s.engine.database().read()) {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            &SqlError::new("42501", "reading the log requires a superuser")
+                .with_hint("follow with a token that maps to a superuser"),
+        );
+    }
+    let from = q.from_lsn.max(1);
+    let max = q.max_records.unwrap_or(DEFAULT_LOG_RECORDS);
+    let wait = Duration::from_millis(q.wait_ms.unwrap_or(0)).min(MAX_LOG_WAIT);
+    let engine = s.engine.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let log = engine.database().log();
+        let exact_from = log.exact_from();
+        let next = log.next_lsn();
+        if from < exact_from {
+            return Err((
+                StatusCode::GONE,
+                SqlError::new(
+                    "55000",
+                    format!(
+                        "records from LSN {from} were compacted away here (this server holds every record from LSN {exact_from})"
+                    ),
+                )
+                .with_hint("follow another member that still holds them, or start the follower anew from a snapshot"),
+            ));
+        }
+        if from > next {
+            return Err((
+                StatusCode::CONFLICT,
+                SqlError::new(
+                    "55000",
+                    format!(
+                        "LSN {from} is past the end of this server's log (its next LSN is {next}): the follower holds records this log never had"
+                    ),
+                )
+                .with_hint("a follower follows one log: give it the members of the cluster it was made from, or start it anew"),
+            ));
+        }
+        let records = wire::read_batches(log, from, max, wait).map_err(|e| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                SqlError::new("58030", format!("reading the log from LSN {from}: {e}")),
+            )
+        })?;
+        Ok((wire::encode(&records, log.committed_lsn()), log.committed_lsn(), exact_from))
+    })
+    .await;
+    match read {
+        Ok(Ok((body, committed, exact_from))) => (
+            [
+                (header::CONTENT_TYPE, wire::CONTENT_TYPE.to_string()),
+                (
+                    header::HeaderName::from_static(COMMITTED_HEADER),
+                    committed.to_string(),
+                ),
+                (
+                    header::HeaderName::from_static(EXACT_FROM_HEADER),
+                    exact_from.to_string(),
+                ),
+            ],
+            body,
+        )
+            .into_response(),
+        Ok(Err((status, e))) => error_response(status, &e),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &SqlError::new("XX000", format!("reading the log: {e}")),
+        ),
+    }
+}

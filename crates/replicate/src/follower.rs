@@ -1,0 +1,295 @@
+//! The follower's shell: runs the catch-up core ([`crate::catchup`]) on a
+//! thread of its own, fetching ranges of the log over HTTP
+//! (`GET /v1/log`), appending them at the same LSNs
+//! ([`aqueduct_log::Log::append_copied`]) and applying each batch with the
+//! same code as a local commit and recovery
+//! ([`aqueduct_tables::Database::apply_appended`]).
+//!
+//! Order: a response's records are durable (as the sync policy says)
+//! before any of them is applied, so nothing a follower's reader saw is
+//! lost by a crash of the follower; on restart the follower replays its
+//! own log and asks for the next LSN.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aqueduct_log::{wire, Lsn, Record};
+use aqueduct_mirror::http;
+use aqueduct_tables::{BatchBuilder, Database};
+use parking_lot::Mutex;
+
+use crate::catchup::{CatchUp, Effect, Failure, Input};
+
+/// How often a waiting follower looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
+/// Bounds connecting to a member.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bytes of a response read at most: the records one response carries at
+/// most, and one batch of the largest size besides.
+const MAX_RESPONSE_BYTES: usize =
+    wire::MAX_WIRE_BYTES + aqueduct_log::MAX_BATCH_BYTES + wire::WIRE_HEADER_LEN;
+
+/// What to follow.
+#[derive(Clone, Debug)]
+pub struct FollowConfig {
+    /// `host:port` of each member's HTTP listener.
+    pub members: Vec<String>,
+    /// A bearer token mapping to a superuser on the members, when they
+    /// require one.
+    pub token: Option<String>,
+    /// Picks the members (any value).
+    pub seed: u64,
+}
+
+/// Where a follower is, for `/metrics` and status.
+#[derive(Default)]
+pub struct FollowStatus {
+    /// The last LSN appended and applied here.
+    pub applied: AtomicU64,
+    /// The highest LSN a member said it had committed.
+    pub source_committed: AtomicU64,
+    /// Records the next request asks for.
+    pub window: AtomicU64,
+    pub requests: AtomicU64,
+    pub failures: AtomicU64,
+    pub records: AtomicU64,
+    /// Set when the follower stopped because no member holds what it needs.
+    pub stuck: Mutex<Option<String>>,
+    /// The last failure, for status.
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl FollowStatus {
+    /// Records the follower is behind the furthest member it heard of.
+    pub fn lag(&self) -> u64 {
+        self.source_committed
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.applied.load(Ordering::Relaxed))
+    }
+
+    /// Prometheus lines.
+    pub fn metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP aqueduct_follower_applied_lsn Last LSN this follower appended and applied.\n\
+             # TYPE aqueduct_follower_applied_lsn gauge\n\
+             aqueduct_follower_applied_lsn {}\n\
+             # HELP aqueduct_follower_source_lsn Highest LSN a followed member reported committed.\n\
+             # TYPE aqueduct_follower_source_lsn gauge\n\
+             aqueduct_follower_source_lsn {}\n\
+             # HELP aqueduct_follower_lag_records Records this follower is behind.\n\
+             # TYPE aqueduct_follower_lag_records gauge\n\
+             aqueduct_follower_lag_records {}\n\
+             # HELP aqueduct_follower_window_records Records the next catch-up request asks for.\n\
+             # TYPE aqueduct_follower_window_records gauge\n\
+             aqueduct_follower_window_records {}\n\
+             # HELP aqueduct_follower_requests_total Catch-up requests sent.\n\
+             # TYPE aqueduct_follower_requests_total counter\n\
+             aqueduct_follower_requests_total {}\n\
+             # HELP aqueduct_follower_failures_total Catch-up requests that failed.\n\
+             # TYPE aqueduct_follower_failures_total counter\n\
+             aqueduct_follower_failures_total {}\n\
+             # HELP aqueduct_follower_records_total Records copied from members.\n\
+             # TYPE aqueduct_follower_records_total counter\n\
+             aqueduct_follower_records_total {}\n\
+             # HELP aqueduct_follower_stuck 1 when no member holds the records this follower needs.\n\
+             # TYPE aqueduct_follower_stuck gauge\n\
+             aqueduct_follower_stuck {}",
+            g(&self.applied),
+            g(&self.source_committed),
+            self.lag(),
+            g(&self.window),
+            g(&self.requests),
+            g(&self.failures),
+            g(&self.records),
+            u8::from(self.stuck.lock().is_some()),
+        );
+    }
+}
+
+/// Starts following on a thread of its own; it stops when `stop` is set.
+/// The database takes no write of its own from now on.
+pub fn spawn(
+    db: Arc<Database>,
+    config: FollowConfig,
+    status: Arc<FollowStatus>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    db.set_read_only(Some(format!(
+        "it follows {} (a read-only follower)",
+        config.members.join(", ")
+    )));
+    std::thread::Builder::new()
+        .name("aqueduct-follower".into())
+        .spawn(move || run(&db, &config, &status, &stop))
+}
+
+fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &AtomicBool) {
+    let next = db.log().next_lsn();
+    status.applied.store(next - 1, Ordering::Relaxed);
+    let mut core = CatchUp::new(config.members.len(), next, config.seed);
+    let mut effects = core.step(Input::Tick, Instant::now());
+    let mut healthy = true;
+    while !stop.load(Ordering::Relaxed) {
+        status.window.store(core.window() as u64, Ordering::Relaxed);
+        let input = match effects.pop() {
+            None => Input::Tick,
+            Some(Effect::Wait { until }) => {
+                sleep_until(until, stop);
+                Input::Tick
+            }
+            Some(Effect::Stuck { from, why }) => {
+                tracing::error!(
+                    "the follower stopped at LSN {from}: {why}; start it anew from a snapshot"
+                );
+                *status.stuck.lock() = Some(why);
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(STOP_POLL);
+                }
+                return;
+            }
+            Some(Effect::Fetch {
+                id,
+                member,
+                from,
+                max_records,
+                long_poll,
+                deadline,
+            }) => {
+                status.requests.fetch_add(1, Ordering::Relaxed);
+                let addr = &config.members[member];
+                match fetch(addr, config, from, max_records, long_poll, deadline).and_then(
+                    |(records, committed)| apply(db, &records).map(|()| (records, committed)),
+                ) {
+                    Ok((records, committed)) => {
+                        if !healthy {
+                            tracing::info!("the follower reached {addr} again");
+                            healthy = true;
+                        }
+                        let last = records.last().map(|r| r.lsn);
+                        if let Some(last) = last {
+                            status.applied.store(last, Ordering::Relaxed);
+                        }
+                        status
+                            .records
+                            .fetch_add(records.len() as u64, Ordering::Relaxed);
+                        status
+                            .source_committed
+                            .fetch_max(committed, Ordering::Relaxed);
+                        Input::Fetched {
+                            id,
+                            records: records.len(),
+                            last,
+                            committed,
+                        }
+                    }
+                    Err(failure) => {
+                        status.failures.fetch_add(1, Ordering::Relaxed);
+                        let text = format!("{addr}: {failure:?}");
+                        if healthy {
+                            tracing::warn!("the follower could not catch up from {text}");
+                            healthy = false;
+                        }
+                        *status.last_error.lock() = Some(text);
+                        Input::Failed { id, failure }
+                    }
+                }
+            }
+        };
+        effects = core.step(input, Instant::now());
+    }
+}
+
+fn sleep_until(until: Instant, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep((until - now).min(STOP_POLL));
+    }
+}
+
+/// One request: the records from `from`, decoded and checked.
+fn fetch(
+    addr: &str,
+    config: &FollowConfig,
+    from: Lsn,
+    max_records: usize,
+    long_poll: Duration,
+    deadline: Instant,
+) -> Result<(Vec<Record>, Lsn), Failure> {
+    let path = format!(
+        "/v1/log?from_lsn={from}&max_records={max_records}&wait_ms={}",
+        long_poll.as_millis()
+    );
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut response = http::request(
+        addr,
+        "GET",
+        &path,
+        config.token.as_deref(),
+        None,
+        CONNECT_TIMEOUT.min(left).max(Duration::from_millis(1)),
+    )
+    .map_err(|e| match e {
+        aqueduct_mirror::Error::Connect { source, .. } | aqueduct_mirror::Error::Io(source) => {
+            io_failure(&source)
+        }
+        e => Failure::Unreachable(e.to_string()),
+    })?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Failure::Timeout);
+    }
+    response
+        .body
+        .set_read_timeout(Some(left))
+        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+    match response.status {
+        200 => {}
+        410 => return Err(Failure::Compacted),
+        status => {
+            let e = http::error_of(status, &mut response.body);
+            return Err(Failure::Unreachable(e.to_string()));
+        }
+    }
+    let body = response
+        .body
+        .read_to_end(MAX_RESPONSE_BYTES)
+        .map_err(|e| io_failure(&e))?;
+    wire::decode(&body, from).map_err(Failure::Bad)
+}
+
+fn io_failure(e: &std::io::Error) -> Failure {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Failure::Timeout,
+        _ => Failure::Unreachable(e.to_string()),
+    }
+}
+
+/// Appends `records` (whole batches, from the log's next LSN) and applies
+/// each batch.
+fn apply(db: &Database, records: &[Record]) -> Result<(), Failure> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut batches = BatchBuilder::default();
+    let mut complete = Vec::new();
+    for r in records {
+        if let Some(batch) = batches.push(&r.view()).map_err(Failure::Bad)? {
+            complete.push(batch);
+        }
+    }
+    db.log()
+        .append_copied(records)
+        .map_err(|e| Failure::Bad(format!("appending the records here: {e}")))?;
+    for batch in &complete {
+        db.apply_appended(batch);
+    }
+    Ok(())
+}
