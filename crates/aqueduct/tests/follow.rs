@@ -183,3 +183,89 @@ fn followers_and_a_chain_of_them_copy_the_log_across_a_kill_9() {
     }
     assert_eq!(metric(first.http, "aqueduct_follower_stuck"), Some(0));
 }
+
+/// The status of `GET /v1/log` from `from` on the server at `http`.
+fn log_status(http: u16, from: u64) -> u16 {
+    let path = format!("/v1/log?from_lsn={from}&max_records=1");
+    let mut r = http::request(&addr(http), "GET", &path, None, None, HTTP_TIMEOUT).unwrap();
+    let _ = r.body.read_to_end(1 << 20);
+    r.status
+}
+
+#[test]
+fn a_new_follower_of_a_compacted_log_bootstraps_from_it_while_writes_and_compaction_go_on() {
+    const COMPACTING: &[&str] = &[
+        "--segment-bytes",
+        "65536",
+        "--compaction-interval-secs",
+        "1",
+        "--fsync",
+        "interval",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let source = serve(&dir.path().join("source"), COMPACTING);
+    ok(
+        source.http,
+        "CREATE TABLE item (id bigint PRIMARY KEY, grp bigint NOT NULL, payload text NOT NULL)",
+    );
+    ok(
+        source.http,
+        "CREATE VIEW per_grp AS SELECT grp, count(*) AS n, max(payload) AS top FROM item GROUP BY grp",
+    );
+    let pad = "x".repeat(200);
+    let mut i = 0u64;
+    let write = |i: u64| -> u64 {
+        let id = i % 53;
+        let statement = if i % 6 == 5 {
+            format!("DELETE FROM item WHERE id = {}", (i * 7) % 53)
+        } else {
+            format!(
+                "INSERT INTO item VALUES ({id}, {}, '{pad}{i}') ON CONFLICT (id) DO UPDATE SET grp = {}, payload = '{pad}{i}'",
+                i % 5,
+                i % 5
+            )
+        };
+        ok(source.http, &statement)["lsn"].as_u64().unwrap_or(0)
+    };
+    // Until compaction dropped records from the start of the log.
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    while log_status(source.http, 1) != 410 {
+        assert!(Instant::now() < deadline, "the source never compacted");
+        for _ in 0..50 {
+            write(i);
+            i += 1;
+        }
+    }
+    let follow_source = addr(source.http);
+    let mut follow_args: Vec<&str> = COMPACTING.to_vec();
+    follow_args.extend(["--follow", &follow_source]);
+    let follower = serve(&dir.path().join("follower"), &follow_args);
+    let follow_follower = addr(follower.http);
+    let mut chain_args: Vec<&str> = COMPACTING.to_vec();
+    chain_args.extend(["--follow", &follow_follower]);
+    let mut last_lsn = 0;
+    let mut chained = None;
+    for n in 0..600 {
+        last_lsn = last_lsn.max(write(i));
+        i += 1;
+        if n == 300 {
+            chained = Some(serve(&dir.path().join("chained"), &chain_args));
+        }
+    }
+    let chained = chained.unwrap();
+    await_applied(follower.http, last_lsn);
+    await_applied(chained.http, last_lsn);
+    for query in [
+        "SELECT * FROM item",
+        "SELECT * FROM per_grp",
+        "SELECT grp, n FROM per_grp WHERE grp = 3",
+    ] {
+        let want = rows(source.http, query);
+        assert!(!want.is_empty(), "{query}");
+        assert_eq!(rows(follower.http, query), want, "follower: {query}");
+        assert_eq!(rows(chained.http, query), want, "chained: {query}");
+    }
+    // The follower's own log says it starts compacted.
+    assert_eq!(log_status(follower.http, 1), 410);
+    assert_eq!(metric(follower.http, "aqueduct_follower_stuck"), Some(0));
+}

@@ -62,6 +62,8 @@ struct AppState {
     publications: Arc<aqueduct_publisher::PublicationMetrics>,
     /// Bootstrap snapshots held for subscribers (`publications.rs`).
     bootstraps: Arc<aqueduct_publisher::Bootstraps>,
+    /// Followers copying the compacted log (`log_records.rs`).
+    follower_bootstraps: log_records::BootstrapHolds,
 }
 
 /// The routes, for serving and for tests.
@@ -77,6 +79,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         streams: Default::default(),
         publications: Default::default(),
         bootstraps: Default::default(),
+        follower_bootstraps: Default::default(),
     };
     Router::new()
         .route("/health", get(health))

@@ -10,8 +10,18 @@
 //!   410 (SQLSTATE 55000) when compaction dropped records at or after `N`;
 //!   409 when `N` is past the end of this log. Superusers only: the log
 //!   holds every table.
+//! - `...&bootstrap=ID`: a new follower copies the log as compaction left
+//!   it, from LSN 1: the records below this log's exact point come with
+//!   gaps, and compaction changes nothing at or above the follower's
+//!   position while bootstrap `ID` goes on (a hold, dropped once the
+//!   follower reaches the exact point or after [`BOOTSTRAP_IDLE`] without
+//!   a request).
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use aqueduct_log::wire;
 use aqueduct_sql::SqlError;
@@ -24,6 +34,11 @@ use crate::{error_response, AppState};
 
 /// Longest a request for records waits for a commit.
 pub const MAX_LOG_WAIT: Duration = Duration::from_secs(10);
+/// A bootstrap that sent no request for this long loses its hold (the
+/// follower must start over).
+pub const BOOTSTRAP_IDLE: Duration = Duration::from_secs(60);
+/// Bootstraps held at once; more are refused (503).
+pub const MAX_BOOTSTRAPS: usize = 16;
 /// Records a response carries when the request does not say.
 const DEFAULT_LOG_RECORDS: usize = 4096;
 
@@ -36,6 +51,14 @@ pub(crate) struct LogQuery {
     from_lsn: u64,
     max_records: Option<usize>,
     wait_ms: Option<u64>,
+    bootstrap: Option<String>,
+}
+
+/// The bootstraps going on: their hold's name and last request.
+pub(crate) type BootstrapHolds = Arc<Mutex<HashMap<String, Instant>>>;
+
+fn hold_name(id: &str) -> String {
+    format!("follower-bootstrap:{id}")
 }
 
 pub(crate) async fn records(
@@ -57,12 +80,60 @@ pub(crate) async fn records(
     let from = q.from_lsn.max(1);
     let max = q.max_records.unwrap_or(DEFAULT_LOG_RECORDS);
     let wait = Duration::from_millis(q.wait_ms.unwrap_or(0)).min(MAX_LOG_WAIT);
+    if let Some(id) = &q.bootstrap {
+        if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &SqlError::new(
+                    "22023",
+                    "bootstrap takes an id of 1 to 64 letters and digits",
+                ),
+            );
+        }
+    }
     let engine = s.engine.clone();
+    let holds = s.follower_bootstraps.clone();
     let read = tokio::task::spawn_blocking(move || {
         let log = engine.database().log();
         let exact_from = log.exact_from();
         let next = log.next_lsn();
-        if from < exact_from {
+        let now = Instant::now();
+        {
+            let mut held = holds.lock();
+            held.retain(|id, seen| {
+                let keep = now.duration_since(*seen) < BOOTSTRAP_IDLE;
+                if !keep {
+                    let _ = log.set_hold(&hold_name(id), None);
+                }
+                keep
+            });
+            if let Some(id) = &q.bootstrap {
+                if from >= exact_from {
+                    // At the exact point: the follower needs no hold now.
+                    if held.remove(id).is_some() {
+                        let _ = log.set_hold(&hold_name(id), None);
+                    }
+                } else if from == 1 || held.contains_key(id) {
+                    if !held.contains_key(id) && held.len() >= MAX_BOOTSTRAPS {
+                        return Err((
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            SqlError::new(
+                                "53300",
+                                format!("too many followers bootstrapping (at most {MAX_BOOTSTRAPS} at once)"),
+                            )
+                            .with_hint("retry later"),
+                        ));
+                    }
+                    log.hold_as_compacted(&hold_name(id), from);
+                    held.insert(id.clone(), now);
+                }
+            }
+        }
+        let bootstrapping = q
+            .bootstrap
+            .as_ref()
+            .is_some_and(|id| holds.lock().contains_key(id));
+        if from < exact_from && !bootstrapping {
             return Err((
                 StatusCode::GONE,
                 SqlError::new(
@@ -92,7 +163,11 @@ pub(crate) async fn records(
                 SqlError::new("58030", format!("reading the log from LSN {from}: {e}")),
             )
         })?;
-        Ok((wire::encode(&records, log.committed_lsn()), log.committed_lsn(), exact_from))
+        let sender = wire::Sender {
+            committed: log.committed_lsn(),
+            exact_from,
+        };
+        Ok((wire::encode(&records, sender), sender.committed, exact_from))
     })
     .await;
     match read {

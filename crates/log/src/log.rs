@@ -308,7 +308,7 @@ impl Log {
     /// Appends `batch` atomically: after a crash it is either wholly in the
     /// log or wholly absent. Returns once the sync policy is satisfied.
     pub fn append(&self, batch: &[NewRecord]) -> Result<LsnRange> {
-        let range = self.write_batch(batch, None)?;
+        let range = self.write_batch(batch, At::Next)?;
         self.await_committed(range.last)?;
         Ok(range)
     }
@@ -317,7 +317,7 @@ impl Log {
     /// sync policy; pair with [`Log::await_committed`] before acknowledging.
     /// This lets a caller release its own locks during the shared sync.
     pub fn append_pending(&self, batch: &[NewRecord]) -> Result<LsnRange> {
-        self.write_batch(batch, None)
+        self.write_batch(batch, At::Next)
     }
 
     /// Waits until `lsn` satisfies the sync policy (durable under `always`,
@@ -333,15 +333,18 @@ impl Log {
     /// Appends `batch` only if its first LSN would be `first` (replication
     /// appends entries at positions chosen by the leader).
     pub fn append_at(&self, first: Lsn, batch: &[NewRecord]) -> Result<LsnRange> {
-        let range = self.write_batch(batch, Some(first))?;
+        let range = self.write_batch(batch, At::Exactly(first))?;
         self.await_committed(range.last)?;
         Ok(range)
     }
 
     /// Appends records copied from another log at the same LSNs, batch by
-    /// batch, keeping each record's term and time (a follower copying a
-    /// member's log, `docs/replication.md`). `records` are whole batches,
-    /// dense from [`Log::next_lsn`]; waits once, after the last, for them
+    /// batch, keeping each record's term, time and batch flags (a follower
+    /// copying a member's log, `docs/replication.md`). `records` are whole
+    /// batches with increasing LSNs from [`Log::next_lsn`] on; gaps are
+    /// allowed (records a member's compaction dropped, copied by a new
+    /// follower), after which the caller says so with
+    /// [`Log::note_compacted_until`]. Waits once, after the last, for them
     /// to be durable as the sync policy says.
     pub fn append_copied(&self, records: &[Record]) -> Result<LsnRange> {
         let (Some(first), Some(last)) = (records.first(), records.last()) else {
@@ -368,7 +371,8 @@ impl Log {
                     timestamp_micros: r.timestamp_micros,
                 })
                 .collect();
-            self.write_batch(&batch, Some(records[start].lsn))?;
+            let lsns: Vec<Lsn> = records[start..=i].iter().map(|r| r.lsn).collect();
+            self.write_batch(&batch, At::Copied(&lsns))?;
             start = i + 1;
         }
         self.await_committed(last.lsn)?;
@@ -378,7 +382,23 @@ impl Log {
         })
     }
 
-    fn write_batch(&self, batch: &[NewRecord], expect_first: Option<Lsn>) -> Result<LsnRange> {
+    /// Records below `lsn` may be missing, as if compaction had dropped
+    /// them (a follower that copied a member's compacted log): readers
+    /// starting below it are told, as after a compaction here.
+    pub fn note_compacted_until(&self, lsn: Lsn) -> Result<()> {
+        let _pass = self.inner.compaction.lock();
+        let mut meta = self.inner.meta.lock();
+        if meta.compacted_until >= lsn {
+            return Ok(());
+        }
+        let mut m = meta.clone();
+        m.compacted_until = lsn;
+        m.store(self.inner.storage.as_ref())?;
+        *meta = m;
+        Ok(())
+    }
+
+    fn write_batch(&self, batch: &[NewRecord], at: At<'_>) -> Result<LsnRange> {
         validate_batch(batch)?;
         if self.inner.opts.read_only {
             return Err(Error::Invalid("the log was opened read-only".into()));
@@ -388,14 +408,31 @@ impl Log {
         }
         let now = now_micros();
         let mut w = self.inner.writer.lock();
-        let first = w.next_lsn;
-        if let Some(expected) = expect_first {
-            if expected != first {
+        let next = w.next_lsn;
+        let first = match at {
+            At::Next => next,
+            At::Exactly(expected) if expected == next => next,
+            At::Exactly(expected) => {
                 return Err(Error::Invalid(format!(
-                    "append at LSN {expected}, but the next LSN is {first}"
+                    "append at LSN {expected}, but the next LSN is {next}"
                 )));
             }
-        }
+            At::Copied(lsns) => {
+                assert_eq!(lsns.len(), batch.len(), "one LSN per record");
+                if lsns[0] < next || lsns.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(Error::Invalid(format!(
+                        "copied records must have increasing LSNs from the next LSN {next} on, got {}..={}",
+                        lsns[0],
+                        lsns[lsns.len() - 1]
+                    )));
+                }
+                lsns[0]
+            }
+        };
+        let lsn_of = |i: usize| match at {
+            At::Copied(lsns) => lsns[i],
+            _ => first + i as u64,
+        };
         let start = w.active.summary.data_len;
         let Writer {
             scratch, offsets, ..
@@ -403,7 +440,7 @@ impl Log {
         scratch.clear();
         offsets.clear();
         for (i, r) in batch.iter().enumerate() {
-            let lsn = first + i as u64;
+            let lsn = lsn_of(i);
             let flags = if i + 1 < batch.len() {
                 FLAG_BATCH_CONTINUES
             } else {
@@ -432,7 +469,7 @@ impl Log {
         for &(lsn, at, len) in offsets.iter() {
             active.summary.add(lsn, at, len);
         }
-        let last = first + batch.len() as u64 - 1;
+        let last = lsn_of(batch.len() - 1);
         w.next_lsn = last + 1;
         self.inner.metrics.appended(batch.len(), w.scratch.len());
         if self.inner.opts.sync != SyncPolicy::Always {
@@ -778,6 +815,16 @@ impl Log {
         Ok(())
     }
 
+    /// Like [`Log::set_hold`] for a reader that takes the log as compaction
+    /// left it (a new follower copying it, `docs/replication.md`): allowed
+    /// below [`Log::exact_from`], it keeps compaction from changing any
+    /// record at or above `from` while the reader goes on, so it never
+    /// misses a tombstone whose older put it already read.
+    pub fn hold_as_compacted(&self, name: &str, from: Lsn) {
+        let _pass = self.inner.compaction.lock();
+        self.inner.holds.lock().insert(name.to_string(), from);
+    }
+
     /// Tells compaction which rows expire: records it may drop, once
     /// they are below every hold, although no later record of their key
     /// replaces them (rows of ephemeral tables, which the layer above
@@ -1071,6 +1118,17 @@ fn spawn_interval_syncer(
             }
         })
         .expect("spawning the log sync thread")
+}
+
+/// Where a batch goes in the log.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    /// At the next LSNs.
+    Next,
+    /// At the next LSNs, which must begin here.
+    Exactly(Lsn),
+    /// At these LSNs (one per record, increasing, from the next LSN on).
+    Copied(&'a [Lsn]),
 }
 
 fn validate_batch(batch: &[NewRecord]) -> Result<()> {

@@ -14,6 +14,9 @@
 //! - A member that no longer holds the records asked for (compacted) is
 //!   asked no more from that LSN on; when none holds them, the follower
 //!   stops and says so ([`Effect::Stuck`]).
+//! - A new follower copies the compacted log from one member, which holds
+//!   its compaction back meanwhile: the shell pins that member
+//!   ([`CatchUp::pin`]) until the follower reaches its exact point.
 
 use std::time::{Duration, Instant};
 
@@ -104,6 +107,8 @@ pub struct CatchUp {
     /// The highest committed LSN a member reported.
     source_committed: Lsn,
     stuck: bool,
+    /// The only member asked while set.
+    pinned: Option<usize>,
 }
 
 impl CatchUp {
@@ -122,7 +127,14 @@ impl CatchUp {
             rng: seed | 1,
             source_committed: 0,
             stuck: false,
+            pinned: None,
         }
+    }
+
+    /// Asks only `member` from now on (`None`: any member again). A pinned
+    /// member that no longer holds the records leaves the follower stuck.
+    pub fn pin(&mut self, member: Option<usize>) {
+        self.pinned = member;
     }
 
     /// The next LSN the follower needs.
@@ -200,21 +212,32 @@ impl CatchUp {
         if self.pending.is_some() || self.stuck {
             return Vec::new();
         }
-        if self.compacted.iter().all(|c| *c) {
+        let pinned_gone = self.pinned.is_some_and(|m| self.compacted[m]);
+        if pinned_gone || self.compacted.iter().all(|c| *c) {
             self.stuck = true;
-            return vec![Effect::Stuck {
-                from: self.next,
-                why: format!(
+            let why = if pinned_gone {
+                format!(
+                    "the member this follower was bootstrapping from no longer holds the records from LSN {}",
+                    self.next
+                )
+            } else {
+                format!(
                     "every member compacted the records from LSN {} away",
                     self.next
-                ),
+                )
+            };
+            return vec![Effect::Stuck {
+                from: self.next,
+                why,
             }];
         }
         let ready: Vec<usize> = (0..self.members)
+            .filter(|&m| self.pinned.is_none_or(|p| p == m))
             .filter(|&m| !self.compacted[m] && self.resting[m].is_none_or(|t| t <= now))
             .collect();
         if ready.is_empty() {
             let until = (0..self.members)
+                .filter(|&m| self.pinned.is_none_or(|p| p == m))
                 .filter(|&m| !self.compacted[m])
                 .filter_map(|m| self.resting[m])
                 .min()
@@ -366,6 +389,36 @@ mod tests {
         );
         assert!(matches!(&e[..], [Effect::Stuck { from: 5, .. }]), "{e:?}");
         assert!(c.step(Input::Tick, now).is_empty());
+    }
+
+    #[test]
+    fn a_pinned_member_is_the_only_one_asked() {
+        let now = Instant::now();
+        let mut c = CatchUp::new(3, 1, 5);
+        c.pin(Some(2));
+        let mut effects = c.step(Input::Tick, now);
+        for _ in 0..20 {
+            let (id, member, _, _) = fetch(&effects);
+            assert_eq!(member, 2);
+            effects = c.step(
+                Input::Fetched {
+                    id,
+                    records: 0,
+                    last: None,
+                    committed: 0,
+                },
+                now,
+            );
+        }
+        let (id, _, _, _) = fetch(&effects);
+        let e = c.step(
+            Input::Failed {
+                id,
+                failure: Failure::Compacted,
+            },
+            now,
+        );
+        assert!(matches!(&e[..], [Effect::Stuck { .. }]), "{e:?}");
     }
 
     #[test]

@@ -132,6 +132,12 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
     let next = db.log().next_lsn();
     status.applied.store(next - 1, Ordering::Relaxed);
     let mut core = CatchUp::new(config.members.len(), next, config.seed);
+    // A new follower copies the log as the members' compaction left it.
+    let mut bootstrap = (next == 1).then(|| Bootstrap {
+        id: format!("{:016x}", config.seed ^ 0x5DEE_CE66_D1CE_5EED),
+        exact_from: 1,
+        released: false,
+    });
     let mut effects = core.step(Input::Tick, Instant::now());
     let mut healthy = true;
     while !stop.load(Ordering::Relaxed) {
@@ -162,10 +168,31 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
             }) => {
                 status.requests.fetch_add(1, Ordering::Relaxed);
                 let addr = &config.members[member];
-                match fetch(addr, config, from, max_records, long_poll, deadline).and_then(
-                    |(records, committed)| apply(db, &records).map(|()| (records, committed)),
-                ) {
+                let hold = bootstrap.as_ref().map(|b| b.id.clone());
+                match fetch(
+                    addr,
+                    config,
+                    from,
+                    max_records,
+                    long_poll,
+                    deadline,
+                    hold.as_deref(),
+                )
+                .and_then(|(records, sender)| {
+                    apply(db, &records)?;
+                    if let Some(b) = &mut bootstrap {
+                        b.went_on(db, &mut core, member, from, &records, sender)?;
+                    }
+                    Ok((records, sender.committed))
+                }) {
                     Ok((records, committed)) => {
+                        if bootstrap.as_ref().is_some_and(|b| b.released) {
+                            tracing::info!(
+                                "the follower copied the log up to its exact point; it follows any member now"
+                            );
+                            bootstrap = None;
+                            core.pin(None);
+                        }
                         if !healthy {
                             tracing::info!("the follower reached {addr} again");
                             healthy = true;
@@ -214,7 +241,46 @@ fn sleep_until(until: Instant, stop: &AtomicBool) {
     }
 }
 
+/// A new follower's copy of the compacted log, until it reaches the
+/// member's exact point.
+struct Bootstrap {
+    /// Names the member's hold.
+    id: String,
+    /// The highest exact point the member reported.
+    exact_from: Lsn,
+    /// A request at or past the exact point went out: the member dropped
+    /// the hold (or needed none).
+    released: bool,
+}
+
+impl Bootstrap {
+    /// After the response from `member` to a request from `from`: pins the
+    /// member (its hold is for this follower); once past its exact point,
+    /// notes that the log below it is as compaction left it.
+    fn went_on(
+        &mut self,
+        db: &Database,
+        core: &mut CatchUp,
+        member: usize,
+        from: Lsn,
+        records: &[Record],
+        sender: wire::Sender,
+    ) -> Result<(), Failure> {
+        core.pin(Some(member));
+        self.exact_from = self.exact_from.max(sender.exact_from);
+        self.released = from >= self.exact_from;
+        let next = records.last().map_or(from, |r| r.lsn + 1);
+        if next >= self.exact_from && self.exact_from > 1 {
+            db.log()
+                .note_compacted_until(self.exact_from)
+                .map_err(|e| Failure::Bad(format!("noting the copied log's exact point: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
 /// One request: the records from `from`, decoded and checked.
+#[allow(clippy::too_many_arguments)]
 fn fetch(
     addr: &str,
     config: &FollowConfig,
@@ -222,11 +288,15 @@ fn fetch(
     max_records: usize,
     long_poll: Duration,
     deadline: Instant,
-) -> Result<(Vec<Record>, Lsn), Failure> {
-    let path = format!(
+    bootstrap: Option<&str>,
+) -> Result<(Vec<Record>, wire::Sender), Failure> {
+    let mut path = format!(
         "/v1/log?from_lsn={from}&max_records={max_records}&wait_ms={}",
         long_poll.as_millis()
     );
+    if let Some(id) = bootstrap {
+        path.push_str(&format!("&bootstrap={id}"));
+    }
     let left = deadline.saturating_duration_since(Instant::now());
     let mut response = http::request(
         addr,
