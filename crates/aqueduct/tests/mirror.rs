@@ -954,3 +954,40 @@ fn a_follower_whose_position_was_compacted_away_gets_55000_and_bootstraps_again(
     assert_eq!(r.status().bootstraps, 1, "{:?}", r.status());
     assert_eq!(restored.0.lock().unwrap().resets, 1);
 }
+
+/// A mirror given several members holding the same log (a server and its
+/// follower, `docs/replication.md`) fails over from one to the next when
+/// the one it follows is killed, from the same LSN: it misses nothing and
+/// sees nothing twice (its `Tables` notes any change that does not fit),
+/// and ends equal to the server.
+#[test]
+fn a_mirror_fails_over_between_members_without_a_gap_or_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Server::start(&dir.path().join("source"));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    setup(&source.addr());
+    random_writes(&source.addr(), &mut rng, 60, false);
+    let mut follower =
+        Server::start_with(&dir.path().join("follower"), &["--follow", &source.addr()]);
+    let mut cfg = config(&follower.addr());
+    cfg.other_members = vec![source.addr()];
+    let mirror = Shared::default();
+    let running = run(Follower::new(cfg, mirror.clone()));
+    random_writes(&source.addr(), &mut rng, 75, false);
+    mirror.wait_for(mark(&source.addr()));
+    // The member it follows goes: it goes on from the source.
+    follower.kill9();
+    random_writes(&source.addr(), &mut rng, 75, false);
+    mirror.wait_for(mark(&source.addr()));
+    // The follower is back (the source takes the writes throughout).
+    follower.spawn();
+    random_writes(&source.addr(), &mut rng, 60, false);
+    mirror.wait_for(mark(&source.addr()));
+    let f = running.stop();
+    assert!(
+        f.status().streams_opened >= 2,
+        "the mirror opened {} streams: it did not fail over",
+        f.status().streams_opened
+    );
+    mirror.assert_equals_server(&source.addr(), &CHECKED[..2]);
+}

@@ -22,6 +22,11 @@ use crate::{json, Error, Mirror, MirrorChange, Op, Position, RowChange, TableInf
 pub struct FollowerConfig {
     /// `host:port` of the server's HTTP listener.
     pub addr: String,
+    /// More servers holding the same log (the server's followers, or the
+    /// members of its cluster: `docs/replication.md`), `host:port` each:
+    /// after a failure the follower goes on from the next one in turn,
+    /// from the same LSN, so it misses nothing and sees nothing twice.
+    pub other_members: Vec<String>,
     /// Mirror only these tables (all when `None`).
     pub tables: Option<Vec<String>>,
     /// A bearer token, when the server requires one.
@@ -44,6 +49,7 @@ impl FollowerConfig {
     pub fn new(addr: impl Into<String>) -> FollowerConfig {
         FollowerConfig {
             addr: addr.into(),
+            other_members: Vec::new(),
             tables: None,
             token: None,
             consumer: None,
@@ -86,6 +92,8 @@ pub struct Follower<M: Mirror> {
     retry_at: Option<Instant>,
     backoff: Duration,
     status: Status,
+    /// Which of `addr` (0) and `other_members` is asked now.
+    member: usize,
 }
 
 /// What one message asks of the follower.
@@ -109,6 +117,7 @@ impl<M: Mirror> Follower<M> {
             last_heard: Instant::now(),
             retry_at: None,
             status: Status::default(),
+            member: 0,
         }
     }
 
@@ -159,7 +168,7 @@ impl<M: Mirror> Follower<M> {
     pub fn run_until(&mut self, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
             if let Err(e) = self.poll_once(Duration::from_millis(200)) {
-                tracing::warn!(error = %e, addr = %self.cfg.addr, "mirror: following the server failed; retrying");
+                tracing::warn!(error = %e, addr = %self.member_addr(), "mirror: following the server failed; retrying");
             }
         }
     }
@@ -265,6 +274,8 @@ impl<M: Mirror> Follower<M> {
     /// Drops the stream and schedules the retry: at once with a new
     /// bootstrap when the position is gone, else after the backoff.
     fn failed(&mut self, e: Error) -> Result<usize, Error> {
+        // The next attempt goes to the next member holding the same log.
+        self.member = (self.member + 1) % (1 + self.cfg.other_members.len());
         self.stream = None;
         self.status.connected = false;
         self.status.last_error = Some(e.to_string());
@@ -290,9 +301,17 @@ impl<M: Mirror> Follower<M> {
         }
     }
 
+    /// The member asked now.
+    fn member_addr(&self) -> &str {
+        match self.member {
+            0 => &self.cfg.addr,
+            n => &self.cfg.other_members[n - 1],
+        }
+    }
+
     fn get(&self, path: &str) -> Result<Body, Error> {
         let mut r = http::request(
-            &self.cfg.addr,
+            self.member_addr(),
             "GET",
             path,
             self.cfg.token.as_deref(),

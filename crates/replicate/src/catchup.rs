@@ -3,8 +3,10 @@
 //! no clock of its own: the shell performs each [`Effect`], reports what
 //! came of it as an [`Input`], and passes the time in.
 //!
-//! - Each request goes to a member picked at random among those not
-//!   resting after a failure, from the follower's next LSN.
+//! - A request goes to a member picked at random among those not resting
+//!   after a failure, from the follower's next LSN; while its responses
+//!   come back full the follower stays with it (Sirius §5.1), and after a
+//!   partial one or a failure it picks again.
 //! - The window (records asked for) doubles while responses come back
 //!   full, up to [`WINDOW_MAX`], and halves on a timeout, down to
 //!   [`WINDOW_MIN`]; an empty response means the follower is at the
@@ -109,6 +111,8 @@ pub struct CatchUp {
     stuck: bool,
     /// The only member asked while set.
     pinned: Option<usize>,
+    /// The member whose last response was full: asked again.
+    streak: Option<usize>,
 }
 
 impl CatchUp {
@@ -128,6 +132,7 @@ impl CatchUp {
             source_committed: 0,
             stuck: false,
             pinned: None,
+            streak: None,
         }
     }
 
@@ -162,13 +167,14 @@ impl CatchUp {
                 last,
                 committed,
             } => {
-                let Some((pending, _)) = self.pending else {
+                let Some((pending, member)) = self.pending else {
                     return Vec::new();
                 };
                 if pending != id {
                     return Vec::new();
                 }
                 self.pending = None;
+                self.streak = (records >= self.window).then_some(member);
                 self.source_committed = self.source_committed.max(committed);
                 if let Some(last) = last {
                     assert!(
@@ -193,6 +199,7 @@ impl CatchUp {
                     return Vec::new();
                 }
                 self.pending = None;
+                self.streak = None;
                 match failure {
                     Failure::Timeout => {
                         self.window = (self.window / 2).max(WINDOW_MIN);
@@ -244,7 +251,10 @@ impl CatchUp {
                 .expect("a member not compacted is resting");
             return vec![Effect::Wait { until }];
         }
-        let member = ready[(self.random() % ready.len() as u64) as usize];
+        let member = match self.streak.filter(|m| ready.contains(m)) {
+            Some(m) => m,
+            None => ready[(self.random() % ready.len() as u64) as usize],
+        };
         self.resting[member] = None;
         self.issued += 1;
         self.pending = Some((self.issued, member));
@@ -389,6 +399,44 @@ mod tests {
         );
         assert!(matches!(&e[..], [Effect::Stuck { from: 5, .. }]), "{e:?}");
         assert!(c.step(Input::Tick, now).is_empty());
+    }
+
+    #[test]
+    fn a_member_is_asked_again_while_its_responses_are_full() {
+        let now = Instant::now();
+        let mut c = CatchUp::new(5, 1, 9);
+        let (mut id, first, mut from, mut max) = fetch(&c.step(Input::Tick, now));
+        for _ in 0..6 {
+            let e = c.step(
+                Input::Fetched {
+                    id,
+                    records: max,
+                    last: Some(from + max as Lsn - 1),
+                    committed: 1 << 40,
+                },
+                now,
+            );
+            let member;
+            (id, member, from, max) = fetch(&e);
+            assert_eq!(member, first, "a full response keeps the member");
+        }
+        // Partial responses: a new random pick each time.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let e = c.step(
+                Input::Fetched {
+                    id,
+                    records: 1,
+                    last: Some(from),
+                    committed: 1 << 40,
+                },
+                now,
+            );
+            let member;
+            (id, member, from, _) = fetch(&e);
+            seen.insert(member);
+        }
+        assert!(seen.len() > 2, "{seen:?}");
     }
 
     #[test]

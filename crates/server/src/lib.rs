@@ -272,10 +272,10 @@ pub async fn run(
     // the shutdown up; a commit already appending completes.
     engine.interrupt_all();
     let _ = stop_tx.send(true);
+    // The follower stops at its next step; it is not waited for, as it may
+    // be in a member's long poll, and whatever it appended is crash-safe.
     follow_stop.store(true, Ordering::Relaxed);
-    if let Some(f) = follower {
-        let _ = tokio::task::spawn_blocking(move || f.join()).await;
-    }
+    drop(follower);
     let _ = pg_task.await;
     let _ = http_task.await;
     if let Some(r) = releaser {
