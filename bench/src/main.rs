@@ -29,6 +29,7 @@ mod peer;
 mod pg;
 mod publications;
 mod releases;
+mod replication;
 mod sql_point;
 mod view_partial;
 mod view_partial_wire;
@@ -82,6 +83,10 @@ enum Top {
     /// into PostgreSQL per mode and worker count, against PostgreSQL's
     /// logical replication and publishing through RabbitMQ.
     Publications(publications::PublicationsArgs),
+    /// Followers: a new follower copying a log of N entries by catch-up,
+    /// then a compacted one; a restart with the N-entry log to its first
+    /// read.
+    Replication(replication::ReplicationArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -179,6 +184,8 @@ fn main() -> anyhow::Result<()> {
         }),
         Top::Publications(args) => publications::run(&args)
             .and_then(|results| write_json(&args.json, "publications", started, &args, &results)),
+        Top::Replication(args) => replication::run(&args)
+            .and_then(|results| write_json(&args.json, "replication", started, &args, &results)),
     };
     if result.is_err() && common::stopped() {
         // Guards (servers, scratch directories) were dropped on the way out.

@@ -269,3 +269,215 @@ fn a_new_follower_of_a_compacted_log_bootstraps_from_it_while_writes_and_compact
     assert_eq!(log_status(follower.http, 1), 410);
     assert_eq!(metric(follower.http, "aqueduct_follower_stuck"), Some(0));
 }
+
+/// A linearizable read on a follower (the default level) sees every write
+/// the source acknowledged before it began: the follower asks the source's
+/// commit LSN and waits for its tables to reach it (a read index). The
+/// same through a chained follower, whose question goes up the chain.
+/// Each read comes right after the write's acknowledgement, so a follower
+/// that answered from what it holds would be caught stale.
+#[test]
+fn linearizable_reads_on_followers_see_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = serve(&dir.path().join("source"), &["--fsync", "interval"]);
+    ok(
+        source.http,
+        "CREATE TABLE register (id bigint PRIMARY KEY, v bigint NOT NULL)",
+    );
+    let follow_source = addr(source.http);
+    let follower = serve(
+        &dir.path().join("follower"),
+        &["--fsync", "interval", "--follow", &follow_source],
+    );
+    let follow_follower = addr(follower.http);
+    let chained = serve(
+        &dir.path().join("chained"),
+        &["--fsync", "interval", "--follow", &follow_follower],
+    );
+    for i in 0..150i64 {
+        let id = i % 5;
+        ok(
+            source.http,
+            &format!(
+                "INSERT INTO register VALUES ({id}, {i}) ON CONFLICT (id) DO UPDATE SET v = {i}"
+            ),
+        );
+        for (name, http) in [("follower", follower.http), ("chained", chained.http)] {
+            let got = rows(http, &format!("SELECT v FROM register WHERE id = {id}"));
+            assert_eq!(
+                got,
+                vec![format!("[{i}]")],
+                "{name}: a stale read after write {i}"
+            );
+        }
+    }
+    // The read index is asked of the source: with it gone, a linearizable
+    // read says so, and an eventual one answers what the follower holds.
+    drop(source);
+    let e = sql(follower.http, "SELECT v FROM register WHERE id = 0").unwrap_err();
+    assert!(
+        matches!(&e, aqueduct_mirror::Error::Server { code, .. } if code == "57014"),
+        "{e}"
+    );
+    let eventual = http::sql(
+        &addr(follower.http),
+        None,
+        "SET aqueduct.consistency = 'eventual'; SELECT v FROM register WHERE id = 0",
+        &[],
+        HTTP_TIMEOUT,
+    )
+    .unwrap();
+    assert_eq!(eventual["rows"][0][0], 145);
+}
+
+/// A TCP proxy on loopback between a follower and the server it follows,
+/// which the test can cut (every connection closed, new ones closed at
+/// once) and restore: a network partition between the two.
+struct Proxy {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Proxy {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = cut.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if flag.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let flag = flag.clone();
+                    from.set_read_timeout(Some(Duration::from_millis(50)))
+                        .unwrap();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 << 10];
+                        loop {
+                            if flag.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = from.shutdown(Shutdown::Both);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Faults between a follower and its source: the follower follows through
+/// a proxy that partitions them for a while (a linearizable read on the
+/// follower then fails with 57014 rather than answer stale, an eventual one
+/// answers what it holds), then the source is paused (SIGSTOP) and resumed,
+/// then the follower is; writes go on throughout, and afterwards the
+/// follower holds every acknowledged write and the source's log.
+#[test]
+fn a_follower_rides_out_a_partition_and_pauses() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = serve(&dir.path().join("source"), NO_COMPACTION);
+    ok(
+        source.http,
+        "CREATE TABLE register (id bigint PRIMARY KEY, v bigint NOT NULL)",
+    );
+    let proxy = Proxy::start(source.http);
+    let through = addr(proxy.port);
+    let mut args: Vec<&str> = NO_COMPACTION.to_vec();
+    args.extend(["--follow", &through]);
+    let follower = serve(&dir.path().join("follower"), &args);
+    let write = |i: i64| -> u64 {
+        ok(
+            source.http,
+            &format!(
+                "INSERT INTO register VALUES ({}, {i}) ON CONFLICT (id) DO UPDATE SET v = {i}",
+                i % 7
+            ),
+        )["lsn"]
+            .as_u64()
+            .unwrap()
+    };
+    let mut last = 0;
+    for i in 0..50 {
+        last = write(i);
+    }
+    await_applied(follower.http, last);
+
+    proxy.set_cut(true);
+    for i in 50..100 {
+        last = write(i);
+    }
+    let e = sql(follower.http, "SELECT v FROM register WHERE id = 1").unwrap_err();
+    assert!(
+        matches!(&e, aqueduct_mirror::Error::Server { code, .. } if code == "57014"),
+        "a linearizable read across the partition: {e}"
+    );
+    let eventual = http::sql(
+        &addr(follower.http),
+        None,
+        "SET aqueduct.consistency = 'eventual'; SELECT count(*) FROM register",
+        &[],
+        HTTP_TIMEOUT,
+    )
+    .unwrap();
+    assert_eq!(eventual["rows"][0][0], 7);
+    proxy.set_cut(false);
+    await_applied(follower.http, last);
+
+    // The source paused, then the follower.
+    let pause = |pid: u32, signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    pause(source.process.0.id(), "-STOP");
+    std::thread::sleep(Duration::from_millis(300));
+    pause(source.process.0.id(), "-CONT");
+    for i in 100..150 {
+        last = write(i);
+    }
+    pause(follower.process.0.id(), "-STOP");
+    for i in 150..200 {
+        last = write(i);
+    }
+    pause(follower.process.0.id(), "-CONT");
+    await_applied(follower.http, last);
+    let want = rows(source.http, "SELECT * FROM register");
+    assert_eq!(rows(follower.http, "SELECT * FROM register"), want);
+    assert_eq!(log_records(follower.http), log_records(source.http));
+}

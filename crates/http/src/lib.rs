@@ -90,6 +90,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/v1/changes/ack", post(changes::ack))
         .route("/v1/snapshot", get(changes::snapshot))
         .route("/v1/log", get(log_records::records))
+        .route("/v1/log/committed", get(log_records::committed))
         .route(
             "/v1/publications/{publication}/stream",
             get(publications::stream),

@@ -10,6 +10,11 @@
 //!   410 (SQLSTATE 55000) when compaction dropped records at or after `N`;
 //!   409 when `N` is past the end of this log. Superusers only: the log
 //!   holds every table.
+//! - `GET /v1/log/committed[?hops=H]`: `{"committed": LSN}`, the last LSN
+//!   committed by the log this server holds: its own, or on a follower the
+//!   one the servers it follows report (asked now, `H + 1` hops on, at most
+//!   [`MAX_COMMITTED_HOPS`]), which is what a linearizable read on a
+//!   follower waits for.
 //! - `...&bootstrap=ID`: a new follower copies the log as compaction left
 //!   it, from LSN 1: the records below this log's exact point come with
 //!   gaps, and compaction changes nothing at or above the follower's
@@ -39,6 +44,12 @@ pub const MAX_LOG_WAIT: Duration = Duration::from_secs(10);
 pub const BOOTSTRAP_IDLE: Duration = Duration::from_secs(60);
 /// Bootstraps held at once; more are refused (503).
 pub const MAX_BOOTSTRAPS: usize = 16;
+/// Followers a commit-LSN question may pass through (a chain of
+/// followers; more is taken for a loop of them).
+pub const MAX_COMMITTED_HOPS: u32 = 8;
+/// How long a follower waits for the servers it follows to say their
+/// commit LSN.
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records a response carries when the request does not say.
 const DEFAULT_LOG_RECORDS: usize = 4096;
 
@@ -59,6 +70,54 @@ pub(crate) type BootstrapHolds = Arc<Mutex<HashMap<String, Instant>>>;
 
 fn hold_name(id: &str) -> String {
     format!("follower-bootstrap:{id}")
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CommittedQuery {
+    hops: Option<u32>,
+}
+
+pub(crate) async fn committed(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<CommittedQuery>,
+) -> Response {
+    if let Err(r) = s.auth.principal(&s.engine, &headers) {
+        return *r;
+    }
+    let hops = q.hops.unwrap_or(0);
+    if hops > MAX_COMMITTED_HOPS {
+        return error_response(
+            StatusCode::LOOP_DETECTED,
+            &SqlError::new(
+                "55000",
+                format!(
+                    "the commit LSN was asked through more than {MAX_COMMITTED_HOPS} followers"
+                ),
+            )
+            .with_hint("check the --follow settings: followers that follow each other form a loop"),
+        );
+    }
+    let engine = s.engine.clone();
+    let answer = tokio::task::spawn_blocking(move || match engine.commit_source() {
+        None => Ok(engine.database().log().committed_lsn()),
+        Some(source) => source.committed_lsn_via(hops + 1, COMMITTED_TIMEOUT),
+    })
+    .await;
+    match answer {
+        Ok(Ok(lsn)) => axum::Json(serde_json::json!({ "committed": lsn })).into_response(),
+        Ok(Err(why)) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &SqlError::new(
+                "55000",
+                format!("the servers this follower follows did not say their commit LSN: {why}"),
+            ),
+        ),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &SqlError::new("XX000", format!("asking the commit LSN: {e}")),
+        ),
+    }
 }
 
 pub(crate) async fn records(

@@ -6,8 +6,11 @@
 //!   over HTTP, appends them at the same LSNs and applies them through the
 //!   same code as a local commit; the server it runs in takes no write of
 //!   its own (`aqueduct serve --follow`).
+//! - [`read_index`]: the commit LSN of the servers a follower follows,
+//!   asked now, for its linearizable reads.
 
 pub mod catchup;
 pub mod follower;
+pub mod read_index;
 
 pub use follower::{spawn, FollowConfig, FollowStatus};

@@ -52,6 +52,20 @@ pub struct Bound {
     pub http: std::net::SocketAddr,
 }
 
+/// The servers a follower follows, as the source of its linearizable
+/// reads' commit LSN: each question starts at the next member.
+struct Members {
+    config: aqueduct_replicate::FollowConfig,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl aqueduct_sql::CommitSource for Members {
+    fn committed_lsn_via(&self, hops: u32, timeout: Duration) -> Result<u64, String> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        aqueduct_replicate::read_index::committed_lsn(&self.config, start, hops, timeout)
+    }
+}
+
 /// Runs the server until `shutdown` resolves (or Ctrl-C / SIGTERM).
 /// `on_ready` is called once both listeners are bound.
 pub async fn run(
@@ -216,6 +230,16 @@ pub async fn run(
             follow_stop.clone(),
         )?)
     };
+    if follower.is_some() {
+        engine.set_commit_source(Arc::new(Members {
+            config: aqueduct_replicate::FollowConfig {
+                members: config.follow.clone(),
+                token: config.follow_token.clone(),
+                seed: 0,
+            },
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }));
+    }
     let following = follower.is_some().then(|| follow_status.clone());
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
         if let Some(status) = &following {

@@ -13,7 +13,11 @@
 //!
 //! Base tables always hold every committed write, so only reads of views
 //! (named, automatic or prepared) wait; transaction blocks always read the
-//! newest tables, as serializability requires.
+//! newest tables, as serializability requires. On a follower
+//! (`docs/replication.md`) the tables too are a copy that may be behind:
+//! there every query and `BEGIN` first waits until the tables reach n, and
+//! for `linearizable` n is the commit LSN of the servers it follows, asked
+//! of them through a [`CommitSource`] (a read index).
 
 use std::collections::HashMap;
 
@@ -21,6 +25,20 @@ use aqueduct_log::Lsn;
 use aqueduct_values::Value;
 
 use aqueduct_plan::plan::Outcome;
+
+/// Where a follower learns the LSN a `linearizable` read must reach: the
+/// last LSN committed by the servers it follows, asked now.
+pub trait CommitSource: Send + Sync {
+    /// The commit LSN, asked within `timeout` as the `hops`-th follower on
+    /// the way (a chain of followers passes the question up); the error
+    /// says which servers could not answer.
+    fn committed_lsn_via(&self, hops: u32, timeout: std::time::Duration) -> Result<Lsn, String>;
+
+    /// The commit LSN, asked by a read here.
+    fn committed_lsn(&self, timeout: std::time::Duration) -> Result<Lsn, String> {
+        self.committed_lsn_via(0, timeout)
+    }
+}
 
 /// Most statement results kept per release for `release` reads.
 pub const MAX_RELEASE_RESULTS: usize = 65_536;

@@ -66,6 +66,9 @@ pub struct Engine {
     pub(crate) release_views: parking_lot::Mutex<release_views::ReleaseViews>,
     /// The consistency level new sessions start with.
     default_consistency: parking_lot::RwLock<Consistency>,
+    /// Set on a follower: where reads learn the commit LSN of the servers
+    /// it follows.
+    commit_source: parking_lot::RwLock<Option<Arc<dyn crate::consistency::CommitSource>>>,
     /// `statement_timeout` new sessions start with (`--statement-timeout`).
     default_statement_timeout: parking_lot::RwLock<Option<String>>,
     /// Set at shutdown: every running statement stops.
@@ -166,6 +169,7 @@ impl Engine {
             release_results: Default::default(),
             release_views: Default::default(),
             default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
+            commit_source: parking_lot::RwLock::new(None),
             default_statement_timeout: parking_lot::RwLock::new(None),
             shutdown: Default::default(),
             metrics: EngineMetrics::default(),
@@ -209,6 +213,19 @@ impl Engine {
 
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// Makes this engine a follower's: reads wait for the tables to reach
+    /// the LSN their consistency level asks, learning the commit LSN of
+    /// the servers followed from `source`.
+    pub fn set_commit_source(&self, source: Arc<dyn crate::consistency::CommitSource>) {
+        *self.commit_source.write() = Some(source);
+    }
+
+    /// The commit source of a follower's engine; `None` on a server that
+    /// takes its own writes.
+    pub fn commit_source(&self) -> Option<Arc<dyn crate::consistency::CommitSource>> {
+        self.commit_source.read().clone()
     }
 
     /// The database, shared: for readers that outlive a call (publication

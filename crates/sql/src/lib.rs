@@ -34,7 +34,7 @@ pub use aqueduct_plan::{bind, copy, exec, limits, pg_catalog, wire_values};
 pub use aqueduct_plan::{Column, Outcome};
 pub use aqueduct_releases as releases;
 pub use aqueduct_views::{views, MAX_RELEASE_VIEWS};
-pub use consistency::{Consistency, MAX_RELEASE_RESULTS};
+pub use consistency::{CommitSource, Consistency, MAX_RELEASE_RESULTS};
 pub use engine::{Clock, Engine, EngineMetrics, SystemClock};
 pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
 pub use session::{parse_duration, Prepared, Session, TxnStatus};

@@ -982,6 +982,9 @@ pub struct Database {
     commit: Mutex<()>,
     /// LSN of the last write applied to the catalog.
     applied: AtomicU64,
+    /// Signalled when `applied` moves (for readers of a follower waiting
+    /// for an LSN).
+    applied_moved: (Mutex<()>, parking_lot::Condvar),
     /// Hidden row ids, unique across all tables and transactions.
     next_rowid: std::sync::atomic::AtomicI64,
     consumers: RwLock<Vec<Arc<dyn CommitConsumer>>>,
@@ -1041,6 +1044,7 @@ impl Database {
             .unwrap_or(1);
         let db = Database {
             applied: AtomicU64::new(report.last_lsn),
+            applied_moved: Default::default(),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
             consumers: RwLock::new(Vec::new()),
             sequences: SequenceCache::default(),
@@ -1133,6 +1137,24 @@ impl Database {
 
     /// Waits until whatever a reader saw (up to `lsn`) is committed per the
     /// sync policy, so no reader acts on a write that a crash could undo.
+    /// Waits until every write up to `lsn` is applied here, for at most
+    /// `timeout`; false if it was not by then (a follower behind).
+    pub fn await_applied(&self, lsn: Lsn, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut guard = self.applied_moved.0.lock();
+        while self.applied_lsn() < lsn {
+            if self
+                .applied_moved
+                .1
+                .wait_until(&mut guard, deadline)
+                .timed_out()
+            {
+                return self.applied_lsn() >= lsn;
+            }
+        }
+        true
+    }
+
     pub fn await_visible(&self, lsn: Lsn) -> Result<(), TableError> {
         Ok(self.log.await_committed(lsn)?)
     }
@@ -1282,6 +1304,10 @@ impl Database {
             }
         }
         self.applied.store(batch.last, Ordering::Release);
+        {
+            let _moved = self.applied_moved.0.lock();
+            self.applied_moved.1.notify_all();
+        }
         self.metrics.commits.fetch_add(1, Ordering::Relaxed);
         self.metrics
             .rows_written

@@ -29,6 +29,53 @@ impl Session {
         self.last_lsn().max(token)
     }
 
+    /// On a follower, before a query outside a transaction block or a
+    /// `BEGIN`: waits until its tables reach the LSN this session's level
+    /// asks (`session`: its token; `linearizable`: the commit LSN of the
+    /// servers followed, asked now). Anything else, and any statement on
+    /// a server that takes its own writes, goes on at once.
+    pub(crate) fn follower_ready(&self, st: Option<&Statement>) -> Result<(), SqlError> {
+        let Some(source) = self.engine.commit_source() else {
+            return Ok(());
+        };
+        let reads = match st {
+            Some(Statement::Query(_)) => self.txn.is_none(),
+            Some(Statement::StartTransaction { .. }) => true,
+            _ => false,
+        };
+        if !reads {
+            return Ok(());
+        }
+        let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
+            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
+        let target = match self.consistency() {
+            Consistency::Eventual | Consistency::Release => return Ok(()),
+            Consistency::Session => self.session_lsn(),
+            Consistency::Linearizable => source.committed_lsn(timeout).map_err(|why| {
+                SqlError::new(
+                    "57014",
+                    format!("a linearizable read on this follower could not learn the commit LSN of the servers it follows: {why}"),
+                )
+                .with_hint("SET aqueduct.consistency = 'eventual' reads what this follower holds")
+            })?,
+        };
+        let db = self.engine.database();
+        if db.await_applied(target, timeout) {
+            return Ok(());
+        }
+        Err(SqlError::new(
+            "57014",
+            format!(
+                "this follower reached LSN {} only, not LSN {target}, within aqueduct.consistency_timeout",
+                db.applied_lsn()
+            ),
+        )
+        .with_hint(format!(
+            "the read asked for consistency '{}'; 'eventual' reads what this follower holds, or raise aqueduct.consistency_timeout",
+            self.consistency().as_str()
+        )))
+    }
+
     /// Waits until the views satisfy this session's consistency level.
     pub(crate) fn views_ready(&self) -> Result<Ready, SqlError> {
         let db = self.engine.database();
@@ -37,7 +84,8 @@ impl Session {
             Consistency::Session => {
                 let target = self.session_lsn();
                 let last = db.applied_lsn();
-                if target > last {
+                // A follower waited for its tables first (`follower_ready`).
+                if target > last && self.engine.commit_source().is_none() {
                     return Err(SqlError::new(
                         "22023",
                         format!(

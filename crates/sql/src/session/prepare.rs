@@ -294,6 +294,7 @@ impl Session {
         if let Some(kind) = p.custom {
             return self.run_custom(kind, &p.sql);
         }
+        self.follower_ready(p.statement.as_ref())?;
         if let Some(st) = self.release_read(p.statement.as_ref()) {
             let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
             let auto = p

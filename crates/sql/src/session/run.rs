@@ -180,6 +180,7 @@ impl Session {
             } => return self.sql_execute(name, parameters),
             _ => {}
         }
+        self.follower_ready(Some(st))?;
         let inlined = self.inline_subqueries(st, params)?;
         let st = inlined.as_ref().unwrap_or(st);
         let route = self.route(st, hints)?;
