@@ -10,6 +10,8 @@
 //! No timed sleeps: every wait is for a condition, under a deadline.
 
 mod common;
+#[path = "common/linearizable.rs"]
+mod linearizable;
 
 use std::time::{Duration, Instant};
 
@@ -480,4 +482,88 @@ fn a_follower_rides_out_a_partition_and_pauses() {
     let want = rows(source.http, "SELECT * FROM register");
     assert_eq!(rows(follower.http, "SELECT * FROM register"), want);
     assert_eq!(log_records(follower.http), log_records(source.http));
+}
+
+/// Concurrent clients write registers on the source and read them on the
+/// source, a follower and a chained follower (linearizable, the default);
+/// the history of every register is checked for linearizability
+/// (`common/linearizable.rs`, shown catching stale reads by its own tests
+/// and here when followers do not wait).
+#[test]
+fn concurrent_reads_on_followers_are_linearizable() {
+    const CLIENTS: usize = 4;
+    const OPS_PER_CLIENT: usize = 60;
+    const REGISTERS: i64 = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let source = serve(&dir.path().join("source"), &["--fsync", "interval"]);
+    ok(
+        source.http,
+        "CREATE TABLE register (id bigint PRIMARY KEY, v bigint NOT NULL)",
+    );
+    let follow_source = addr(source.http);
+    let follower = serve(
+        &dir.path().join("follower"),
+        &["--fsync", "interval", "--follow", &follow_source],
+    );
+    let follow_follower = addr(follower.http);
+    let chained = serve(
+        &dir.path().join("chained"),
+        &["--fsync", "interval", "--follow", &follow_follower],
+    );
+    let readers = [source.http, follower.http, chained.http];
+    let history: Vec<(i64, linearizable::Op)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                scope.spawn(move || {
+                    let mut ops = Vec::new();
+                    let mut rng = 0x9E37_79B9u64 ^ (c as u64 + 1).wrapping_mul(0x2545_F491);
+                    for n in 0..OPS_PER_CLIENT {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let id = (rng % REGISTERS as u64) as i64;
+                        if rng % 3 == 0 {
+                            let invoked = Instant::now();
+                            let v = (c * OPS_PER_CLIENT + n) as i64;
+                            ok(
+                                source.http,
+                                &format!("INSERT INTO register VALUES ({id}, {v}) ON CONFLICT (id) DO UPDATE SET v = {v}"),
+                            );
+                            let kind = linearizable::Kind::Write(v);
+                            ops.push((id, linearizable::Op { invoked, answered: Instant::now(), kind }));
+                        }
+                        // A read of a register, often one just written:
+                        // where a follower that did not wait would be
+                        // caught stale.
+                        let invoked = Instant::now();
+                        let at = readers[(rng / 3 % 3) as usize];
+                        let got = ok(at, &format!("SELECT v FROM register WHERE id = {id}"));
+                        let kind = linearizable::Kind::Read(got["rows"][0][0].as_i64());
+                        ops.push((id, linearizable::Op { invoked, answered: Instant::now(), kind }));
+                    }
+                    ops
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let mut reads = 0;
+    for id in 0..REGISTERS {
+        let ops: Vec<linearizable::Op> = history
+            .iter()
+            .filter(|(r, _)| *r == id)
+            .map(|(_, o)| o.clone())
+            .collect();
+        reads += ops
+            .iter()
+            .filter(|o| matches!(o.kind, linearizable::Kind::Read(_)))
+            .count();
+        if let Err(e) = linearizable::check(&ops) {
+            panic!("register {id}: {e}\n{ops:#?}");
+        }
+    }
+    assert_eq!(reads, CLIENTS * OPS_PER_CLIENT);
 }
