@@ -522,7 +522,7 @@ fn concurrent_reads_on_followers_are_linearizable() {
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
                         let id = (rng % REGISTERS as u64) as i64;
-                        if rng % 3 == 0 {
+                        if rng.is_multiple_of(3) {
                             let invoked = Instant::now();
                             let v = (c * OPS_PER_CLIENT + n) as i64;
                             ok(
