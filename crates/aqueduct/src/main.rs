@@ -4,6 +4,7 @@
 //! `Subcommand` (or `Args`) type and a `run` function; adding one is a variant
 //! in [`Command`] and an arm in [`main`].
 
+mod cluster;
 mod serve;
 mod subscribe;
 mod wal;
@@ -36,6 +37,9 @@ enum Command {
     /// Follow a publication of a server into another store (a subscriber
     /// agent: bootstrap, then the stream, exactly once where the sink can).
     Subscribe(Box<subscribe::SubscribeArgs>),
+    /// Where servers are in replication: roles, LSNs, lag.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Wal(cmd) => wal::run(cmd),
         Command::Subscribe(args) => subscribe::run(*args),
+        Command::Cluster(cmd) => cluster::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

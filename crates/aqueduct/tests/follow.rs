@@ -184,6 +184,36 @@ fn followers_and_a_chain_of_them_copy_the_log_across_a_kill_9() {
         assert_eq!(rows(chained.http, query), want, "chained: {query}");
     }
     assert_eq!(metric(first.http, "aqueduct_follower_stuck"), Some(0));
+
+    // What `aqueduct cluster status` says of the three.
+    let out = common::aqueduct()
+        .args(["cluster", "status", "--json"])
+        .args(["--node", &addr(source.http)])
+        .args(["--node", &follow_first])
+        .args(["--node", &addr(chained.http)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Json> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let roles: Vec<&str> = lines
+        .iter()
+        .map(|l| l["status"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["primary", "follower", "follower"]);
+    for l in &lines {
+        assert_eq!(l["status"]["applied_lsn"], last_lsn, "{l}");
+    }
+    assert_eq!(lines[1]["status"]["follows"][0], follow_source);
+    assert_eq!(lines[2]["status"]["lag_records"], 0);
+    assert_eq!(lines[2]["status"]["state"], "following");
 }
 
 /// The status of `GET /v1/log` from `from` on the server at `http`.

@@ -37,6 +37,10 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// Extra metric lines supplied by the server (connection counts and such).
 pub type ExtraMetrics = Arc<dyn Fn(&mut String) + Send + Sync>;
 
+/// A follower's replication state as JSON, supplied by the server
+/// (`GET /v1/replication`).
+pub type ReplicationStatus = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
 #[derive(Clone, Default)]
 pub struct HttpConfig {
     /// Bearer tokens of a bootstrap superuser (the older, list form).
@@ -49,6 +53,8 @@ pub struct HttpConfig {
     /// neither users nor tokens, requests are trusted (loopback default).
     pub users_configured: bool,
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Set on a follower: what `GET /v1/replication` says of it.
+    pub replication: Option<ReplicationStatus>,
 }
 
 #[derive(Clone)]
@@ -64,6 +70,8 @@ struct AppState {
     bootstraps: Arc<aqueduct_publisher::Bootstraps>,
     /// Followers copying the compacted log (`log_records.rs`).
     follower_bootstraps: log_records::BootstrapHolds,
+    /// A follower's replication state (`log_records.rs`).
+    replication: Option<ReplicationStatus>,
 }
 
 /// The routes, for serving and for tests.
@@ -80,6 +88,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         publications: Default::default(),
         bootstraps: Default::default(),
         follower_bootstraps: Default::default(),
+        replication: config.replication.clone(),
     };
     Router::new()
         .route("/health", get(health))
@@ -91,6 +100,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/v1/snapshot", get(changes::snapshot))
         .route("/v1/log", get(log_records::records))
         .route("/v1/log/committed", get(log_records::committed))
+        .route("/v1/replication", get(log_records::replication))
         .route(
             "/v1/publications/{publication}/stream",
             get(publications::stream),

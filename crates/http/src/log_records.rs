@@ -15,6 +15,10 @@
 //!   one the servers it follows report (asked now, `H + 1` hops on, at most
 //!   [`MAX_COMMITTED_HOPS`]), which is what a linearizable read on a
 //!   follower waits for.
+//! - `GET /v1/replication`: this server's place in replication, as JSON:
+//!   `role` (`primary`: it takes its own writes; `follower`), its
+//!   committed and applied LSNs and exact point, and on a follower the
+//!   servers it follows, how far they are, its lag and state.
 //! - `...&bootstrap=ID`: a new follower copies the log as compaction left
 //!   it, from LSN 1: the records below this log's exact point come with
 //!   gaps, and compaction changes nothing at or above the follower's
@@ -118,6 +122,27 @@ pub(crate) async fn committed(
             &SqlError::new("XX000", format!("asking the commit LSN: {e}")),
         ),
     }
+}
+
+pub(crate) async fn replication(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(r) = s.auth.principal(&s.engine, &headers) {
+        return *r;
+    }
+    let db = s.engine.database();
+    let log = db.log();
+    let mut body = serde_json::json!({
+        "role": "primary",
+        "committed_lsn": log.committed_lsn(),
+        "applied_lsn": db.applied_lsn(),
+        "exact_from": log.exact_from(),
+    });
+    if let Some(status) = &s.replication {
+        body["role"] = "follower".into();
+        if let (Some(out), serde_json::Value::Object(more)) = (body.as_object_mut(), status()) {
+            out.extend(more);
+        }
+    }
+    axum::Json(body).into_response()
 }
 
 pub(crate) async fn records(

@@ -69,6 +69,24 @@ impl FollowStatus {
             .saturating_sub(self.applied.load(Ordering::Relaxed))
     }
 
+    /// The state for `GET /v1/replication`: the members followed, how far
+    /// they are, the lag and whether the follower is stuck.
+    pub fn to_json(&self, members: &[String]) -> serde_json::Value {
+        let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        let stuck = self.stuck.lock().clone();
+        serde_json::json!({
+            "follows": members,
+            "source_committed_lsn": g(&self.source_committed),
+            "lag_records": self.lag(),
+            "window_records": g(&self.window),
+            "requests": g(&self.requests),
+            "failures": g(&self.failures),
+            "state": if stuck.is_some() { "stuck" } else { "following" },
+            "stuck": stuck,
+            "last_error": self.last_error.lock().clone(),
+        })
+    }
+
     /// Prometheus lines.
     pub fn metrics(&self, out: &mut String) {
         use std::fmt::Write;

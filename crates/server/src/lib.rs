@@ -203,13 +203,20 @@ pub async fn run(
         c.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(c)
     });
+    let follow_status = Arc::new(aqueduct_replicate::FollowStatus::default());
     let http_config = aqueduct_http::HttpConfig {
         tokens: config.http_tokens.clone(),
         token_roles: config.http_token_roles.clone(),
         users_configured: !config.users.is_empty(),
         tls: http_tls,
+        replication: (!config.follow.is_empty()).then(|| {
+            let status = follow_status.clone();
+            let members = config.follow.clone();
+            let status: aqueduct_http::ReplicationStatus =
+                Arc::new(move || status.to_json(&members));
+            status
+        }),
     };
-    let follow_status = Arc::new(aqueduct_replicate::FollowStatus::default());
     let follow_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let follower = if config.follow.is_empty() {
         None
