@@ -302,6 +302,27 @@ fn a_new_follower_of_a_compacted_log_bootstraps_from_it_while_writes_and_compact
     assert_eq!(metric(follower.http, "aqueduct_follower_stuck"), Some(0));
 }
 
+/// A server with a table of registers, a follower of it and a follower of
+/// that follower, each in a directory under `dir`.
+fn registers_and_a_chain(
+    dir: &std::path::Path,
+) -> (common::Server, common::Server, common::Server) {
+    let source = serve(&dir.join("source"), &["--fsync", "interval"]);
+    ok(
+        source.http,
+        "CREATE TABLE register (id bigint PRIMARY KEY, v bigint NOT NULL)",
+    );
+    let follower = serve(
+        &dir.join("follower"),
+        &["--fsync", "interval", "--follow", &addr(source.http)],
+    );
+    let chained = serve(
+        &dir.join("chained"),
+        &["--fsync", "interval", "--follow", &addr(follower.http)],
+    );
+    (source, follower, chained)
+}
+
 /// A linearizable read on a follower (the default level) sees every write
 /// the source acknowledged before it began: the follower asks the source's
 /// commit LSN and waits for its tables to reach it (a read index). The
@@ -311,21 +332,7 @@ fn a_new_follower_of_a_compacted_log_bootstraps_from_it_while_writes_and_compact
 #[test]
 fn linearizable_reads_on_followers_see_every_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let source = serve(&dir.path().join("source"), &["--fsync", "interval"]);
-    ok(
-        source.http,
-        "CREATE TABLE register (id bigint PRIMARY KEY, v bigint NOT NULL)",
-    );
-    let follow_source = addr(source.http);
-    let follower = serve(
-        &dir.path().join("follower"),
-        &["--fsync", "interval", "--follow", &follow_source],
-    );
-    let follow_follower = addr(follower.http);
-    let chained = serve(
-        &dir.path().join("chained"),
-        &["--fsync", "interval", "--follow", &follow_follower],
-    );
+    let (source, follower, chained) = registers_and_a_chain(dir.path());
     for i in 0..150i64 {
         let id = i % 5;
         ok(
@@ -525,21 +532,7 @@ fn concurrent_reads_on_followers_are_linearizable() {
     const OPS_PER_CLIENT: usize = 60;
     const REGISTERS: i64 = 3;
     let dir = tempfile::tempdir().unwrap();
-    let source = serve(&dir.path().join("source"), &["--fsync", "interval"]);
-    ok(
-        source.http,
-        "CREATE TABLE register (id bigint PRIMARY KEY, v bigint NOT NULL)",
-    );
-    let follow_source = addr(source.http);
-    let follower = serve(
-        &dir.path().join("follower"),
-        &["--fsync", "interval", "--follow", &follow_source],
-    );
-    let follow_follower = addr(follower.http);
-    let chained = serve(
-        &dir.path().join("chained"),
-        &["--fsync", "interval", "--follow", &follow_follower],
-    );
+    let (source, follower, chained) = registers_and_a_chain(dir.path());
     let readers = [source.http, follower.http, chained.http];
     let history: Vec<(i64, linearizable::Op)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..CLIENTS)
