@@ -382,7 +382,21 @@ impl Worker {
         }
         drop(q);
         let mut graph = lock(&self.shared.graph);
-        while process_next(&self.shared, &mut graph, Lsn::MAX) {}
+        // As in the worker's loop, a panic in an operator marks the
+        // dataflow broken (readers are told) rather than wedging every
+        // later drain on a batch left in flight.
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            while process_next(&self.shared, &mut graph, Lsn::MAX) {}
+        }));
+        if let Err(panic) = ran {
+            let why = panic_message(&*panic);
+            tracing::error!("the dataflow stopped while a commit ran its batches: {why}");
+            let mut q = lock(&self.shared.queue);
+            q.broken = Some(why);
+            q.in_flight = 0;
+            q.batches.clear();
+            self.shared.done.notify_all();
+        }
         graph
     }
 

@@ -76,6 +76,14 @@ struct AppState {
 
 /// The routes, for serving and for tests.
 pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> Router {
+    router_and_state(engine, config, extra).0
+}
+
+fn router_and_state(
+    engine: Arc<Engine>,
+    config: &HttpConfig,
+    extra: ExtraMetrics,
+) -> (Router, AppState) {
     let state = AppState {
         engine,
         auth: Arc::new(auth::HttpAuth {
@@ -90,7 +98,7 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         follower_bootstraps: Default::default(),
         replication: config.replication.clone(),
     };
-    Router::new()
+    let router = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_page))
         .route("/v1/sql", post(sql))
@@ -128,7 +136,8 @@ pub fn router(engine: Arc<Engine>, config: &HttpConfig, extra: ExtraMetrics) -> 
         .route("/v1/timemaps/{name}", get(releases::time_map))
         .route("/v1/views/{view}", get(releases::view))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
+        .with_state(state.clone());
+    (router, state)
 }
 
 /// Serves until `shutdown` completes.
@@ -139,7 +148,22 @@ pub async fn serve(
     extra: ExtraMetrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(engine, &config, extra);
+    let (app, state) = router_and_state(engine, &config, extra);
+    // Bootstraps of followers that went away lose their hold on the log.
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(log_records::BOOTSTRAP_IDLE / 6);
+        loop {
+            every.tick().await;
+            let state = state.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                log_records::sweep_bootstraps(
+                    &state.follower_bootstraps,
+                    state.engine.database().log(),
+                )
+            })
+            .await;
+        }
+    });
     match config.tls {
         None => {
             axum::serve(listener, app)

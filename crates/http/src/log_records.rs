@@ -22,9 +22,9 @@
 //! - `...&bootstrap=ID`: a new follower copies the log as compaction left
 //!   it, from LSN 1: the records below this log's exact point come with
 //!   gaps, and compaction changes nothing at or above the follower's
-//!   position while bootstrap `ID` goes on (a hold, dropped once the
-//!   follower reaches the exact point or after [`BOOTSTRAP_IDLE`] without
-//!   a request).
+//!   position while bootstrap `ID` goes on (a hold, dropped once a
+//!   response finds no record past the follower — it reached the end — or
+//!   after [`BOOTSTRAP_IDLE`] without a request).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,6 +74,28 @@ pub(crate) type BootstrapHolds = Arc<Mutex<HashMap<String, Instant>>>;
 
 fn hold_name(id: &str) -> String {
     format!("follower-bootstrap:{id}")
+}
+
+/// Drops the holds of bootstraps that sent no request for
+/// [`BOOTSTRAP_IDLE`] (their follower went away); run now and then by the
+/// server, so a hold never outlives its follower for long.
+pub(crate) fn sweep_bootstraps(holds: &BootstrapHolds, log: &aqueduct_log::Log) {
+    let now = Instant::now();
+    let gone: Vec<String> = {
+        let mut held = holds.lock();
+        let gone = held
+            .iter()
+            .filter(|(_, seen)| now.duration_since(**seen) >= BOOTSTRAP_IDLE)
+            .map(|(id, _)| id.clone())
+            .collect::<Vec<_>>();
+        for id in &gone {
+            held.remove(id);
+        }
+        gone
+    };
+    for id in gone {
+        let _ = log.set_hold(&hold_name(&id), None);
+    }
 }
 
 #[derive(Deserialize)]
@@ -179,46 +201,35 @@ pub(crate) async fn records(
     let holds = s.follower_bootstraps.clone();
     let read = tokio::task::spawn_blocking(move || {
         let log = engine.database().log();
-        let exact_from = log.exact_from();
         let next = log.next_lsn();
-        let now = Instant::now();
-        {
-            let mut held = holds.lock();
-            held.retain(|id, seen| {
-                let keep = now.duration_since(*seen) < BOOTSTRAP_IDLE;
-                if !keep {
-                    let _ = log.set_hold(&hold_name(id), None);
-                }
-                keep
-            });
-            if let Some(id) = &q.bootstrap {
-                if from >= exact_from {
-                    // At the exact point: the follower needs no hold now.
-                    if held.remove(id).is_some() {
-                        let _ = log.set_hold(&hold_name(id), None);
-                    }
-                } else if from == 1 || held.contains_key(id) {
-                    if !held.contains_key(id) && held.len() >= MAX_BOOTSTRAPS {
-                        return Err((
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            SqlError::new(
-                                "53300",
-                                format!("too many followers bootstrapping (at most {MAX_BOOTSTRAPS} at once)"),
-                            )
-                            .with_hint("retry later"),
-                        ));
-                    }
+        // The bootstrap's hold, moved to where the follower is now (set
+        // before the exact point is read, so no compaction pass slips in).
+        let bootstrapping = match &q.bootstrap {
+            None => false,
+            Some(id) => {
+                let mut held = holds.lock();
+                let known = held.contains_key(id);
+                if !known && from != 1 {
+                    false
+                } else if !known && held.len() >= MAX_BOOTSTRAPS {
+                    return Err((
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        SqlError::new(
+                            "53300",
+                            format!("too many followers bootstrapping (at most {MAX_BOOTSTRAPS} at once)"),
+                        )
+                        .with_hint("retry later"),
+                    ));
+                } else {
+                    held.insert(id.clone(), Instant::now());
+                    drop(held);
                     log.hold_as_compacted(&hold_name(id), from);
-                    held.insert(id.clone(), now);
+                    true
                 }
             }
-        }
-        let bootstrapping = q
-            .bootstrap
-            .as_ref()
-            .is_some_and(|id| holds.lock().contains_key(id));
-        if from < exact_from && !bootstrapping {
-            return Err((
+        };
+        let exact_from = log.exact_from();
+        if from < exact_from && !bootstrapping {            return Err((
                 StatusCode::GONE,
                 SqlError::new(
                     "55000",
@@ -247,6 +258,13 @@ pub(crate) async fn records(
                 SqlError::new("58030", format!("reading the log from LSN {from}: {e}")),
             )
         })?;
+        if records.is_empty() {
+            // At the end of the log: a bootstrap is over, its hold goes.
+            if let Some(id) = q.bootstrap.as_ref().filter(|_| bootstrapping) {
+                holds.lock().remove(id);
+                let _ = log.set_hold(&hold_name(id), None);
+            }
+        }
         let sender = wire::Sender {
             committed: log.committed_lsn(),
             exact_from,

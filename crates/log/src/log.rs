@@ -795,6 +795,10 @@ impl Log {
     /// compaction pass under way, so once this returns no pass removes a
     /// held record. Refused when compaction already went past `from`.
     pub fn set_hold(&self, name: &str, from: Option<Lsn>) -> Result<()> {
+        self.put_hold(name, from, false)
+    }
+
+    fn put_hold(&self, name: &str, from: Option<Lsn>, below_exact: bool) -> Result<()> {
         let _pass = self.inner.compaction.lock();
         let mut holds = self.inner.holds.lock();
         match from {
@@ -803,7 +807,7 @@ impl Log {
             }
             Some(lsn) => {
                 let exact = self.exact_from();
-                if lsn < exact {
+                if lsn < exact && !below_exact {
                     return Err(Error::Invalid(format!(
                         "cannot keep the log from LSN {lsn}: compaction already removed records \
                          below LSN {exact}"
@@ -821,8 +825,8 @@ impl Log {
     /// record at or above `from` while the reader goes on, so it never
     /// misses a tombstone whose older put it already read.
     pub fn hold_as_compacted(&self, name: &str, from: Lsn) {
-        let _pass = self.inner.compaction.lock();
-        self.inner.holds.lock().insert(name.to_string(), from);
+        self.put_hold(name, Some(from), true)
+            .expect("a hold below the exact point is allowed");
     }
 
     /// Tells compaction which rows expire: records it may drop, once

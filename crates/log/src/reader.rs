@@ -89,11 +89,23 @@ impl LogReader {
         max: usize,
         mut f: impl FnMut(RecordView<'_>) -> Result<()>,
     ) -> Result<usize> {
+        self.read_while(max, |r| f(r).map(|()| true))
+    }
+
+    /// Like [`LogReader::read_with`], `f` saying after each record whether
+    /// to go on: a read stops after the record it says no to, and the
+    /// reader continues after it next time.
+    pub fn read_while(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(RecordView<'_>) -> Result<bool>,
+    ) -> Result<usize> {
         debug_assert!(self.buffered.is_empty() || max == 0);
+        let mut go_on = true;
         let mut count = 0usize;
         let mut misses = 0u32;
         let mut deadline = None;
-        while count < max {
+        while count < max && go_on {
             if self.cur.is_none() {
                 match self.locate() {
                     Ok(Some(c)) => self.cur = Some(c),
@@ -129,10 +141,10 @@ impl LogReader {
                 if r.lsn < *next_lsn {
                     return Ok(true);
                 }
-                f(r)?;
+                go_on = f(r)?;
                 *next_lsn = r.lsn + 1;
                 count += 1;
-                Ok(count < max)
+                Ok(count < max && go_on)
             })?;
             match end {
                 ScanEnd::Clean { end } => c.offset = end,

@@ -107,9 +107,10 @@ pub fn decode(body: &[u8], from: Lsn) -> Result<(Vec<Record>, Sender), String> {
 }
 
 /// Whole batches of `log` from `from` (a batch boundary), up to about
-/// `max_records` records and [`MAX_WIRE_BYTES`] bytes (the batch that
-/// crosses either goes whole); waits up to `wait` for a commit when there
-/// is nothing yet. Only records the log counts as committed are read.
+/// `max_records` records and [`MAX_WIRE_BYTES`] bytes (counted record by
+/// record; the batch that crosses either goes whole); waits up to `wait`
+/// for a commit when there is nothing yet. Only records the log counts as
+/// committed are read.
 pub fn read_batches(
     log: &Log,
     from: Lsn,
@@ -117,20 +118,23 @@ pub fn read_batches(
     wait: Duration,
 ) -> crate::Result<Vec<Record>> {
     let max_records = max_records.clamp(1, MAX_WIRE_RECORDS);
+    if log.committed_lsn() < from {
+        log.wait_for(from, wait);
+    }
     let mut reader = log.reader(from);
-    let mut out = reader.follow(max_records, wait)?;
-    let mut bytes: usize = out.iter().map(Record::encoded_len).sum();
+    let mut out: Vec<Record> = Vec::new();
+    let mut bytes = 0usize;
     loop {
+        let read = reader.read_while(usize::MAX, |r| {
+            bytes += r.encoded_len();
+            out.push(r.to_owned());
+            let full = out.len() >= max_records || bytes >= MAX_WIRE_BYTES;
+            Ok(!(full && r.ends_batch()))
+        })?;
         let at_boundary = out.last().is_none_or(Record::ends_batch);
-        if at_boundary && (out.len() >= max_records || bytes >= MAX_WIRE_BYTES) {
+        if read == 0 || at_boundary {
             break;
         }
-        let more = reader.next_batch(1)?;
-        let Some(r) = more.into_iter().next() else {
-            break;
-        };
-        bytes += r.encoded_len();
-        out.push(r);
     }
     // A batch is committed whole, so an unfinished one at the end can only
     // be one being appended now: it goes in the next response.

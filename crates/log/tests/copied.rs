@@ -125,3 +125,47 @@ fn a_hold_below_the_exact_point_keeps_compaction_off_what_follows() {
     log.compact().unwrap();
     assert!(all(&log).len() < after.len());
 }
+
+/// A response for a follower is bounded in bytes, counted record by
+/// record, not only in records: large records make it stop early, at a
+/// batch boundary.
+#[test]
+fn a_response_is_bounded_in_bytes() {
+    use aqueduct_log::wire::{read_batches, MAX_WIRE_BYTES, MAX_WIRE_RECORDS};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        dir.path(),
+        Options {
+            sync: SyncPolicy::Never,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .0;
+    let big = vec![7u8; 1 << 20];
+    for i in 0..48u32 {
+        log.append(&[
+            NewRecord::put(format!("a{i}"), big.clone()),
+            NewRecord::put(format!("b{i}"), big.clone()),
+        ])
+        .unwrap();
+    }
+    let got = read_batches(&log, 1, MAX_WIRE_RECORDS, std::time::Duration::ZERO).unwrap();
+    let bytes: usize = got.iter().map(|r| r.encoded_len()).sum();
+    assert!(got.len() < 96, "{} records", got.len());
+    assert!(
+        (MAX_WIRE_BYTES..MAX_WIRE_BYTES + (3 << 20)).contains(&bytes),
+        "{bytes} bytes"
+    );
+    assert!(got.last().unwrap().ends_batch());
+    // The next responses go on from there, to every record.
+    let mut total = got.len();
+    let mut from = got.last().unwrap().lsn + 1;
+    loop {
+        let more = read_batches(&log, from, MAX_WIRE_RECORDS, std::time::Duration::ZERO).unwrap();
+        let Some(last) = more.last() else { break };
+        from = last.lsn + 1;
+        total += more.len();
+    }
+    assert_eq!(total, 96);
+}

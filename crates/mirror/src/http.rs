@@ -229,7 +229,20 @@ impl Body {
         }
     }
 
-    /// The rest of the body, up to `max` bytes.
+    /// The rest of the body, which must be at most `max` bytes (an error
+    /// of kind `InvalidData` if it is longer).
+    pub fn read_all(&mut self, max: usize) -> io::Result<Vec<u8>> {
+        let body = self.read_to_end(max.saturating_add(1))?;
+        if body.len() > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the body is longer than {max} bytes"),
+            ));
+        }
+        Ok(body)
+    }
+
+    /// The rest of the body, up to `max` bytes (cut there).
     pub fn read_to_end(&mut self, max: usize) -> io::Result<Vec<u8>> {
         while !self.done && self.decoded.len() <= max {
             self.decode_more()?;

@@ -8,8 +8,8 @@
 //!   come back full the follower stays with it (Sirius §5.1), and after a
 //!   partial one or a failure it picks again.
 //! - The window (records asked for) doubles while responses come back
-//!   full, up to [`WINDOW_MAX`], and halves on a timeout, down to
-//!   [`WINDOW_MIN`]; an empty response means the follower is at the
+//!   full, up to [`WINDOW_MAX`], and halves on a timeout or a response that
+//!   was bad (too large, cut, corrupt), down to [`WINDOW_MIN`]; an empty response means the follower is at the
 //!   member's end, and the member holds the next request until a commit.
 //! - A member that fails rests for [`REST_AFTER_FAILURE`] before it is
 //!   asked again; while every member rests the follower waits.
@@ -136,6 +136,20 @@ impl CatchUp {
         }
     }
 
+    /// The follower's log went on to `next` by itself (a response applied
+    /// only in part before an error): ask from there.
+    pub fn resume_at(&mut self, next: Lsn) {
+        assert!(
+            next >= self.next,
+            "the follower's log went back from LSN {} to {next}",
+            self.next
+        );
+        if next > self.next {
+            self.next = next;
+            self.compacted.iter_mut().for_each(|c| *c = false);
+        }
+    }
+
     /// Asks only `member` from now on (`None`: any member again). A pinned
     /// member that no longer holds the records leaves the follower stuck.
     pub fn pin(&mut self, member: Option<usize>) {
@@ -205,7 +219,13 @@ impl CatchUp {
                         self.window = (self.window / 2).max(WINDOW_MIN);
                         self.resting[member] = Some(now + REST_AFTER_FAILURE);
                     }
-                    Failure::Unreachable(_) | Failure::Bad(_) => {
+                    Failure::Unreachable(_) => {
+                        self.resting[member] = Some(now + REST_AFTER_FAILURE);
+                    }
+                    // Too large a response is one way to be bad: ask for
+                    // less next time.
+                    Failure::Bad(_) => {
+                        self.window = (self.window / 2).max(WINDOW_MIN);
                         self.resting[member] = Some(now + REST_AFTER_FAILURE);
                     }
                     Failure::Compacted => self.compacted[member] = true,

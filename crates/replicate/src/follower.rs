@@ -143,7 +143,20 @@ pub fn spawn(
     )));
     std::thread::Builder::new()
         .name("aqueduct-follower".into())
-        .spawn(move || run(&db, &config, &status, &stop))
+        .spawn(move || {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run(&db, &config, &status, &stop)
+            }));
+            if let Err(panic) = ran {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "the follower panicked".into());
+                tracing::error!("the follower stopped: {why}");
+                *status.stuck.lock() = Some(why);
+            }
+        })
 }
 
 fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &AtomicBool) {
@@ -153,7 +166,6 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
     // A new follower copies the log as the members' compaction left it.
     let mut bootstrap = (next == 1).then(|| Bootstrap {
         id: format!("{:016x}", config.seed ^ 0x5DEE_CE66_D1CE_5EED),
-        exact_from: 1,
         released: false,
     });
     let mut effects = core.step(Input::Tick, Instant::now());
@@ -197,16 +209,19 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
                     hold.as_deref(),
                 )
                 .and_then(|(records, sender)| {
+                    if let Some(b) = &bootstrap {
+                        b.before(db, from, &records, sender)?;
+                    }
                     apply(db, &records)?;
                     if let Some(b) = &mut bootstrap {
-                        b.went_on(db, &mut core, member, from, &records, sender)?;
+                        b.after(&mut core, member, &records);
                     }
                     Ok((records, sender.committed))
                 }) {
                     Ok((records, committed)) => {
                         if bootstrap.as_ref().is_some_and(|b| b.released) {
                             tracing::info!(
-                                "the follower copied the log up to its exact point; it follows any member now"
+                                "the follower copied the log to its end; it follows any member now"
                             );
                             bootstrap = None;
                             core.pin(None);
@@ -233,6 +248,22 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
                         }
                     }
                     Err(failure) => {
+                        // Part of a response may be in the log already (an
+                        // append or a sync failed half way): apply it, and
+                        // ask from where the log ends.
+                        match apply_unapplied(db) {
+                            Ok(()) => {
+                                status.applied.store(db.applied_lsn(), Ordering::Relaxed);
+                                core.resume_at(db.log().next_lsn());
+                            }
+                            Err(e) => {
+                                tracing::error!(
+                                    "the follower cannot apply what its log holds: {e:?}"
+                                );
+                                *status.stuck.lock() = Some(format!("{e:?}"));
+                                return;
+                            }
+                        }
                         status.failures.fetch_add(1, Ordering::Relaxed);
                         let text = format!("{addr}: {failure:?}");
                         if healthy {
@@ -259,41 +290,47 @@ fn sleep_until(until: Instant, stop: &AtomicBool) {
     }
 }
 
-/// A new follower's copy of the compacted log, until it reaches the
-/// member's exact point.
+/// A new follower's copy of a member's log (compacted or not), until it
+/// reaches the end of it.
 struct Bootstrap {
     /// Names the member's hold.
     id: String,
-    /// The highest exact point the member reported.
-    exact_from: Lsn,
-    /// A request at or past the exact point went out: the member dropped
-    /// the hold (or needed none).
+    /// A response found no record past the follower: the member dropped
+    /// its hold.
     released: bool,
 }
 
 impl Bootstrap {
-    /// After the response from `member` to a request from `from`: pins the
-    /// member (its hold is for this follower); once past its exact point,
-    /// notes that the log below it is as compaction left it.
-    fn went_on(
-        &mut self,
+    /// Before a response to a request from `from` is appended: a body with
+    /// gaps (records the member's compaction dropped) is recorded as such
+    /// in the follower's log first, so a crash between the two never
+    /// leaves a gapped log that claims to be whole.
+    fn before(
+        &self,
         db: &Database,
-        core: &mut CatchUp,
-        member: usize,
         from: Lsn,
         records: &[Record],
         sender: wire::Sender,
     ) -> Result<(), Failure> {
-        core.pin(Some(member));
-        self.exact_from = self.exact_from.max(sender.exact_from);
-        self.released = from >= self.exact_from;
-        let next = records.last().map_or(from, |r| r.lsn + 1);
-        if next >= self.exact_from && self.exact_from > 1 {
+        let mut expected = from;
+        let gapped = records.iter().any(|r| {
+            let gap = r.lsn != expected;
+            expected = r.lsn + 1;
+            gap
+        });
+        if gapped {
             db.log()
-                .note_compacted_until(self.exact_from)
+                .note_compacted_until(sender.exact_from)
                 .map_err(|e| Failure::Bad(format!("noting the copied log's exact point: {e}")))?;
         }
         Ok(())
+    }
+
+    /// After the response from `member` is applied: the member holds its
+    /// compaction for this follower, so only it is asked until the end.
+    fn after(&mut self, core: &mut CatchUp, member: usize, records: &[Record]) {
+        core.pin(Some(member));
+        self.released = records.is_empty();
     }
 }
 
@@ -348,7 +385,7 @@ fn fetch(
     }
     let body = response
         .body
-        .read_to_end(MAX_RESPONSE_BYTES)
+        .read_all(MAX_RESPONSE_BYTES)
         .map_err(|e| io_failure(&e))?;
     wire::decode(&body, from).map_err(Failure::Bad)
 }
@@ -357,6 +394,33 @@ fn io_failure(e: &std::io::Error) -> Failure {
     match e.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Failure::Timeout,
         _ => Failure::Unreachable(e.to_string()),
+    }
+}
+
+/// Applies the batches the log holds past what the tables show (appended
+/// by a response that failed before it was applied).
+fn apply_unapplied(db: &Database) -> Result<(), Failure> {
+    let log = db.log();
+    if db.applied_lsn() + 1 >= log.next_lsn() {
+        return Ok(());
+    }
+    // Durable first: then every appended record is visible to the reader.
+    log.sync()
+        .map_err(|e| Failure::Bad(format!("syncing what was appended: {e}")))?;
+    let mut reader = log.reader(db.applied_lsn() + 1);
+    let mut batches = BatchBuilder::default();
+    loop {
+        let records = reader
+            .next_batch(4096)
+            .map_err(|e| Failure::Bad(format!("reading back the log: {e}")))?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        for r in &records {
+            if let Some(batch) = batches.push(&r.view()).map_err(Failure::Bad)? {
+                db.apply_appended(&batch);
+            }
+        }
     }
 }
 

@@ -226,27 +226,22 @@ pub async fn run(
             config.follow.join(", "),
             engine.database().log().next_lsn()
         );
+        let follow = aqueduct_replicate::FollowConfig {
+            members: config.follow.clone(),
+            token: config.follow_token.clone(),
+            seed: std::process::id() as u64 ^ aqueduct_log::now_micros() as u64,
+        };
+        engine.set_commit_source(Arc::new(Members {
+            config: follow.clone(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }));
         Some(aqueduct_replicate::spawn(
             engine.shared_database(),
-            aqueduct_replicate::FollowConfig {
-                members: config.follow.clone(),
-                token: config.follow_token.clone(),
-                seed: std::process::id() as u64 ^ aqueduct_log::now_micros() as u64,
-            },
+            follow,
             follow_status.clone(),
             follow_stop.clone(),
         )?)
     };
-    if follower.is_some() {
-        engine.set_commit_source(Arc::new(Members {
-            config: aqueduct_replicate::FollowConfig {
-                members: config.follow.clone(),
-                token: config.follow_token.clone(),
-                seed: 0,
-            },
-            next: std::sync::atomic::AtomicUsize::new(0),
-        }));
-    }
     let following = follower.is_some().then(|| follow_status.clone());
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
         if let Some(status) = &following {

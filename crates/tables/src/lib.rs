@@ -1135,8 +1135,6 @@ impl Database {
         self.applied.load(Ordering::Acquire)
     }
 
-    /// Waits until whatever a reader saw (up to `lsn`) is committed per the
-    /// sync policy, so no reader acts on a write that a crash could undo.
     /// Waits until every write up to `lsn` is applied here, for at most
     /// `timeout`; false if it was not by then (a follower behind).
     pub fn await_applied(&self, lsn: Lsn, timeout: Duration) -> bool {
@@ -1155,6 +1153,8 @@ impl Database {
         true
     }
 
+    /// Waits until whatever a reader saw (up to `lsn`) is committed per the
+    /// sync policy, so no reader acts on a write that a crash could undo.
     pub fn await_visible(&self, lsn: Lsn) -> Result<(), TableError> {
         Ok(self.log.await_committed(lsn)?)
     }

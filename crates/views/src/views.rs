@@ -124,10 +124,12 @@ pub struct ViewRegistry {
     auto_generation: AtomicU64,
     /// Numbers automatic views.
     auto_made: AtomicU64,
-    /// Held by a commit from dropping the views over an altered table
-    /// until their new versions are registered, so that a read which
-    /// found its view dropped waits for the new one rather than failing.
-    remaking: Mutex<()>,
+    /// The views a commit is making anew over an altered table, from
+    /// dropping them until their new versions are registered: a read that
+    /// found one of them gone waits for the new one rather than failing.
+    remaking: Mutex<std::collections::HashSet<String>>,
+    /// Signalled when the views being made anew are registered.
+    remade: parking_lot::Condvar,
 }
 
 impl Default for ViewRegistry {
@@ -143,7 +145,8 @@ impl Default for ViewRegistry {
             auto: RwLock::default(),
             auto_generation: AtomicU64::new(0),
             auto_made: AtomicU64::new(0),
-            remaking: Mutex::new(()),
+            remaking: Mutex::default(),
+            remade: parking_lot::Condvar::new(),
         }
     }
 }
@@ -444,10 +447,12 @@ impl ViewRegistry {
             })
             .collect();
         let mut remake = Vec::new();
-        let remaking = (!altered.is_empty()).then(|| self.remaking.lock());
         if !altered.is_empty() {
             let names: Vec<String> = altered.iter().map(|t| t.name.clone()).collect();
             remake = aqueduct_plan::bind::dependent_views(catalog, &names);
+            self.remaking
+                .lock()
+                .extend(remake.iter().map(|(_, name, _)| name.clone()));
             for (_, name, _) in remake.iter().rev() {
                 self.drop_view(name);
             }
@@ -501,7 +506,10 @@ impl ViewRegistry {
                 tracing::error!(view = %name, "cannot maintain the view after ALTER TABLE: {e}");
             }
         }
-        drop(remaking);
+        if !remake.is_empty() {
+            self.remaking.lock().clear();
+            self.remade.notify_all();
+        }
         for s in schema {
             match s {
                 SchemaChange::CreateView { id, name, sql } => {
@@ -698,8 +706,18 @@ impl ViewRegistry {
         if let Some(found) = self.entry(name) {
             return Some(found);
         }
-        drop(self.remaking.lock());
+        self.await_remade(name);
         self.entry(name)
+    }
+
+    /// Waits while a commit makes view `name` anew (from dropping the old
+    /// version until the new one is registered); at once for any other
+    /// name.
+    fn await_remade(&self, name: &str) {
+        let mut remaking = self.remaking.lock();
+        while remaking.contains(name) {
+            self.remade.wait(&mut remaking);
+        }
     }
 
     /// The view registered as `name` now, without waiting.
@@ -1081,7 +1099,7 @@ impl ViewRegistry {
             let seen = current.as_deref().unwrap_or(entry);
             // A commit making the view anew holds this from dropping the
             // old version until the new one is registered.
-            drop(self.remaking.lock());
+            self.await_remade(&seen.name);
             match self.remade(seen) {
                 Some(now) => {
                     outcome = read(&now);
