@@ -170,6 +170,7 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
     });
     let mut effects = core.step(Input::Tick, Instant::now());
     let mut healthy = true;
+    let mut progress = Progress::new(status);
     while !stop.load(Ordering::Relaxed) {
         status.window.store(core.window() as u64, Ordering::Relaxed);
         let input = match effects.pop() {
@@ -237,6 +238,7 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
                         status
                             .records
                             .fetch_add(records.len() as u64, Ordering::Relaxed);
+                        progress.report(status, Instant::now());
                         status
                             .source_committed
                             .fetch_max(committed, Ordering::Relaxed);
@@ -277,6 +279,45 @@ fn run(db: &Database, config: &FollowConfig, status: &FollowStatus, stop: &Atomi
             }
         };
         effects = core.step(input, Instant::now());
+    }
+}
+
+/// How often a follower far behind says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// The follower's progress in its log while it is far behind: a line every
+/// [`PROGRESS_EVERY`] with the records copied, the rate and the time left.
+struct Progress {
+    at: Instant,
+    records: u64,
+}
+
+impl Progress {
+    fn new(status: &FollowStatus) -> Progress {
+        Progress {
+            at: Instant::now(),
+            records: status.records.load(Ordering::Relaxed),
+        }
+    }
+
+    fn report(&mut self, status: &FollowStatus, now: Instant) {
+        let elapsed = now.duration_since(self.at);
+        if elapsed < PROGRESS_EVERY {
+            return;
+        }
+        let records = status.records.load(Ordering::Relaxed);
+        let rate = (records - self.records) as f64 / elapsed.as_secs_f64();
+        let lag = status.lag();
+        if lag > 0 {
+            tracing::info!(
+                "catching up: at LSN {} of {}, {rate:.0} records/s, about {:.0} s left",
+                status.applied.load(Ordering::Relaxed),
+                status.source_committed.load(Ordering::Relaxed),
+                lag as f64 / rate.max(1.0)
+            );
+        }
+        self.at = now;
+        self.records = records;
     }
 }
 
