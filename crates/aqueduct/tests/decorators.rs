@@ -56,17 +56,7 @@ fn agent_args(server: &Server, publication: &str, name: &str, into: &str) -> Vec
 
 /// Runs an agent until it has applied what was committed when it started.
 fn catch_up(args: Vec<String>) {
-    let out = aqueduct()
-        .args(args)
-        .arg("--until-caught-up")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "subscribe failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::subscribe_until_caught_up(&args);
 }
 
 /// A following agent, its stderr in a file (read when the test asks).

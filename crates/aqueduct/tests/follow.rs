@@ -63,18 +63,20 @@ fn metric(http: u16, name: &str) -> Option<u64> {
 
 /// Waits until the follower at `http` has applied `lsn`.
 fn await_applied(http: u16, lsn: u64) {
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let applied = metric(http, "aqueduct_follower_applied_lsn");
-        if applied.is_some_and(|a| a >= lsn) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the follower on {http} applied {applied:?}, not LSN {lsn}"
+    // The follower itself waits (for its applied LSN to reach the token),
+    // under the deadline given as its consistency timeout.
+    let wait = format!(
+        "SET aqueduct.consistency = 'session'; SET aqueduct.consistency_timeout = '{}s'; \
+         SET aqueduct.after_lsn = '{lsn}'; SELECT 1",
+        STEP_TIMEOUT.as_secs()
+    );
+    if let Err(e) = http::sql(&addr(http), None, &wait, &[], STEP_TIMEOUT + HTTP_TIMEOUT) {
+        panic!(
+            "the follower on {http} did not apply LSN {lsn}: {e} (it is at {:?})",
+            metric(http, "aqueduct_follower_applied_lsn")
         );
-        std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(metric(http, "aqueduct_follower_applied_lsn").is_some_and(|a| a >= lsn));
 }
 
 /// Every record of the log of the server at `http`, as sent to followers
@@ -505,7 +507,30 @@ fn a_follower_rides_out_a_partition_and_pauses() {
         assert!(status.success());
     };
     pause(source.process.0.id(), "-STOP");
-    std::thread::sleep(Duration::from_millis(300));
+    // Paused: it accepts no request now (the wait is the request's own
+    // timeout), while the follower still answers what it holds.
+    assert!(
+        http::request(
+            &addr(source.http),
+            "GET",
+            "/health",
+            None,
+            None,
+            Duration::from_millis(300)
+        )
+        .and_then(|mut r| r.body.read_to_end(4096).map_err(Into::into))
+        .is_err(),
+        "a paused source answered"
+    );
+    let held = http::sql(
+        &addr(follower.http),
+        None,
+        "SET aqueduct.consistency = 'eventual'; SELECT count(*) FROM register",
+        &[],
+        HTTP_TIMEOUT,
+    )
+    .unwrap();
+    assert_eq!(held["rows"][0][0], 7);
     pause(source.process.0.id(), "-CONT");
     for i in 100..150 {
         last = write(i);

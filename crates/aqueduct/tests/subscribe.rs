@@ -59,18 +59,7 @@ fn catch_up_as(server: &Server, sink: &Path, mode: &str, name: &str) -> String {
     let mut args = subscribe_args(server, sink, mode);
     let at = args.iter().position(|a| a == "--name").unwrap() + 1;
     args[at] = name.to_string();
-    let out = aqueduct()
-        .args(args)
-        .arg("--until-caught-up")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "subscribe failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    common::subscribe_until_caught_up(&args)
 }
 
 /// The publication's objects as the server computes them with SQL.

@@ -459,10 +459,13 @@ fn reads_racing_alter_table_answer_from_the_view_made_anew() {
         "CREATE VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS total FROM t GROUP BY g",
     );
     let done = Arc::new(AtomicBool::new(false));
+    // Reads done by both readers, for the writer to wait on.
+    let progress = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
     let readers: Vec<_> = (0..2)
         .map(|r| {
             let engine = engine.clone();
             let done = done.clone();
+            let progress = progress.clone();
             std::thread::spawn(move || {
                 let mut s = engine.session();
                 let mut reads = 0;
@@ -472,19 +475,30 @@ fn reads_racing_alter_table_answer_from_the_view_made_anew() {
                     let got = common::rows(&mut s, &sql);
                     assert_eq!(got, vec![vec!["20".to_string()]], "{sql}");
                     reads += 1;
+                    *progress.0.lock().unwrap() += 1;
+                    progress.1.notify_all();
                 }
                 reads
             })
         })
         .collect();
-    // Apart enough that a read made again after one finds its view there
-    // (each read is tried a bounded number of times).
+    // Each ALTER waits for reads after the one before, so reads race
+    // every remake; far enough apart that a read made again after one
+    // finds its view (each read is tried a bounded number of times).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     for i in 0..ALTERS {
         ok(
             &mut s,
             &format!("ALTER TABLE t ADD COLUMN extra{i} integer"),
         );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        let (count, read) = &*progress;
+        let mut n = count.lock().unwrap();
+        let wanted = *n + 4;
+        while *n < wanted {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "the readers stopped after {} reads", *n);
+            n = read.wait_timeout(n, left).unwrap().0;
+        }
     }
     done.store(true, Ordering::Relaxed);
     for r in readers {

@@ -48,6 +48,24 @@ pub fn aqueduct() -> Command {
     command
 }
 
+/// Runs `aqueduct subscribe` with `args` until it has applied what was
+/// committed when it started (`--until-caught-up`), failing the test if it
+/// fails; returns what the agent said on stderr.
+pub fn subscribe_until_caught_up(args: &[String]) -> String {
+    let out = aqueduct()
+        .args(args)
+        .arg("--until-caught-up")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "subscribe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A started server and its ports.
 pub struct Server {
     pub process: Running,
