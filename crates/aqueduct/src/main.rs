@@ -70,8 +70,10 @@ fn main() -> ExitCode {
 /// to stderr, so they never mix with a command's output. `RUST_LOG` overrides
 /// the level.
 fn init_tracing(default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // The Raft library's own progress notes are for debugging it; its
+    // warnings and errors are kept.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},openraft=warn")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)

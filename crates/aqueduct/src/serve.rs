@@ -134,6 +134,22 @@ pub struct ServeArgs {
     /// A bearer token that maps to a superuser on the servers followed
     #[arg(long, env = "AQUEDUCT_FOLLOW_TOKEN")]
     follow_token: Option<String>,
+    /// This server's id in its Raft group (a positive integer; with
+    /// --cluster)
+    #[arg(long, env = "AQUEDUCT_NODE_ID")]
+    node_id: Option<u64>,
+    /// Run as a member of a Raft group replicating the log: the group's
+    /// first members as ID=HOST:PORT of each one's HTTP listener,
+    /// comma-separated, this server among them (docs/replication.md)
+    #[arg(long, env = "AQUEDUCT_CLUSTER")]
+    cluster: Option<String>,
+    /// A member added to a running group (`aqueduct cluster add`): it
+    /// waits to be contacted rather than forming the group
+    #[arg(long, env = "AQUEDUCT_JOIN")]
+    join: bool,
+    /// A bearer token that maps to a superuser on the other members
+    #[arg(long, env = "AQUEDUCT_CLUSTER_TOKEN")]
+    cluster_token: Option<String>,
 }
 
 impl ServeArgs {
@@ -175,6 +191,10 @@ impl ServeArgs {
             consumer_max_age: self.consumer_max_age.clone(),
             follow: (!self.follow.is_empty()).then(|| self.follow.clone()),
             follow_token: self.follow_token.clone(),
+            node_id: self.node_id,
+            cluster: self.cluster.clone(),
+            join: self.join.then_some(true),
+            cluster_token: self.cluster_token.clone(),
         })
     }
 }

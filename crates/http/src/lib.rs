@@ -5,6 +5,7 @@
 
 mod auth;
 mod changes;
+mod cluster;
 mod json;
 mod log_records;
 pub(crate) mod metrics;
@@ -55,6 +56,8 @@ pub struct HttpConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Set on a follower: what `GET /v1/replication` says of it.
     pub replication: Option<ReplicationStatus>,
+    /// Set on a member of a Raft group (`cluster.rs`).
+    pub cluster: Option<Arc<aqueduct_replicate::group::Member>>,
 }
 
 #[derive(Clone)]
@@ -72,6 +75,8 @@ struct AppState {
     follower_bootstraps: log_records::BootstrapHolds,
     /// A follower's replication state (`log_records.rs`).
     replication: Option<ReplicationStatus>,
+    /// This server's Raft group membership (`cluster.rs`).
+    cluster: Option<Arc<aqueduct_replicate::group::Member>>,
 }
 
 /// The routes, for serving and for tests.
@@ -97,6 +102,7 @@ fn router_and_state(
         bootstraps: Default::default(),
         follower_bootstraps: Default::default(),
         replication: config.replication.clone(),
+        cluster: config.cluster.clone(),
     };
     let router = Router::new()
         .route("/health", get(health))
@@ -109,6 +115,19 @@ fn router_and_state(
         .route("/v1/log", get(log_records::records))
         .route("/v1/log/committed", get(log_records::committed))
         .route("/v1/replication", get(log_records::replication))
+        .route(
+            "/v1/raft/{call}",
+            post(cluster::raft_message).layer(axum::extract::DefaultBodyLimit::max(
+                aqueduct_replicate::group::MAX_MESSAGE_BYTES,
+            )),
+        )
+        .route("/v1/cluster", get(cluster::status))
+        .route("/v1/cluster/members", post(cluster::add))
+        .route(
+            "/v1/cluster/members/{id}",
+            axum::routing::delete(cluster::remove),
+        )
+        .route("/v1/cluster/elect", post(cluster::elect))
         .route(
             "/v1/publications/{publication}/stream",
             get(publications::stream),

@@ -8,9 +8,13 @@
 //!   its own (`aqueduct serve --follow`).
 //! - [`read_index`]: the commit LSN of the servers a follower follows,
 //!   asked now, for its linearizable reads.
+//! - [`group`]: a Raft group of voting members (openraft), whose log
+//!   storage is the log and whose state machine is the tables
+//!   (`aqueduct serve --cluster`).
 
 pub mod catchup;
 pub mod follower;
+pub mod group;
 pub mod read_index;
 
 pub use follower::{spawn, FollowConfig, FollowStatus};

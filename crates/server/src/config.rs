@@ -22,6 +22,10 @@
 //! consumer_max_age = "7d"     # time a durable consumer behind may go without acknowledging
 //! follow = ["10.0.0.1:8433", "10.0.0.2:8433"]  # a read-only follower of these members' log
 //! follow_token = "secret"     # a token that maps to a superuser on them
+//! node_id = 1                  # this member's id in a Raft group, with:
+//! cluster = "1=10.0.0.1:8433,2=10.0.0.2:8433,3=10.0.0.3:8433"
+//! join = false                 # a member added later (`aqueduct cluster add`)
+//! cluster_token = "secret"     # a token that maps to a superuser on the members
 //! user_file = "/etc/aqueduct/users"   # more bootstrap users, see below
 //! allow_trust_on_network = false
 //! [users]                     # bootstrap users: superusers
@@ -117,6 +121,9 @@ pub struct ServerConfig {
     pub follow: Vec<String>,
     /// The bearer token sent to them.
     pub follow_token: Option<String>,
+    /// Set on a member of a Raft group (`--node-id`, `--cluster`,
+    /// `--join`, `--cluster-token`).
+    pub cluster: Option<aqueduct_replicate::group::GroupConfig>,
 }
 
 impl Default for ServerConfig {
@@ -144,6 +151,7 @@ impl Default for ServerConfig {
             feed: aqueduct_feed::FeedOptions::default(),
             follow: Vec::new(),
             follow_token: None,
+            cluster: None,
         }
     }
 }
@@ -190,6 +198,16 @@ pub struct FileConfig {
     pub follow: Option<Vec<String>>,
     /// `--follow-token`.
     pub follow_token: Option<String>,
+    /// `--node-id`: this member's id in its Raft group.
+    pub node_id: Option<u64>,
+    /// `--cluster`: the group's first members, `ID=HOST:PORT,...` (HTTP
+    /// addresses).
+    pub cluster: Option<String>,
+    /// `--join`: a member added later, contacted by the group.
+    pub join: Option<bool>,
+    /// `--cluster-token`: a token that maps to a superuser on the other
+    /// members.
+    pub cluster_token: Option<String>,
 }
 
 /// `http_tokens`: a table of token → role, or (the older form) a list of
@@ -392,7 +410,38 @@ impl ServerConfig {
                 )));
             }
         }
+        let cluster = match (
+            flags.node_id.or(file.node_id),
+            flags.cluster.or(file.cluster),
+        ) {
+            (None, None) => None,
+            (Some(node_id), Some(spec)) => {
+                let members = aqueduct_replicate::group::GroupConfig::parse_members(&spec)
+                    .map_err(|e| ConfigError::Invalid(format!("--cluster: {e}")))?;
+                if !follow.is_empty() {
+                    return Err(ConfigError::Invalid(
+                        "--follow and --cluster exclude each other: a member of a group \
+                         takes writes through its leader"
+                            .into(),
+                    ));
+                }
+                Some(aqueduct_replicate::group::GroupConfig {
+                    node_id,
+                    members,
+                    join: flags.join.or(file.join).unwrap_or(false),
+                    token: flags.cluster_token.or(file.cluster_token),
+                })
+            }
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "--node-id and --cluster go together: this member's id, and the group's \
+                     first members as ID=HOST:PORT,..."
+                        .into(),
+                ))
+            }
+        };
         let config = ServerConfig {
+            cluster,
             follow,
             follow_token: flags.follow_token.or(file.follow_token),
             feed,

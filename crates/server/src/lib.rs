@@ -41,6 +41,8 @@ pub enum ServerError {
     },
     #[error("TLS: {0}")]
     Tls(#[from] aqueduct_pg::TlsError),
+    #[error("the Raft group: {0}")]
+    Cluster(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -57,6 +59,36 @@ pub struct Bound {
 struct Members {
     config: aqueduct_replicate::FollowConfig,
     next: std::sync::atomic::AtomicUsize,
+}
+
+/// A member of a Raft group, as the source of its linearizable reads'
+/// commit LSN: the leader's read index.
+struct GroupReads(Arc<aqueduct_replicate::group::Member>);
+
+impl aqueduct_sql::CommitSource for GroupReads {
+    fn committed_lsn_via(&self, _hops: u32, timeout: Duration) -> Result<u64, String> {
+        self.0.read_index_lsn(timeout)
+    }
+}
+
+/// Restarts this process in place (same id, same arguments): a member
+/// whose tables show writes its group did not commit rebuilds them from
+/// the log, as after a crash.
+fn restart_in_place(why: &str) {
+    use std::os::unix::process::CommandExt;
+    tracing::error!("restarting to rebuild the tables from the log: {why}");
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!("cannot find this program to restart it ({e}); exiting");
+            std::process::exit(75);
+        }
+    };
+    let e = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    tracing::error!("cannot restart ({e}); exiting");
+    std::process::exit(75);
 }
 
 impl aqueduct_sql::CommitSource for Members {
@@ -86,6 +118,22 @@ pub async fn run(
     let (log, report) = tokio::task::spawn_blocking(move || Log::open(&data_dir, log_options))
         .await
         .expect("log open task")?;
+    // A member of a Raft group rebuilds its tables only up to what its
+    // group committed; the rest is applied when the group commits it.
+    let prepared = match &config.cluster {
+        None => None,
+        Some(_) => {
+            let dir = config.data_dir.join("raft");
+            let log = log.clone();
+            Some(
+                tokio::task::spawn_blocking(move || aqueduct_replicate::group::prepare(&dir, &log))
+                    .await
+                    .expect("Raft state task")
+                    .map_err(ServerError::Cluster)?,
+            )
+        }
+    };
+    let replay_until = prepared.as_ref().map(|p| p.replay_until);
     tracing::info!(
         segments = report.segments,
         last_lsn = report.last_lsn,
@@ -99,7 +147,13 @@ pub async fn run(
     };
     let feed_options = config.feed.clone();
     let engine = tokio::task::spawn_blocking(move || {
-        replay(log, report.records, view_options, feed_options)
+        replay(
+            log,
+            replay_until,
+            report.records,
+            view_options,
+            feed_options,
+        )
     })
     .await
     .expect("replay task")?;
@@ -127,6 +181,30 @@ pub async fn run(
             let _ = tokio::task::spawn_blocking(move || feed.enforce_caps_now()).await;
         }
     });
+    let member = match (prepared, &config.cluster) {
+        (Some(prepared), Some(group)) => {
+            let member =
+                aqueduct_replicate::group::start(prepared, engine.shared_database(), group.clone())
+                    .await
+                    .map_err(ServerError::Cluster)?;
+            member
+                .shared
+                .set_on_diverged(Box::new(|why| restart_in_place(&why)));
+            engine.set_commit_source(Arc::new(GroupReads(member.clone())));
+            tracing::info!(
+                "member {} of a Raft group of {}",
+                group.node_id,
+                group
+                    .members
+                    .iter()
+                    .map(|(id, addr)| format!("{id}={addr}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Some(member)
+        }
+        _ => None,
+    };
     engine.set_default_consistency(config.consistency);
     if let Some(timeout) = config.statement_timeout {
         engine.set_default_statement_timeout(timeout);
@@ -216,6 +294,7 @@ pub async fn run(
                 Arc::new(move || status.to_json(&members));
             status
         }),
+        cluster: member.clone(),
     };
     let follow_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let follower = if config.follow.is_empty() {
@@ -243,9 +322,13 @@ pub async fn run(
         )?)
     };
     let following = follower.is_some().then(|| follow_status.clone());
+    let in_group = member.clone();
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {
         if let Some(status) = &following {
             status.metrics(out);
+        }
+        if let Some(m) = &in_group {
+            m.metrics(out);
         }
         let m = &pg_metrics;
         for (name, kind, help, v) in [
@@ -304,6 +387,9 @@ pub async fn run(
     drop(follower);
     let _ = pg_task.await;
     let _ = http_task.await;
+    if let Some(m) = &member {
+        let _ = m.raft.shutdown().await;
+    }
     if let Some(r) = releaser {
         let _ = r.await;
     }
@@ -318,6 +404,7 @@ pub async fn run(
 /// Replays the log into tables, with a progress bar when it is long.
 fn replay(
     log: Log,
+    until: Option<aqueduct_log::Lsn>,
     records: u64,
     view_options: aqueduct_sql::views::ViewOptions,
     feed_options: aqueduct_feed::FeedOptions,
@@ -335,8 +422,9 @@ fn replay(
     } else {
         None
     };
-    let engine = Engine::open_with_feed(
+    let engine = Engine::open_replaying_until(
         log,
+        until,
         &mut |lsn| {
             if let Some(b) = &bar {
                 b.set_position(lsn);

@@ -116,7 +116,19 @@ impl Engine {
         options: views::ViewOptions,
         feed_options: aqueduct_feed::FeedOptions,
     ) -> Result<Arc<Engine>, SqlError> {
-        let (db, replay) = Database::open(log, progress)?;
+        Engine::open_replaying_until(log, None, progress, options, feed_options)
+    }
+
+    /// [`Engine::open_with_feed`] with the tables rebuilt only from the
+    /// records up to `until` ([`Database::open_until`]).
+    pub fn open_replaying_until(
+        log: Log,
+        until: Option<Lsn>,
+        progress: &mut dyn FnMut(Lsn),
+        options: views::ViewOptions,
+        feed_options: aqueduct_feed::FeedOptions,
+    ) -> Result<Arc<Engine>, SqlError> {
+        let (db, replay) = Database::open_until(log, until, progress)?;
         let db = Arc::new(db);
         db.expire_ephemeral_rows();
         let registry = Arc::new(views::ViewRegistry::new(options));

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aqueduct_log::{Log, Lsn};
+use aqueduct_log::{Log, Lsn, NewRecord, Record};
 use aqueduct_values::{EnumType, Value};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
@@ -997,6 +997,29 @@ pub struct Database {
     /// Set on a follower: why it takes no write of its own (every write
     /// comes from the members it follows, through `apply_appended`).
     read_only: RwLock<Option<String>>,
+    /// Set on a member of a Raft group: what proposes its commits to the
+    /// group and says when the group committed them.
+    replicator: RwLock<Option<Arc<dyn Replicator>>>,
+}
+
+/// A group that replicates the log (a Raft group, `docs/replication.md`).
+/// On its leader a commit is appended and applied as on a single server,
+/// then proposed to the group, and acknowledged (and shown to readers)
+/// only once the group committed it.
+pub trait Replicator: Send + Sync {
+    /// Under the commit lock, before a local write is appended: refuses
+    /// it where this member may not write (not the leader, or not yet
+    /// applied what earlier leaders committed).
+    fn may_write(&self) -> Result<(), TableError>;
+    /// Under the commit lock, after `records` were appended at their LSNs
+    /// and before they are applied: proposes them to the group, in commit
+    /// order. An error leaves them unproposed (the caller removes them).
+    fn propose(&self, records: Vec<Record>) -> Result<(), TableError>;
+    /// Waits until the group committed every record up to `lsn`; an error
+    /// says the write's outcome is unknown (40003).
+    fn await_committed(&self, lsn: Lsn) -> Result<(), TableError>;
+    /// Whether the group committed every record up to `lsn`.
+    fn is_committed(&self, lsn: Lsn) -> bool;
 }
 
 impl Database {
@@ -1006,12 +1029,27 @@ impl Database {
         log: Log,
         progress: &mut dyn FnMut(Lsn),
     ) -> Result<(Database, ReplayReport), TableError> {
+        Database::open_until(log, None, progress)
+    }
+
+    /// [`Database::open`] replaying only the records up to `until` (a
+    /// member of a Raft group: what its group committed; the rest is
+    /// applied when the group commits it).
+    pub fn open_until(
+        log: Log,
+        until: Option<Lsn>,
+        progress: &mut dyn FnMut(Lsn),
+    ) -> Result<(Database, ReplayReport), TableError> {
         let started = Instant::now();
+        let until = until.unwrap_or(Lsn::MAX).min(log.committed_lsn());
         let mut catalog = Catalog::default();
         let mut report = ReplayReport::default();
         let mut bad = None;
         let mut batches = BatchBuilder::default();
         log.replay(0, |r| {
+            if r.lsn > until {
+                return Ok(());
+            }
             let fail = |reason| TableError::BadRecord { lsn: r.lsn, reason };
             match batches.push(&r) {
                 Ok(Some(batch)) => {
@@ -1031,7 +1069,7 @@ impl Database {
             Ok(())
         })
         .map_err(|e| bad.take().unwrap_or(TableError::Log(e)))?;
-        report.last_lsn = log.committed_lsn();
+        report.last_lsn = until;
         catalog.lsn = report.last_lsn;
         report.tables = catalog.tables.len();
         report.rows = catalog.tables.values().map(|t| t.len()).sum();
@@ -1051,6 +1089,7 @@ impl Database {
             locks: LockTable::default(),
             next_txn: AtomicU64::new(1),
             read_only: RwLock::new(None),
+            replicator: RwLock::new(None),
             log,
             catalog: RwLock::new(catalog),
             commit: Mutex::new(()),
@@ -1156,12 +1195,27 @@ impl Database {
     /// Waits until whatever a reader saw (up to `lsn`) is committed per the
     /// sync policy, so no reader acts on a write that a crash could undo.
     pub fn await_visible(&self, lsn: Lsn) -> Result<(), TableError> {
-        Ok(self.log.await_committed(lsn)?)
+        self.log.await_committed(lsn)?;
+        match self.replicator() {
+            Some(r) => r.await_committed(lsn),
+            None => Ok(()),
+        }
     }
 
     /// Whether [`Database::await_visible`] for `lsn` would return at once.
     pub fn is_visible(&self, lsn: Lsn) -> bool {
-        self.log.is_committed(lsn)
+        self.log.is_committed(lsn) && self.replicator().is_none_or(|r| r.is_committed(lsn))
+    }
+
+    /// Makes this database a member of a replicating group: its commits
+    /// are proposed to the group through `replicator` and acknowledged
+    /// once the group committed them.
+    pub fn set_replicator(&self, replicator: Arc<dyn Replicator>) {
+        *self.replicator.write() = Some(replicator);
+    }
+
+    fn replicator(&self) -> Option<Arc<dyn Replicator>> {
+        self.replicator.read().clone()
     }
 
     /// Runs `f` with the commit lock held, then commits what it wrote without
@@ -1197,7 +1251,7 @@ impl Database {
         drop(guard);
         self.after_release();
         if let Some(lsn) = lsn {
-            self.log.await_committed(lsn).map_err(TableError::from)?;
+            self.await_visible(lsn)?;
         }
         Ok((out, lsn))
     }
@@ -1240,7 +1294,7 @@ impl Database {
         drop(guard);
         self.after_release();
         if let Some(lsn) = lsn {
-            self.log.await_committed(lsn)?;
+            self.await_visible(lsn)?;
         }
         Ok(lsn)
     }
@@ -1270,12 +1324,16 @@ impl Database {
                 .with_hint("send writes to the server it follows; reads are served here"),
             ));
         }
+        let replicator = self.replicator();
+        if let Some(r) = &replicator {
+            r.may_write()?;
+        }
         self.check_unique(txn)?;
         let first = self.log.next_lsn();
         let catalog = self.catalog.read();
         // Read only by publications' streams: written while there is one.
         let deps = (!catalog.publications.is_empty()).then(|| txn.deps());
-        let (records, batch) = encode_batch(
+        let (mut records, batch) = encode_batch(
             &catalog,
             &txn.writes,
             deps,
@@ -1283,12 +1341,24 @@ impl Database {
             aqueduct_log::now_micros(),
         );
         drop(catalog);
+        // Every record carries the commit's time, as its copies do.
+        for r in records.iter_mut().filter(|r| r.timestamp_micros == 0) {
+            r.timestamp_micros = batch.commit_micros;
+        }
         let range = self.log.append_pending(&records)?;
         assert_eq!(
             (range.first, range.last),
             (batch.first, batch.last),
             "the log gave a batch other LSNs than the next ones"
         );
+        if let Some(r) = &replicator {
+            let copies = appended_copies(records, range.first);
+            if let Err(e) = r.propose(copies) {
+                // Not applied and never acknowledged: it goes again.
+                self.log.truncate_after(range.first - 1)?;
+                return Err(e);
+            }
+        }
         Ok(Some(batch))
     }
 
@@ -1399,6 +1469,28 @@ impl Database {
         }
         Ok(())
     }
+}
+
+/// The records of a batch appended from `first` on, as the log holds them.
+fn appended_copies(records: Vec<NewRecord>, first: Lsn) -> Vec<Record> {
+    let count = records.len();
+    records
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            lsn: first + i as u64,
+            term: r.term,
+            timestamp_micros: r.timestamp_micros,
+            kind: r.kind,
+            flags: if i + 1 < count {
+                aqueduct_log::record::FLAG_BATCH_CONTINUES
+            } else {
+                0
+            },
+            key: r.key,
+            body: r.body,
+        })
+        .collect()
 }
 
 fn unique_error(schema: &TableSchema, index: &str, row: &Row) -> TableError {

@@ -1,0 +1,481 @@
+//! A Raft group of voting members replicating the log
+//! (`docs/replication.md`, "The Raft group").
+//!
+//! Consensus comes from openraft (pinned to one version); this module is
+//! the thin layer between it and the server: the log storage and state
+//! machine over the log and tables ([`store`]), messages over HTTP
+//! ([`network`]), and [`Member`], through which the server proposes
+//! commits, asks for read indexes, changes membership and reads status.
+
+pub mod entries;
+pub mod network;
+pub mod store;
+pub mod types;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aqueduct_expr::SqlError;
+use aqueduct_log::{wire, Lsn, Record};
+use aqueduct_tables::{Database, Replicator, TableError};
+use futures::FutureExt;
+use openraft::{BasicNode, ChangeMembers, ServerState};
+
+pub use store::{prepare, Prepared};
+use types::{NodeId, Proposal, Raft};
+
+/// Proposals a leader has in flight at most; a commit waits (under the
+/// commit lock, so every commit waits) while there are more.
+pub const MAX_PROPOSALS_IN_FLIGHT: u64 = 4096;
+/// How long a commit waits for the group to commit it before its outcome
+/// is reported unknown.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
+/// How long a new leader's first write waits for it to apply what earlier
+/// leaders committed.
+pub const LEADER_READY_WAIT: Duration = Duration::from_secs(5);
+/// The largest Raft message a member takes: one batch of the largest size
+/// and room for its framing. A message of several entries that would be
+/// larger is sent in smaller ones.
+pub const MAX_MESSAGE_BYTES: usize = aqueduct_log::MAX_BATCH_BYTES + (4 << 20);
+/// Entries one Raft message carries at most.
+pub const MAX_MESSAGE_ENTRIES: u64 = 256;
+/// Raft's heartbeat and election timeouts, in milliseconds.
+pub const HEARTBEAT_MS: u64 = 100;
+pub const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
+const _: () = assert!(HEARTBEAT_MS * 3 <= ELECTION_TIMEOUT_MS.0);
+const _: () = assert!(ELECTION_TIMEOUT_MS.0 < ELECTION_TIMEOUT_MS.1);
+
+/// How a member joins its group (`serve --node-id --cluster [--join]`).
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    pub node_id: NodeId,
+    /// The group's first members: id → HTTP address.
+    pub members: BTreeMap<NodeId, String>,
+    /// A new member added later (`cluster add`): waits to be contacted
+    /// rather than forming the group.
+    pub join: bool,
+    /// A bearer token for the other members' HTTP listeners.
+    pub token: Option<String>,
+}
+
+impl GroupConfig {
+    /// Parses `1=host:port,2=host:port,...`.
+    pub fn parse_members(spec: &str) -> Result<BTreeMap<NodeId, String>, String> {
+        let mut out = BTreeMap::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (id, addr) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
+            let id: NodeId = id
+                .trim()
+                .parse()
+                .map_err(|_| format!("{id:?} is not a member id (a positive integer)"))?;
+            if id == 0 {
+                return Err("member ids start at 1".into());
+            }
+            if out.insert(id, addr.trim().to_string()).is_some() {
+                return Err(format!("member {id} is named twice"));
+            }
+        }
+        if out.is_empty() {
+            return Err("no member named".into());
+        }
+        Ok(out)
+    }
+}
+
+/// One member of a running group.
+pub struct Member {
+    pub raft: Raft,
+    pub shared: Arc<store::Shared>,
+    config: GroupConfig,
+    runtime: tokio::runtime::Handle,
+    in_flight: Arc<AtomicU64>,
+}
+
+/// Starts this member's Raft over `db` (rebuilt to `prepared`'s replay
+/// point), forms the group if this is its first start and this member has
+/// the lowest id, and makes `db` propose its commits through it.
+pub async fn start(
+    prepared: Prepared,
+    db: Arc<Database>,
+    config: GroupConfig,
+) -> Result<Arc<Member>, String> {
+    if !config.members.contains_key(&config.node_id) {
+        return Err(format!(
+            "--node-id {} is not among the --cluster members ({})",
+            config.node_id,
+            config
+                .members
+                .keys()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let shared = prepared.shared.attach(config.node_id, db.clone());
+    let raft_config = openraft::Config {
+        cluster_name: "aqueduct".into(),
+        heartbeat_interval: HEARTBEAT_MS,
+        election_timeout_min: ELECTION_TIMEOUT_MS.0,
+        election_timeout_max: ELECTION_TIMEOUT_MS.1,
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        max_payload_entries: MAX_MESSAGE_ENTRIES,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| format!("the Raft settings: {e}"))?;
+    let raft = Raft::new(
+        config.node_id,
+        Arc::new(raft_config),
+        network::Network {
+            token: config.token.clone(),
+        },
+        store::LogStore(shared.clone()),
+        store::StateMachine(shared.clone()),
+    )
+    .await
+    .map_err(|e| format!("starting Raft: {e}"))?;
+    let fresh = raft
+        .is_initialized()
+        .await
+        .map(|i| !i)
+        .map_err(|e| e.to_string())?;
+    let lowest = config.members.keys().next().copied();
+    if fresh && !config.join && lowest == Some(config.node_id) {
+        let nodes: BTreeMap<NodeId, BasicNode> = config
+            .members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match raft.initialize(nodes).await {
+            Ok(()) => tracing::info!("formed a Raft group of {} members", config.members.len()),
+            Err(e) => tracing::info!("the group is formed already ({e})"),
+        }
+    }
+    let member = Arc::new(Member {
+        raft,
+        shared,
+        config,
+        runtime: tokio::runtime::Handle::current(),
+        in_flight: Arc::new(AtomicU64::new(0)),
+    });
+    db.set_replicator(member.clone());
+    Ok(member)
+}
+
+fn refused(code: &'static str, message: String, hint: &'static str) -> TableError {
+    TableError::Refused(SqlError::new(code, message).with_hint(hint))
+}
+
+impl Member {
+    pub fn id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// The current leader and its HTTP address, as this member knows.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        let id = m.current_leader?;
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        Some((id, addr))
+    }
+
+    fn is_leader(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.config.node_id)
+    }
+
+    fn current_term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// The LSN a linearizable read must see: on the leader, its read index
+    /// (confirmed by a quorum) as an LSN; elsewhere asked of the leader.
+    pub fn read_index_lsn(&self, timeout: Duration) -> Result<Lsn, String> {
+        if self.is_leader() {
+            let raft = self.raft.clone();
+            let read = self
+                .runtime
+                .block_on(
+                    async move { tokio::time::timeout(timeout, raft.ensure_linearizable()).await },
+                )
+                .map_err(|_| "the leader's read index took too long".to_string())?
+                .map_err(|e| format!("the leader's read index: {e}"))?;
+            let lsn = match read {
+                Some(id) => self
+                    .shared
+                    .lsn_of(id.index)
+                    .ok_or_else(|| format!("entry {} is not in the index", id.index))?,
+                None => 0,
+            };
+            return Ok(lsn);
+        }
+        let (id, addr) = self
+            .leader()
+            .ok_or_else(|| "the group has no leader now".to_string())?;
+        let config = crate::FollowConfig {
+            members: vec![addr],
+            token: self.config.token.clone(),
+            seed: id,
+        };
+        crate::read_index::committed_lsn(&config, 0, 1, timeout)
+    }
+
+    /// Adds `id` at `addr` as a learner (it copies the log but does not
+    /// vote), waiting until it caught up.
+    pub async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {
+        self.raft
+            .add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Makes learner or new member `id` a voter.
+    pub async fn add_voter(&self, id: NodeId) -> Result<(), String> {
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Removes `id` from the group (voter or learner).
+    pub async fn remove(&self, id: NodeId) -> Result<(), String> {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        let voters: BTreeSet<NodeId> = m.membership().voter_ids().collect();
+        if voters.contains(&id) {
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        self.raft
+            .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// This member's view of the group, as JSON (`GET /v1/cluster`).
+    pub fn status(&self) -> serde_json::Value {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let db = &self.shared.db;
+        let committed = self.shared.committed_lsn();
+        let members: Vec<serde_json::Value> = membership
+            .nodes()
+            .map(|(id, node)| {
+                let matched = m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(id).cloned().flatten())
+                    .map(|l| l.index);
+                serde_json::json!({
+                    "id": id,
+                    "addr": node.addr,
+                    "voter": voters.contains(id),
+                    "leader": m.current_leader == Some(*id),
+                    "matched_index": matched,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "node_id": self.config.node_id,
+            "role": match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            },
+            "term": m.current_term,
+            "leader": m.current_leader,
+            "last_log_index": m.last_log_index,
+            "applied_index": m.last_applied.map(|l| l.index),
+            "commit_lsn": committed,
+            "applied_lsn": db.applied_lsn(),
+            "log_lsn": db.log().next_lsn().saturating_sub(1),
+            "lag": db.log().next_lsn().saturating_sub(1).saturating_sub(committed),
+            "diverged": self.shared.diverged(),
+            "members": members,
+        })
+    }
+
+    /// Prometheus lines for this member.
+    pub fn metrics(&self, out: &mut String) {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = u64::from(m.state == ServerState::Leader);
+        for (name, help, v) in [
+            (
+                "aqueduct_raft_term",
+                "The Raft term this member is in.",
+                m.current_term,
+            ),
+            (
+                "aqueduct_raft_leader",
+                "1 while this member leads its group.",
+                leader,
+            ),
+            (
+                "aqueduct_raft_last_log_index",
+                "The last Raft entry in this member's log.",
+                m.last_log_index.unwrap_or(0),
+            ),
+            (
+                "aqueduct_raft_applied_index",
+                "The last Raft entry applied to this member's tables.",
+                m.last_applied.map_or(0, |l| l.index),
+            ),
+            (
+                "aqueduct_raft_commit_lsn",
+                "The last LSN the group committed, as this member knows.",
+                self.shared.committed_lsn(),
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            ));
+        }
+    }
+}
+
+impl Replicator for Member {
+    fn may_write(&self) -> Result<(), TableError> {
+        if let Some(why) = self.shared.diverged() {
+            return Err(refused(
+                "57P03",
+                format!("this member is rebuilding its tables: {why}"),
+                "retry in a moment, or on another member",
+            ));
+        }
+        if !self.is_leader() {
+            let leader = match self.leader() {
+                Some((id, addr)) => format!("member {id} (HTTP {addr})"),
+                None => "not known yet (an election is under way)".into(),
+            };
+            return Err(refused(
+                "25006",
+                format!(
+                    "cannot execute a write on member {}: it follows the group's leader, {leader}",
+                    self.config.node_id
+                ),
+                "send writes to the leader; `aqueduct cluster status` names it",
+            ));
+        }
+        // A new leader writes only after applying what earlier leaders
+        // committed (its own first entry commits them), so its writes are
+        // applied in log order.
+        let deadline = Instant::now() + LEADER_READY_WAIT;
+        let term = self.current_term();
+        let db = &self.shared.db;
+        let ready = self.shared.wait_until(deadline, || {
+            self.shared.ready_term() >= term
+                && db.applied_lsn() + 1 == db.log().next_lsn()
+                && self.in_flight.load(Ordering::Acquire) < MAX_PROPOSALS_IN_FLIGHT
+        });
+        if !ready {
+            return Err(refused(
+                "57P03",
+                format!(
+                    "member {} leads the group but has not yet applied what earlier leaders \
+                     committed",
+                    self.config.node_id
+                ),
+                "retry in a moment",
+            ));
+        }
+        Ok(())
+    }
+
+    fn propose(&self, records: Vec<Record>) -> Result<(), TableError> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(());
+        };
+        let proposal = Proposal {
+            first: first.lsn,
+            last: last.lsn,
+            records: wire::encode(
+                &records,
+                wire::Sender {
+                    committed: self.shared.committed_lsn(),
+                    exact_from: self.shared.log().exact_from(),
+                },
+            ),
+        };
+        // The send is the first step of the future: done at its first poll,
+        // so proposals reach Raft in commit order.
+        let sent = self.raft.client_write_ff(proposal).now_or_never();
+        let rx = match sent {
+            Some(Ok(rx)) => rx,
+            Some(Err(e)) => {
+                return Err(refused(
+                    "57P01",
+                    format!("this member's Raft stopped: {e}"),
+                    "restart the server",
+                ))
+            }
+            None => {
+                return Err(refused(
+                    "57P03",
+                    "the proposal could not be handed to Raft".into(),
+                    "retry",
+                ))
+            }
+        };
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let shared = self.shared.clone();
+        let in_flight = self.in_flight.clone();
+        let lsns = (first.lsn, last.lsn);
+        self.runtime.spawn(async move {
+            let outcome = rx.await;
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            shared.notify();
+            let failed = match outcome {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(e) = failed {
+                shared.diverge(format!(
+                    "the batch at LSNs {}..={} was applied here but not committed by the group ({e})",
+                    lsns.0, lsns.1
+                ));
+            }
+        });
+        Ok(())
+    }
+
+    fn await_committed(&self, lsn: Lsn) -> Result<(), TableError> {
+        let deadline = Instant::now() + COMMIT_WAIT;
+        let shared = &self.shared;
+        let done = shared.wait_until(deadline, || {
+            shared.committed_lsn() >= lsn || shared.diverged().is_some()
+        });
+        if done && shared.committed_lsn() >= lsn {
+            return Ok(());
+        }
+        let why = shared
+            .diverged()
+            .unwrap_or_else(|| format!("not committed by the group within {COMMIT_WAIT:?}"));
+        Err(refused(
+            "40003",
+            format!("the outcome of the write at LSN {lsn} is unknown: {why}"),
+            "check whether it took effect before retrying it",
+        ))
+    }
+
+    fn is_committed(&self, lsn: Lsn) -> bool {
+        self.shared.committed_lsn() >= lsn
+    }
+}
