@@ -15,12 +15,12 @@ mod linearizable;
 
 use std::time::{Duration, Instant};
 
-use aqueduct_log::wire;
 use aqueduct_mirror::http;
-use common::{serve, serve_at, STEP_TIMEOUT};
+use common::{
+    addr, log_records, metric, ok, rows, serve, serve_at, sql, Proxy, HTTP_TIMEOUT, STEP_TIMEOUT,
+};
 use serde_json::Value as Json;
 
-const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Transactions the writer commits on the source.
 const WRITES: usize = 400;
 /// The first follower is killed after this many.
@@ -28,38 +28,6 @@ const KILL_AT: usize = 150;
 /// Compaction would make the logs differ (each server compacts its own):
 /// the comparison of logs runs with it out of the way.
 const NO_COMPACTION: &[&str] = &["--compaction-interval-secs", "3600", "--fsync", "interval"];
-
-fn addr(http: u16) -> String {
-    format!("127.0.0.1:{http}")
-}
-
-fn sql(http: u16, text: &str) -> Result<Json, aqueduct_mirror::Error> {
-    http::sql(&addr(http), None, text, &[], HTTP_TIMEOUT)
-}
-
-fn ok(http: u16, text: &str) -> Json {
-    sql(http, text).unwrap_or_else(|e| panic!("{text}: {e}"))
-}
-
-/// The rows of `text`, sorted, as JSON text.
-fn rows(http: u16, text: &str) -> Vec<String> {
-    let mut out: Vec<String> = ok(http, text)["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.to_string())
-        .collect();
-    out.sort();
-    out
-}
-
-/// The metric `name` on the server at `http`.
-fn metric(http: u16, name: &str) -> Option<u64> {
-    let mut r = http::request(&addr(http), "GET", "/metrics", None, None, HTTP_TIMEOUT).ok()?;
-    let text = String::from_utf8(r.body.read_to_end(16 << 20).ok()?).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
 
 /// Waits until the follower at `http` has applied `lsn`.
 fn await_applied(http: u16, lsn: u64) {
@@ -77,24 +45,6 @@ fn await_applied(http: u16, lsn: u64) {
         );
     }
     assert!(metric(http, "aqueduct_follower_applied_lsn").is_some_and(|a| a >= lsn));
-}
-
-/// Every record of the log of the server at `http`, as sent to followers
-/// (without the header, whose committed LSN may differ).
-fn log_records(http: u16) -> Vec<aqueduct_log::Record> {
-    let mut out = Vec::new();
-    loop {
-        let from = out.last().map_or(1, |r: &aqueduct_log::Record| r.lsn + 1);
-        let path = format!("/v1/log?from_lsn={from}&max_records=65536");
-        let mut r = http::request(&addr(http), "GET", &path, None, None, HTTP_TIMEOUT).unwrap();
-        assert_eq!(r.status, 200, "{path}");
-        let body = r.body.read_to_end(1 << 30).unwrap();
-        let (records, _) = wire::decode(&body, from).unwrap();
-        if records.is_empty() {
-            return out;
-        }
-        out.extend(records);
-    }
 }
 
 #[test]
@@ -369,76 +319,6 @@ fn linearizable_reads_on_followers_see_every_acknowledged_write() {
     )
     .unwrap();
     assert_eq!(eventual["rows"][0][0], 145);
-}
-
-/// A TCP proxy on loopback between a follower and the server it follows,
-/// which the test can cut (every connection closed, new ones closed at
-/// once) and restore: a network partition between the two.
-struct Proxy {
-    port: u16,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Proxy {
-    fn start(target: u16) -> Proxy {
-        use std::io::{Read, Write};
-        use std::net::{Shutdown, TcpListener, TcpStream};
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = std::sync::Arc::new(AtomicBool::new(false));
-        let flag = cut.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if flag.load(Ordering::SeqCst) {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
-                    continue;
-                };
-                for (mut from, mut to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    let flag = flag.clone();
-                    from.set_read_timeout(Some(Duration::from_millis(50)))
-                        .unwrap();
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16 << 10];
-                        loop {
-                            if flag.load(Ordering::SeqCst) {
-                                break;
-                            }
-                            match from.read(&mut buf) {
-                                Ok(0) => break,
-                                Ok(n) => {
-                                    if to.write_all(&buf[..n]).is_err() {
-                                        break;
-                                    }
-                                }
-                                Err(e)
-                                    if matches!(
-                                        e.kind(),
-                                        std::io::ErrorKind::WouldBlock
-                                            | std::io::ErrorKind::TimedOut
-                                    ) => {}
-                                Err(_) => break,
-                            }
-                        }
-                        let _ = from.shutdown(Shutdown::Both);
-                        let _ = to.shutdown(Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Proxy { port, cut }
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 /// Faults between a follower and its source: the follower follows through

@@ -8,6 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use aqueduct_log::wire;
+use aqueduct_mirror::http;
+use serde_json::Value as Json;
+
 /// No step of a test may take longer than this.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -130,4 +134,127 @@ pub async fn connect(pg: u16) -> tokio_postgres::Client {
         let _ = conn.await;
     });
     client
+}
+
+/// No HTTP request of a test may take longer than this.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn addr(http: u16) -> String {
+    format!("127.0.0.1:{http}")
+}
+
+pub fn sql(http: u16, text: &str) -> Result<Json, aqueduct_mirror::Error> {
+    http::sql(&addr(http), None, text, &[], HTTP_TIMEOUT)
+}
+
+pub fn ok(http: u16, text: &str) -> Json {
+    sql(http, text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// The rows of `text`, sorted, as JSON text.
+pub fn rows(http: u16, text: &str) -> Vec<String> {
+    let mut out: Vec<String> = ok(http, text)["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The metric `name` on the server at `http`.
+pub fn metric(http: u16, name: &str) -> Option<u64> {
+    let mut r = http::request(&addr(http), "GET", "/metrics", None, None, HTTP_TIMEOUT).ok()?;
+    let text = String::from_utf8(r.body.read_to_end(16 << 20).ok()?).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Every record of the log of the server at `http`, as sent to followers
+/// (without the header, whose committed LSN may differ).
+pub fn log_records(http: u16) -> Vec<aqueduct_log::Record> {
+    let mut out = Vec::new();
+    loop {
+        let from = out.last().map_or(1, |r: &aqueduct_log::Record| r.lsn + 1);
+        let path = format!("/v1/log?from_lsn={from}&max_records=65536");
+        let mut r = http::request(&addr(http), "GET", &path, None, None, HTTP_TIMEOUT).unwrap();
+        assert_eq!(r.status, 200, "{path}");
+        let body = r.body.read_to_end(1 << 30).unwrap();
+        let (records, _) = wire::decode(&body, from).unwrap();
+        if records.is_empty() {
+            return out;
+        }
+        out.extend(records);
+    }
+}
+
+/// A TCP proxy on loopback between a follower and the server it follows,
+/// which the test can cut (every connection closed, new ones closed at
+/// once) and restore: a network partition between the two.
+pub struct Proxy {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(target: u16) -> Proxy {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = cut.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if flag.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let flag = flag.clone();
+                    from.set_read_timeout(Some(Duration::from_millis(50)))
+                        .unwrap();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 << 10];
+                        loop {
+                            if flag.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = from.shutdown(Shutdown::Both);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut }
+    }
+
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+    }
 }

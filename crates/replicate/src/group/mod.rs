@@ -132,6 +132,7 @@ pub async fn start(
         Arc::new(raft_config),
         network::Network {
             token: config.token.clone(),
+            routes: config.members.clone(),
         },
         store::LogStore(shared.clone()),
         store::StateMachine(shared.clone()),
@@ -179,12 +180,12 @@ impl Member {
     pub fn leader(&self) -> Option<(NodeId, String)> {
         let m = self.raft.metrics().borrow().clone();
         let id = m.current_leader?;
-        let addr = m
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .map(|n| n.addr.clone())
-            .unwrap_or_default();
+        let addr = self.config.members.get(&id).cloned().or_else(|| {
+            m.membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| n.addr.clone())
+        })?;
         Some((id, addr))
     }
 

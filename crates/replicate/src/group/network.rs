@@ -50,9 +50,12 @@ impl Call {
     }
 }
 
-/// Makes a connection to each member from its HTTP address.
+/// Makes a connection to each member: at the address this member's own
+/// `--cluster` names for it, else at the one the group recorded when it
+/// was added.
 pub struct Network {
     pub token: Option<String>,
+    pub routes: std::collections::BTreeMap<NodeId, String>,
 }
 
 impl RaftNetworkFactory<Group> for Network {
@@ -61,7 +64,11 @@ impl RaftNetworkFactory<Group> for Network {
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
         Peer {
             target,
-            addr: node.addr.clone(),
+            addr: self
+                .routes
+                .get(&target)
+                .cloned()
+                .unwrap_or_else(|| node.addr.clone()),
             token: self.token.clone(),
         }
     }

@@ -1,0 +1,415 @@
+//! Raft groups (`aqueduct serve --node-id --cluster`, `docs/replication.md`)
+//! of three real servers on loopback, under faults: kill -9 of the leader
+//! during a write load and of every member at once; a leader cut off from
+//! the others (through proxies the test controls, one per direction of
+//! each pair) while a client keeps writing to it.
+//!
+//! Afterwards, on every member: every acknowledged write is there, the
+//! log holds the same records as the leader's, and a maintained view
+//! equals its query recomputed from the member's own tables. A leader in
+//! the minority acknowledges nothing, and its unacknowledged writes are
+//! gone once it rejoins.
+//!
+//! No timed sleeps: every wait is for a condition, under a deadline.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{free_port, log_records, ok, rows, serve_at, sql, Proxy, Server, STEP_TIMEOUT};
+use serde_json::Value as Json;
+
+const MEMBERS: usize = 3;
+/// Writes committed before the leader is killed, and in all.
+const KILL_LEADER_AT: u64 = 120;
+const RESTART_AT: u64 = 240;
+const WRITES: u64 = 360;
+
+/// Three members; member `i` reaches member `j` through proxy `(i, j)`.
+struct Group {
+    dir: tempfile::TempDir,
+    pg: Vec<u16>,
+    http: Vec<u16>,
+    proxies: BTreeMap<(usize, usize), Proxy>,
+    running: Vec<Option<Server>>,
+}
+
+impl Group {
+    fn start() -> Group {
+        let http: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
+        let mut proxies = BTreeMap::new();
+        for i in 0..MEMBERS {
+            for (j, port) in http.iter().enumerate() {
+                if i != j {
+                    proxies.insert((i, j), Proxy::start(*port));
+                }
+            }
+        }
+        let mut g = Group {
+            dir: tempfile::tempdir().unwrap(),
+            pg: (0..MEMBERS).map(|_| free_port()).collect(),
+            http,
+            proxies,
+            running: (0..MEMBERS).map(|_| None).collect(),
+        };
+        // Started together: the first member forms the group.
+        let handles: Vec<_> = (0..MEMBERS)
+            .map(|i| {
+                let (dir, pg, http, spec) = g.args(i);
+                std::thread::spawn(move || serve_member(&dir, pg, http, i, &spec))
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            g.running[i] = Some(h.join().unwrap());
+        }
+        g
+    }
+
+    fn args(&self, i: usize) -> (std::path::PathBuf, u16, u16, String) {
+        let spec = (0..MEMBERS)
+            .map(|j| {
+                let port = if i == j {
+                    self.http[j]
+                } else {
+                    self.proxies[&(i, j)].port
+                };
+                format!("{}=127.0.0.1:{port}", j + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        (
+            self.dir.path().join(format!("m{}", i + 1)),
+            self.pg[i],
+            self.http[i],
+            spec,
+        )
+    }
+
+    fn restart(&mut self, i: usize) {
+        let (dir, pg, http, spec) = self.args(i);
+        self.running[i] = Some(serve_member(&dir, pg, http, i, &spec));
+    }
+
+    fn kill9(&mut self, i: usize) {
+        if let Some(s) = self.running[i].take() {
+            s.process.kill9();
+        }
+    }
+
+    fn status(&self, i: usize) -> Option<Json> {
+        let r = aqueduct_mirror::http::request(
+            &common::addr(self.http[i]),
+            "GET",
+            "/v1/cluster",
+            None,
+            None,
+            Duration::from_secs(2),
+        )
+        .ok()?;
+        let mut r = r;
+        let body = r.body.read_to_end(1 << 20).ok()?;
+        serde_json::from_slice(&body).ok()
+    }
+
+    /// The member every running member names as leader, once they agree
+    /// and it says so itself.
+    fn leader(&self, among: &[usize]) -> usize {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            let named: Vec<Option<u64>> = among
+                .iter()
+                .map(|&i| self.status(i).and_then(|s| s["leader"].as_u64()))
+                .collect();
+            if let Some(Some(l)) = named.first() {
+                let l = *l as usize - 1;
+                if named.iter().all(|n| *n == Some(l as u64 + 1))
+                    && among.contains(&l)
+                    && self.status(l).is_some_and(|s| s["role"] == "leader")
+                {
+                    return l;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leader among {among:?}: {named:?}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// Waits until every member in `among` has applied what the leader
+    /// committed, and has nothing past it.
+    fn converge(&self, among: &[usize]) {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            let l = self.leader(among);
+            let target = self
+                .status(l)
+                .map(|s| s["commit_lsn"].as_u64().unwrap_or(0));
+            let states: Vec<Option<(u64, u64)>> = among
+                .iter()
+                .map(|&i| {
+                    self.status(i).map(|s| {
+                        (
+                            s["applied_lsn"].as_u64().unwrap_or(0),
+                            s["log_lsn"].as_u64().unwrap_or(0),
+                        )
+                    })
+                })
+                .collect();
+            if let Some(t) = target {
+                if states.iter().all(|s| *s == Some((t, t))) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "members did not converge on {target:?}: {states:?}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    fn cut(&self, member: usize, cut: bool) {
+        for ((i, j), p) in &self.proxies {
+            if *i == member || *j == member {
+                p.set_cut(cut);
+            }
+        }
+    }
+
+    /// The checks after a run, on every member.
+    fn check(&self, acked: &BTreeSet<u64>, never: &BTreeSet<u64>) {
+        let all: Vec<usize> = (0..MEMBERS).collect();
+        self.converge(&all);
+        let l = self.leader(&all);
+        let leader_log = log_records(self.http[l]);
+        let table = rows(self.http[l], "SELECT id FROM t");
+        for i in all {
+            let ids: BTreeSet<u64> = ok(self.http[i], "SELECT id FROM t")["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r[0].as_u64().unwrap())
+                .collect();
+            let lost: Vec<_> = acked.difference(&ids).collect();
+            assert!(
+                lost.is_empty(),
+                "member {} lost acknowledged writes {lost:?}",
+                i + 1
+            );
+            let back: Vec<_> = never.intersection(&ids).collect();
+            assert!(
+                back.is_empty(),
+                "member {} holds writes the minority never committed: {back:?}",
+                i + 1
+            );
+            assert_eq!(rows(self.http[i], "SELECT id FROM t"), table);
+            let log = log_records(self.http[i]);
+            assert_eq!(log.len(), leader_log.len(), "member {}'s log", i + 1);
+            for (a, b) in log.iter().zip(&leader_log) {
+                assert_eq!(
+                    (a.lsn, a.kind, &a.key, &a.body),
+                    (b.lsn, b.kind, &b.key, &b.body),
+                    "member {}'s log differs from the leader's",
+                    i + 1
+                );
+            }
+            assert_eq!(
+                rows(self.http[i], "SELECT n, s FROM totals"),
+                rows(
+                    self.http[i],
+                    "SELECT count(*) AS n, sum(id) AS s FROM (SELECT id FROM t) AS base"
+                ),
+                "member {}'s view against its query",
+                i + 1
+            );
+        }
+    }
+}
+
+fn serve_member(dir: &std::path::Path, pg: u16, http: u16, i: usize, spec: &str) -> Server {
+    let id = (i + 1).to_string();
+    serve_at(dir, pg, http, &["--node-id", &id, "--cluster", spec])
+}
+
+/// Clients writing rows with unique ids to whichever member leads,
+/// recording the acknowledged ones.
+struct Writers {
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
+    acked: Arc<Mutex<BTreeSet<u64>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn start(http: Vec<u16>, clients: u64) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicU64::new(0));
+        let acked = Arc::new(Mutex::new(BTreeSet::new()));
+        let target = Arc::new(AtomicU16::new(0));
+        let next_id = Arc::new(AtomicU64::new(1));
+        let threads = (0..clients)
+            .map(|_| {
+                let (stop, count, acked, target, next_id, http) = (
+                    stop.clone(),
+                    count.clone(),
+                    acked.clone(),
+                    target.clone(),
+                    next_id.clone(),
+                    http.clone(),
+                );
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        let id = next_id.fetch_add(1, Ordering::SeqCst);
+                        let to = target.load(Ordering::SeqCst) as usize % http.len();
+                        let text = format!("INSERT INTO t VALUES ({id}, 'w{id}')");
+                        match sql(http[to], &text) {
+                            Ok(_) => {
+                                acked.lock().unwrap().insert(id);
+                                count.fetch_add(1, Ordering::SeqCst);
+                            }
+                            // Not the leader, or gone: try the next member.
+                            Err(_) => {
+                                let _ = target.compare_exchange(
+                                    to as u16,
+                                    (to as u16 + 1) % http.len() as u16,
+                                    Ordering::SeqCst,
+                                    Ordering::SeqCst,
+                                );
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Writers {
+            stop,
+            count,
+            acked,
+            threads,
+        }
+    }
+
+    fn await_count(&self, n: u64) {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while self.count.load(Ordering::SeqCst) < n {
+            assert!(
+                Instant::now() < deadline,
+                "writes stalled at {}",
+                self.count.load(Ordering::SeqCst)
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    fn stop(self) -> BTreeSet<u64> {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        acked
+    }
+}
+
+fn schema(http: u16) {
+    ok(http, "CREATE TABLE t (id bigint PRIMARY KEY, w text)");
+    ok(
+        http,
+        "CREATE VIEW totals AS SELECT count(*) AS n, sum(id) AS s FROM t",
+    );
+}
+
+#[test]
+fn a_group_keeps_every_acknowledged_write_across_kill_9_of_its_leader_and_of_all() {
+    let mut g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    schema(g.http[l]);
+    // A follower refuses writes, naming the leader.
+    let other = (l + 1) % MEMBERS;
+    let e = sql(g.http[other], "INSERT INTO t VALUES (0, 'x')").unwrap_err();
+    assert!(e.to_string().contains("25006"), "{e}");
+
+    let writers = Writers::start(g.http.clone(), 2);
+    writers.await_count(KILL_LEADER_AT);
+    g.kill9(l);
+    let rest: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
+    let second = g.leader(&rest);
+    assert_ne!(second, l);
+    writers.await_count(RESTART_AT);
+    g.restart(l);
+    writers.await_count(WRITES);
+    let acked = writers.stop();
+    g.check(&acked, &BTreeSet::new());
+
+    // Every member at once.
+    for i in 0..MEMBERS {
+        g.kill9(i);
+    }
+    let handles: Vec<_> = (0..MEMBERS)
+        .map(|i| {
+            let (dir, pg, http, spec) = g.args(i);
+            std::thread::spawn(move || serve_member(&dir, pg, http, i, &spec))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        g.running[i] = Some(h.join().unwrap());
+    }
+    let writers = Writers::start(g.http.clone(), 1);
+    writers.await_count(20);
+    let mut more = writers.stop();
+    more.extend(acked);
+    g.check(&more, &BTreeSet::new());
+}
+
+#[test]
+fn a_leader_cut_off_from_the_group_acknowledges_nothing_and_loses_nothing_acknowledged() {
+    let g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    schema(g.http[l]);
+    let writers = Writers::start(g.http.clone(), 2);
+    writers.await_count(60);
+
+    g.cut(l, true);
+    let rest: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
+    let second = g.leader(&rest);
+    assert_ne!(second, l);
+    // Clients of the cut-off leader keep writing to it: it acknowledges
+    // none of their writes.
+    let minority: Vec<_> = (0..2u64)
+        .map(|k| {
+            let http = g.http[l];
+            std::thread::spawn(move || {
+                let id = 1_000_000 + k;
+                let r = sql(http, &format!("INSERT INTO t VALUES ({id}, 'minority')"));
+                (id, r.map(|_| ()).map_err(|e| e.to_string()))
+            })
+        })
+        .collect();
+    let mut never = BTreeSet::new();
+    for m in minority {
+        let (id, r) = m.join().unwrap();
+        assert!(r.is_err(), "the cut-off leader acknowledged write {id}");
+        never.insert(id);
+    }
+    // A linearizable read there fails rather than answer from a minority.
+    let read = sql(
+        g.http[l],
+        "SET aqueduct.consistency_timeout = '2s'; SELECT count(*) FROM t",
+    );
+    assert!(
+        read.is_err(),
+        "a linearizable read on the cut-off leader answered: {read:?}"
+    );
+    writers.await_count(120);
+    g.cut(l, false);
+    writers.await_count(180);
+    let acked = writers.stop();
+    g.check(&acked, &never);
+}
