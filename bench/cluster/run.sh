@@ -141,7 +141,6 @@ clientPort=${ports[i]}
 clientPortAddress=127.0.0.1
 maxClientCnxns=0
 admin.enableServer=false
-4lw.commands.whitelist=srvr,ruok
 $servers
 EOF
     java -Xms256m -Xmx1g -cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg" \
@@ -221,6 +220,7 @@ for system in $systems; do
       exit 1
     fi
     aqueduct_version="$("$AQUEDUCT_BIN" --version 2>/dev/null | head -n 1 || true)"
+    aqueduct_version="${aqueduct_version#aqueduct }"
     log "Aqueduct ${aqueduct_version:-(version unknown)}: 3 nodes"
     start_aqueduct
     bench aqueduct 30s

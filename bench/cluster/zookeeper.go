@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"time"
@@ -20,7 +21,13 @@ type zkSystem struct {
 
 const zkRoot = "/bench"
 
-func newZooKeeper(cfg config) *zkSystem { return &zkSystem{cfg: cfg} }
+func newZooKeeper(cfg config) *zkSystem {
+	if cfg.mode == "ready" {
+		// Refused connections are expected while the servers start.
+		zkLogger.SetOutput(io.Discard)
+	}
+	return &zkSystem{cfg: cfg}
+}
 
 func zkPath(key string) string { return zkRoot + "/" + key }
 

@@ -29,6 +29,7 @@ const RESTART_AT: u64 = 240;
 const WRITES: u64 = 360;
 
 /// Three members; member `i` reaches member `j` through proxy `(i, j)`.
+/// A failing test keeps their data directories and what they said.
 struct Group {
     dir: tempfile::TempDir,
     pg: Vec<u16>,
@@ -231,6 +232,15 @@ impl Group {
     }
 }
 
+impl Drop for Group {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let kept = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap()).keep();
+            eprintln!("the members' data and logs are kept in {}", kept.display());
+        }
+    }
+}
+
 fn serve_member(dir: &std::path::Path, pg: u16, http: u16, i: usize, spec: &str) -> Server {
     let id = (i + 1).to_string();
     serve_at(dir, pg, http, &["--node-id", &id, "--cluster", spec])
@@ -242,6 +252,8 @@ struct Writers {
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
     acked: Arc<Mutex<BTreeSet<u64>>>,
+    /// The last few errors the writers met.
+    errors: Arc<Mutex<std::collections::VecDeque<String>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -252,15 +264,17 @@ impl Writers {
         let acked = Arc::new(Mutex::new(BTreeSet::new()));
         let target = Arc::new(AtomicU16::new(0));
         let next_id = Arc::new(AtomicU64::new(1));
+        let errors = Arc::new(Mutex::new(std::collections::VecDeque::new()));
         let threads = (0..clients)
             .map(|_| {
-                let (stop, count, acked, target, next_id, http) = (
+                let (stop, count, acked, target, next_id, http, errors) = (
                     stop.clone(),
                     count.clone(),
                     acked.clone(),
                     target.clone(),
                     next_id.clone(),
                     http.clone(),
+                    errors.clone(),
                 );
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::SeqCst) {
@@ -273,7 +287,13 @@ impl Writers {
                                 count.fetch_add(1, Ordering::SeqCst);
                             }
                             // Not the leader, or gone: try the next member.
-                            Err(_) => {
+                            Err(e) => {
+                                let mut errors = errors.lock().unwrap();
+                                errors.push_back(format!("member {}: {e}", to + 1));
+                                if errors.len() > 6 {
+                                    errors.pop_front();
+                                }
+                                drop(errors);
                                 let _ = target.compare_exchange(
                                     to as u16,
                                     (to as u16 + 1) % http.len() as u16,
@@ -290,18 +310,31 @@ impl Writers {
             stop,
             count,
             acked,
+            errors,
             threads,
         }
     }
 
-    fn await_count(&self, n: u64) {
+    fn await_count(&self, n: u64, g: &Group) {
         let deadline = Instant::now() + STEP_TIMEOUT;
         while self.count.load(Ordering::SeqCst) < n {
-            assert!(
-                Instant::now() < deadline,
-                "writes stalled at {}",
-                self.count.load(Ordering::SeqCst)
-            );
+            if Instant::now() >= deadline {
+                let statuses: Vec<_> = (0..MEMBERS).map(|i| g.status(i)).collect();
+                let logs: Vec<String> = (0..MEMBERS)
+                    .map(|i| {
+                        let path = g.dir.path().join(format!("m{}.log", i + 1));
+                        let text = std::fs::read_to_string(path).unwrap_or_default();
+                        let lines: Vec<&str> = text.lines().collect();
+                        lines[lines.len().saturating_sub(15)..].join("\n")
+                    })
+                    .collect();
+                panic!(
+                    "writes stalled at {}; last errors: {:?}\nstatuses: {statuses:#?}\nlogs:\n{}",
+                    self.count.load(Ordering::SeqCst),
+                    self.errors.lock().unwrap(),
+                    logs.join("\n----\n")
+                );
+            }
             std::thread::yield_now();
         }
     }
@@ -336,14 +369,14 @@ fn a_group_keeps_every_acknowledged_write_across_kill_9_of_its_leader_and_of_all
     assert!(e.to_string().contains("25006"), "{e}");
 
     let writers = Writers::start(g.http.clone(), 2);
-    writers.await_count(KILL_LEADER_AT);
+    writers.await_count(KILL_LEADER_AT, &g);
     g.kill9(l);
     let rest: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
     let second = g.leader(&rest);
     assert_ne!(second, l);
-    writers.await_count(RESTART_AT);
+    writers.await_count(RESTART_AT, &g);
     g.restart(l);
-    writers.await_count(WRITES);
+    writers.await_count(WRITES, &g);
     let acked = writers.stop();
     g.check(&acked, &BTreeSet::new());
 
@@ -361,7 +394,7 @@ fn a_group_keeps_every_acknowledged_write_across_kill_9_of_its_leader_and_of_all
         g.running[i] = Some(h.join().unwrap());
     }
     let writers = Writers::start(g.http.clone(), 1);
-    writers.await_count(20);
+    writers.await_count(20, &g);
     let mut more = writers.stop();
     more.extend(acked);
     g.check(&more, &BTreeSet::new());
@@ -374,7 +407,7 @@ fn a_leader_cut_off_from_the_group_acknowledges_nothing_and_loses_nothing_acknow
     let l = g.leader(&all);
     schema(g.http[l]);
     let writers = Writers::start(g.http.clone(), 2);
-    writers.await_count(60);
+    writers.await_count(60, &g);
 
     g.cut(l, true);
     let rest: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
@@ -407,9 +440,107 @@ fn a_leader_cut_off_from_the_group_acknowledges_nothing_and_loses_nothing_acknow
         read.is_err(),
         "a linearizable read on the cut-off leader answered: {read:?}"
     );
-    writers.await_count(120);
+    writers.await_count(120, &g);
     g.cut(l, false);
-    writers.await_count(180);
+    writers.await_count(180, &g);
     let acked = writers.stop();
     g.check(&acked, &never);
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to the process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_paused_leader_is_replaced_and_rejoins_when_resumed() {
+    let g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    schema(g.http[l]);
+    let writers = Writers::start(g.http.clone(), 2);
+    writers.await_count(60, &g);
+    let pid = g.running[l].as_ref().unwrap().process.0.id();
+    signal(pid, "-STOP");
+    let rest: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
+    assert_ne!(g.leader(&rest), l);
+    writers.await_count(150, &g);
+    signal(pid, "-CONT");
+    writers.await_count(220, &g);
+    let acked = writers.stop();
+    g.check(&acked, &BTreeSet::new());
+}
+
+/// `aqueduct cluster ...` against `node`; its stderr, failing the test
+/// if it fails.
+fn cluster_cli(args: &[&str]) -> String {
+    let out = common::aqueduct()
+        .arg("cluster")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cluster {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn members_are_added_removed_and_handed_the_leadership_without_a_restart() {
+    let mut g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    schema(g.http[l]);
+    for id in 1..=50 {
+        ok(g.http[l], &format!("INSERT INTO t VALUES ({id}, 'before')"));
+    }
+    // A fourth member joins: it copies the log, then votes.
+    let dir = g.dir.path().join("m4");
+    let (pg4, http4) = (free_port(), free_port());
+    let addr4 = format!("127.0.0.1:{http4}");
+    let fourth = serve_at(
+        &dir,
+        pg4,
+        http4,
+        &[
+            "--node-id",
+            "4",
+            "--cluster",
+            &format!("4={addr4}"),
+            "--join",
+        ],
+    );
+    let any = common::addr(g.http[(l + 1) % MEMBERS]);
+    cluster_cli(&["add", "--node", &any, "--id", "4", "--addr", &addr4]);
+    // The new member leads once handed the leadership.
+    cluster_cli(&["transfer-leader", "--node", &any, "--id", "4"]);
+    for id in 51..=80 {
+        ok(http4, &format!("INSERT INTO t VALUES ({id}, 'after')"));
+    }
+    // The first leader leaves the group; the rest go on.
+    cluster_cli(&["remove", "--node", &addr4, "--id", &(l + 1).to_string()]);
+    g.kill9(l);
+    for id in 81..=100 {
+        ok(http4, &format!("INSERT INTO t VALUES ({id}, 'after')"));
+    }
+    let status = cluster_cli(&["status", "--node", &addr4, "--node", &any, "--json"]);
+    let leaders = status
+        .lines()
+        .filter(|l| l.contains("\"role\":\"leader\""))
+        .count();
+    assert_eq!(leaders, 1, "{status}");
+    for http in [http4, g.http[(l + 1) % MEMBERS], g.http[(l + 2) % MEMBERS]] {
+        let wait = format!(
+            "SET aqueduct.consistency_timeout = '{}s'; SELECT count(*) FROM t",
+            STEP_TIMEOUT.as_secs()
+        );
+        assert_eq!(ok(http, &wait)["rows"][0][0], 100, "member at {http}");
+    }
+    drop(fourth);
 }

@@ -82,6 +82,8 @@ pub struct Feed {
     last_cap_check: Mutex<Instant>,
     /// Consumers' own caps (publications set theirs).
     caps_of: RwLock<Option<Arc<crate::CapsOf>>>,
+    /// Set on a member of a Raft group ([`Feed::set_replicator`]).
+    replicator: RwLock<Option<Arc<dyn aqueduct_tables::Replicator>>>,
     /// Messages were published that waiting subscribers were not yet told
     /// of: they are woken once the commit lock is released.
     unannounced: std::sync::atomic::AtomicBool,
@@ -114,6 +116,7 @@ impl Feed {
                 metrics: FeedMetrics::default(),
                 last_cap_check: Mutex::new(Instant::now()),
                 caps_of: Default::default(),
+                replicator: Default::default(),
                 unannounced: Default::default(),
                 options,
             });
@@ -127,6 +130,24 @@ impl Feed {
 
     pub(crate) fn log(&self) -> &Log {
         &self.log
+    }
+
+    /// Makes the feed deliver only what the group `replicator` proposes
+    /// to committed (a member of a Raft group).
+    pub fn set_replicator(&self, replicator: Arc<dyn aqueduct_tables::Replicator>) {
+        *self.replicator.write() = Some(replicator);
+    }
+
+    /// Waits until no crash can undo the write at `lsn`: durable here and,
+    /// on a member of a group, committed by the group.
+    pub(crate) fn await_visible(&self, lsn: Lsn) -> Result<(), FeedError> {
+        self.log.await_committed(lsn)?;
+        let replicator = self.replicator.read().clone();
+        if let Some(r) = replicator {
+            r.await_committed(lsn)
+                .map_err(|e| FeedError::Uncommitted(e.into()))?;
+        }
+        Ok(())
     }
 
     pub fn options(&self) -> &FeedOptions {
@@ -257,7 +278,8 @@ impl Feed {
     /// from a state a crash could take back.
     pub fn snapshot(db: &Database, tables: Option<&[String]>) -> Result<Snapshot, FeedError> {
         let snap = Feed::snapshot_now(db, tables)?;
-        db.log().await_committed(snap.lsn)?;
+        db.await_visible(snap.lsn)
+            .map_err(|e| FeedError::Uncommitted(e.into()))?;
         Ok(snap)
     }
 

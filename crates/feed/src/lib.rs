@@ -110,6 +110,10 @@ pub enum FeedError {
     },
     #[error("{0}")]
     Log(#[from] aqueduct_log::Error),
+    /// A member of a Raft group could not see a write committed by its
+    /// group (40003, or what the group said).
+    #[error("{0}")]
+    Uncommitted(aqueduct_expr::SqlError),
 }
 
 impl FeedError {
@@ -129,6 +133,7 @@ impl FeedError {
             FeedError::NoSuchTable(_) => "42P01",
             FeedError::BadRecord { .. } | FeedError::BadConsumerFile(_) => "XX001",
             FeedError::Io { .. } | FeedError::Log(_) => "58030",
+            FeedError::Uncommitted(e) => e.code,
         }
     }
 }

@@ -57,7 +57,7 @@ impl Subscription {
         let Some(msg) = self.buffered.pop_front() else {
             return Ok(None);
         };
-        self.feed.log().await_committed(msg.lsn)?;
+        self.feed.await_visible(msg.lsn)?;
         self.next = msg.lsn + 1;
         self.feed
             .metrics

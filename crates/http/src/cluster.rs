@@ -8,8 +8,10 @@
 //!   true}`: adds a member (as a learner that copies the log, then as a
 //!   voter unless `voter` is false); on the leader.
 //! - `DELETE /v1/cluster/members/{id}`: removes one; on the leader.
-//! - `POST /v1/cluster/elect`: this member calls an election now (how
-//!   `aqueduct cluster transfer-leader` hands leadership to it).
+//! - `POST /v1/cluster/transfer` `{"id": N}`: on the leader, hands the
+//!   leadership to member N (`aqueduct cluster transfer-leader`).
+//! - `POST /v1/cluster/elect`: this member calls an election now (what
+//!   the leader asks of the member it hands the leadership to).
 //!
 //! All need a superuser; on a server outside a group they answer 404.
 
@@ -140,5 +142,28 @@ pub(crate) async fn elect(State(s): State<AppState>, headers: HeaderMap) -> Resp
     match member.raft.trigger().elect().await {
         Ok(()) => axum::Json(serde_json::json!({ "election": "called" })).into_response(),
         Err(e) => change_failed(format!("calling an election: {e}")),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Transfer {
+    id: u64,
+}
+
+/// How long a transfer of leadership may take.
+const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+pub(crate) async fn transfer(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    axum::Json(t): axum::Json<Transfer>,
+) -> Response {
+    let member = match member(&s, &headers) {
+        Ok(m) => m,
+        Err(r) => return *r,
+    };
+    match member.transfer_to(t.id, TRANSFER_TIMEOUT).await {
+        Ok(()) => axum::Json(member.status()).into_response(),
+        Err(e) => change_failed(format!("handing the leadership to member {}: {e}", t.id)),
     }
 }

@@ -128,6 +128,7 @@ fn router_and_state(
             axum::routing::delete(cluster::remove),
         )
         .route("/v1/cluster/elect", post(cluster::elect))
+        .route("/v1/cluster/transfer", post(cluster::transfer))
         .route(
             "/v1/publications/{publication}/stream",
             get(publications::stream),

@@ -126,7 +126,7 @@ pub(crate) async fn committed(
     }
     let engine = s.engine.clone();
     let answer = tokio::task::spawn_blocking(move || match engine.commit_source() {
-        None => Ok(engine.database().log().committed_lsn()),
+        None => Ok(engine.database().committed_lsn()),
         Some(source) => source.committed_lsn_via(hops + 1, COMMITTED_TIMEOUT),
     })
     .await;
@@ -152,6 +152,15 @@ pub(crate) async fn replication(State(s): State<AppState>, headers: HeaderMap) -
     }
     let db = s.engine.database();
     let log = db.log();
+    if let Some(member) = &s.cluster {
+        // A member of a Raft group: its role in the group, and what the
+        // group committed as it knows.
+        let mut body = member.status();
+        body["committed_lsn"] = body["commit_lsn"].clone();
+        body["lag_records"] = body["lag"].clone();
+        body["exact_from"] = serde_json::json!(log.exact_from());
+        return axum::Json(body).into_response();
+    }
     let mut body = serde_json::json!({
         "role": "primary",
         "committed_lsn": log.committed_lsn(),
@@ -265,8 +274,12 @@ pub(crate) async fn records(
                 let _ = log.set_hold(&hold_name(id), None);
             }
         }
+        // On a member of a Raft group, only what the group committed.
+        let committed = engine.database().committed_lsn();
+        let mut records = records;
+        records.retain(|r| r.lsn <= committed);
         let sender = wire::Sender {
-            committed: log.committed_lsn(),
+            committed,
             exact_from,
         };
         Ok((wire::encode(&records, sender), sender.committed, exact_from))

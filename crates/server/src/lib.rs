@@ -191,6 +191,7 @@ pub async fn run(
                 .shared
                 .set_on_diverged(Box::new(|why| restart_in_place(&why)));
             engine.set_commit_source(Arc::new(GroupReads(member.clone())));
+            engine.feed().set_replicator(member.clone());
             tracing::info!(
                 "member {} of a Raft group of {}",
                 group.node_id,

@@ -1020,6 +1020,8 @@ pub trait Replicator: Send + Sync {
     fn await_committed(&self, lsn: Lsn) -> Result<(), TableError>;
     /// Whether the group committed every record up to `lsn`.
     fn is_committed(&self, lsn: Lsn) -> bool;
+    /// The last LSN the group committed, as far as this member knows.
+    fn committed_lsn(&self) -> Lsn;
 }
 
 impl Database {
@@ -1214,8 +1216,21 @@ impl Database {
         *self.replicator.write() = Some(replicator);
     }
 
-    fn replicator(&self) -> Option<Arc<dyn Replicator>> {
+    /// What proposes this database's commits to its group, if it is a
+    /// member of one.
+    pub fn replicator(&self) -> Option<Arc<dyn Replicator>> {
         self.replicator.read().clone()
+    }
+
+    /// The last LSN whose writes no crash can undo: durable here and, on a
+    /// member of a group, committed by the group. What readers outside
+    /// this server (followers, subscribers) may be given.
+    pub fn committed_lsn(&self) -> Lsn {
+        let durable = self.log.committed_lsn();
+        match self.replicator() {
+            Some(r) => durable.min(r.committed_lsn()),
+            None => durable,
+        }
     }
 
     /// Runs `f` with the commit lock held, then commits what it wrote without
@@ -1410,6 +1425,28 @@ impl Database {
         self.apply(batch);
         drop(guard);
         self.after_release();
+    }
+
+    /// [`Database::apply_appended`] for a batch a group committed: skipped
+    /// when the tables show it already (on the leader that appended it,
+    /// which applied it when it committed it). Decided under the commit
+    /// lock, so a commit applying its own batch meanwhile is seen. True if
+    /// applied here.
+    pub fn apply_committed(&self, batch: &Batch) -> bool {
+        let guard = self.commit.lock();
+        if batch.last <= self.applied_lsn() {
+            return false;
+        }
+        assert!(
+            batch.last < self.log.next_lsn(),
+            "batch {}..={} applied before it was appended",
+            batch.first,
+            batch.last
+        );
+        self.apply(batch);
+        drop(guard);
+        self.after_release();
+        true
     }
 
     /// Tells the consumers the commit lock is released.

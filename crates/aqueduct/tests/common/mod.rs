@@ -2,7 +2,7 @@
 //! ports, in a data directory of the test's, killed by its pid when dropped.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -100,9 +100,19 @@ pub fn serve_at(data: &std::path::Path, pg: u16, http: u16, args: &[&str]) -> Se
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let (up_tx, up) = mpsc::channel();
+    // What the server says goes to a file beside its data directory, for
+    // a failing test's reader.
+    let mut said = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data.with_extension("log"))
+        .ok();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
+            if let Some(f) = said.as_mut() {
+                let _ = writeln!(f, "{line}");
+            }
             if line.contains("PostgreSQL listener serving") {
                 let _ = up_tx.send(());
             }

@@ -41,9 +41,19 @@ pub const LEADER_READY_WAIT: Duration = Duration::from_secs(5);
 pub const MAX_MESSAGE_BYTES: usize = aqueduct_log::MAX_BATCH_BYTES + (4 << 20);
 /// Entries one Raft message carries at most.
 pub const MAX_MESSAGE_ENTRIES: u64 = 256;
+/// How often a member taking over the leadership calls an election.
+pub const TRANSFER_STEP: Duration = Duration::from_millis(500);
+/// How often the leader moves its compaction hold to what the members
+/// still need.
+pub const HOLD_EVERY: Duration = Duration::from_secs(1);
+/// The name of that hold in the log.
+pub const MEMBERS_HOLD: &str = "raft-members";
 /// Raft's heartbeat and election timeouts, in milliseconds.
-pub const HEARTBEAT_MS: u64 = 100;
-pub const ELECTION_TIMEOUT_MS: (u64, u64) = (400, 800);
+/// A member that heard nothing from its leader for the election timeout
+/// (a random time in the range) calls an election: long enough that a
+/// busy machine's late heartbeat does not start one.
+pub const HEARTBEAT_MS: u64 = 150;
+pub const ELECTION_TIMEOUT_MS: (u64, u64) = (1000, 2000);
 const _: () = assert!(HEARTBEAT_MS * 3 <= ELECTION_TIMEOUT_MS.0);
 const _: () = assert!(ELECTION_TIMEOUT_MS.0 < ELECTION_TIMEOUT_MS.1);
 
@@ -164,6 +174,15 @@ pub async fn start(
         in_flight: Arc::new(AtomicU64::new(0)),
     });
     db.set_replicator(member.clone());
+    let weak = Arc::downgrade(&member);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(HOLD_EVERY);
+        loop {
+            every.tick().await;
+            let Some(member) = weak.upgrade() else { return };
+            member.hold_for_members();
+        }
+    });
     Ok(member)
 }
 
@@ -197,6 +216,30 @@ impl Member {
 
     fn current_term(&self) -> u64 {
         self.raft.metrics().borrow().current_term
+    }
+
+    /// On the leader: keeps compaction off every record some member has
+    /// not copied yet (a member that never answered holds the whole log,
+    /// until it is removed from the group).
+    fn hold_for_members(&self) {
+        let m = self.raft.metrics().borrow().clone();
+        let (ServerState::Leader, Some(replication)) = (m.state, m.replication.as_ref()) else {
+            return;
+        };
+        let low = replication
+            .iter()
+            .filter(|(id, _)| **id != self.config.node_id)
+            .map(|(_, matched)| {
+                matched
+                    .and_then(|l| self.shared.lsn_of(l.index))
+                    .unwrap_or(0)
+            })
+            .min()
+            .unwrap_or_else(|| self.shared.committed_lsn());
+        let log = self.shared.log();
+        if let Err(e) = log.set_hold(MEMBERS_HOLD, Some((low + 1).max(log.exact_from()))) {
+            tracing::warn!("holding the log for the group's members: {e}");
+        }
     }
 
     /// The LSN a linearizable read must see: on the leader, its read index
@@ -250,6 +293,79 @@ impl Member {
             .map_err(|e| e.to_string())
     }
 
+    /// On the leader: hands the leadership to member `to`. The leader stops
+    /// its heartbeats (and its own elections), so the members' leases on
+    /// it run out, while `to` calls elections until it wins; then the
+    /// heartbeats resume, whoever leads.
+    pub async fn transfer_to(&self, to: NodeId, timeout: Duration) -> Result<(), String> {
+        if to == self.config.node_id && self.is_leader() {
+            return Ok(());
+        }
+        if !self.is_leader() {
+            return Err(format!(
+                "member {} does not lead the group",
+                self.config.node_id
+            ));
+        }
+        let m = self.raft.metrics().borrow().clone();
+        if !m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == to)
+        {
+            return Err(format!("member {to} is not a voter of the group"));
+        }
+        let addr = self
+            .config
+            .members
+            .get(&to)
+            .cloned()
+            .or_else(|| {
+                m.membership_config
+                    .membership()
+                    .get_node(&to)
+                    .map(|n| n.addr.clone())
+            })
+            .ok_or_else(|| format!("no address for member {to}"))?;
+        let handle = self.raft.runtime_config();
+        handle.heartbeat(false);
+        handle.elect(false);
+        let deadline = Instant::now() + timeout;
+        let result = loop {
+            let (addr, token) = (addr.clone(), self.config.token.clone());
+            let called = tokio::task::spawn_blocking(move || {
+                aqueduct_mirror::http::request(
+                    &addr,
+                    "POST",
+                    "/v1/cluster/elect",
+                    token.as_deref(),
+                    None,
+                    TRANSFER_STEP,
+                )
+                .map(|r| r.status)
+            })
+            .await;
+            let won = self
+                .raft
+                .wait(Some(TRANSFER_STEP))
+                .metrics(|m| m.current_leader == Some(to), "the new leader")
+                .await
+                .is_ok();
+            if won {
+                break Ok(());
+            }
+            if Instant::now() >= deadline {
+                break Err(format!(
+                    "member {to} did not win an election within {timeout:?} (last call: {called:?})"
+                ));
+            }
+        };
+        handle.heartbeat(true);
+        handle.elect(true);
+        result
+    }
+
     /// Removes `id` from the group (voter or learner).
     pub async fn remove(&self, id: NodeId) -> Result<(), String> {
         let m = self.raft.metrics().borrow().membership_config.clone();
@@ -294,6 +410,7 @@ impl Member {
         serde_json::json!({
             "node_id": self.config.node_id,
             "role": match m.state {
+                _ if membership.get_node(&self.config.node_id).is_none() => "removed",
                 ServerState::Leader => "leader",
                 ServerState::Follower => "follower",
                 ServerState::Candidate => "candidate",
@@ -478,5 +595,9 @@ impl Replicator for Member {
 
     fn is_committed(&self, lsn: Lsn) -> bool {
         self.shared.committed_lsn() >= lsn
+    }
+
+    fn committed_lsn(&self) -> Lsn {
+        self.shared.committed_lsn()
     }
 }

@@ -154,6 +154,10 @@ impl PreparedShared {
     pub fn attach(&self, me: NodeId, db: Arc<Database>) -> Arc<Shared> {
         let index = self.index.lock().take().expect("attached once");
         let applied = self.applied;
+        // A leader restarted in its own term has applied its own entries.
+        let ready_term = applied
+            .filter(|a| a.leader_id.node_id == me)
+            .map_or(0, |a| a.leader_id.term);
         assert_eq!(
             db.applied_lsn(),
             self.until,
@@ -170,7 +174,7 @@ impl PreparedShared {
                 applied,
                 committed_saved_at: Instant::now(),
             }),
-            ready_term: AtomicU64::new(0),
+            ready_term: AtomicU64::new(ready_term),
             moved: Default::default(),
             diverged: Mutex::new(None),
             on_diverged: Mutex::new(None),
@@ -364,6 +368,18 @@ impl Shared {
                             }
                             expected = r.lsn + 1;
                         }
+                        // Compacted records are taken only by a member
+                        // copying the log from its start: one with state
+                        // of its own cannot apply a history with holes.
+                        if exact_from.is_some() && log.next_lsn() > 1 && log.exact_from() <= p.first
+                        {
+                            return Err(storage_error(format!(
+                                "entry {} holds records the leader compacted away, and this \
+                                 member has state of its own: remove it from the group, empty \
+                                 its data directory and add it again",
+                                meta.index
+                            )));
+                        }
                         copies.extend(records);
                     }
                 }
@@ -430,6 +446,8 @@ impl Shared {
         for e in entries {
             let lsn = match &e.payload {
                 EntryPayload::Normal(p) => {
+                    // The leader applied its own batches as it committed
+                    // them (`Database::apply_committed` skips those).
                     if p.last > self.db.applied_lsn() {
                         let (records, _) = wire::decode(&p.records, p.first)
                             .map_err(|err| storage_error(format!("entry {}: {err}", e.log_id)))?;
@@ -438,7 +456,7 @@ impl Shared {
                             if let Some(batch) = batches.push(&r.view()).map_err(|err| {
                                 storage_error(format!("entry {}: {err}", e.log_id))
                             })? {
-                                self.db.apply_appended(&batch);
+                                self.db.apply_committed(&batch);
                             }
                         }
                     }
