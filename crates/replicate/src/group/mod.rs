@@ -23,6 +23,7 @@ use aqueduct_tables::{Database, Replicator, TableError};
 use futures::FutureExt;
 use openraft::{BasicNode, ChangeMembers, ServerState};
 
+pub use network::MAX_MESSAGE_BYTES;
 pub use store::{prepare, Prepared};
 use types::{NodeId, Proposal, Raft};
 
@@ -35,10 +36,6 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(10);
 /// How long a new leader's first write waits for it to apply what earlier
 /// leaders committed.
 pub const LEADER_READY_WAIT: Duration = Duration::from_secs(5);
-/// The largest Raft message a member takes: one batch of the largest size
-/// and room for its framing. A message of several entries that would be
-/// larger is sent in smaller ones.
-pub const MAX_MESSAGE_BYTES: usize = aqueduct_log::MAX_BATCH_BYTES + (4 << 20);
 /// Entries one Raft message carries at most.
 pub const MAX_MESSAGE_ENTRIES: u64 = 256;
 /// How often a member taking over the leadership calls an election.

@@ -18,6 +18,10 @@ use serde::Serialize;
 
 use super::types::{Group, NodeId};
 
+/// The largest Raft message a member takes: one batch of the largest size
+/// and room for its framing. A message of several entries that would be
+/// larger is sent in smaller ones.
+pub const MAX_MESSAGE_BYTES: usize = aqueduct_log::MAX_BATCH_BYTES + (4 << 20);
 /// The largest answer a member reads back.
 const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// How long a connection to a member may take.
@@ -129,7 +133,7 @@ impl RaftNetwork<Group> for Peer {
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
         let size = bincode::serialized_size(&rpc).unwrap_or(u64::MAX);
-        if size > super::MAX_MESSAGE_BYTES as u64 && rpc.entries.len() > 1 {
+        if size > MAX_MESSAGE_BYTES as u64 && rpc.entries.len() > 1 {
             return Err(RPCError::PayloadTooLarge(
                 openraft::error::PayloadTooLarge::new_entries_hint(rpc.entries.len() as u64 / 2),
             ));
