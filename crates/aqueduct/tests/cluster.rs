@@ -544,3 +544,43 @@ fn members_are_added_removed_and_handed_the_leadership_without_a_restart() {
     }
     drop(fourth);
 }
+
+#[test]
+fn a_follower_of_the_group_copies_what_it_committed_across_the_loss_of_its_leader() {
+    let mut g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    schema(g.http[l]);
+    // A follower (Sirius catch-up) of every member of the group.
+    let members = g
+        .http
+        .iter()
+        .map(|p| common::addr(*p))
+        .collect::<Vec<_>>()
+        .join(",");
+    let follower_dir = g.dir.path().join("follower");
+    let follower = common::serve(&follower_dir, &["--follow", &members]);
+    let writers = Writers::start(g.http.clone(), 2);
+    writers.await_count(60, &g);
+    g.kill9(l);
+    writers.await_count(140, &g);
+    let acked = writers.stop();
+    g.restart(l);
+    g.check(&acked, &BTreeSet::new());
+    // The follower reaches what the group committed, and holds the same.
+    let leader = g.leader(&all);
+    let committed = g.status(leader).unwrap()["commit_lsn"].as_u64().unwrap();
+    let wait = format!(
+        "SET aqueduct.consistency = 'session'; SET aqueduct.consistency_timeout = '{}s'; \
+         SET aqueduct.after_lsn = '{committed}'; SELECT id FROM t",
+        STEP_TIMEOUT.as_secs()
+    );
+    let mut got: Vec<String> = ok(follower.http, &wait)["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, rows(g.http[leader], "SELECT id FROM t"));
+}
