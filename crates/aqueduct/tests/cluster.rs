@@ -584,3 +584,39 @@ fn a_follower_of_the_group_copies_what_it_committed_across_the_loss_of_its_leade
     got.sort();
     assert_eq!(got, rows(g.http[leader], "SELECT id FROM t"));
 }
+
+/// Makes every file under `dir` immutable (`chattr +i`, which even root
+/// cannot write through) or writable again: a disk gone read-only.
+fn read_only(dir: &std::path::Path, on: bool) {
+    let status = std::process::Command::new("chattr")
+        .arg("-R")
+        .arg(if on { "+i" } else { "-i" })
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "chattr on {}", dir.display());
+}
+
+#[test]
+fn a_leader_whose_disk_turns_read_only_leaves_and_the_group_goes_on() {
+    let mut g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    schema(g.http[l]);
+    let writers = Writers::start(g.http.clone(), 2);
+    writers.await_count(60, &g);
+    let dir = g.args(l).0;
+    read_only(&dir, true);
+    let rest: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
+    let second = g.leader(&rest);
+    assert_ne!(second, l);
+    writers.await_count(160, &g);
+    read_only(&dir, false);
+    // It stopped by itself (its restart found the disk read-only), or it
+    // rejoined; either way it is started again on a sound disk.
+    g.kill9(l);
+    g.restart(l);
+    writers.await_count(220, &g);
+    let acked = writers.stop();
+    g.check(&acked, &BTreeSet::new());
+}

@@ -1022,6 +1022,9 @@ pub trait Replicator: Send + Sync {
     fn is_committed(&self, lsn: Lsn) -> bool;
     /// The last LSN the group committed, as far as this member knows.
     fn committed_lsn(&self) -> Lsn;
+    /// The log refused a local write (its disk failed): the member stops
+    /// leading, so that the group elects a leader that can write.
+    fn log_failed(&self, why: &str);
 }
 
 impl Database {
@@ -1360,7 +1363,16 @@ impl Database {
         for r in records.iter_mut().filter(|r| r.timestamp_micros == 0) {
             r.timestamp_micros = batch.commit_micros;
         }
-        let range = self.log.append_pending(&records)?;
+        let range = match self.log.append_pending(&records) {
+            Ok(range) => range,
+            Err(e) => {
+                // A member whose log takes no write must not go on leading.
+                if let Some(r) = &replicator {
+                    r.log_failed(&e.to_string());
+                }
+                return Err(e.into());
+            }
+        };
         assert_eq!(
             (range.first, range.last),
             (batch.first, batch.last),

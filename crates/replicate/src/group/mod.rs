@@ -597,4 +597,11 @@ impl Replicator for Member {
     fn committed_lsn(&self) -> Lsn {
         self.shared.committed_lsn()
     }
+
+    fn log_failed(&self, why: &str) {
+        // Restarting in place rebuilds from the log if the disk came back;
+        // if it did not, the start fails and the others elect a leader.
+        self.shared
+            .diverge(format!("the log refused a write on this member: {why}"));
+    }
 }

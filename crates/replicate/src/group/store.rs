@@ -613,6 +613,13 @@ impl RaftLogStorage<Group> for LogStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let shared = self.0.clone();
         let result = tokio::task::block_in_place(|| shared.append_entries(entries));
+        if let Err(e) = &result {
+            // A member that cannot keep entries leaves the group's work to
+            // the others until it is restarted on a sound disk.
+            if shared.diverged().is_none() {
+                shared.diverge(format!("its log storage failed: {e}"));
+            }
+        }
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
             Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
