@@ -620,3 +620,99 @@ fn a_leader_whose_disk_turns_read_only_leaves_and_the_group_goes_on() {
     let acked = writers.stop();
     g.check(&acked, &BTreeSet::new());
 }
+
+/// One fault of a seeded schedule.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    KillAndRestart(usize),
+    Pause(usize),
+    Cut(usize),
+    KillAll,
+}
+
+/// A schedule of faults drawn from `seed` (a small xorshift: the same
+/// seed gives the same schedule).
+fn schedule(seed: u64, steps: usize) -> Vec<(Fault, u64)> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    (0..steps)
+        .map(|_| {
+            let member = next(MEMBERS as u64) as usize;
+            let fault = match next(7) {
+                0..=1 => Fault::KillAndRestart(member),
+                2..=3 => Fault::Pause(member),
+                4..=5 => Fault::Cut(member),
+                _ => Fault::KillAll,
+            };
+            (fault, 20 + next(40))
+        })
+        .collect()
+}
+
+/// Seeds run by default; `AQUEDUCT_CLUSTER_SEED=N` runs (and replays) one.
+const DEFAULT_SEEDS: &[u64] = &[1, 2];
+const STEPS_PER_SEED: usize = 4;
+
+#[test]
+fn seeded_fault_schedules_keep_every_acknowledged_write() {
+    let seeds: Vec<u64> = match std::env::var("AQUEDUCT_CLUSTER_SEED") {
+        Ok(s) => vec![s.parse().expect("AQUEDUCT_CLUSTER_SEED is a number")],
+        Err(_) => DEFAULT_SEEDS.to_vec(),
+    };
+    for seed in seeds {
+        let plan = schedule(seed, STEPS_PER_SEED);
+        eprintln!("seed {seed} (replay with AQUEDUCT_CLUSTER_SEED={seed}): {plan:?}");
+        let mut g = Group::start();
+        let all: Vec<usize> = (0..MEMBERS).collect();
+        schema(g.http[g.leader(&all)]);
+        let writers = Writers::start(g.http.clone(), 2);
+        let mut target = 0;
+        for (fault, writes) in plan {
+            target += writes;
+            writers.await_count(target, &g);
+            let others =
+                |i: usize| -> Vec<usize> { all.iter().copied().filter(|&j| j != i).collect() };
+            match fault {
+                Fault::KillAndRestart(i) => {
+                    g.kill9(i);
+                    g.leader(&others(i));
+                    target += writes / 2;
+                    writers.await_count(target, &g);
+                    g.restart(i);
+                }
+                Fault::Pause(i) => {
+                    let pid = g.running[i].as_ref().unwrap().process.0.id();
+                    signal(pid, "-STOP");
+                    g.leader(&others(i));
+                    target += writes / 2;
+                    writers.await_count(target, &g);
+                    signal(pid, "-CONT");
+                }
+                Fault::Cut(i) => {
+                    g.cut(i, true);
+                    g.leader(&others(i));
+                    target += writes / 2;
+                    writers.await_count(target, &g);
+                    g.cut(i, false);
+                }
+                Fault::KillAll => {
+                    for i in 0..MEMBERS {
+                        g.kill9(i);
+                    }
+                    for i in 0..MEMBERS {
+                        g.restart(i);
+                    }
+                }
+            }
+        }
+        target += 20;
+        writers.await_count(target, &g);
+        let acked = writers.stop();
+        g.check(&acked, &BTreeSet::new());
+    }
+}
