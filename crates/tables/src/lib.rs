@@ -1007,9 +1007,13 @@ pub struct Database {
 /// then proposed to the group, and acknowledged (and shown to readers)
 /// only once the group committed it.
 pub trait Replicator: Send + Sync {
+    /// Before the commit lock is taken: waits (boundedly) until this member
+    /// may write, if it leads but cannot yet. Never under the lock, which
+    /// applying the group's commits needs.
+    fn await_writable(&self);
     /// Under the commit lock, before a local write is appended: refuses
     /// it where this member may not write (not the leader, or not yet
-    /// applied what earlier leaders committed).
+    /// applied what earlier leaders committed). Does not wait.
     fn may_write(&self) -> Result<(), TableError>;
     /// Under the commit lock, after `records` were appended at their LSNs
     /// and before they are applied: proposes them to the group, in commit
@@ -1244,6 +1248,9 @@ impl Database {
         f: impl FnMut(&Catalog, &mut Txn) -> Result<T, E>,
     ) -> Result<(T, Option<Lsn>), E> {
         let mut f = f;
+        if let Some(r) = self.replicator() {
+            r.await_writable();
+        }
         let (guard, txn, out) = loop {
             let guard = self.commit.lock();
             let mut txn = Txn::default();
@@ -1289,6 +1296,11 @@ impl Database {
         txn: &Txn,
         check: &dyn Fn(&Catalog) -> Result<(), aqueduct_expr::SqlError>,
     ) -> Result<Option<Lsn>, TableError> {
+        if !txn.writes.is_empty() {
+            if let Some(r) = self.replicator() {
+                r.await_writable();
+            }
+        }
         let guard = self.commit.lock();
         if !txn.isolation.locks()
             && self

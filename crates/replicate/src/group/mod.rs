@@ -465,7 +465,26 @@ impl Member {
     }
 }
 
+impl Member {
+    /// A leader writes only after applying what earlier leaders committed
+    /// (its own first entry commits them), so its writes are applied in
+    /// log order; and with room for another proposal.
+    fn writable(&self) -> bool {
+        let db = &self.shared.db;
+        self.shared.ready_term() >= self.current_term()
+            && db.applied_lsn() + 1 == db.log().next_lsn()
+            && self.in_flight.load(Ordering::Acquire) < MAX_PROPOSALS_IN_FLIGHT
+    }
+}
+
 impl Replicator for Member {
+    fn await_writable(&self) {
+        if self.is_leader() && self.shared.diverged().is_none() {
+            let deadline = Instant::now() + LEADER_READY_WAIT;
+            self.shared.wait_until(deadline, || self.writable());
+        }
+    }
+
     fn may_write(&self) -> Result<(), TableError> {
         if let Some(why) = self.shared.diverged() {
             return Err(refused(
@@ -488,18 +507,7 @@ impl Replicator for Member {
                 "send writes to the leader; `aqueduct cluster status` names it",
             ));
         }
-        // A new leader writes only after applying what earlier leaders
-        // committed (its own first entry commits them), so its writes are
-        // applied in log order.
-        let deadline = Instant::now() + LEADER_READY_WAIT;
-        let term = self.current_term();
-        let db = &self.shared.db;
-        let ready = self.shared.wait_until(deadline, || {
-            self.shared.ready_term() >= term
-                && db.applied_lsn() + 1 == db.log().next_lsn()
-                && self.in_flight.load(Ordering::Acquire) < MAX_PROPOSALS_IN_FLIGHT
-        });
-        if !ready {
+        if !self.writable() {
             return Err(refused(
                 "57P03",
                 format!(
