@@ -404,3 +404,133 @@ pub fn sql(
     let bytes = r.body.read_to_end(MAX_LINE_BYTES)?;
     serde_json::from_slice(&bytes).map_err(|e| Error::Protocol(format!("bad JSON answer: {e}")))
 }
+
+/// A connection kept open across requests (HTTP/1.1 keep-alive), for a
+/// caller that sends many small requests to one server, one at a time
+/// (a Raft member's messages to another). A request on a connection the
+/// server closed meanwhile is sent once more on a new one, so it must be
+/// safe to repeat.
+pub struct Connection {
+    addr: String,
+    stream: Option<TcpStream>,
+}
+
+impl Connection {
+    pub fn new(addr: &str) -> Connection {
+        Connection {
+            addr: addr.to_string(),
+            stream: None,
+        }
+    }
+
+    /// `POST path` with `body`; the status and the response body (at most
+    /// `max` bytes). `timeout` bounds the connect and each read and write.
+    pub fn post(
+        &mut self,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+        timeout: Duration,
+        max: usize,
+    ) -> Result<(u16, Vec<u8>), Error> {
+        let reused = self.stream.is_some();
+        match self.post_once(path, token, body, timeout, max) {
+            Err(Error::Io(_) | Error::Protocol(_)) if reused => {
+                self.post_once(path, token, body, timeout, max)
+            }
+            other => other,
+        }
+    }
+
+    fn post_once(
+        &mut self,
+        path: &str,
+        token: Option<&str>,
+        body: &[u8],
+        timeout: Duration,
+        max: usize,
+    ) -> Result<(u16, Vec<u8>), Error> {
+        let mut stream = match self.stream.take() {
+            Some(s) => s,
+            None => connect(&self.addr, timeout)?,
+        };
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body);
+        stream.write_all(&out)?;
+        let mut raw = Vec::with_capacity(READ_CHUNK);
+        let head_end = loop {
+            if let Some(i) = find(&raw, b"\r\n\r\n") {
+                break i;
+            }
+            if raw.len() > MAX_HEAD_BYTES {
+                return Err(Error::Protocol("response head too long".into()));
+            }
+            if read_more(&mut stream, &mut raw)? == 0 {
+                return Err(Error::Protocol(
+                    "the connection closed before a response".into(),
+                ));
+            }
+        };
+        let head = std::str::from_utf8(&raw[..head_end])
+            .map_err(|_| Error::Protocol("response head is not UTF-8".into()))?;
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let status = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| Error::Protocol(format!("bad status line {status_line:?}")))?;
+        let (mut length, mut keep) = (None, true);
+        for line in lines {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+            if name == "content-length" {
+                length = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| Error::Protocol(format!("bad content-length {value:?}")))?,
+                );
+            } else if name == "connection" && value.eq_ignore_ascii_case("close") {
+                keep = false;
+            } else if name == "transfer-encoding" {
+                return Err(Error::Protocol(
+                    "a chunked answer where a sized one was expected".into(),
+                ));
+            }
+        }
+        let Some(length) = length else {
+            return Err(Error::Protocol("an answer without a content-length".into()));
+        };
+        if length > max {
+            return Err(Error::Protocol(format!(
+                "an answer of {length} bytes (at most {max} are read)"
+            )));
+        }
+        let mut body = raw.split_off(head_end + 4);
+        while body.len() < length {
+            if read_more(&mut stream, &mut body)? == 0 {
+                return Err(Error::Protocol("the answer was cut short".into()));
+            }
+        }
+        if body.len() > length {
+            return Err(Error::Protocol("bytes past the answer".into()));
+        }
+        if keep {
+            self.stream = Some(stream);
+        }
+        Ok((status, body))
+    }
+}

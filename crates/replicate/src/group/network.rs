@@ -74,51 +74,59 @@ impl RaftNetworkFactory<Group> for Network {
                 .cloned()
                 .unwrap_or_else(|| node.addr.clone()),
             token: self.token.clone(),
+            connection: None,
         }
     }
 }
 
-/// One member, as another reaches it.
+/// One member, as another reaches it (over one kept-open connection).
 pub struct Peer {
     target: NodeId,
     addr: String,
     token: Option<String>,
+    connection: Option<http::Connection>,
 }
 
 type Rpc<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
 impl Peer {
-    async fn call<Req, Resp, E>(&self, call: Call, req: &Req, ttl: Duration) -> Rpc<Resp, E>
+    async fn call<Req, Resp, E>(&mut self, call: Call, req: &Req, ttl: Duration) -> Rpc<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned + Send + 'static,
         E: std::error::Error + DeserializeOwned + Send + 'static,
     {
         let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let addr = self.addr.clone();
+        let mut connection = self
+            .connection
+            .take()
+            .unwrap_or_else(|| http::Connection::new(&self.addr));
         let token = self.token.clone();
-        let target = self.target;
-        let answer = tokio::task::spawn_blocking(move || {
-            let mut response = http::request(
-                &addr,
-                "POST",
-                call.path(),
-                token.as_deref(),
-                Some(&body),
-                CONNECT_TIMEOUT.max(ttl),
-            )?;
-            let bytes = response.body.read_all(MAX_ANSWER_BYTES)?;
-            if response.status != 200 {
-                return Err(aqueduct_mirror::Error::Protocol(format!(
-                    "member {target} at {addr} answered {}: {}",
-                    response.status,
-                    String::from_utf8_lossy(&bytes)
-                )));
-            }
-            Ok(bytes)
+        let (target, addr) = (self.target, self.addr.clone());
+        let (connection, answer) = tokio::task::spawn_blocking(move || {
+            let answer = connection
+                .post(
+                    call.path(),
+                    token.as_deref(),
+                    &body,
+                    CONNECT_TIMEOUT.max(ttl),
+                    MAX_ANSWER_BYTES,
+                )
+                .and_then(|(status, bytes)| {
+                    if status == 200 {
+                        Ok(bytes)
+                    } else {
+                        Err(aqueduct_mirror::Error::Protocol(format!(
+                            "member {target} at {addr} answered {status}: {}",
+                            String::from_utf8_lossy(&bytes)
+                        )))
+                    }
+                });
+            (connection, answer)
         })
         .await
         .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.connection = Some(connection);
         let bytes = answer.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let result: Result<Resp, RaftError<NodeId, E>> =
             bincode::deserialize(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
