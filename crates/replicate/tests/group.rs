@@ -51,6 +51,16 @@ fn records_no_entry_holds_are_removed_and_replay_stops_at_the_committed_entry() 
     .unwrap();
     let prepared = prepare(&raft, &log).unwrap();
     assert_eq!(log.next_lsn(), 4, "LSNs 4 and 5 removed");
+    drop(prepared);
+    // An index frame past the log (its records lost in a crash) goes.
+    let mut index = EntryIndex::open(&raft.join("entries"), None).unwrap();
+    index.append(&[batch(4, 4, 6)], true).unwrap();
+    drop(index);
+    let prepared = prepare(&raft, &log).unwrap();
+    assert_eq!(log.next_lsn(), 4);
+    let index = EntryIndex::open(&raft.join("entries"), None).unwrap();
+    assert_eq!(index.last().unwrap().index, 3, "entry 4 removed");
+    drop(index);
     assert_eq!(prepared.replay_until, 2);
     // A committed id the index does not hold: replay from the start.
     std::fs::write(

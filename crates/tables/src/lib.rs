@@ -1457,6 +1457,11 @@ impl Database {
     /// lock, so a commit applying its own batch meanwhile is seen. True if
     /// applied here.
     pub fn apply_committed(&self, batch: &Batch) -> bool {
+        // Applied LSNs only grow: a batch shown already needs no lock (the
+        // leader's committers hold it most of the time).
+        if batch.last <= self.applied_lsn() {
+            return false;
+        }
         let guard = self.commit.lock();
         if batch.last <= self.applied_lsn() {
             return false;

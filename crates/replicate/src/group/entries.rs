@@ -145,10 +145,12 @@ impl EntryIndex {
 
     /// The kept entries with indexes in `from..to`.
     pub fn range(&self, from: u64, to: u64) -> impl Iterator<Item = &Meta> {
-        self.entries
+        // Indexes are consecutive: the start is found, not searched for.
+        let first = self.entries.first().map_or(0, |(m, _)| m.index);
+        let start = (from.saturating_sub(first) as usize).min(self.entries.len());
+        self.entries[start..]
             .iter()
             .map(|(m, _)| m)
-            .skip_while(move |m| m.index < from)
             .take_while(move |m| m.index < to)
     }
 

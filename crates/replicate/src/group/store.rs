@@ -113,8 +113,21 @@ pub fn prepare(dir: &Path, log: &Log) -> Result<Prepared, String> {
     };
     let index = EntryIndex::open(&dir.join("entries"), hard.purged.map(|p| p.index))
         .map_err(|e| format!("opening the Raft entry index: {e}"))?;
-    let held = index.last_lsn();
+    let mut index = index;
     let in_log = log.next_lsn().saturating_sub(1);
+    // Index frames whose records the log lacks were written beside records
+    // a crash took: never acknowledged, they go.
+    let past_log = index
+        .range(0, u64::MAX)
+        .find(|m| m.last > in_log)
+        .map(|m| m.index);
+    if let Some(from) = past_log {
+        tracing::warn!("removing Raft entries {from} and later: their records are not in the log");
+        index
+            .truncate_from(from)
+            .map_err(|e| format!("cutting the Raft entry index: {e}"))?;
+    }
+    let held = index.last_lsn();
     if fresh && index.last().is_none() && in_log > 0 {
         return Err(format!(
             "the data directory holds a log of {in_log} records written outside a Raft group; \
@@ -391,28 +404,43 @@ impl Shared {
             log.note_compacted_until(lsn)
                 .map_err(|e| storage_error(format!("noting the copied log's exact point: {e}")))?;
         }
-        if !copies.is_empty() {
-            if log.next_lsn() > copies[0].lsn {
+        if let Some(first) = copies.first() {
+            if log.next_lsn() > first.lsn {
                 let why = format!(
                     "the log here holds LSN {} and later, which the leader sends again",
-                    copies[0].lsn
+                    first.lsn
                 );
                 self.diverge(why.clone());
                 return Err(storage_error(why));
             }
-            log.append_copied(&copies)
-                .map_err(|e| storage_error(format!("appending a replicated batch: {e}")))?;
         }
-        if wait_for > 0 {
-            log.await_committed(wait_for)
-                .map_err(|e| storage_error(format!("syncing the log: {e}")))?;
-        }
+        // The records and the index are written and synced side by side
+        // (one sync's wait, not two); Raft hears of the entries only once
+        // both are durable. A crash between the two leaves index frames
+        // past the log, which `prepare` removes: they were never
+        // acknowledged.
         let sync = matches!(log.options().sync, SyncPolicy::Always);
-        inner
-            .index
-            .append(&metas, sync)
-            .map_err(|e| storage_error(format!("writing the Raft entry index: {e}")))?;
-        Ok(())
+        let index = &mut inner.index;
+        let (records, indexed) = std::thread::scope(|scope| {
+            let indexed = scope.spawn(|| index.append(&metas, sync));
+            let records = if !copies.is_empty() {
+                log.append_copied(&copies)
+                    .map(|_| ())
+                    .map_err(|e| format!("appending a replicated batch: {e}"))
+            } else if wait_for > 0 {
+                log.await_committed(wait_for)
+                    .map_err(|e| format!("syncing the log: {e}"))
+            } else {
+                Ok(())
+            };
+            (records, indexed.join())
+        });
+        records.map_err(storage_error)?;
+        match indexed {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(storage_error(format!("writing the Raft entry index: {e}"))),
+            Err(_) => Err(storage_error("writing the Raft entry index panicked")),
+        }
     }
 
     fn truncate(&self, log_id: LogId) -> Result<(), StorageError> {
