@@ -56,17 +56,21 @@ impl Group {
             proxies,
             running: (0..MEMBERS).map(|_| None).collect(),
         };
-        // Started together: the first member forms the group.
+        g.start_all();
+        g
+    }
+
+    /// Starts every member at once (the first start forms the group).
+    fn start_all(&mut self) {
         let handles: Vec<_> = (0..MEMBERS)
             .map(|i| {
-                let (dir, pg, http, spec) = g.args(i);
+                let (dir, pg, http, spec) = self.args(i);
                 std::thread::spawn(move || serve_member(&dir, pg, http, i, &spec))
             })
             .collect();
         for (i, h) in handles.into_iter().enumerate() {
-            g.running[i] = Some(h.join().unwrap());
+            self.running[i] = Some(h.join().unwrap());
         }
-        g
     }
 
     fn args(&self, i: usize) -> (std::path::PathBuf, u16, u16, String) {
@@ -384,15 +388,7 @@ fn a_group_keeps_every_acknowledged_write_across_kill_9_of_its_leader_and_of_all
     for i in 0..MEMBERS {
         g.kill9(i);
     }
-    let handles: Vec<_> = (0..MEMBERS)
-        .map(|i| {
-            let (dir, pg, http, spec) = g.args(i);
-            std::thread::spawn(move || serve_member(&dir, pg, http, i, &spec))
-        })
-        .collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        g.running[i] = Some(h.join().unwrap());
-    }
+    g.start_all();
     let writers = Writers::start(g.http.clone(), 1);
     writers.await_count(20, &g);
     let mut more = writers.stop();

@@ -127,35 +127,10 @@ pub fn request_with_headers(
     out.extend_from_slice(body.unwrap_or_default());
     stream.write_all(&out)?;
 
-    let mut raw = Vec::with_capacity(READ_CHUNK);
-    let head_end = loop {
-        if let Some(i) = find(&raw, b"\r\n\r\n") {
-            break i;
-        }
-        if raw.len() > MAX_HEAD_BYTES {
-            return Err(Error::Protocol("response head too long".into()));
-        }
-        if read_more(&mut stream, &mut raw)? == 0 {
-            return Err(Error::Protocol(
-                "the connection closed before a response".into(),
-            ));
-        }
-    };
-    let head = std::str::from_utf8(&raw[..head_end])
-        .map_err(|_| Error::Protocol("response head is not UTF-8".into()))?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| Error::Protocol(format!("bad status line {status_line:?}")))?;
+    let (status, fields, raw, head_end) = read_head(&mut stream)?;
     let mut framing = Framing::Close;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+    for (name, value) in &fields {
+        let (name, value) = (name.as_str(), value.as_str());
         if name == "transfer-encoding" && value.to_ascii_lowercase().contains("chunked") {
             framing = Framing::Chunked(Chunk::Size);
         } else if name == "content-length" && !matches!(framing, Framing::Chunked(_)) {
@@ -177,6 +152,44 @@ pub fn request_with_headers(
             done,
         },
     })
+}
+
+/// Reads a response head: its status, its header fields (names in lower
+/// case), and the bytes read so far with where the head ends in them.
+#[allow(clippy::type_complexity)]
+fn read_head(
+    stream: &mut TcpStream,
+) -> Result<(u16, Vec<(String, String)>, Vec<u8>, usize), Error> {
+    let mut raw = Vec::with_capacity(READ_CHUNK);
+    let head_end = loop {
+        if let Some(i) = find(&raw, b"\r\n\r\n") {
+            break i;
+        }
+        if raw.len() > MAX_HEAD_BYTES {
+            return Err(Error::Protocol("response head too long".into()));
+        }
+        if read_more(stream, &mut raw)? == 0 {
+            return Err(Error::Protocol(
+                "the connection closed before a response".into(),
+            ));
+        }
+    };
+    let head = std::str::from_utf8(&raw[..head_end])
+        .map_err(|_| Error::Protocol("response head is not UTF-8".into()))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| Error::Protocol(format!("bad status line {status_line:?}")))?;
+    let fields = lines
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            Some((name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        })
+        .collect();
+    Ok((status, fields, raw, head_end))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -468,35 +481,10 @@ impl Connection {
         let mut out = head.into_bytes();
         out.extend_from_slice(body);
         stream.write_all(&out)?;
-        let mut raw = Vec::with_capacity(READ_CHUNK);
-        let head_end = loop {
-            if let Some(i) = find(&raw, b"\r\n\r\n") {
-                break i;
-            }
-            if raw.len() > MAX_HEAD_BYTES {
-                return Err(Error::Protocol("response head too long".into()));
-            }
-            if read_more(&mut stream, &mut raw)? == 0 {
-                return Err(Error::Protocol(
-                    "the connection closed before a response".into(),
-                ));
-            }
-        };
-        let head = std::str::from_utf8(&raw[..head_end])
-            .map_err(|_| Error::Protocol("response head is not UTF-8".into()))?;
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap_or_default();
-        let status = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or_else(|| Error::Protocol(format!("bad status line {status_line:?}")))?;
+        let (status, fields, mut raw, head_end) = read_head(&mut stream)?;
         let (mut length, mut keep) = (None, true);
-        for line in lines {
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+        for (name, value) in &fields {
+            let (name, value) = (name.as_str(), value.as_str());
             if name == "content-length" {
                 length = Some(
                     value

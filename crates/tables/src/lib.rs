@@ -1440,6 +1440,12 @@ impl Database {
     /// `Log::append_at`): the same step two as a local commit.
     pub fn apply_appended(&self, batch: &Batch) {
         let guard = self.commit.lock();
+        self.apply_appended_under(guard, batch);
+    }
+
+    /// Applies an appended batch with the commit lock `guard` held, then
+    /// releases it.
+    fn apply_appended_under(&self, guard: parking_lot::MutexGuard<'_, ()>, batch: &Batch) {
         assert!(
             batch.last < self.log.next_lsn(),
             "batch {}..={} applied before it was appended",
@@ -1466,15 +1472,7 @@ impl Database {
         if batch.last <= self.applied_lsn() {
             return false;
         }
-        assert!(
-            batch.last < self.log.next_lsn(),
-            "batch {}..={} applied before it was appended",
-            batch.first,
-            batch.last
-        );
-        self.apply(batch);
-        drop(guard);
-        self.after_release();
+        self.apply_appended_under(guard, batch);
         true
     }
 
