@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aqueduct_log::Lsn;
 
@@ -73,9 +73,16 @@ pub struct Meta {
     pub membership: Option<Vec<u8>>,
 }
 
+impl Meta {
+    /// The LSN the entry ends at: its last record's, or for an entry
+    /// without records, the one before it (where the previous entry ended).
+    pub fn end_lsn(&self) -> Lsn {
+        self.last.max(self.first.saturating_sub(1))
+    }
+}
+
 /// The entry index of one member, on disk and in memory.
 pub struct EntryIndex {
-    path: PathBuf,
     file: File,
     /// Entries not purged, in index order (consecutive indexes).
     entries: Vec<(Meta, u64)>,
@@ -123,7 +130,6 @@ impl EntryIndex {
         let keep_from = purged.map_or(0, |p| p + 1);
         entries.retain(|(m, _)| m.index >= keep_from);
         Ok(EntryIndex {
-            path: path.to_path_buf(),
             file,
             entries,
             memberships,
@@ -161,8 +167,7 @@ impl EntryIndex {
 
     /// The last LSN any kept entry holds (0 with none).
     pub fn last_lsn(&self) -> Lsn {
-        self.last()
-            .map_or(0, |m| m.last.max(m.first.saturating_sub(1)))
+        self.last().map_or(0, Meta::end_lsn)
     }
 
     /// Appends `metas` (consecutive indexes after the last) and syncs when
@@ -216,10 +221,6 @@ impl EntryIndex {
     /// caller has made the purge point durable first).
     pub fn purge_through(&mut self, index: u64) {
         self.entries.retain(|(m, _)| m.index > index);
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

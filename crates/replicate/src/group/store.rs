@@ -146,7 +146,7 @@ pub fn prepare(dir: &Path, log: &Log) -> Result<Prepared, String> {
     // Replayed up to the entry the group is known to have committed; an
     // entry the index no longer holds is applied again from the start.
     let (applied, until) = match hard.committed.and_then(|c| Some((c, index.get(c.index)?))) {
-        Some((c, m)) => (Some(c), m.last.max(m.first.saturating_sub(1))),
+        Some((c, m)) => (Some(c), m.end_lsn()),
         None => (None, 0),
     };
     write_hard(dir, &hard)?;
@@ -267,11 +267,7 @@ impl Shared {
     /// The LSN an entry ends at (its last record, or where the entry
     /// before it ended).
     pub(crate) fn lsn_of(&self, index: u64) -> Option<Lsn> {
-        self.inner
-            .lock()
-            .index
-            .get(index)
-            .map(|m| m.last.max(m.first.saturating_sub(1)))
+        self.inner.lock().index.get(index).map(Meta::end_lsn)
     }
 
     /// Entries `from..to` read back from the index and the log.
@@ -397,7 +393,7 @@ impl Shared {
                     }
                 }
             }
-            prev_lsn = meta.last.max(meta.first - 1);
+            prev_lsn = meta.end_lsn();
             metas.push(meta);
         }
         if let Some(lsn) = exact_from {
