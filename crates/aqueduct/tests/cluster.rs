@@ -40,7 +40,16 @@ struct Group {
 
 impl Group {
     fn start() -> Group {
-        let http: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
+        // The members' ports stay bound until the proxies have theirs, so
+        // no proxy is given a port a member is about to listen on.
+        let held: Vec<std::net::TcpListener> = (0..2 * MEMBERS)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = held
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let (http, pg) = (ports[..MEMBERS].to_vec(), ports[MEMBERS..].to_vec());
         let mut proxies = BTreeMap::new();
         for i in 0..MEMBERS {
             for (j, port) in http.iter().enumerate() {
@@ -49,9 +58,10 @@ impl Group {
                 }
             }
         }
+        drop(held);
         let mut g = Group {
             dir: tempfile::tempdir().unwrap(),
-            pg: (0..MEMBERS).map(|_| free_port()).collect(),
+            pg,
             http,
             proxies,
             running: (0..MEMBERS).map(|_| None).collect(),
