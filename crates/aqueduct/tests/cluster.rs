@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{free_port, log_records, ok, rows, serve_at, sql, Proxy, Server, STEP_TIMEOUT};
+use common::{
+    free_port, log_records, ok, rows, serve_at, signal, sql, Proxy, Server, STEP_TIMEOUT,
+};
 use serde_json::Value as Json;
 
 const MEMBERS: usize = 3;
@@ -454,14 +456,6 @@ fn a_leader_cut_off_from_the_group_acknowledges_nothing_and_loses_nothing_acknow
 }
 
 /// Sends `signal` (`-STOP`, `-CONT`) to the process `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[test]
 fn a_paused_leader_is_replaced_and_rejoins_when_resumed() {
     let g = Group::start();

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use aqueduct_mirror::http;
 use common::{
-    addr, log_records, metric, ok, rows, serve, serve_at, sql, Proxy, HTTP_TIMEOUT, STEP_TIMEOUT,
+    addr, log_records, metric, ok, rows, serve, serve_at, signal, sql, Proxy, HTTP_TIMEOUT,
+    STEP_TIMEOUT,
 };
 use serde_json::Value as Json;
 
@@ -44,7 +45,15 @@ fn await_applied(http: u16, lsn: u64) {
             metric(http, "aqueduct_follower_applied_lsn")
         );
     }
-    assert!(metric(http, "aqueduct_follower_applied_lsn").is_some_and(|a| a >= lsn));
+    // The gauge is set just after the apply a reader sees.
+    let deadline = Instant::now() + HTTP_TIMEOUT;
+    while !metric(http, "aqueduct_follower_applied_lsn").is_some_and(|a| a >= lsn) {
+        assert!(
+            Instant::now() < deadline,
+            "the follower's applied LSN gauge stays below {lsn}"
+        );
+        std::thread::yield_now();
+    }
 }
 
 #[test]
@@ -379,14 +388,7 @@ fn a_follower_rides_out_a_partition_and_pauses() {
     await_applied(follower.http, last);
 
     // The source paused, then the follower.
-    let pause = |pid: u32, signal: &str| {
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
-    pause(source.process.0.id(), "-STOP");
+    signal(source.process.0.id(), "-STOP");
     // Paused: it accepts no request now (the wait is the request's own
     // timeout), while the follower still answers what it holds.
     assert!(
@@ -411,15 +413,15 @@ fn a_follower_rides_out_a_partition_and_pauses() {
     )
     .unwrap();
     assert_eq!(held["rows"][0][0], 7);
-    pause(source.process.0.id(), "-CONT");
+    signal(source.process.0.id(), "-CONT");
     for i in 100..150 {
         last = write(i);
     }
-    pause(follower.process.0.id(), "-STOP");
+    signal(follower.process.0.id(), "-STOP");
     for i in 150..200 {
         last = write(i);
     }
-    pause(follower.process.0.id(), "-CONT");
+    signal(follower.process.0.id(), "-CONT");
     await_applied(follower.http, last);
     let want = rows(source.http, "SELECT * FROM register");
     assert_eq!(rows(follower.http, "SELECT * FROM register"), want);
