@@ -12,6 +12,8 @@
 //!   leadership to member N (`aqueduct cluster transfer-leader`).
 //! - `POST /v1/cluster/elect`: this member calls an election now (what
 //!   the leader asks of the member it hands the leadership to).
+//! - `POST /v1/cluster/forward`: statements a member that does not lead
+//!   sends for its sessions (`aqueduct_sql::forward`).
 //!
 //! All need a superuser; on a server outside a group they answer 404.
 
@@ -71,6 +73,27 @@ pub(crate) async fn raft_message(
     match network::answer(&member.raft, call, &body).await {
         Ok(bytes) => bytes.into_response(),
         Err(why) => failed(StatusCode::BAD_REQUEST, "08P01", why),
+    }
+}
+
+/// `POST /v1/cluster/forward`: statements another member's session sent
+/// because it does not lead (`aqueduct_sql::forward`).
+pub(crate) async fn forward(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = member(&s, &headers) {
+        return *r;
+    }
+    let (engine, blocks) = (s.engine.clone(), s.forwarded.clone());
+    match tokio::task::spawn_blocking(move || blocks.answer(&engine, &body)).await {
+        Ok(reply) => reply.into_response(),
+        Err(e) => failed(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "XX000",
+            format!("a forwarded statement failed: {e}"),
+        ),
     }
 }
 

@@ -77,6 +77,8 @@ struct AppState {
     replication: Option<ReplicationStatus>,
     /// This server's Raft group membership (`cluster.rs`).
     cluster: Option<Arc<aqueduct_replicate::group::Member>>,
+    /// Transaction blocks held for other members' sessions (`cluster.rs`).
+    forwarded: Arc<aqueduct_sql::ForwardedBlocks>,
 }
 
 /// The routes, for serving and for tests.
@@ -103,7 +105,21 @@ fn router_and_state(
         follower_bootstraps: Default::default(),
         replication: config.replication.clone(),
         cluster: config.cluster.clone(),
+        forwarded: Default::default(),
     };
+    if let (Some(_), Ok(runtime)) = (&state.cluster, tokio::runtime::Handle::try_current()) {
+        let blocks = Arc::downgrade(&state.forwarded);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(aqueduct_sql::forward::FORWARDED_BLOCK_IDLE / 4);
+            loop {
+                tick.tick().await;
+                let Some(blocks) = blocks.upgrade() else {
+                    return;
+                };
+                let _ = tokio::task::spawn_blocking(move || blocks.expire()).await;
+            }
+        });
+    }
     let router = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_page))
@@ -119,6 +135,12 @@ fn router_and_state(
             "/v1/raft/{call}",
             post(cluster::raft_message).layer(axum::extract::DefaultBodyLimit::max(
                 aqueduct_replicate::group::MAX_MESSAGE_BYTES,
+            )),
+        )
+        .route(
+            "/v1/cluster/forward",
+            post(cluster::forward).layer(axum::extract::DefaultBodyLimit::max(
+                aqueduct_sql::forward::MAX_FORWARD_BYTES,
             )),
         )
         .route("/v1/cluster", get(cluster::status))

@@ -71,6 +71,75 @@ impl aqueduct_sql::CommitSource for GroupReads {
     }
 }
 
+/// A member of a Raft group, as where its sessions' writes go while it
+/// does not lead (`aqueduct_sql::forward`).
+struct ToLeader(Arc<aqueduct_replicate::group::Member>);
+
+impl aqueduct_sql::forward::Forwarder for ToLeader {
+    fn leader(&self) -> Option<Result<String, aqueduct_sql::SqlError>> {
+        if self.0.is_leader() {
+            return None;
+        }
+        Some(self.0.leader().map(|(_, addr)| addr).ok_or_else(|| {
+            aqueduct_sql::SqlError::new(
+                "57P03",
+                format!(
+                    "member {} does not lead the group, and no leader is known yet (an \
+                     election is under way)",
+                    self.0.id()
+                ),
+            )
+            .with_hint("retry in a moment")
+        }))
+    }
+
+    fn send(
+        &self,
+        to: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, aqueduct_sql::SqlError> {
+        use aqueduct_sql::forward::MAX_FORWARD_BYTES;
+        let failed = |why: String| {
+            aqueduct_sql::SqlError::new(
+                "08006",
+                format!(
+                    "member {} could not reach the leader at {to}: {why}",
+                    self.0.id()
+                ),
+            )
+            .with_hint("the write's outcome is not known; check before retrying it")
+        };
+        let auth = self.0.token().map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        let mut response = aqueduct_mirror::http::request_with_headers(
+            to,
+            "POST",
+            "/v1/cluster/forward",
+            &headers,
+            Some(body),
+            timeout,
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        let bytes = response
+            .body
+            .read_to_end(MAX_FORWARD_BYTES)
+            .map_err(|e| failed(e.to_string()))?;
+        if response.status != 200 {
+            return Err(failed(format!(
+                "it answered {}: {}",
+                response.status,
+                String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
+            )));
+        }
+        Ok(bytes)
+    }
+}
+
 /// Restarts this process in place (same id, same arguments): a member
 /// whose tables show writes its group did not commit rebuilds them from
 /// the log, as after a crash.
@@ -191,6 +260,7 @@ pub async fn run(
                 .shared
                 .set_on_diverged(Box::new(|why| restart_in_place(&why)));
             engine.set_commit_source(Arc::new(GroupReads(member.clone())));
+            engine.set_forwarder(Arc::new(ToLeader(member.clone())));
             engine.feed().set_replicator(member.clone());
             tracing::info!(
                 "member {} of a Raft group of {}",

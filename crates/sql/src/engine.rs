@@ -69,6 +69,8 @@ pub struct Engine {
     /// Set on a follower: where reads learn the commit LSN of the servers
     /// it follows.
     commit_source: parking_lot::RwLock<Option<Arc<dyn crate::consistency::CommitSource>>>,
+    /// Where writes go while this member of a Raft group does not lead.
+    forwarder: parking_lot::RwLock<Option<Arc<dyn crate::forward::Forwarder>>>,
     /// `statement_timeout` new sessions start with (`--statement-timeout`).
     default_statement_timeout: parking_lot::RwLock<Option<String>>,
     /// Set at shutdown: every running statement stops.
@@ -182,6 +184,7 @@ impl Engine {
             release_views: Default::default(),
             default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
             commit_source: parking_lot::RwLock::new(None),
+            forwarder: parking_lot::RwLock::new(None),
             default_statement_timeout: parking_lot::RwLock::new(None),
             shutdown: Default::default(),
             metrics: EngineMetrics::default(),
@@ -230,6 +233,16 @@ impl Engine {
     /// Makes this engine a follower's: reads wait for the tables to reach
     /// the LSN their consistency level asks, learning the commit LSN of
     /// the servers followed from `source`.
+    /// Sends the writes of sessions here to the group's leader while
+    /// this member does not lead (`forward.rs`).
+    pub fn set_forwarder(&self, forwarder: Arc<dyn crate::forward::Forwarder>) {
+        *self.forwarder.write() = Some(forwarder);
+    }
+
+    pub fn forwarder(&self) -> Option<Arc<dyn crate::forward::Forwarder>> {
+        self.forwarder.read().clone()
+    }
+
     pub fn set_commit_source(&self, source: Arc<dyn crate::consistency::CommitSource>) {
         *self.commit_source.write() = Some(source);
     }

@@ -23,9 +23,11 @@
 pub mod backends;
 mod consistency;
 mod engine;
+pub mod forward;
 mod roles;
 mod session;
 mod time_maps;
+mod txn_status;
 
 pub use aqueduct_expr::{expr, SqlError};
 pub use aqueduct_plan::limits::{MAX_INSERT_ROWS, MAX_PARAMS, MAX_SQL_BYTES};
@@ -37,4 +39,5 @@ pub use aqueduct_views::{views, MAX_RELEASE_VIEWS};
 pub use consistency::{CommitSource, Consistency, MAX_RELEASE_RESULTS};
 pub use engine::{Clock, Engine, EngineMetrics, SystemClock};
 pub use roles::{Principal, DEFAULT_PRINCIPAL, MAX_VIEW_DEPTH};
-pub use session::{parse_duration, Prepared, Session, TxnStatus};
+pub use session::{parse_duration, ForwardedBlocks, Prepared, Session};
+pub use txn_status::TxnStatus;

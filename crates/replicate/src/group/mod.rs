@@ -205,7 +205,12 @@ impl Member {
         Some((id, addr))
     }
 
-    fn is_leader(&self) -> bool {
+    /// The group's token, which members present to each other.
+    pub fn token(&self) -> Option<&str> {
+        self.config.token.as_deref()
+    }
+
+    pub fn is_leader(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
         m.state == ServerState::Leader && m.current_leader == Some(self.config.node_id)

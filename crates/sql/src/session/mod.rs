@@ -17,7 +17,9 @@
 //! - `custom.rs`: statements the SQL parser does not know, recognised
 //!   once by their first words;
 //! - `time_maps.rs`: `CREATE TIME MAP` and its kin;
-//! - `publications.rs`: `CREATE`, `ALTER` and `DROP PUBLICATION`.
+//! - `publications.rs`: `CREATE`, `ALTER` and `DROP PUBLICATION`;
+//! - `forward.rs`: on a member of a Raft group that does not lead, the
+//!   writes that run on the leader; `forwarded.rs`: the leader's side.
 //!
 //! [`Route`]: route::Route
 
@@ -26,6 +28,8 @@ mod consumers;
 mod copy;
 mod custom;
 mod dataflow;
+mod forward;
+mod forwarded;
 mod join_locking;
 mod prepare;
 mod publications;
@@ -37,5 +41,6 @@ mod time_maps;
 mod txn_view_reads;
 mod view_rows;
 
+pub use forwarded::ForwardedBlocks;
 pub use prepare::Prepared;
-pub use state::{parse_duration, Session, TxnStatus};
+pub use state::{parse_duration, Session};

@@ -180,6 +180,22 @@ impl Session {
             } => return self.sql_execute(name, parameters),
             _ => {}
         }
+        if let Some(forwarded) = self.forward_if_needed(st, params) {
+            return forwarded;
+        }
+        let result = self.run_here(st, hints, params);
+        if self.engine.forwarder().is_some() {
+            self.record_for_move(st, params, &result);
+        }
+        result
+    }
+
+    fn run_here(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
         self.follower_ready(Some(st))?;
         let inlined = self.inline_subqueries(st, params)?;
         let st = inlined.as_ref().unwrap_or(st);

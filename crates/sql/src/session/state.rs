@@ -38,13 +38,7 @@ impl Drop for Running<'_> {
 /// How long, and with how much memory, each statement may run.
 pub(crate) type StatementBounds = aqueduct_expr::interrupt::Bounds;
 
-/// `ReadyForQuery` status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TxnStatus {
-    Idle,
-    InBlock,
-    Failed,
-}
+pub use crate::txn_status::TxnStatus;
 
 /// Settings a client may read with `SHOW` and change with `SET`.
 pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
@@ -160,6 +154,31 @@ pub struct Session {
     /// declared parameter types (prepared again by each `EXECUTE`, so
     /// they bind against the catalog then).
     pub(crate) sql_prepared: std::collections::HashMap<String, (String, Vec<Option<DataType>>)>,
+    /// The transaction block the group's leader runs for this session
+    /// (`forward.rs`).
+    pub(crate) remote: Option<RemoteBlock>,
+    /// What the open block ran, while it may move to the leader.
+    pub(crate) movable: Option<Movable>,
+}
+
+/// A transaction block that runs on the leader.
+pub(crate) struct RemoteBlock {
+    /// The leader's HTTP address, where the block is held.
+    pub(crate) leader: String,
+    pub(crate) id: u64,
+    pub(crate) status: TxnStatus,
+}
+
+/// What a local transaction block on a member that does not lead ran, to
+/// be run again on the leader at its first write.
+pub(crate) enum Movable {
+    Recording {
+        statements: Vec<(crate::forward::Forwarded, Result<Outcome, SqlError>)>,
+        rows: usize,
+    },
+    /// It ran more than `MAX_MOVABLE_STATEMENTS` or
+    /// `MAX_MOVABLE_ROWS` (`crate::forward`): it cannot move.
+    TooLong,
 }
 
 impl Session {
@@ -196,6 +215,8 @@ impl Session {
                 statement_micros: 0,
             },
             txn_began_micros: None,
+            remote: None,
+            movable: None,
             principal: Default::default(),
             view_relations_cache: Default::default(),
             sql_prepared: Default::default(),
@@ -394,6 +415,9 @@ impl Session {
     }
 
     pub fn status(&self) -> TxnStatus {
+        if let Some(remote) = self.remote_status() {
+            return remote;
+        }
         match (&self.txn, self.failed) {
             (None, _) => TxnStatus::Idle,
             (Some(_), false) => TxnStatus::InBlock,
