@@ -853,3 +853,88 @@ fn writes_on_a_member_that_does_not_lead_run_on_the_leader() {
         vec!["[\"cyd\"]"]
     );
 }
+
+/// The group's membership in SQL, sent to a member that does not lead:
+/// `ALTER CLUSTER ADD MEMBER ... AS LEARNER`, `TRANSFER LEADERSHIP`,
+/// `REMOVE MEMBER`, each shown by `SHOW CLUSTER`.
+#[test]
+fn membership_changes_in_sql_on_any_member() {
+    let g = Group::start();
+    let all: Vec<usize> = (0..MEMBERS).collect();
+    let l = g.leader(&all);
+    let f = (l + 1) % MEMBERS;
+    schema(g.http[f]);
+    let show =
+        |http: u16| -> Vec<Json> { ok(http, "SHOW CLUSTER")["rows"].as_array().unwrap().clone() };
+    let roles = |http: u16| -> Vec<(u64, String)> {
+        show(http)
+            .iter()
+            .map(|r| (r[0].as_u64().unwrap(), r[3].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let listed = roles(g.http[f]);
+    assert_eq!(listed.len(), MEMBERS, "{listed:?}");
+    assert_eq!(
+        listed.iter().filter(|(_, r)| r == "leader").count(),
+        1,
+        "{listed:?}"
+    );
+    assert!(
+        listed.contains(&(l as u64 + 1, "leader".into())),
+        "{listed:?}"
+    );
+
+    // A learner joins through the member that follows.
+    let dir = g.dir.path().join("m4");
+    let (pg4, http4) = (free_port(), free_port());
+    let addr4 = format!("127.0.0.1:{http4}");
+    let fourth = serve_at(
+        &dir,
+        pg4,
+        http4,
+        &[
+            "--node-id",
+            "4",
+            "--cluster",
+            &format!("4={addr4}"),
+            "--join",
+        ],
+    );
+    ok(
+        g.http[f],
+        &format!("ALTER CLUSTER ADD MEMBER 4 AT '{addr4}' AS LEARNER"),
+    );
+    let rows = show(g.http[l]);
+    let fourth_row = rows.iter().find(|r| r[0] == 4).expect("member 4 listed");
+    assert_eq!(
+        fourth_row[2], false,
+        "a learner does not vote: {fourth_row}"
+    );
+    assert_eq!(fourth_row[3], "learner", "{fourth_row}");
+    ok(g.http[l], "INSERT INTO t VALUES (1, 'seen by the learner')");
+    let wait = format!(
+        "SET aqueduct.consistency_timeout = '{}s'; SELECT count(*) FROM t",
+        STEP_TIMEOUT.as_secs()
+    );
+    assert_eq!(ok(http4, &wait)["rows"][0][0], 1);
+
+    // The leadership moves to the member the statement was sent to.
+    ok(
+        g.http[f],
+        &format!("ALTER CLUSTER TRANSFER LEADERSHIP TO {}", f + 1),
+    );
+    assert!(roles(g.http[f]).contains(&(f as u64 + 1, "leader".into())));
+
+    // The learner leaves, through the former leader (which forwards).
+    ok(g.http[l], "ALTER CLUSTER REMOVE MEMBER 4");
+    assert_eq!(show(g.http[f]).len(), MEMBERS);
+    drop(fourth);
+
+    // What is refused, and how.
+    let e = sql(g.http[f], "BEGIN; SHOW CLUSTER").unwrap_err();
+    assert!(e.to_string().contains("25001"), "{e}");
+    let e = sql(g.http[f], "ALTER CLUSTER ADD MEMBER 0 AT 'h:1'").unwrap_err();
+    assert!(e.to_string().contains("22023"), "{e}");
+    let e = sql(g.http[f], "ALTER CLUSTER REMOVE 2").unwrap_err();
+    assert!(e.to_string().contains("42601"), "{e}");
+}

@@ -173,9 +173,6 @@ pub(crate) struct Transfer {
     id: u64,
 }
 
-/// How long a transfer of leadership may take.
-const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-
 pub(crate) async fn transfer(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -185,7 +182,10 @@ pub(crate) async fn transfer(
         Ok(m) => m,
         Err(r) => return *r,
     };
-    match member.transfer_to(t.id, TRANSFER_TIMEOUT).await {
+    match member
+        .transfer_to(t.id, aqueduct_replicate::group::TRANSFER_TIMEOUT)
+        .await
+    {
         Ok(()) => axum::Json(member.status()).into_response(),
         Err(e) => change_failed(format!("handing the leadership to member {}: {e}", t.id)),
     }

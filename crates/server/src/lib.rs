@@ -73,20 +73,95 @@ impl aqueduct_sql::CommitSource for GroupReads {
 
 /// A member of a Raft group, as where its sessions' writes go while it
 /// does not lead (`aqueduct_sql::forward`).
-struct ToLeader(Arc<aqueduct_replicate::group::Member>);
+struct ToLeader {
+    member: Arc<aqueduct_replicate::group::Member>,
+    /// The server's runtime, for the group's calls from sessions (which
+    /// run on blocking threads).
+    runtime: tokio::runtime::Handle,
+}
 
-impl aqueduct_sql::forward::Forwarder for ToLeader {
+impl ToLeader {
+    fn member_state(&self, id: u64, addr: &str, voter: bool) -> aqueduct_sql::forward::MemberState {
+        use aqueduct_replicate::group::MEMBER_STATUS_TIMEOUT;
+        let status = if id == self.member.id() {
+            Ok(self.member.status())
+        } else {
+            self.call(addr, "GET", "/v1/cluster", None, MEMBER_STATUS_TIMEOUT)
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        };
+        let base = aqueduct_sql::forward::MemberState {
+            id,
+            addr: addr.to_string(),
+            voter,
+            ..Default::default()
+        };
+        match status {
+            Ok(s) => {
+                let n = |k: &str| s[k].as_u64();
+                aqueduct_sql::forward::MemberState {
+                    role: s["role"].as_str().unwrap_or("unknown").to_string(),
+                    term: n("term"),
+                    commit_lsn: n("commit_lsn"),
+                    applied_lsn: n("applied_lsn"),
+                    lag: n("lag"),
+                    ..base
+                }
+            }
+            Err(why) => aqueduct_sql::forward::MemberState {
+                role: "unreachable".into(),
+                error: Some(why),
+                ..base
+            },
+        }
+    }
+
+    /// An HTTP call to another member, with the group's token: the body
+    /// of a 200 answer, or why there was none.
+    fn call(
+        &self,
+        to: &str,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        use aqueduct_sql::forward::MAX_FORWARD_BYTES;
+        let auth = self.member.token().map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        let mut response =
+            aqueduct_mirror::http::request_with_headers(to, method, path, &headers, body, timeout)
+                .map_err(|e| e.to_string())?;
+        let bytes = response
+            .body
+            .read_to_end(MAX_FORWARD_BYTES)
+            .map_err(|e| e.to_string())?;
+        if response.status != 200 {
+            return Err(format!(
+                "it answered {}: {}",
+                response.status,
+                String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+impl aqueduct_sql::forward::GroupLink for ToLeader {
     fn leader(&self) -> Option<Result<String, aqueduct_sql::SqlError>> {
-        if self.0.is_leader() {
+        if self.member.is_leader() {
             return None;
         }
-        Some(self.0.leader().map(|(_, addr)| addr).ok_or_else(|| {
+        Some(self.member.leader().map(|(_, addr)| addr).ok_or_else(|| {
             aqueduct_sql::SqlError::new(
                 "57P03",
                 format!(
                     "member {} does not lead the group, and no leader is known yet (an \
                      election is under way)",
-                    self.0.id()
+                    self.member.id()
                 ),
             )
             .with_hint("retry in a moment")
@@ -99,44 +174,64 @@ impl aqueduct_sql::forward::Forwarder for ToLeader {
         body: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, aqueduct_sql::SqlError> {
-        use aqueduct_sql::forward::MAX_FORWARD_BYTES;
-        let failed = |why: String| {
-            aqueduct_sql::SqlError::new(
-                "08006",
-                format!(
-                    "member {} could not reach the leader at {to}: {why}",
-                    self.0.id()
-                ),
-            )
-            .with_hint("the write's outcome is not known; check before retrying it")
-        };
-        let auth = self.0.token().map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> = auth
-            .as_deref()
-            .map(|a| ("Authorization", a))
+        self.call(to, "POST", "/v1/cluster/forward", Some(body), timeout)
+            .map_err(|why| {
+                aqueduct_sql::SqlError::new(
+                    "08006",
+                    format!(
+                        "member {} could not reach the leader at {to}: {why}",
+                        self.member.id()
+                    ),
+                )
+                .with_hint("the write's outcome is not known; check before retrying it")
+            })
+    }
+
+    fn change(&self, change: &aqueduct_sql::forward::MembershipChange) -> Result<(), String> {
+        use aqueduct_sql::forward::MembershipChange as C;
+        let m = &self.member;
+        self.runtime.block_on(async {
+            match change {
+                C::Add { id, addr, voter } => {
+                    m.add_learner(*id, addr.clone()).await?;
+                    if *voter {
+                        m.add_voter(*id).await?;
+                    }
+                    Ok(())
+                }
+                C::Remove { id } => m.remove(*id).await,
+                C::Transfer { id } => {
+                    m.transfer_to(*id, aqueduct_replicate::group::TRANSFER_TIMEOUT)
+                        .await
+                }
+            }
+        })
+    }
+
+    fn members(&self) -> Vec<aqueduct_sql::forward::MemberState> {
+        let status = self.member.status();
+        let listed: Vec<(u64, String, bool)> = status["members"]
+            .as_array()
             .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                Some((
+                    m["id"].as_u64()?,
+                    m["addr"].as_str()?.to_string(),
+                    m["voter"].as_bool().unwrap_or(false),
+                ))
+            })
             .collect();
-        let mut response = aqueduct_mirror::http::request_with_headers(
-            to,
-            "POST",
-            "/v1/cluster/forward",
-            &headers,
-            Some(body),
-            timeout,
-        )
-        .map_err(|e| failed(e.to_string()))?;
-        let bytes = response
-            .body
-            .read_to_end(MAX_FORWARD_BYTES)
-            .map_err(|e| failed(e.to_string()))?;
-        if response.status != 200 {
-            return Err(failed(format!(
-                "it answered {}: {}",
-                response.status,
-                String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
-            )));
-        }
-        Ok(bytes)
+        // Each asked at once, so the statement waits for the slowest only.
+        std::thread::scope(|scope| {
+            let asks: Vec<_> = listed
+                .iter()
+                .map(|(id, addr, voter)| scope.spawn(move || self.member_state(*id, addr, *voter)))
+                .collect();
+            asks.into_iter()
+                .map(|a| a.join().expect("a member's state"))
+                .collect()
+        })
     }
 }
 
@@ -260,7 +355,10 @@ pub async fn run(
                 .shared
                 .set_on_diverged(Box::new(|why| restart_in_place(&why)));
             engine.set_commit_source(Arc::new(GroupReads(member.clone())));
-            engine.set_forwarder(Arc::new(ToLeader(member.clone())));
+            engine.set_group_link(Arc::new(ToLeader {
+                member: member.clone(),
+                runtime: tokio::runtime::Handle::current(),
+            }));
             engine.feed().set_replicator(member.clone());
             tracing::info!(
                 "member {} of a Raft group of {}",

@@ -70,7 +70,7 @@ pub struct Engine {
     /// it follows.
     commit_source: parking_lot::RwLock<Option<Arc<dyn crate::consistency::CommitSource>>>,
     /// Where writes go while this member of a Raft group does not lead.
-    forwarder: parking_lot::RwLock<Option<Arc<dyn crate::forward::Forwarder>>>,
+    group_link: parking_lot::RwLock<Option<Arc<dyn crate::forward::GroupLink>>>,
     /// `statement_timeout` new sessions start with (`--statement-timeout`).
     default_statement_timeout: parking_lot::RwLock<Option<String>>,
     /// Set at shutdown: every running statement stops.
@@ -184,7 +184,7 @@ impl Engine {
             release_views: Default::default(),
             default_consistency: parking_lot::RwLock::new(Consistency::Linearizable),
             commit_source: parking_lot::RwLock::new(None),
-            forwarder: parking_lot::RwLock::new(None),
+            group_link: parking_lot::RwLock::new(None),
             default_statement_timeout: parking_lot::RwLock::new(None),
             shutdown: Default::default(),
             metrics: EngineMetrics::default(),
@@ -235,12 +235,12 @@ impl Engine {
     /// the servers followed from `source`.
     /// Sends the writes of sessions here to the group's leader while
     /// this member does not lead (`forward.rs`).
-    pub fn set_forwarder(&self, forwarder: Arc<dyn crate::forward::Forwarder>) {
-        *self.forwarder.write() = Some(forwarder);
+    pub fn set_group_link(&self, forwarder: Arc<dyn crate::forward::GroupLink>) {
+        *self.group_link.write() = Some(forwarder);
     }
 
-    pub fn forwarder(&self) -> Option<Arc<dyn crate::forward::Forwarder>> {
-        self.forwarder.read().clone()
+    pub fn group_link(&self) -> Option<Arc<dyn crate::forward::GroupLink>> {
+        self.group_link.read().clone()
     }
 
     pub fn set_commit_source(&self, source: Arc<dyn crate::consistency::CommitSource>) {

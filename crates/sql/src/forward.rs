@@ -50,13 +50,55 @@ pub const MAX_MOVABLE_STATEMENTS: usize = 1_000;
 pub const MAX_MOVABLE_ROWS: usize = 100_000;
 
 /// Where a member sends the writes it may not take.
-pub trait Forwarder: Send + Sync {
+pub trait GroupLink: Send + Sync {
     /// `None` when this member takes writes itself; else the leader's
     /// HTTP address, or why no leader is known.
     fn leader(&self) -> Option<Result<String, SqlError>>;
     /// Sends `body` (a [`ForwardRequest`]) to the member at `to` and
     /// returns its answer (a [`ForwardReply`]).
     fn send(&self, to: &str, body: &[u8], timeout: Duration) -> Result<Vec<u8>, SqlError>;
+    /// Changes the group's membership (on the leader; waits until the
+    /// group committed the change).
+    fn change(&self, change: &MembershipChange) -> Result<(), String>;
+    /// Every member this one knows of, each as it says it stands (asked
+    /// over the network, boundedly).
+    fn members(&self) -> Vec<MemberState>;
+}
+
+/// `ALTER CLUSTER ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// Adds a member at an HTTP address: a learner that copies the log,
+    /// then a voter unless `voter` is false.
+    Add {
+        id: u64,
+        addr: String,
+        voter: bool,
+    },
+    Remove {
+        id: u64,
+    },
+    /// Hands the leadership to member `id`.
+    Transfer {
+        id: u64,
+    },
+}
+
+/// A member of the group, as `SHOW CLUSTER` lists it.
+#[derive(Clone, Debug, Default)]
+pub struct MemberState {
+    pub id: u64,
+    pub addr: String,
+    pub voter: bool,
+    /// leader, follower, candidate, learner (or unreachable).
+    pub role: String,
+    pub term: Option<u64>,
+    pub commit_lsn: Option<u64>,
+    pub applied_lsn: Option<u64>,
+    /// Records its log holds past what the group committed.
+    pub lag: Option<u64>,
+    /// Why it did not answer.
+    pub error: Option<String>,
 }
 
 /// One statement to run on the leader.

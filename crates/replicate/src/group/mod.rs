@@ -40,6 +40,11 @@ pub const LEADER_READY_WAIT: Duration = Duration::from_secs(5);
 pub const MAX_MESSAGE_ENTRIES: u64 = 256;
 /// How often a member taking over the leadership calls an election.
 pub const TRANSFER_STEP: Duration = Duration::from_millis(500);
+/// How long a transfer of leadership may take.
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `SHOW CLUSTER` waits for each other member's state.
+pub const MEMBER_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+const _: () = assert!(TRANSFER_STEP.as_millis() * 4 <= TRANSFER_TIMEOUT.as_millis());
 /// How often the leader moves its compaction hold to what the members
 /// still need.
 pub const HOLD_EVERY: Duration = Duration::from_secs(1);

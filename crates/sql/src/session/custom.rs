@@ -13,6 +13,10 @@ use super::state::Session;
 pub(crate) enum Custom {
     TimeMap,
     Publication,
+    /// `ALTER CLUSTER ...` (`cluster.rs`).
+    ClusterChange,
+    /// `SHOW CLUSTER`.
+    ShowCluster,
 }
 
 impl Custom {
@@ -22,8 +26,17 @@ impl Custom {
         } else if aqueduct_plan::publications::is_publication_statement(sql) {
             Some(Custom::Publication)
         } else {
-            None
+            super::cluster::verb_of(sql).map(|v| match v {
+                super::cluster::ClusterVerb::Alter => Custom::ClusterChange,
+                super::cluster::ClusterVerb::Show => Custom::ShowCluster,
+            })
         }
+    }
+
+    /// Whether it changes what the leader holds (and runs there when
+    /// sent to a member that does not lead).
+    pub(crate) fn writes(self) -> bool {
+        !matches!(self, Custom::ShowCluster)
     }
 }
 
@@ -37,7 +50,8 @@ pub(crate) fn split_around_custom(sql: &str) -> Option<Vec<String>> {
     use sqlparser::tokenizer::{Token, Tokenizer};
     if !(crate::time_maps::is_time_map_statement(sql)
         || aqueduct_plan::parse::contains_ignore_case(sql, "publication")
-        || aqueduct_plan::parse::contains_ignore_case(sql, "time map"))
+        || aqueduct_plan::parse::contains_ignore_case(sql, "time map")
+        || aqueduct_plan::parse::contains_ignore_case(sql, "cluster"))
     {
         return None;
     }
@@ -65,6 +79,7 @@ impl Session {
         let out = match kind {
             Custom::TimeMap => self.run_time_map(sql),
             Custom::Publication => self.run_publication(sql),
+            Custom::ClusterChange | Custom::ShowCluster => self.run_cluster(sql),
         };
         if out.is_err() {
             self.note_error();

@@ -12,7 +12,7 @@ use sqlparser::ast::{Expr, Statement};
 
 use super::state::{Movable, RemoteBlock, Session, TxnStatus, DEFAULT_SETTINGS};
 use crate::forward::{
-    copy_refused, ForwardReply, ForwardRequest, Forwarded, Forwarder, FORWARD_TIMEOUT,
+    copy_refused, ForwardReply, ForwardRequest, Forwarded, GroupLink, FORWARD_TIMEOUT,
     MAX_MOVABLE_ROWS, MAX_MOVABLE_STATEMENTS,
 };
 
@@ -70,8 +70,8 @@ fn calls_sequence_writer(st: &Statement) -> bool {
 
 impl Session {
     /// This member's forwarder while it does not lead.
-    fn forwarding(&self) -> Option<(Arc<dyn Forwarder>, Result<String, SqlError>)> {
-        let f = self.engine.forwarder()?;
+    fn forwarding(&self) -> Option<(Arc<dyn GroupLink>, Result<String, SqlError>)> {
+        let f = self.engine.group_link()?;
         let leader = f.leader()?;
         Some((f, leader))
     }
@@ -88,24 +88,43 @@ impl Session {
         st: &Statement,
         params: &[Value],
     ) -> Option<Result<Outcome, SqlError>> {
+        let statement = || Forwarded {
+            sql: st.to_string(),
+            params: params.to_vec(),
+        };
         if self.remote.is_some() {
-            let f = self.engine.forwarder()?;
-            return Some(self.in_remote_block(f.as_ref(), st, params));
+            let ends = matches!(st, Statement::Commit { .. } | Statement::Rollback { .. });
+            return self.in_remote_block(statement(), ends);
         }
         if !writes(st) {
             return None;
         }
-        let (f, leader) = self.forwarding()?;
         if matches!(st, Statement::Copy { .. }) {
-            return Some(Err(copy_refused()));
+            return self.forwarding().map(|_| Err(copy_refused()));
         }
+        self.forward_write(statement())
+    }
+
+    /// A statement the SQL parser does not know (`custom.rs`), all of
+    /// which write: run on the leader as [`Session::forward_if_needed`]
+    /// runs a write.
+    pub(crate) fn forward_custom(&mut self, sql: &str) -> Option<Result<Outcome, SqlError>> {
+        let statement = Forwarded {
+            sql: sql.to_string(),
+            params: Vec::new(),
+        };
+        if self.remote.is_some() {
+            return self.in_remote_block(statement, false);
+        }
+        self.forward_write(statement)
+    }
+
+    /// A write, on the leader where this member does not lead.
+    fn forward_write(&mut self, statement: Forwarded) -> Option<Result<Outcome, SqlError>> {
+        let (f, leader) = self.forwarding()?;
         let leader = match leader {
             Ok(l) => l,
             Err(e) => return Some(Err(e)),
-        };
-        let statement = Forwarded {
-            sql: st.to_string(),
-            params: params.to_vec(),
         };
         if self.txn.is_none() {
             return Some(self.autocommit_on_leader(f.as_ref(), leader, statement));
@@ -172,7 +191,7 @@ impl Session {
 
     fn send(
         &mut self,
-        f: &dyn Forwarder,
+        f: &dyn GroupLink,
         leader: &str,
         block: Option<u64>,
         statements: Vec<Forwarded>,
@@ -202,7 +221,7 @@ impl Session {
 
     fn autocommit_on_leader(
         &mut self,
-        f: &dyn Forwarder,
+        f: &dyn GroupLink,
         leader: String,
         statement: Forwarded,
     ) -> Result<Outcome, SqlError> {
@@ -222,7 +241,7 @@ impl Session {
     /// ran gives the same there.
     fn move_block(
         &mut self,
-        f: &dyn Forwarder,
+        f: &dyn GroupLink,
         leader: String,
         write: Forwarded,
     ) -> Result<Outcome, SqlError> {
@@ -290,26 +309,23 @@ impl Session {
         reply.results.pop().unwrap_or(Ok(Outcome::Empty))
     }
 
+    /// A statement of the block held on the leader (`ends`: `COMMIT` or
+    /// `ROLLBACK`).
     fn in_remote_block(
         &mut self,
-        f: &dyn Forwarder,
-        st: &Statement,
-        params: &[Value],
-    ) -> Result<Outcome, SqlError> {
+        statement: Forwarded,
+        ends: bool,
+    ) -> Option<Result<Outcome, SqlError>> {
+        let f = self.engine.group_link()?;
         let remote = self.remote.take().expect("a block on the leader");
-        let statement = Forwarded {
-            sql: st.to_string(),
-            params: params.to_vec(),
-        };
-        let ends = matches!(st, Statement::Commit { .. } | Statement::Rollback { .. });
-        let reply = self.send(f, &remote.leader, Some(remote.id), vec![statement]);
+        let reply = self.send(f.as_ref(), &remote.leader, Some(remote.id), vec![statement]);
         let mut reply = match reply {
             Ok(r) => r,
             Err(e) => {
                 // The leader did not answer: the block's fate there is
                 // not known, and this session's block has failed.
                 self.fail_block();
-                return Err(e);
+                return Some(Err(e));
             }
         };
         match reply.block {
@@ -323,7 +339,7 @@ impl Session {
             None if !ends => self.fail_block(),
             None => {}
         }
-        reply.results.pop().unwrap_or(Ok(Outcome::Empty))
+        Some(reply.results.pop().unwrap_or(Ok(Outcome::Empty)))
     }
 
     /// The block held on the leader is gone: a failed block here, which

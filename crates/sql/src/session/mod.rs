@@ -18,11 +18,14 @@
 //!   once by their first words;
 //! - `time_maps.rs`: `CREATE TIME MAP` and its kin;
 //! - `publications.rs`: `CREATE`, `ALTER` and `DROP PUBLICATION`;
+//! - `cluster.rs`: `ALTER CLUSTER` and `SHOW CLUSTER`, a Raft group's
+//!   membership in SQL;
 //! - `forward.rs`: on a member of a Raft group that does not lead, the
 //!   writes that run on the leader; `forwarded.rs`: the leader's side.
 //!
 //! [`Route`]: route::Route
 
+mod cluster;
 mod consistency;
 mod consumers;
 mod copy;

@@ -40,6 +40,11 @@ impl Session {
             return out;
         }
         if let Some(kind) = super::custom::Custom::of(sql) {
+            if kind.writes() {
+                if let Some(r) = self.forward_custom(sql) {
+                    return vec![r];
+                }
+            }
             return vec![self.run_custom(kind, sql)];
         }
         if let Some(r) = self.refresh(sql) {
@@ -184,7 +189,7 @@ impl Session {
             return forwarded;
         }
         let result = self.run_here(st, hints, params);
-        if self.engine.forwarder().is_some() {
+        if self.engine.group_link().is_some() {
             self.record_for_move(st, params, &result);
         }
         result
