@@ -904,13 +904,21 @@ fn membership_changes_in_sql_on_any_member() {
         g.http[f],
         &format!("ALTER CLUSTER ADD MEMBER 4 AT '{addr4}' AS LEARNER"),
     );
-    let rows = show(g.http[l]);
-    let fourth_row = rows.iter().find(|r| r[0] == 4).expect("member 4 listed");
-    assert_eq!(
-        fourth_row[2], false,
-        "a learner does not vote: {fourth_row}"
-    );
-    assert_eq!(fourth_row[3], "learner", "{fourth_row}");
+    // It says it is a learner once it holds the membership that names it.
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let rows = show(g.http[l]);
+        let fourth_row = rows.iter().find(|r| r[0] == 4).expect("member 4 listed");
+        assert_eq!(
+            fourth_row[2], false,
+            "a learner does not vote: {fourth_row}"
+        );
+        if fourth_row[3] == "learner" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{fourth_row}");
+        std::thread::yield_now();
+    }
     ok(g.http[l], "INSERT INTO t VALUES (1, 'seen by the learner')");
     let wait = format!(
         "SET aqueduct.consistency_timeout = '{}s'; SELECT count(*) FROM t",

@@ -417,7 +417,9 @@ impl Member {
         serde_json::json!({
             "node_id": self.config.node_id,
             "role": match m.state {
-                _ if membership.get_node(&self.config.node_id).is_none() => "removed",
+                // Not (yet, or any more) in the membership it holds: a
+                // member joining, or one removed.
+                _ if membership.get_node(&self.config.node_id).is_none() => "outside",
                 ServerState::Leader => "leader",
                 ServerState::Follower => "follower",
                 ServerState::Candidate => "candidate",
