@@ -72,6 +72,27 @@ impl Group {
         g
     }
 
+    /// Starts member `id`, outside the group until it is added (`--join`):
+    /// its server, HTTP port and address.
+    fn start_joining(&self, id: u64) -> (Server, u16, String) {
+        let dir = self.dir.path().join(format!("m{id}"));
+        let (pg, http) = (free_port(), free_port());
+        let addr = format!("127.0.0.1:{http}");
+        let server = serve_at(
+            &dir,
+            pg,
+            http,
+            &[
+                "--node-id",
+                &id.to_string(),
+                "--cluster",
+                &format!("{id}={addr}"),
+                "--join",
+            ],
+        );
+        (server, http, addr)
+    }
+
     /// Starts every member at once (the first start forms the group).
     fn start_all(&mut self) {
         let handles: Vec<_> = (0..MEMBERS)
@@ -491,21 +512,7 @@ fn members_are_added_removed_and_handed_the_leadership_without_a_restart() {
         ok(g.http[l], &format!("INSERT INTO t VALUES ({id}, 'before')"));
     }
     // A fourth member joins: it copies the log, then votes.
-    let dir = g.dir.path().join("m4");
-    let (pg4, http4) = (free_port(), free_port());
-    let addr4 = format!("127.0.0.1:{http4}");
-    let fourth = serve_at(
-        &dir,
-        pg4,
-        http4,
-        &[
-            "--node-id",
-            "4",
-            "--cluster",
-            &format!("4={addr4}"),
-            "--join",
-        ],
-    );
+    let (fourth, http4, addr4) = g.start_joining(4);
     let any = common::addr(g.http[(l + 1) % MEMBERS]);
     cluster_cli(&["add", "--node", &any, "--id", "4", "--addr", &addr4]);
     // The new member leads once handed the leadership.
@@ -885,21 +892,7 @@ fn membership_changes_in_sql_on_any_member() {
     );
 
     // A learner joins through the member that follows.
-    let dir = g.dir.path().join("m4");
-    let (pg4, http4) = (free_port(), free_port());
-    let addr4 = format!("127.0.0.1:{http4}");
-    let fourth = serve_at(
-        &dir,
-        pg4,
-        http4,
-        &[
-            "--node-id",
-            "4",
-            "--cluster",
-            &format!("4={addr4}"),
-            "--join",
-        ],
-    );
+    let (fourth, http4, addr4) = g.start_joining(4);
     ok(
         g.http[f],
         &format!("ALTER CLUSTER ADD MEMBER 4 AT '{addr4}' AS LEARNER"),

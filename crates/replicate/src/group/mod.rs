@@ -594,10 +594,7 @@ impl Replicator for Member {
     fn await_committed(&self, lsn: Lsn) -> Result<(), TableError> {
         let deadline = Instant::now() + COMMIT_WAIT;
         let shared = &self.shared;
-        let done = shared.wait_until(deadline, || {
-            shared.committed_lsn() >= lsn || shared.diverged().is_some()
-        });
-        if done && shared.committed_lsn() >= lsn {
+        if shared.await_committed_lsn(lsn, deadline) && shared.committed_lsn() >= lsn {
             return Ok(());
         }
         let why = shared

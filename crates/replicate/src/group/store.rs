@@ -62,6 +62,10 @@ pub struct Shared {
     /// everything earlier leaders committed.
     ready_term: AtomicU64,
     moved: (Mutex<()>, Condvar),
+    /// Commits waiting for the group to commit their LSN, by LSN: each is
+    /// woken alone when its LSN is committed (a wake of every waiter per
+    /// entry would cost each commit as many wakes as commits wait).
+    committed_waiters: Mutex<std::collections::BTreeMap<Lsn, Vec<std::thread::Thread>>>,
     /// Set when this member's tables show writes the group did not commit
     /// (it lost its leadership with proposals in flight): it must rebuild
     /// them from the log (`Shared::diverged`).
@@ -204,6 +208,7 @@ impl PreparedShared {
             }),
             ready_term: AtomicU64::new(ready_term),
             moved: Default::default(),
+            committed_waiters: Default::default(),
             diverged: Mutex::new(None),
             on_diverged: Mutex::new(None),
             flusher: std::sync::OnceLock::new(),
@@ -250,6 +255,41 @@ impl Shared {
         self.moved.1.notify_all();
     }
 
+    /// Waits until the group committed `lsn` or this member diverged, at
+    /// most until `deadline`; true unless the deadline passed first.
+    pub(crate) fn await_committed_lsn(&self, lsn: Lsn, deadline: Instant) -> bool {
+        let done = || self.committed_lsn() >= lsn || self.diverged.lock().is_some();
+        loop {
+            {
+                // Checked again under the waiters' lock, which the waker
+                // takes after moving the LSN: no wake is lost.
+                let mut waiters = self.committed_waiters.lock();
+                if done() {
+                    return true;
+                }
+                waiters.entry(lsn).or_default().push(std::thread::current());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return done();
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+
+    /// Wakes the commits waiting for LSNs up to `lsn` (all of them when
+    /// `lsn` is `Lsn::MAX`).
+    fn wake_committed(&self, lsn: Lsn) {
+        let ready = {
+            let mut waiters = self.committed_waiters.lock();
+            let later = waiters.split_off(&lsn.saturating_add(1));
+            std::mem::replace(&mut *waiters, later)
+        };
+        for t in ready.into_values().flatten() {
+            t.unpark();
+        }
+    }
+
     pub(crate) fn ready_term(&self) -> u64 {
         self.ready_term.load(Ordering::Acquire)
     }
@@ -271,6 +311,7 @@ impl Shared {
             *d = Some(why.clone());
         }
         self.notify();
+        self.wake_committed(Lsn::MAX);
         if let Some(f) = &*self.on_diverged.lock() {
             f(why);
         }
@@ -537,6 +578,7 @@ impl Shared {
             out.push(());
         }
         self.notify();
+        self.wake_committed(self.committed_lsn());
         Ok(out)
     }
 
@@ -717,7 +759,9 @@ fn flush_loop(
         let lsn = batch.iter().map(|f| f.lsn).max().unwrap_or(0);
         let (logged, indexed) = std::thread::scope(|scope| {
             let indexed = scope.spawn(|| match &index {
-                Ok(f) => f.sync_data().map_err(|e| format!("syncing the Raft entry index: {e}")),
+                Ok(f) => f
+                    .sync_data()
+                    .map_err(|e| format!("syncing the Raft entry index: {e}")),
                 Err(e) => Err(format!("opening the Raft entry index to sync it: {e}")),
             });
             let logged = if lsn > 0 {

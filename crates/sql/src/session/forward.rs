@@ -96,11 +96,11 @@ impl Session {
             let ends = matches!(st, Statement::Commit { .. } | Statement::Rollback { .. });
             return self.in_remote_block(statement(), ends);
         }
-        if !writes(st) {
+        if !writes(st) || self.forwarding().is_none() {
             return None;
         }
         if matches!(st, Statement::Copy { .. }) {
-            return self.forwarding().map(|_| Err(copy_refused()));
+            return Some(Err(copy_refused()));
         }
         self.forward_write(statement())
     }
