@@ -347,14 +347,6 @@ impl Log {
     /// [`Log::note_compacted_until`]. Waits once, after the last, for them
     /// to be durable as the sync policy says.
     pub fn append_copied(&self, records: &[Record]) -> Result<LsnRange> {
-        let range = self.append_copied_pending(records)?;
-        self.await_committed(range.last)?;
-        Ok(range)
-    }
-
-    /// [`Log::append_copied`] without waiting for the sync policy; pair
-    /// with [`Log::await_committed`] before acknowledging.
-    pub fn append_copied_pending(&self, records: &[Record]) -> Result<LsnRange> {
         let (Some(first), Some(last)) = (records.first(), records.last()) else {
             return Err(Error::Invalid("no record to append".into()));
         };
@@ -383,6 +375,7 @@ impl Log {
             self.write_batch(&batch, At::Copied(&lsns))?;
             start = i + 1;
         }
+        self.await_committed(last.lsn)?;
         Ok(LsnRange {
             first: first.lsn,
             last: last.lsn,

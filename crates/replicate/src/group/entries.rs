@@ -172,12 +172,6 @@ impl EntryIndex {
 
     /// Appends `metas` (consecutive indexes after the last) and syncs when
     /// `sync` says so.
-    /// A handle on the index file to sync it without holding the index
-    /// (the same file for the index's life: it is cut, never replaced).
-    pub fn sync_handle(&self) -> std::io::Result<File> {
-        self.file.try_clone()
-    }
-
     pub fn append(&mut self, metas: &[Meta], sync: bool) -> std::io::Result<()> {
         let mut out = Vec::new();
         let mut offsets = Vec::with_capacity(metas.len());

@@ -71,22 +71,7 @@ pub struct Shared {
     /// them from the log (`Shared::diverged`).
     diverged: Mutex<Option<String>>,
     on_diverged: Mutex<Option<OnDiverged>>,
-    /// Hands appended entries to the thread that syncs them (started by
-    /// the first append under `SyncPolicy::Always`).
-    flusher: std::sync::OnceLock<std::sync::mpsc::SyncSender<Flush>>,
 }
-
-/// Entries written by one `append`, waiting for their sync: Raft hears
-/// of them (`callback`) once the log through `lsn` and the entry index
-/// are durable.
-struct Flush {
-    callback: LogFlushed<Group>,
-    lsn: Lsn,
-}
-
-/// Appends waiting for the flusher at most; one more waits to be handed
-/// over (the Raft core's log IO then waits, as for a slow disk).
-pub const MAX_PENDING_FLUSHES: usize = 4096;
 
 /// What the shell does when a member's tables must be rebuilt.
 pub type OnDiverged = Box<dyn Fn(String) + Send + Sync>;
@@ -211,7 +196,6 @@ impl PreparedShared {
             committed_waiters: Default::default(),
             diverged: Mutex::new(None),
             on_diverged: Mutex::new(None),
-            flusher: std::sync::OnceLock::new(),
         })
     }
 }
@@ -377,10 +361,7 @@ impl Shared {
     }
 
     /// Appends `entries` as the log storage does, then says so.
-    /// Writes `entries` (their records, where this member did not append
-    /// them itself, and their index frames) without syncing: returns the
-    /// last LSN the log must make durable before Raft hears of them.
-    fn append_entries(&self, entries: Vec<Entry>) -> Result<Lsn, StorageError> {
+    fn append_entries(&self, entries: Vec<Entry>) -> Result<(), StorageError> {
         let log = self.log();
         let mut inner = self.inner.lock();
         let mut prev_lsn = inner.index.last_lsn();
@@ -470,48 +451,32 @@ impl Shared {
                 return Err(storage_error(why));
             }
         }
-        // The records and the index are written here and synced side by
-        // side by the flusher (`Shared::flush`); Raft hears of the entries
-        // only once both are durable. A crash between the two syncs leaves
-        // index frames past the log, which `prepare` removes: they were
-        // never acknowledged.
-        let mut durable = wait_for;
-        if let Some(last) = copies.last() {
-            log.append_copied_pending(&copies)
-                .map_err(|e| storage_error(format!("appending a replicated batch: {e}")))?;
-            durable = durable.max(last.lsn);
-        }
-        inner
-            .index
-            .append(&metas, false)
-            .map_err(|e| storage_error(format!("writing the Raft entry index: {e}")))?;
-        Ok(durable)
-    }
-
-    /// Tells Raft, through `callback`, once what an append wrote is
-    /// durable: at once when the log does not sync each write, else when
-    /// the flusher synced the log through `lsn` and the entry index.
-    /// Syncs of appends that wait together are one sync each, so the Raft
-    /// core does not wait a disk's sync per entry.
-    fn flush(self: &Arc<Self>, callback: LogFlushed<Group>, lsn: Lsn) {
-        if !matches!(self.log().options().sync, SyncPolicy::Always) {
-            callback.log_io_completed(Ok(()));
-            return;
-        }
-        let sender = self.flusher.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Flush>(MAX_PENDING_FLUSHES);
-            let shared = Arc::downgrade(self);
-            let log = self.log().clone();
-            let index = self.inner.lock().index.sync_handle();
-            std::thread::Builder::new()
-                .name("raft-flush".into())
-                .spawn(move || flush_loop(rx, log, index, shared))
-                .expect("the Raft flusher thread starts");
-            tx
+        // The records and the index are written and synced side by side
+        // (one sync's wait, not two); Raft hears of the entries only once
+        // both are durable. A crash between the two leaves index frames
+        // past the log, which `prepare` removes: they were never
+        // acknowledged.
+        let sync = matches!(log.options().sync, SyncPolicy::Always);
+        let index = &mut inner.index;
+        let (records, indexed) = std::thread::scope(|scope| {
+            let indexed = scope.spawn(|| index.append(&metas, sync));
+            let records = if !copies.is_empty() {
+                log.append_copied(&copies)
+                    .map(|_| ())
+                    .map_err(|e| format!("appending a replicated batch: {e}"))
+            } else if wait_for > 0 {
+                log.await_committed(wait_for)
+                    .map_err(|e| format!("syncing the log: {e}"))
+            } else {
+                Ok(())
+            };
+            (records, indexed.join())
         });
-        if let Err(std::sync::mpsc::SendError(f)) = sender.send(Flush { callback, lsn }) {
-            f.callback
-                .log_io_completed(Err(std::io::Error::other("the Raft flusher stopped")));
+        records.map_err(storage_error)?;
+        match indexed {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(storage_error(format!("writing the Raft entry index: {e}"))),
+            Err(_) => Err(storage_error("writing the Raft entry index panicked")),
         }
     }
 
@@ -713,18 +678,17 @@ impl RaftLogStorage<Group> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let shared = self.0.clone();
-        let result = tokio::task::block_in_place(|| {
-            let lsn = shared.append_entries(entries)?;
-            // Handing over may wait, when `MAX_PENDING_FLUSHES` wait.
-            shared.flush(callback, lsn);
-            Ok(())
-        });
+        let result = tokio::task::block_in_place(|| shared.append_entries(entries));
         if let Err(e) = &result {
             // A member that cannot keep entries leaves the group's work to
             // the others until it is restarted on a sound disk.
             if shared.diverged().is_none() {
                 shared.diverge(format!("its log storage failed: {e}"));
             }
+        }
+        match &result {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
         }
         result
     }
@@ -740,55 +704,6 @@ impl RaftLogStorage<Group> for LogStore {
         self.0.save_hard(&inner)?;
         inner.index.purge_through(log_id.index);
         Ok(())
-    }
-}
-
-/// The flusher: takes every append waiting, syncs the log through the
-/// furthest LSN among them and the entry index side by side, then tells
-/// Raft of each in order. A failed sync fails them all, and the member
-/// leaves the group's work to the others (`Shared::diverge`).
-fn flush_loop(
-    rx: std::sync::mpsc::Receiver<Flush>,
-    log: Log,
-    index: std::io::Result<std::fs::File>,
-    shared: std::sync::Weak<Shared>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        batch.extend(rx.try_iter());
-        let lsn = batch.iter().map(|f| f.lsn).max().unwrap_or(0);
-        let (logged, indexed) = std::thread::scope(|scope| {
-            let indexed = scope.spawn(|| match &index {
-                Ok(f) => f
-                    .sync_data()
-                    .map_err(|e| format!("syncing the Raft entry index: {e}")),
-                Err(e) => Err(format!("opening the Raft entry index to sync it: {e}")),
-            });
-            let logged = if lsn > 0 {
-                log.await_committed(lsn)
-                    .map_err(|e| format!("syncing the log: {e}"))
-            } else {
-                Ok(())
-            };
-            (
-                logged,
-                indexed
-                    .join()
-                    .unwrap_or_else(|_| Err("syncing the Raft entry index panicked".into())),
-            )
-        });
-        let failed = logged.err().or(indexed.err());
-        if let (Some(why), Some(shared)) = (&failed, shared.upgrade()) {
-            if shared.diverged().is_none() {
-                shared.diverge(format!("its log storage failed: {why}"));
-            }
-        }
-        for f in batch {
-            f.callback.log_io_completed(match &failed {
-                None => Ok(()),
-                Some(why) => Err(std::io::Error::other(why.clone())),
-            });
-        }
     }
 }
 
