@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use aqueduct_expr::SqlError;
 use aqueduct_log::{wire, Lsn, Record};
 use aqueduct_tables::{Database, Replicator, TableError};
-use futures::FutureExt;
 use openraft::{BasicNode, ChangeMembers, ServerState};
 
 pub use network::MAX_MESSAGE_BYTES;
@@ -105,6 +104,10 @@ pub struct Member {
     config: GroupConfig,
     runtime: tokio::runtime::Handle,
     in_flight: Arc<AtomicU64>,
+    /// Records committed here and not yet proposed, in LSN order
+    /// (`Replicator::propose`), and the proposer's wake-up.
+    pending: Arc<parking_lot::Mutex<Vec<Record>>>,
+    pending_ready: Arc<tokio::sync::Notify>,
 }
 
 /// Starts this member's Raft over `db` (rebuilt to `prepared`'s replay
@@ -174,7 +177,10 @@ pub async fn start(
         config,
         runtime: tokio::runtime::Handle::current(),
         in_flight: Arc::new(AtomicU64::new(0)),
+        pending: Default::default(),
+        pending_ready: Default::default(),
     });
+    tokio::spawn(proposer(Arc::downgrade(&member)));
     db.set_replicator(member.clone());
     let weak = Arc::downgrade(&member);
     tokio::spawn(async move {
@@ -482,10 +488,85 @@ impl Member {
     /// (its own first entry commits them), so its writes are applied in
     /// log order; and with room for another proposal.
     fn writable(&self) -> bool {
-        let db = &self.shared.db;
         self.shared.ready_term() >= self.current_term()
-            && db.applied_lsn() + 1 == db.log().next_lsn()
             && self.in_flight.load(Ordering::Acquire) < MAX_PROPOSALS_IN_FLIGHT
+    }
+
+    /// [`Member::writable`], and nothing in the log left unapplied: exact
+    /// only under the commit lock. (Outside it another commit may be
+    /// between its append and its apply; waiting on that would wait for
+    /// the group's next apply, one commit round for nothing.)
+    fn writable_under_lock(&self) -> bool {
+        let db = &self.shared.db;
+        self.writable() && db.applied_lsn() + 1 == db.log().next_lsn()
+    }
+}
+
+/// The leader's proposer: takes the commits queued since its last
+/// proposal, proposes them as one entry (in commit order, as queued under
+/// the commit lock), and waits until the Raft core appended that entry
+/// before the next. A proposal the group refuses makes the member rebuild
+/// its tables (it applied those commits).
+async fn proposer(member: std::sync::Weak<Member>) {
+    loop {
+        let Some(ready) = member.upgrade().map(|m| m.pending_ready.clone()) else {
+            return;
+        };
+        ready.notified().await;
+        let Some(m) = member.upgrade() else { return };
+        loop {
+            let records = std::mem::take(&mut *m.pending.lock());
+            let (Some(first), Some(last)) = (records.first(), records.last()) else {
+                break;
+            };
+            let lsns = (first.lsn, last.lsn);
+            let proposal = Proposal {
+                first: lsns.0,
+                last: lsns.1,
+                records: wire::encode(
+                    &records,
+                    wire::Sender {
+                        committed: m.shared.committed_lsn(),
+                        exact_from: m.shared.log().exact_from(),
+                    },
+                ),
+            };
+            let rx = match m.raft.client_write_ff(proposal).await {
+                Ok(rx) => rx,
+                Err(e) => {
+                    m.shared.diverge(format!(
+                        "the batch at LSNs {}..={} was applied here but could not be proposed \
+                         ({e})",
+                        lsns.0, lsns.1
+                    ));
+                    continue;
+                }
+            };
+            m.in_flight.fetch_add(1, Ordering::AcqRel);
+            let (shared, in_flight) = (m.shared.clone(), m.in_flight.clone());
+            tokio::spawn(async move {
+                let outcome = rx.await;
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+                shared.notify();
+                let failed = match outcome {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(e) = failed {
+                    shared.diverge(format!(
+                        "the batch at LSNs {}..={} was applied here but not committed by the \
+                         group ({e})",
+                        lsns.0, lsns.1
+                    ));
+                }
+            });
+            // The next entry goes once this one is appended, carrying
+            // every commit made meanwhile; a member that stopped leading
+            // never appends it, and its response says so (above).
+            let mut appended = m.shared.appended.subscribe();
+            let _ = tokio::time::timeout(COMMIT_WAIT, appended.wait_for(|&a| a >= lsns.1)).await;
+        }
     }
 }
 
@@ -519,7 +600,7 @@ impl Replicator for Member {
                 "send writes to the leader; `aqueduct cluster status` names it",
             ));
         }
-        if !self.writable() {
+        if !self.writable_under_lock() {
             return Err(refused(
                 "57P03",
                 format!(
@@ -533,61 +614,23 @@ impl Replicator for Member {
         Ok(())
     }
 
+    /// Queues `records` for the proposer, which proposes every queued
+    /// commit as one entry once the previous entry is appended here: the
+    /// Raft core appends (and syncs) entry by entry, so commits that wait
+    /// for one sync share the next.
     fn propose(&self, records: Vec<Record>) -> Result<(), TableError> {
-        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        if records.is_empty() {
             return Ok(());
-        };
-        let proposal = Proposal {
-            first: first.lsn,
-            last: last.lsn,
-            records: wire::encode(
-                &records,
-                wire::Sender {
-                    committed: self.shared.committed_lsn(),
-                    exact_from: self.shared.log().exact_from(),
-                },
-            ),
-        };
-        // The send is the first step of the future: done at its first poll,
-        // so proposals reach Raft in commit order.
-        let sent = self.raft.client_write_ff(proposal).now_or_never();
-        let rx = match sent {
-            Some(Ok(rx)) => rx,
-            Some(Err(e)) => {
-                return Err(refused(
-                    "57P01",
-                    format!("this member's Raft stopped: {e}"),
-                    "restart the server",
-                ))
-            }
-            None => {
-                return Err(refused(
-                    "57P03",
-                    "the proposal could not be handed to Raft".into(),
-                    "retry",
-                ))
-            }
-        };
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let shared = self.shared.clone();
-        let in_flight = self.in_flight.clone();
-        let lsns = (first.lsn, last.lsn);
-        self.runtime.spawn(async move {
-            let outcome = rx.await;
-            in_flight.fetch_sub(1, Ordering::AcqRel);
-            shared.notify();
-            let failed = match outcome {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(e) => Some(e.to_string()),
-            };
-            if let Some(e) = failed {
-                shared.diverge(format!(
-                    "the batch at LSNs {}..={} was applied here but not committed by the group ({e})",
-                    lsns.0, lsns.1
-                ));
-            }
-        });
+        }
+        if let Some(why) = self.shared.diverged() {
+            return Err(refused(
+                "57P03",
+                format!("this member is rebuilding its tables: {why}"),
+                "retry in a moment, or on another member",
+            ));
+        }
+        self.pending.lock().extend(records);
+        self.pending_ready.notify_one();
         Ok(())
     }
 

@@ -66,6 +66,10 @@ pub struct Shared {
     /// woken alone when its LSN is committed (a wake of every waiter per
     /// entry would cost each commit as many wakes as commits wait).
     committed_waiters: Mutex<std::collections::BTreeMap<Lsn, Vec<std::thread::Thread>>>,
+    /// The last LSN of the last entry appended (and synced) here: the
+    /// leader proposes its next entry once its last one is
+    /// (`Member::propose`).
+    pub(crate) appended: tokio::sync::watch::Sender<Lsn>,
     /// Set when this member's tables show writes the group did not commit
     /// (it lost its leadership with proposals in flight): it must rebuild
     /// them from the log (`Shared::diverged`).
@@ -194,6 +198,7 @@ impl PreparedShared {
             ready_term: AtomicU64::new(ready_term),
             moved: Default::default(),
             committed_waiters: Default::default(),
+            appended: tokio::sync::watch::Sender::new(0),
             diverged: Mutex::new(None),
             on_diverged: Mutex::new(None),
         })
@@ -679,6 +684,10 @@ impl RaftLogStorage<Group> for LogStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let shared = self.0.clone();
         let result = tokio::task::block_in_place(|| shared.append_entries(entries));
+        if result.is_ok() {
+            let last = shared.inner.lock().index.last_lsn();
+            shared.appended.send_replace(last);
+        }
         if let Err(e) = &result {
             // A member that cannot keep entries leaves the group's work to
             // the others until it is restarted on a sound disk.
