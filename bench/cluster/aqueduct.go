@@ -78,8 +78,12 @@ func isNotWriter(err error) bool {
 // whose answer turned out wrong (the node refused a write with 25006, or
 // could not be reached) passes that answer's generation as stale; unless
 // another client has found a newer answer meanwhile, every node is then
-// asked again: each is sent the CREATE TABLE of setup and one upsert, and
-// the first that takes both is the writer. Pass -1 to take any answer.
+// asked again: each is asked which member leads (SHOW CLUSTER; run.sh
+// gives endpoint i the member id i+1) and sent the CREATE TABLE of setup
+// and one upsert, and the first that leads and takes both is the writer
+// (any node takes writes, the others by running them on the leader, which
+// would add a hop etcd's and ZooKeeper's leaders do not take). Pass -1 to
+// take any answer.
 func (s *aqSystem) findWriter(ctx context.Context, stale int) (int, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,6 +102,9 @@ func (s *aqSystem) findWriter(ctx context.Context, stale int) (int, int, error) 
 		if err == nil {
 			_, err = c.Exec(ctx, aqUpsert, "clusterbench-ready", "1")
 		}
+		if err == nil {
+			err = leads(ctx, c, i+1)
+		}
 		closeConn(c)
 		if err == nil {
 			s.writer = i
@@ -107,6 +114,29 @@ func (s *aqSystem) findWriter(ctx context.Context, stale int) (int, int, error) 
 		errs = append(errs, fmt.Errorf("%s: %w", s.cfg.endpoints[i], err))
 	}
 	return -1, 0, fmt.Errorf("no node takes writes: %w", errors.Join(errs...))
+}
+
+// leads says whether member id leads the group, as the node behind c
+// sees it.
+func leads(ctx context.Context, c *pgx.Conn, id int) error {
+	rows, err := c.Query(ctx, "SHOW CLUSTER", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		values, err := rows.Values()
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(values[0]) == fmt.Sprint(id) && fmt.Sprint(values[3]) == "leader" {
+			return nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("member %d does not lead", id)
 }
 
 // each calls f with a reading session on each node.

@@ -854,6 +854,15 @@ fn writes_on_a_member_that_does_not_lead_run_on_the_leader() {
         c.execute("UPDATE accounts SET owner = 'cyd' WHERE id = 3", &[])
             .await
             .unwrap();
+        // SHOW CLUSTER described and run in the extended protocol.
+        let members = c.query("SHOW CLUSTER", &[]).await.unwrap();
+        assert_eq!(members.len(), MEMBERS);
+        let leaders: Vec<i64> = members
+            .iter()
+            .filter(|r| r.get::<_, String>("role") == "leader")
+            .map(|r| r.get::<_, i64>("id"))
+            .collect();
+        assert_eq!(leaders, vec![l as i64 + 1]);
     });
     assert_eq!(
         rows(g.http[f], "SELECT owner FROM accounts WHERE id = 3"),

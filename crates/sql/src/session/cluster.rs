@@ -170,10 +170,9 @@ impl Session {
     }
 }
 
-fn show(members: Vec<crate::forward::MemberState>) -> Outcome {
-    let int = |v: Option<u64>| v.map_or(Value::Null, |v| Value::Int(v as i64));
-    let text = |v: Option<String>| v.map_or(Value::Null, Value::Text);
-    let columns = [
+/// `SHOW CLUSTER`'s columns.
+pub(crate) fn show_columns() -> Vec<Column> {
+    [
         ("id", DataType::Int8),
         ("addr", DataType::Text),
         ("voter", DataType::Bool),
@@ -186,7 +185,13 @@ fn show(members: Vec<crate::forward::MemberState>) -> Outcome {
     ]
     .into_iter()
     .map(|(name, ty)| Column::computed(name, ty))
-    .collect();
+    .collect()
+}
+
+fn show(members: Vec<crate::forward::MemberState>) -> Outcome {
+    let int = |v: Option<u64>| v.map_or(Value::Null, |v| Value::Int(v as i64));
+    let text = |v: Option<String>| v.map_or(Value::Null, Value::Text);
+    let columns = show_columns();
     let rows: Vec<Vec<Value>> = members
         .into_iter()
         .map(|m| {

@@ -33,6 +33,15 @@ impl Custom {
         }
     }
 
+    /// The columns its rows have, for a client that describes it before
+    /// running it (only `SHOW CLUSTER` returns rows).
+    pub(crate) fn columns(self) -> Vec<aqueduct_plan::plan::Column> {
+        match self {
+            Custom::ShowCluster => super::cluster::show_columns(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether it changes what the leader holds (and runs there when
     /// sent to a member that does not lead).
     pub(crate) fn writes(self) -> bool {
@@ -76,6 +85,11 @@ pub(crate) fn split_around_custom(sql: &str) -> Option<Vec<String>> {
 impl Session {
     /// Runs a statement the parser does not know.
     pub(crate) fn run_custom(&mut self, kind: Custom, sql: &str) -> Result<Outcome, SqlError> {
+        if kind.writes() {
+            if let Some(r) = self.forward_custom(sql) {
+                return r;
+            }
+        }
         let out = match kind {
             Custom::TimeMap => self.run_time_map(sql),
             Custom::Publication => self.run_publication(sql),

@@ -60,7 +60,7 @@ impl Session {
             return Ok(Prepared {
                 sql: sql.to_string(),
                 params: Vec::new(),
-                columns: Vec::new(),
+                columns: kind.columns(),
                 quick: false,
                 statement: None,
                 auto: None,

@@ -40,11 +40,6 @@ impl Session {
             return out;
         }
         if let Some(kind) = super::custom::Custom::of(sql) {
-            if kind.writes() {
-                if let Some(r) = self.forward_custom(sql) {
-                    return vec![r];
-                }
-            }
             return vec![self.run_custom(kind, sql)];
         }
         if let Some(r) = self.refresh(sql) {
