@@ -583,6 +583,64 @@ mod tests {
     }
 
     #[test]
+    fn a_group_member_is_configured_with_its_id_and_the_members() {
+        let resolve = |file: &str, flags: FileConfig| {
+            ServerConfig::resolve(toml::from_str(file).unwrap(), flags)
+        };
+        let flags = |node_id: Option<u64>, cluster: Option<&str>| FileConfig {
+            node_id,
+            cluster: cluster.map(str::to_string),
+            ..Default::default()
+        };
+        let c = resolve("", flags(Some(2), Some("1=a:1, 2=b:2,3=c:3"))).unwrap();
+        let group = c.cluster.expect("a group member");
+        assert_eq!(group.node_id, 2);
+        assert_eq!(group.members.len(), 3);
+        assert_eq!(group.members[&2], "b:2");
+        assert!(!group.join);
+        // From the file, with --join and the token.
+        let c = resolve(
+            "node_id = 4\ncluster = \"4=d:4\"\njoin = true\ncluster_token = \"t\"\n",
+            FileConfig::default(),
+        )
+        .unwrap();
+        let group = c.cluster.unwrap();
+        assert!(group.join);
+        assert_eq!(group.token.as_deref(), Some("t"));
+
+        let error = |file: &str, f: FileConfig| match resolve(file, f) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted"),
+        };
+        for (f, says) in [
+            (flags(Some(1), None), "--node-id and --cluster go together"),
+            (
+                flags(None, Some("1=a:1")),
+                "--node-id and --cluster go together",
+            ),
+            (
+                flags(Some(1), Some("1=a:1,1=b:2")),
+                "member 1 is named twice",
+            ),
+            (flags(Some(1), Some("0=a:1")), "member ids start at 1"),
+            (flags(Some(1), Some("x=a:1")), "is not a member id"),
+            (flags(Some(1), Some("a:1")), "is not ID=HOST:PORT"),
+            (flags(Some(1), Some(" , ")), "no member named"),
+        ] {
+            let e = error("", f);
+            assert!(e.contains(says), "{e}");
+        }
+        let e = error(
+            "follow = [\"127.0.0.1:9\"]\n",
+            flags(Some(1), Some("1=a:1")),
+        );
+        assert!(
+            e.contains("--follow and --cluster exclude each other"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_settings_say_what_is_wrong() {
         let flags = FileConfig {
             fsync: Some("sometimes".into()),
