@@ -738,6 +738,10 @@ fn writes_on_a_member_that_does_not_lead_run_on_the_leader() {
         inserted["rows"],
         serde_json::json!([[1, "ann"], [2, "bob"]])
     );
+    ok(
+        g.http[f],
+        "CREATE VIEW by_owner AS SELECT owner, sum(balance)::bigint AS total FROM accounts GROUP BY owner",
+    );
     let want = vec!["[1,\"ann\",100]".to_string(), "[2,\"bob\",50]".to_string()];
     assert_eq!(rows(g.http[f], "SELECT * FROM accounts"), want);
     assert_eq!(rows(g.http[l], "SELECT * FROM accounts"), want);
@@ -786,6 +790,20 @@ fn writes_on_a_member_that_does_not_lead_run_on_the_leader() {
             .unwrap()
             .get(0);
         assert_eq!(mid, 70, "the moved block reads its own write");
+        // Through a maintained view and an automatic one, prepared: read
+        // on the leader too, over the block's writes.
+        let total: i64 = c
+            .query_one("SELECT total FROM by_owner WHERE owner = $1", &[&"ann"])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(total, 70, "a maintained view's read in the moved block");
+        let ann: i64 = c
+            .query_one("SELECT balance FROM accounts WHERE owner = $1", &[&"ann"])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(ann, 70, "an automatic view's read in the moved block");
         // Not committed yet: the leader's other sessions do not see it.
         assert_eq!(
             rows(g.http[l], "SELECT balance FROM accounts WHERE id = 1"),

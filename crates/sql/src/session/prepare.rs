@@ -248,6 +248,7 @@ impl Session {
         // A read waits for what it sees to be durable: with a commit's
         // fsync under way it would wait for it, so it goes elsewhere.
         p.quick
+            && self.remote.is_none()
             && self.consistency() != crate::consistency::Consistency::Release
             && db.is_visible(applied)
             && ((p.auto.is_none() && p.view_read.is_none())
@@ -293,6 +294,12 @@ impl Session {
         }
         if let Some(kind) = p.custom {
             return self.run_custom(kind, &p.sql);
+        }
+        // A block held on the group's leader reads there too (its own
+        // writes are there): no read here, by a view or otherwise.
+        if let (Some(_), Some(st)) = (&self.remote, &p.statement) {
+            let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
+            return self.run(Some(st), &p.sql, &hints, params);
         }
         self.follower_ready(p.statement.as_ref())?;
         if let Some(st) = self.release_read(p.statement.as_ref()) {
