@@ -886,6 +886,21 @@ fn writes_on_a_member_that_does_not_lead_run_on_the_leader() {
         rows(g.http[f], "SELECT owner FROM accounts WHERE id = 3"),
         vec!["[\"cyd\"]"]
     );
+    // A request that ends inside a moved block rolls it back on the
+    // leader: its row lock goes (a writer there would else wait for the
+    // leader's idle expiry, a minute).
+    ok(
+        g.http[f],
+        "BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE accounts SET balance = 999 WHERE id = 3",
+    );
+    ok(
+        g.http[l],
+        "SET lock_timeout = '5s'; UPDATE accounts SET balance = balance + 1 WHERE id = 3",
+    );
+    assert_eq!(
+        rows(g.http[l], "SELECT balance FROM accounts WHERE id = 3"),
+        vec!["[8]"]
+    );
 }
 
 /// The group's membership in SQL, sent to a member that does not lead:

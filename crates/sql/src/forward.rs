@@ -38,6 +38,9 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest request or reply between members (a moved block's
 /// statements, a statement's returned rows).
 pub const MAX_FORWARD_BYTES: usize = 64 << 20;
+/// How long a session that ended waits for the leader to roll back the
+/// block it held there (the leader's idle expiry does it otherwise).
+pub const ABANDON_TIMEOUT: Duration = Duration::from_secs(5);
 /// Transaction blocks a leader holds for other members at once.
 pub const MAX_FORWARDED_BLOCKS: usize = 256;
 /// A held block no statement reached for this long is rolled back.

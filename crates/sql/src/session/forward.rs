@@ -12,8 +12,8 @@ use sqlparser::ast::{Expr, Statement};
 
 use super::state::{Movable, RemoteBlock, Session, TxnStatus, DEFAULT_SETTINGS};
 use crate::forward::{
-    copy_refused, ForwardReply, ForwardRequest, Forwarded, GroupLink, FORWARD_TIMEOUT,
-    MAX_MOVABLE_ROWS, MAX_MOVABLE_STATEMENTS,
+    copy_refused, ForwardReply, ForwardRequest, Forwarded, GroupLink, ABANDON_TIMEOUT,
+    FORWARD_TIMEOUT, MAX_MOVABLE_ROWS, MAX_MOVABLE_STATEMENTS,
 };
 
 /// Whether a statement writes, as far as its form tells: those that may
@@ -340,6 +340,33 @@ impl Session {
             None => {}
         }
         Some(reply.results.pop().unwrap_or(Ok(Outcome::Empty)))
+    }
+
+    /// A session that ends with a block held on the leader rolls it back
+    /// there (on a thread of its own: a session may end on the front
+    /// end's thread), so its locks go now rather than when the leader
+    /// finds it idle.
+    pub(crate) fn abandon_remote_block(&mut self) {
+        let (Some(remote), Some(f)) = (self.remote.take(), self.engine.group_link()) else {
+            return;
+        };
+        let request = ForwardRequest {
+            block: Some(remote.id),
+            principal: self.principal.clone(),
+            settings: Default::default(),
+            statements: vec![Forwarded {
+                sql: "ROLLBACK".into(),
+                params: Vec::new(),
+            }],
+        };
+        let spawned = std::thread::Builder::new()
+            .name("block-rollback".into())
+            .spawn(move || {
+                let _ = f.send(&remote.leader, &request.encode(), ABANDON_TIMEOUT);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("a block held on the leader waits for its idle expiry: {e}");
+        }
     }
 
     /// The block held on the leader is gone: a failed block here, which

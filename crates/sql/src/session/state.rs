@@ -715,6 +715,7 @@ impl Drop for Session {
         if let Some(txn) = self.txn.take() {
             self.engine.database().end(&txn);
         }
+        self.abandon_remote_block();
         if let Some(b) = &self.backend {
             self.engine.backends.detach(b.pid);
         }
