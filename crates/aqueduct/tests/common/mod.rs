@@ -23,44 +23,32 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Sends `signal` (`-STOP` or `-CONT`, as `kill` spells it) to the process
-/// `pid`, and for those two waits until every thread of it has taken it:
-/// the kernel delivers a stop to each thread on its own, and on a loaded
-/// machine a thread may still run for a while after `kill` returned.
+/// Sends `signal` (`-STOP` or `-CONT`, as `kill` spells it) to the child
+/// process `pid`, and for those two waits until it has taken it: the
+/// kernel stops a process's threads one by one, and on a loaded machine a
+/// thread may still run for a while after `kill` returned. `waitpid`
+/// reports the child stopped once all its threads are (and resumed),
+/// without reaping it.
 pub fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([signal, &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success(), "kill {signal} {pid}");
-    let stopped = match signal {
-        "-STOP" => true,
-        "-CONT" => false,
+    let flags = match signal {
+        "-STOP" => libc::WUNTRACED,
+        "-CONT" => libc::WCONTINUED,
         _ => return,
     };
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
-        let Ok(tasks) = tasks else { return };
-        // The state is the field after the name, which is in parentheses.
-        let all = tasks.flatten().all(|t| {
-            std::fs::read_to_string(t.path().join("stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit_once(')')
-                        .map(|(_, r)| r.trim_start().starts_with('T'))
-                })
-                .is_none_or(|t| t == stopped)
-        });
-        if all {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} did not take kill {signal}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut state = 0;
+    // SAFETY: waitpid writes only the status it is given.
+    let waited = unsafe { libc::waitpid(pid as libc::pid_t, &mut state, flags) };
+    assert_eq!(
+        waited,
+        pid as libc::pid_t,
+        "waiting for process {pid} to take kill {signal}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// A child process, killed (by its pid, with SIGKILL) when dropped.
