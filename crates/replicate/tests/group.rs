@@ -38,8 +38,8 @@ fn records_no_entry_holds_are_removed_and_replay_stops_at_the_committed_entry() 
     }
     // Entries 1..=3 hold LSNs 1..=3; LSNs 4 and 5 were appended by a
     // leader that never proposed them. Entry 2 is the last known committed.
-    std::fs::create_dir_all(&raft).unwrap();
-    let mut index = EntryIndex::open(&raft.join("entries"), None).unwrap();
+    let storage = aqueduct_log::FsStorage::new(&raft).unwrap();
+    let mut index = EntryIndex::open(&storage, "entries", None).unwrap();
     index
         .append(&[batch(1, 1, 1), batch(2, 2, 2), batch(3, 3, 3)], true)
         .unwrap();
@@ -53,12 +53,12 @@ fn records_no_entry_holds_are_removed_and_replay_stops_at_the_committed_entry() 
     assert_eq!(log.next_lsn(), 4, "LSNs 4 and 5 removed");
     drop(prepared);
     // An index frame past the log (its records lost in a crash) goes.
-    let mut index = EntryIndex::open(&raft.join("entries"), None).unwrap();
+    let mut index = EntryIndex::open(&storage, "entries", None).unwrap();
     index.append(&[batch(4, 4, 6)], true).unwrap();
     drop(index);
     let prepared = prepare(&raft, &log).unwrap();
     assert_eq!(log.next_lsn(), 4);
-    let index = EntryIndex::open(&raft.join("entries"), None).unwrap();
+    let index = EntryIndex::open(&storage, "entries", None).unwrap();
     assert_eq!(index.last().unwrap().index, 3, "entry 4 removed");
     drop(index);
     assert_eq!(prepared.replay_until, 2);

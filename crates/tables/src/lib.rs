@@ -1296,6 +1296,23 @@ impl Database {
         txn: &Txn,
         check: &dyn Fn(&Catalog) -> Result<(), aqueduct_expr::SqlError>,
     ) -> Result<Option<Lsn>, TableError> {
+        let lsn = self.commit_unacknowledged(txn, check)?;
+        if let Some(lsn) = lsn {
+            self.await_visible(lsn)?;
+        }
+        Ok(lsn)
+    }
+
+    /// [`Database::commit_checked`] up to the point where it waits for the
+    /// commit to be durable (and, on a member of a group, committed by the
+    /// group): the caller waits for that (`Database::await_visible`, or
+    /// [`Database::is_visible`]) before acknowledging it. The group's
+    /// simulation commits this way, as its one thread cannot wait.
+    pub fn commit_unacknowledged(
+        &self,
+        txn: &Txn,
+        check: &dyn Fn(&Catalog) -> Result<(), aqueduct_expr::SqlError>,
+    ) -> Result<Option<Lsn>, TableError> {
         if !txn.writes.is_empty() {
             if let Some(r) = self.replicator() {
                 r.await_writable();
@@ -1323,9 +1340,6 @@ impl Database {
         let lsn = self.append_and_apply(txn)?;
         drop(guard);
         self.after_release();
-        if let Some(lsn) = lsn {
-            self.await_visible(lsn)?;
-        }
         Ok(lsn)
     }
 

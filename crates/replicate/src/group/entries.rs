@@ -17,11 +17,9 @@
 //! torn or damaged frame at the end is cut off at open.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::sync::Arc;
 
-use aqueduct_log::Lsn;
+use aqueduct_log::{Lsn, Storage, StorageFile};
 
 /// Bytes of a frame before its membership.
 const FRAME_FIXED: usize = 4 + 4 + 8 * 5 + 1;
@@ -83,7 +81,7 @@ impl Meta {
 
 /// The entry index of one member, on disk and in memory.
 pub struct EntryIndex {
-    file: File,
+    file: Arc<dyn StorageFile>,
     /// Entries not purged, in index order (consecutive indexes).
     entries: Vec<(Meta, u64)>,
     /// Every membership entry kept, by index (memberships are few; a purge
@@ -93,17 +91,21 @@ pub struct EntryIndex {
 }
 
 impl EntryIndex {
-    /// Opens (or creates) the index at `path`, cutting a damaged tail and
-    /// dropping entries at or below `purged`.
-    pub fn open(path: &Path, purged: Option<u64>) -> std::io::Result<EntryIndex> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
+    /// Opens (or creates) the index, file `name` of `storage`, cutting a
+    /// damaged tail and dropping entries at or below `purged`.
+    pub fn open(
+        storage: &dyn Storage,
+        name: &str,
+        purged: Option<u64>,
+    ) -> std::io::Result<EntryIndex> {
+        let file = if storage.list()?.iter().any(|n| n == name) {
+            storage.open(name)?
+        } else {
+            let file = storage.create(name)?;
+            storage.sync_dir()?;
+            file
+        };
+        let bytes = file.read_vec(0, file.len()? as usize)?;
         let mut entries: Vec<(Meta, u64)> = Vec::new();
         let mut memberships = BTreeMap::new();
         let mut at = 0usize;
@@ -124,8 +126,8 @@ impl EntryIndex {
                 "the Raft entry index ends in {} damaged or torn bytes; cut off",
                 bytes.len() - at
             );
-            file.set_len(at as u64)?;
-            file.sync_data()?;
+            file.truncate(at as u64)?;
+            file.sync()?;
         }
         let keep_from = purged.map_or(0, |p| p + 1);
         entries.retain(|(m, _)| m.index >= keep_from);
@@ -193,10 +195,9 @@ impl EntryIndex {
                 self.memberships.insert(m.index, m.clone());
             }
         }
-        self.file.seek(SeekFrom::Start(self.len))?;
-        self.file.write_all(&out)?;
+        self.file.write_at(&out, self.len)?;
         if sync {
-            self.file.sync_data()?;
+            self.file.sync()?;
         }
         self.len += out.len() as u64;
         Ok(())
@@ -211,8 +212,8 @@ impl EntryIndex {
         let offset = self.entries[pos].1;
         self.entries.truncate(pos);
         self.memberships.retain(|&i, _| i < index);
-        self.file.set_len(offset)?;
-        self.file.sync_data()?;
+        self.file.truncate(offset)?;
+        self.file.sync()?;
         self.len = offset;
         Ok(())
     }
@@ -285,31 +286,30 @@ mod tests {
 
     #[test]
     fn entries_survive_reopen_truncate_and_a_torn_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("entries");
-        let mut ix = EntryIndex::open(&path, None).unwrap();
+        let storage = aqueduct_log::sim::SimStorage::new(7);
+        let open = |purged| EntryIndex::open(&*storage, "entries", purged).unwrap();
+        let mut ix = open(None);
         let mut m = meta(1, 1, 0);
         m.kind = Kind::Membership;
         m.membership = Some(b"{\"voters\":[1]}".to_vec());
         ix.append(&[m, meta(2, 1, 3), meta(3, 4, 4)], true).unwrap();
         ix.append(&[meta(4, 5, 9)], true).unwrap();
         drop(ix);
-        let ix = EntryIndex::open(&path, None).unwrap();
+        let ix = open(None);
         assert_eq!(ix.last().unwrap().index, 4);
         assert_eq!(ix.get(2).unwrap().last, 3);
         assert_eq!(ix.membership_at(4).unwrap().index, 1);
         assert_eq!(ix.last_lsn(), 9);
         drop(ix);
         // A torn last frame is cut off.
-        let len = std::fs::metadata(&path).unwrap().len();
-        let f = OpenOptions::new().write(true).open(&path).unwrap();
-        f.set_len(len - 3).unwrap();
-        let mut ix = EntryIndex::open(&path, None).unwrap();
+        let len = storage.contents("entries").unwrap().len();
+        storage.cut("entries", len - 3);
+        let mut ix = open(None);
         assert_eq!(ix.last().unwrap().index, 3);
         ix.truncate_from(3).unwrap();
         ix.append(&[meta(3, 4, 6)], true).unwrap();
         drop(ix);
-        let ix = EntryIndex::open(&path, Some(1)).unwrap();
+        let ix = open(Some(1));
         assert_eq!(ix.get(1), None);
         assert_eq!(ix.get(3).unwrap().last, 6);
         assert_eq!(ix.range(2, 10).count(), 2);

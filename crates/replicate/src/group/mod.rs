@@ -9,6 +9,7 @@
 
 pub mod entries;
 pub mod network;
+pub mod runtime;
 pub mod store;
 pub mod types;
 
@@ -20,11 +21,11 @@ use std::time::{Duration, Instant};
 use aqueduct_expr::SqlError;
 use aqueduct_log::{wire, Lsn, Record};
 use aqueduct_tables::{Database, Replicator, TableError};
-use openraft::{BasicNode, ChangeMembers, ServerState};
+use openraft::{BasicNode, ChangeMembers, RaftNetworkFactory, ServerState};
 
 pub use network::MAX_MESSAGE_BYTES;
-pub use store::{prepare, Prepared};
-use types::{NodeId, Proposal, Raft};
+pub use store::{prepare, prepare_on, Prepared};
+use types::{Group, NodeId, Proposal, Raft};
 
 /// Proposals a leader has in flight at most; a commit waits (under the
 /// commit lock, so every commit waits) while there are more.
@@ -118,6 +119,21 @@ pub async fn start(
     db: Arc<Database>,
     config: GroupConfig,
 ) -> Result<Arc<Member>, String> {
+    let network = network::Network {
+        token: config.token.clone(),
+        routes: config.members.clone(),
+    };
+    start_with(prepared, db, config, network).await
+}
+
+/// [`start`] with the members reached through `network` (the
+/// simulation's delivers messages in one process).
+pub async fn start_with<N: RaftNetworkFactory<Group>>(
+    prepared: Prepared,
+    db: Arc<Database>,
+    config: GroupConfig,
+    network: N,
+) -> Result<Arc<Member>, String> {
     if !config.members.contains_key(&config.node_id) {
         return Err(format!(
             "--node-id {} is not among the --cluster members ({})",
@@ -145,10 +161,7 @@ pub async fn start(
     let raft = Raft::new(
         config.node_id,
         Arc::new(raft_config),
-        network::Network {
-            token: config.token.clone(),
-            routes: config.members.clone(),
-        },
+        network,
         store::LogStore(shared.clone()),
         store::StateMachine(shared.clone()),
     )
@@ -181,6 +194,10 @@ pub async fn start(
         pending_ready: Default::default(),
     });
     tokio::spawn(proposer(Arc::downgrade(&member)));
+    tokio::spawn(watch_core(
+        member.raft.clone(),
+        Arc::downgrade(&member.shared),
+    ));
     db.set_replicator(member.clone());
     let weak = Arc::downgrade(&member);
     tokio::spawn(async move {
@@ -225,6 +242,14 @@ impl Member {
         let m = self.raft.metrics();
         let m = m.borrow();
         m.state == ServerState::Leader && m.current_leader == Some(self.config.node_id)
+    }
+
+    /// Whether a write here would be taken now: this member leads, has
+    /// applied what earlier leaders committed, and has room for another
+    /// proposal. (A commit waits for that; the simulation, which cannot
+    /// wait on its one thread, asks first.)
+    pub fn takes_writes(&self) -> bool {
+        self.is_leader() && self.shared.diverged().is_none() && self.writable_under_lock()
     }
 
     fn current_term(&self) -> u64 {
@@ -499,6 +524,26 @@ impl Member {
     fn writable_under_lock(&self) -> bool {
         let db = &self.shared.db;
         self.writable() && db.applied_lsn() + 1 == db.log().next_lsn()
+    }
+}
+
+/// Makes the member rebuild (restart) once its Raft core stopped on an
+/// error: a storage call that failed (a vote or purge not saved, an entry
+/// not read back) stops the core, and a member whose core stopped would
+/// otherwise serve ever staler reads and never vote again.
+async fn watch_core(raft: Raft, shared: std::sync::Weak<store::Shared>) {
+    let mut metrics = raft.metrics();
+    loop {
+        let stopped = metrics.borrow().running_state.clone().err();
+        if let Some(fatal) = stopped {
+            if let Some(shared) = shared.upgrade() {
+                shared.diverge(format!("its Raft core stopped: {fatal}"));
+            }
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
     }
 }
 

@@ -14,12 +14,12 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aqueduct_log::{wire, Log, Lsn, Record, SyncPolicy};
+use aqueduct_log::{wire, FsStorage, Log, Lsn, Record, Storage, SyncPolicy};
 use aqueduct_tables::{BatchBuilder, Database};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta};
@@ -35,6 +35,12 @@ use super::types::{
 /// How often at most the committed log id is written down (it only
 /// bounds how much a restart replays before asking the group).
 const SAVE_COMMITTED_EVERY: Duration = Duration::from_millis(200);
+
+/// The files of a member's Raft state, in its own directory
+/// (`data_dir/raft`).
+const STATE_FILE: &str = "state.json";
+const STATE_TMP: &str = "state.json.tmp";
+const ENTRIES_FILE: &str = "entries";
 
 /// What a member keeps of Raft besides its log: its vote, the last log id
 /// it knew committed, and the last it purged. A JSON file replaced
@@ -52,7 +58,7 @@ struct HardState {
 pub struct Shared {
     pub(crate) me: NodeId,
     pub(crate) db: Arc<Database>,
-    dir: PathBuf,
+    storage: Arc<dyn Storage>,
     inner: Mutex<Inner>,
     /// The last LSN of the last entry applied here: what the group
     /// committed, as far as this member knows.
@@ -75,6 +81,10 @@ pub struct Shared {
     /// them from the log (`Shared::diverged`).
     diverged: Mutex<Option<String>>,
     on_diverged: Mutex<Option<OnDiverged>>,
+    /// Whether an append writes the log and the entry index on two
+    /// threads at once: on a runtime of several threads; the simulation
+    /// runs on one, where every step happens in one order.
+    parallel_io: bool,
 }
 
 /// What the shell does when a member's tables must be rebuilt.
@@ -84,7 +94,7 @@ struct Inner {
     index: EntryIndex,
     hard: HardState,
     applied: Option<LogId>,
-    committed_saved_at: Instant,
+    committed_saved_at: tokio::time::Instant,
 }
 
 /// What opening a member's Raft state found, before the tables are
@@ -97,7 +107,7 @@ pub struct Prepared {
 
 /// [`Shared`] before the database exists.
 pub struct PreparedShared {
-    dir: PathBuf,
+    storage: Arc<dyn Storage>,
     index: Mutex<Option<EntryIndex>>,
     hard: HardState,
     applied: Option<LogId>,
@@ -108,18 +118,29 @@ pub struct PreparedShared {
 /// records no entry holds (a leader's appends never proposed), and says
 /// how far the tables may be rebuilt.
 pub fn prepare(dir: &Path, log: &Log) -> Result<Prepared, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let state_path = dir.join("state.json");
-    let fresh = !state_path.exists();
+    let storage = FsStorage::new(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    prepare_on(Arc::new(storage), log)
+}
+
+/// [`prepare`] on any storage (the simulation's keeps only what was
+/// synced).
+pub fn prepare_on(storage: Arc<dyn Storage>, log: &Log) -> Result<Prepared, String> {
+    let state_path = storage.describe(STATE_FILE);
+    let listed = storage
+        .list()
+        .map_err(|e| format!("listing {}: {e}", storage.describe("")))?;
+    let fresh = !listed.iter().any(|n| n == STATE_FILE);
     let hard: HardState = if fresh {
         HardState::default()
     } else {
-        let bytes = std::fs::read(&state_path)
-            .map_err(|e| format!("reading {}: {e}", state_path.display()))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{} is damaged: {e}", state_path.display()))?
+        let read = || -> std::io::Result<Vec<u8>> {
+            let f = storage.open(STATE_FILE)?;
+            f.read_vec(0, f.len()? as usize)
+        };
+        let bytes = read().map_err(|e| format!("reading {state_path}: {e}"))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{state_path} is damaged: {e}"))?
     };
-    let index = EntryIndex::open(&dir.join("entries"), hard.purged.map(|p| p.index))
+    let index = EntryIndex::open(&*storage, ENTRIES_FILE, hard.purged.map(|p| p.index))
         .map_err(|e| format!("opening the Raft entry index: {e}"))?;
     let mut index = index;
     let in_log = log.next_lsn().saturating_sub(1);
@@ -157,10 +178,10 @@ pub fn prepare(dir: &Path, log: &Log) -> Result<Prepared, String> {
         Some((c, m)) => (Some(c), m.end_lsn()),
         None => (None, 0),
     };
-    write_hard(dir, &hard)?;
+    write_hard(&*storage, &hard)?;
     Ok(Prepared {
         shared: Arc::new(PreparedShared {
-            dir: dir.to_path_buf(),
+            storage,
             index: Mutex::new(Some(index)),
             hard,
             applied,
@@ -186,14 +207,14 @@ impl PreparedShared {
         );
         Arc::new(Shared {
             me,
-            dir: self.dir.clone(),
+            storage: self.storage.clone(),
             committed_lsn: AtomicU64::new(db.applied_lsn()),
             db,
             inner: Mutex::new(Inner {
                 index,
                 hard: self.hard.clone(),
                 applied,
-                committed_saved_at: Instant::now(),
+                committed_saved_at: tokio::time::Instant::now(),
             }),
             ready_term: AtomicU64::new(ready_term),
             moved: Default::default(),
@@ -201,21 +222,24 @@ impl PreparedShared {
             appended: tokio::sync::watch::Sender::new(0),
             diverged: Mutex::new(None),
             on_diverged: Mutex::new(None),
+            parallel_io: matches!(
+                tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+            ),
         })
     }
 }
 
-fn write_hard(dir: &Path, hard: &HardState) -> Result<(), String> {
-    let tmp = dir.join("state.json.tmp");
+fn write_hard(storage: &dyn Storage, hard: &HardState) -> Result<(), String> {
     let bytes = serde_json::to_vec(hard).expect("the Raft state serializes");
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, &bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, dir.join("state.json"))?;
-        std::fs::File::open(dir)?.sync_all()
+        let f = storage.create(STATE_TMP)?;
+        f.write_at(&bytes, 0)?;
+        f.sync()?;
+        storage.rename(STATE_TMP, STATE_FILE)?;
+        storage.sync_dir()
     };
-    write().map_err(|e| format!("writing the Raft state in {}: {e}", dir.display()))
+    write().map_err(|e| format!("writing {}: {e}", storage.describe(STATE_FILE)))
 }
 
 impl Shared {
@@ -463,9 +487,8 @@ impl Shared {
         // acknowledged.
         let sync = matches!(log.options().sync, SyncPolicy::Always);
         let index = &mut inner.index;
-        let (records, indexed) = std::thread::scope(|scope| {
-            let indexed = scope.spawn(|| index.append(&metas, sync));
-            let records = if !copies.is_empty() {
+        let records = || {
+            if !copies.is_empty() {
                 log.append_copied(&copies)
                     .map(|_| ())
                     .map_err(|e| format!("appending a replicated batch: {e}"))
@@ -474,9 +497,24 @@ impl Shared {
                     .map_err(|e| format!("syncing the log: {e}"))
             } else {
                 Ok(())
+            }
+        };
+        let (records, indexed) = if self.parallel_io {
+            std::thread::scope(|scope| {
+                let indexed = scope.spawn(|| index.append(&metas, sync));
+                let records = records();
+                (records, indexed.join())
+            })
+        } else {
+            // The records first: a crash between the two leaves records
+            // past the index, which `prepare` removes.
+            let records = records();
+            let indexed = match &records {
+                Ok(()) => index.append(&metas, sync),
+                Err(_) => Ok(()),
             };
-            (records, indexed.join())
-        });
+            (records, Ok(indexed))
+        };
         records.map_err(storage_error)?;
         match indexed {
             Ok(Ok(())) => Ok(()),
@@ -507,7 +545,7 @@ impl Shared {
     }
 
     fn save_hard(&self, inner: &Inner) -> Result<(), StorageError> {
-        write_hard(&self.dir, &inner.hard).map_err(storage_error)
+        write_hard(&*self.storage, &inner.hard).map_err(storage_error)
     }
 
     /// Applies committed entries to the tables.
@@ -619,7 +657,7 @@ impl RaftLogReader<Group> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let (from, to) = bounds(&range);
         let shared = self.0.clone();
-        tokio::task::block_in_place(|| shared.entries(from, to))
+        super::runtime::blocking(|| shared.entries(from, to))
     }
 }
 
@@ -658,12 +696,12 @@ impl RaftLogStorage<Group> for LogStore {
         let mut inner = self.0.inner.lock();
         inner.hard.committed = committed;
         if inner.committed_saved_at.elapsed() >= SAVE_COMMITTED_EVERY {
-            inner.committed_saved_at = Instant::now();
+            inner.committed_saved_at = tokio::time::Instant::now();
             // Not synced: a stale committed id only makes a restart replay
             // less before the group tells it more.
             let shared = self.0.clone();
             drop(inner);
-            tokio::task::block_in_place(|| shared.save_hard(&shared.inner.lock()))?;
+            super::runtime::blocking(|| shared.save_hard(&shared.inner.lock()))?;
         }
         Ok(())
     }
@@ -683,7 +721,7 @@ impl RaftLogStorage<Group> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let shared = self.0.clone();
-        let result = tokio::task::block_in_place(|| shared.append_entries(entries));
+        let result = super::runtime::blocking(|| shared.append_entries(entries));
         if result.is_ok() {
             let last = shared.inner.lock().index.last_lsn();
             shared.appended.send_replace(last);
@@ -704,7 +742,7 @@ impl RaftLogStorage<Group> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let shared = self.0.clone();
-        tokio::task::block_in_place(|| shared.truncate(log_id))
+        super::runtime::blocking(|| shared.truncate(log_id))
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -748,7 +786,7 @@ impl RaftStateMachine<Group> for StateMachine {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let shared = self.0.clone();
-        tokio::task::block_in_place(|| shared.apply(entries))
+        super::runtime::blocking(|| shared.apply(entries))
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -35,7 +35,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<Group>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = super::runtime::Runtime,
 );
 
 pub type Raft = openraft::Raft<Group>;
