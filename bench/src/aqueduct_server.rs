@@ -265,7 +265,8 @@ impl AqueductServer {
 
     /// Stops the server (SIGTERM, then SIGKILL after `STOP_DEADLINE`), if
     /// it runs.
-    fn stop(&mut self) {
+    /// Stops the server (SIGTERM, then a kill past the deadline).
+    pub fn stop(&mut self) {
         let pid = self.child.id() as libc::pid_t;
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) on our own child, not yet reaped.

@@ -64,6 +64,8 @@ pub struct ReplicationResults {
     /// From the follower's start (the N-entry log on its disk) to its
     /// first answered read.
     pub restart_to_first_read_s: f64,
+    /// The orderly stop before that start, from SIGTERM to the exit.
+    pub stop_s: f64,
 }
 
 /// Waits until the follower `f` has applied `lsn`; the seconds it took.
@@ -149,7 +151,12 @@ pub fn run(args: &ReplicationArgs) -> anyhow::Result<ReplicationResults> {
     });
     eprintln!("caught up on {source_last_lsn} records in {seconds:.2} s");
 
-    // Restart: replay of the follower's own log, then a read.
+    // Restart: an orderly stop, then (timed apart) the start: replay of
+    // the follower's own log, then a read.
+    let stopping = Instant::now();
+    follower.stop();
+    let stop_s = stopping.elapsed().as_secs_f64();
+    eprintln!("the follower stopped in {stop_s:.2} s");
     let started = Instant::now();
     follower.restart(&[
         "--follow".to_string(),
@@ -169,6 +176,7 @@ pub fn run(args: &ReplicationArgs) -> anyhow::Result<ReplicationResults> {
             load_seconds,
             catch_up,
             restart_to_first_read_s,
+            stop_s,
         });
     }
 
@@ -227,5 +235,6 @@ pub fn run(args: &ReplicationArgs) -> anyhow::Result<ReplicationResults> {
         load_seconds,
         catch_up,
         restart_to_first_read_s,
+        stop_s,
     })
 }

@@ -242,6 +242,32 @@ impl Catalog {
     /// (local commits, recovery, and followers use it). Rows of tables that
     /// do not exist are skipped (ids are never reused).
     pub fn apply_batch(&mut self, batch: &Batch) -> AppliedBatch {
+        self.apply_owned_batch(batch.clone())
+    }
+
+    /// Applies a batch at a restart, where nobody consumes its changes:
+    /// [`Catalog::apply_owned_batch`] without them.
+    pub fn replay_batch(&mut self, batch: Batch) {
+        assert!(
+            batch.first > self.lsn || batch.entries.is_empty(),
+            "batch at LSN {} replayed into tables already at LSN {}",
+            batch.first,
+            self.lsn
+        );
+        for e in batch.entries {
+            match e.write {
+                Write::Put { table, key, row } => self.store_row(table, key, Some(row), e.lsn),
+                Write::Delete { table, key } => self.store_row(table, key, None, e.lsn),
+                Write::Schema(c) => self.apply_schema(c),
+            }
+        }
+        self.lsn = self.lsn.max(batch.last);
+    }
+
+    /// [`Catalog::apply_batch`] of a batch the caller is done with: its
+    /// keys and rows move into the tables rather than being copied (a
+    /// restart applies every batch of the log this way).
+    pub fn apply_owned_batch(&mut self, batch: Batch) -> AppliedBatch {
         assert!(
             batch.first > self.lsn || batch.entries.is_empty(),
             "batch at LSN {} applied to tables already at LSN {}",
@@ -252,18 +278,16 @@ impl Catalog {
             first: batch.first,
             last: batch.last,
             commit_micros: batch.commit_micros,
-            deps: batch.deps.clone(),
+            deps: batch.deps,
             ..AppliedBatch::default()
         };
-        for e in &batch.entries {
-            let change = match &e.write {
-                Write::Put { table, key, row } => {
-                    self.apply_row(*table, key.clone(), Some(row.clone()), e.lsn)
-                }
-                Write::Delete { table, key } => self.apply_row(*table, key.clone(), None, e.lsn),
+        for e in batch.entries {
+            let change = match e.write {
+                Write::Put { table, key, row } => self.apply_row(table, key, Some(row), e.lsn),
+                Write::Delete { table, key } => self.apply_row(table, key, None, e.lsn),
                 Write::Schema(c) => {
                     self.apply_schema(c.clone());
-                    applied.schema.push((e.lsn, c.clone()));
+                    applied.schema.push((e.lsn, c));
                     None
                 }
             };

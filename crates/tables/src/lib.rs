@@ -399,6 +399,23 @@ impl Catalog {
         row: Option<Row>,
         lsn: Lsn,
     ) -> Option<RowChange> {
+        self.write_row(table, key, row, lsn, Track::Changes)
+    }
+
+    /// [`Catalog::apply_row`] where nobody consumes the change (a
+    /// restart's replay): the key moves into the table uncopied.
+    pub fn store_row(&mut self, table: TableId, key: Key, row: Option<Row>, lsn: Lsn) {
+        self.write_row(table, key, row, lsn, Track::Nothing);
+    }
+
+    fn write_row(
+        &mut self,
+        table: TableId,
+        key: Key,
+        row: Option<Row>,
+        lsn: Lsn,
+        track: Track,
+    ) -> Option<RowChange> {
         // Rows of a dropped table are skipped: ids are never reused.
         let t = self.tables.get_mut(&table)?;
         if t.schema.ephemeral {
@@ -416,14 +433,23 @@ impl Catalog {
                 new: Some(Arc::new(row)),
             });
         }
-        let prev_lsn = t.get(&key).map(|v| v.lsn);
-        let (old, new) = match row {
+        let (key, prev_lsn, old, new) = match row {
             Some(row) => {
                 let row = canonical_jsonb(t.schema.columns.iter().map(|c| &c.ty), row);
-                let new = Arc::new(row.clone());
-                (t.put(key.clone(), row, lsn), Some(new))
+                let new = Arc::new(row);
+                let kept = match track {
+                    Track::Changes => Some(key.clone()),
+                    Track::Nothing => None,
+                };
+                let old = t.put_version(key, new.clone(), lsn);
+                let prev_lsn = old.as_ref().map(|o| o.lsn);
+                (kept?, prev_lsn, old.map(|o| o.row), Some(new))
             }
-            None => (t.delete(&key, lsn), None),
+            None => {
+                let prev_lsn = t.get(&key).map(|v| v.lsn);
+                let old = t.delete(&key, lsn);
+                (key, prev_lsn, old, None)
+            }
         };
         if old.is_none() && new.is_none() {
             return None;
@@ -437,6 +463,13 @@ impl Catalog {
             new,
         })
     }
+}
+
+/// Whether writing a row reports its change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Track {
+    Changes,
+    Nothing,
 }
 
 /// A row whose `jsonb` columns hold jsonb values: a row written before
@@ -1031,6 +1064,44 @@ pub trait Replicator: Send + Sync {
     fn log_failed(&self, why: &str);
 }
 
+/// Batches a replay holds decoded, waiting to be applied, at most.
+const REPLAY_QUEUE_BATCHES: usize = 16;
+/// Records between two calls of a replay's progress callback.
+const REPLAY_PROGRESS_EVERY: u64 = 65_536;
+
+/// Reads and decodes `log`'s records up to `until` into batches for
+/// [`Database::open_until`] to apply; returns how many records it read.
+fn decode_log(
+    log: &Log,
+    until: Lsn,
+    to_apply: std::sync::mpsc::SyncSender<Batch>,
+) -> Result<u64, TableError> {
+    let mut batches = BatchBuilder::default();
+    let mut records = 0;
+    let mut bad = None;
+    log.replay(0, |r| {
+        if r.lsn > until {
+            return Ok(());
+        }
+        match batches.push(&r) {
+            Ok(Some(batch)) => {
+                if to_apply.send(batch).is_err() {
+                    return Err(aqueduct_log::Error::Invalid("the replay stopped".into()));
+                }
+            }
+            Ok(None) => {}
+            Err(reason) => {
+                bad = Some(TableError::BadRecord { lsn: r.lsn, reason });
+                return Err(aqueduct_log::Error::Invalid("stop".into()));
+            }
+        }
+        records += 1;
+        Ok(())
+    })
+    .map_err(|e| bad.take().unwrap_or(TableError::Log(e)))?;
+    Ok(records)
+}
+
 impl Database {
     /// Rebuilds the tables by replaying `log`. `progress(lsn)` is called now
     /// and then with the replayed LSN.
@@ -1053,31 +1124,31 @@ impl Database {
         let until = until.unwrap_or(Lsn::MAX).min(log.committed_lsn());
         let mut catalog = Catalog::default();
         let mut report = ReplayReport::default();
-        let mut bad = None;
-        let mut batches = BatchBuilder::default();
-        log.replay(0, |r| {
-            if r.lsn > until {
-                return Ok(());
-            }
-            let fail = |reason| TableError::BadRecord { lsn: r.lsn, reason };
-            match batches.push(&r) {
-                Ok(Some(batch)) => {
-                    catalog.apply_batch(&batch);
+        // Two steps on two threads: this one applies the batches that the
+        // other reads and decodes, through a bounded queue.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(REPLAY_QUEUE_BATCHES);
+        let decoded = std::thread::scope(|scope| {
+            let decoder = std::thread::Builder::new()
+                .name("replay-decode".into())
+                .spawn_scoped(scope, || decode_log(&log, until, tx))
+                .map_err(|e| TableError::Log(aqueduct_log::Error::io("starting replay", e)))?;
+            let mut since_progress = 0;
+            for batch in rx {
+                since_progress += batch.last + 1 - batch.first;
+                let last = batch.last;
+                catalog.replay_batch(batch);
+                if since_progress >= REPLAY_PROGRESS_EVERY {
+                    since_progress = 0;
+                    progress(last);
                 }
-                Ok(None) => {}
-                Err(reason) => {
-                    bad = Some(fail(reason));
-                    return Err(aqueduct_log::Error::Invalid("stop".into()));
-                }
             }
-            report.records += 1;
-            report.last_lsn = r.lsn;
-            if report.records % 65_536 == 0 {
-                progress(r.lsn);
-            }
-            Ok(())
-        })
-        .map_err(|e| bad.take().unwrap_or(TableError::Log(e)))?;
+            decoder.join().unwrap_or_else(|_| {
+                Err(TableError::Log(aqueduct_log::Error::Invalid(
+                    "the replay's decoding thread panicked".into(),
+                )))
+            })
+        })?;
+        report.records = decoded;
         report.last_lsn = until;
         catalog.lsn = report.last_lsn;
         report.tables = catalog.tables.len();
@@ -1348,8 +1419,9 @@ impl Database {
         let Some(batch) = self.append(txn)? else {
             return Ok(None);
         };
-        self.apply(&batch);
-        Ok(Some(batch.last))
+        let last = batch.last;
+        self.apply(batch);
+        Ok(Some(last))
     }
 
     /// Step one of a commit, with the commit lock held: checks unique
@@ -1417,8 +1489,9 @@ impl Database {
 
     /// Step two, with the commit lock held: applies an appended batch to
     /// the tables, tells the consumers, and moves `applied_lsn`.
-    fn apply(&self, batch: &Batch) {
-        let applied = self.catalog.write().apply_batch(batch);
+    fn apply(&self, batch: Batch) {
+        let (last, rows) = (batch.last, batch.entries.len() as u64);
+        let applied = self.catalog.write().apply_owned_batch(batch);
         let consumers = self.consumers.read().clone();
         if !consumers.is_empty() {
             let catalog = self.catalog.read();
@@ -1426,15 +1499,13 @@ impl Database {
                 c.committed(&applied, &catalog);
             }
         }
-        self.applied.store(batch.last, Ordering::Release);
+        self.applied.store(last, Ordering::Release);
         {
             let _moved = self.applied_moved.0.lock();
             self.applied_moved.1.notify_all();
         }
         self.metrics.commits.fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .rows_written
-            .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+        self.metrics.rows_written.fetch_add(rows, Ordering::Relaxed);
     }
 
     /// Makes the database take no write of its own (`Some(why)`: a
@@ -1466,7 +1537,7 @@ impl Database {
             batch.first,
             batch.last
         );
-        self.apply(batch);
+        self.apply(batch.clone());
         drop(guard);
         self.after_release();
     }

@@ -335,10 +335,20 @@ impl Table {
     /// ([`bucket_bytes`]). Resident memory is higher still by what the
     /// allocator keeps free.
     fn stored_bytes(&self, key: &Key, row: &Row) -> usize {
-        let shared_row = allocated(16 + std::mem::size_of::<Row>()) + values_bytes(row);
+        self.key_bytes(key) + Self::row_bytes(row)
+    }
+
+    /// The part of [`Table::stored_bytes`] the key makes: its entry in the
+    /// row map and in each index.
+    fn key_bytes(&self, key: &Key) -> usize {
         let entry = btree_entry::<Key, RowVersion>() + values_bytes(key);
         let indexes = self.schema.indexes.len() * row_entry_bytes(key);
-        shared_row + entry + indexes
+        entry + indexes
+    }
+
+    /// The part the shared row makes.
+    fn row_bytes(row: &Row) -> usize {
+        allocated(16 + std::mem::size_of::<Row>()) + values_bytes(row)
     }
 
     /// Recounts [`Table::bytes`] (after the indexes changed).
@@ -378,7 +388,13 @@ impl Table {
     }
 
     /// Stores `row` at `key`; returns the row it replaced.
-    pub fn put(&mut self, key: Key, row: Row, lsn: Lsn) -> Option<Arc<Row>> {
+    pub fn put(&mut self, key: Key, row: impl Into<Arc<Row>>, lsn: Lsn) -> Option<Arc<Row>> {
+        self.put_version(key, row.into(), lsn).map(|old| old.row)
+    }
+
+    /// [`Table::put`], returning the version it replaced (row and LSN) from
+    /// the same walk down the row map.
+    pub fn put_version(&mut self, key: Key, row: Arc<Row>, lsn: Lsn) -> Option<RowVersion> {
         assert_eq!(row.len(), self.schema.columns.len(), "row width");
         assert!(!self.schema.ephemeral, "a row stored in an ephemeral table");
         if !self.schema.has_primary_key() {
@@ -386,7 +402,17 @@ impl Table {
                 self.next_rowid = self.next_rowid.max(id + 1);
             }
         }
-        let row = Arc::new(row);
+        let key_bytes = self.key_bytes(&key);
+        self.bytes += key_bytes + Self::row_bytes(&row);
+        self.version = lsn;
+        let indexed = self.schema.indexes.iter().any(|d| d.is_physical());
+        if !indexed {
+            // Without indexes the key is not needed past the row map: it
+            // moves there (a restart stores every row this way).
+            let old = self.rows.insert(key, RowVersion { row, lsn })?;
+            self.bytes -= key_bytes + Self::row_bytes(&old.row);
+            return Some(old);
+        }
         // One walk down the row map stores the row and finds the old one.
         let old = self.rows.insert(
             key.clone(),
@@ -404,9 +430,7 @@ impl Table {
                 self.bytes += self.indexes[i].insert(values, key.clone(), row.clone());
             }
         }
-        self.bytes += self.stored_bytes(&key, &row);
-        self.version = lsn;
-        old.map(|o| o.row)
+        old
     }
 
     /// Removes the row at `key`; returns it.
