@@ -30,14 +30,7 @@ impl Rng {
 }
 
 fn schema(id: TableId) -> TableSchema {
-    let col = |name: &str| ColumnDef {
-        name: name.into(),
-        ty: DataType::Int8,
-        not_null: false,
-        default: None,
-        default_expr: None,
-        identity: None,
-    };
+    let col = |name: &str| ColumnDef::new(name, DataType::Int8);
     TableSchema {
         id,
         name: format!("t{id}"),

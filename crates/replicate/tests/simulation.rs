@@ -312,14 +312,7 @@ struct Op {
 }
 
 fn schema() -> Vec<SchemaChange> {
-    let col = |name: &str| ColumnDef {
-        name: name.into(),
-        ty: DataType::Int8,
-        not_null: false,
-        default: None,
-        default_expr: None,
-        identity: None,
-    };
+    let col = |name: &str| ColumnDef::new(name, DataType::Int8);
     let table = |id, name: &str, columns| {
         SchemaChange::CreateTable(TableSchema {
             id,

@@ -548,14 +548,7 @@ mod tests {
             name: "t".into(),
             columns: columns
                 .iter()
-                .map(|&name| ColumnDef {
-                    name: name.into(),
-                    ty: DataType::Int8,
-                    not_null: false,
-                    default: None,
-                    default_expr: None,
-                    identity: None,
-                })
+                .map(|&name| ColumnDef::new(name, DataType::Int8))
                 .collect(),
             primary_key,
             indexes: vec![IndexDef::on_columns("t_index", index, false)],

@@ -22,14 +22,7 @@ fn open(dir: &std::path::Path) -> Database {
 }
 
 fn table() -> SchemaChange {
-    let col = |name: &str| ColumnDef {
-        name: name.into(),
-        ty: DataType::Int8,
-        not_null: false,
-        default: None,
-        default_expr: None,
-        identity: None,
-    };
+    let col = |name: &str| ColumnDef::new(name, DataType::Int8);
     SchemaChange::CreateTable(TableSchema {
         id: 1,
         name: "t".into(),

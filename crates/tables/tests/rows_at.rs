@@ -20,14 +20,7 @@ const READS: usize = 100;
 const MAX_WRITES: usize = 500_000;
 
 fn column(name: &str) -> ColumnDef {
-    ColumnDef {
-        name: name.into(),
-        ty: DataType::Int8,
-        not_null: false,
-        default: None,
-        default_expr: None,
-        identity: None,
-    }
+    ColumnDef::new(name, DataType::Int8)
 }
 
 fn schema(id: TableId, name: &str, primary_key: Vec<usize>, index: bool) -> TableSchema {
