@@ -113,10 +113,18 @@
 //! befriending, L-RUBiS' username registration) that its authors dismissed
 //! by reasoning about rows. The analysis reports such cycles; a developer
 //! who knows better states it with a commutativity annotation.
+//!
+//! # Checking recorded histories
+//!
+//! The crate also holds the serializability checker used as the oracle of
+//! chain tests ([`history`]): given the transactions of a recorded run with
+//! the versions each read and wrote, it builds the direct serialization
+//! graph and returns an equivalent serial order or a dependency cycle.
 
 mod analysis;
 mod error;
 mod graph;
+pub mod history;
 mod model;
 mod render;
 mod report;
