@@ -120,6 +120,13 @@
 //! chain tests ([`history`]): given the transactions of a recorded run with
 //! the versions each read and wrote, it builds the direct serialization
 //! graph and returns an equivalent serial order or a dependency cycle.
+//!
+//! # Origin ordering
+//!
+//! The crate also holds the core of the origin-ordering sequencers
+//! ([`sequencer`]): the pairwise counters of §6.2 that stamp a chain's
+//! hops at its origin and hold each hop back at its server until the
+//! earlier-stamped hops of the same origin have run there.
 
 mod analysis;
 mod error;
@@ -128,6 +135,7 @@ pub mod history;
 mod model;
 mod render;
 mod report;
+pub mod sequencer;
 
 /// At most this many witness SC-cycles are reported per chain; the count
 /// of S-edges on SC-cycles ([`ChainReport::cyclic_s_edges`]) is always
