@@ -1,11 +1,14 @@
 //! Tests of the serializability checker for recorded histories.
 
+mod common;
+
 use std::collections::HashMap;
 
 use aqueduct_chains::history::{
     check, Anomaly, Cycle, CycleClass, Dependency, History, Op, Serializable, Txn, INITIAL_VERSION,
     MAX_HISTORY_OPERATIONS,
 };
+use common::Rng;
 
 fn history(txns: Vec<Txn>) -> History {
     txns.into_iter().collect()
@@ -368,24 +371,6 @@ fn chain_run_piecewise_when_it_should_not() {
     assert_valid_serial_order(&h, &s.order);
 }
 
-/// A tiny xorshift64* generator; the tests have no dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Runs `txns` random transactions one at a time against an in-memory
 /// store over `keys` keys; versions come from one global counter, like
 /// log positions. Transactions are pushed in a shuffled order.
@@ -395,10 +380,10 @@ fn random_serial_history(rng: &mut Rng, txns: u64, keys: u64) -> History {
     let mut out = Vec::new();
     for id in 1..=txns {
         let mut t = Txn::new(id, format!("random #{id}"));
-        let ops = 1 + rng.below(6);
+        let ops = 1 + rng.range(0, 5);
         for _ in 0..ops {
-            let key = format!("k{}", rng.below(keys));
-            if rng.below(2) == 0 {
+            let key = format!("k{}", rng.range(0, keys - 1));
+            if rng.range(0, 1) == 0 {
                 let v = store.get(&key).copied().unwrap_or(INITIAL_VERSION);
                 t = t.read(key, v);
             } else {
@@ -411,7 +396,7 @@ fn random_serial_history(rng: &mut Rng, txns: u64, keys: u64) -> History {
     }
     // Fisher-Yates.
     for i in (1..out.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
+        let j = rng.range(0, i as u64) as usize;
         out.swap(i, j);
     }
     history(out)
@@ -574,12 +559,12 @@ fn plant_swapped_versions(h: &mut History) -> Option<(u64, u64)> {
 
 #[test]
 fn random_serial_histories_pass_and_planted_anomalies_are_found() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut stale_planted = 0;
     let mut swaps_planted = 0;
     for round in 0..300 {
-        let txns = 2 + rng.below(60);
-        let keys = 1 + rng.below(8);
+        let txns = 2 + rng.range(0, 59);
+        let keys = 1 + rng.range(0, 7);
         let h = random_serial_history(&mut rng, txns, keys);
         let s = expect_serializable(&h);
         assert_valid_serial_order(&h, &s.order);
@@ -617,7 +602,7 @@ fn random_serial_histories_pass_and_planted_anomalies_are_found() {
 
 #[test]
 fn large_serial_history_checks_without_recursion() {
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let h = random_serial_history(&mut rng, 50_000, 1_000);
     let s = expect_serializable(&h);
     assert_valid_serial_order(&h, &s.order);

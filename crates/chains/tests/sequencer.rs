@@ -5,6 +5,8 @@
 //! stamp order at every server (§3, origin ordering), and everything
 //! finishes.
 
+mod common;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
@@ -12,36 +14,7 @@ use aqueduct_chains::sequencer::{
     ChainId, Effect, HopArrival, Sequencer, SequencerError, SequencerState, ServerId, Stamp,
     Stamps, MAX_PATH_LEN, MAX_QUEUED_HOPS,
 };
-
-// ---------------------------------------------------------------------
-// A tiny deterministic PRNG.
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        // Spread small seeds; never zero.
-        XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.next().is_multiple_of(one_in)
-    }
-}
+use common::Rng;
 
 // ---------------------------------------------------------------------
 // What the simulation drives: the real sequencer, or a planted bug.
@@ -177,7 +150,7 @@ struct Outcome {
     already_done: usize,
 }
 
-fn random_path(rng: &mut XorShift) -> Vec<ServerId> {
+fn random_path(rng: &mut Rng) -> Vec<ServerId> {
     let len = rng.range(1, MAX_HOPS) as usize;
     (0..len)
         .map(|_| rng.range(0, u64::from(SERVERS) - 1) as ServerId)
@@ -185,7 +158,7 @@ fn random_path(rng: &mut XorShift) -> Vec<ServerId> {
 }
 
 fn simulate<C: Core>(seed: u64, chains: usize, make: impl Fn(ServerId) -> C) -> Outcome {
-    let mut rng = XorShift::new(seed);
+    let mut rng = Rng::new(seed);
     let paths: Vec<Vec<ServerId>> = (0..chains).map(|_| random_path(&mut rng)).collect();
     let total_hops: usize = paths.iter().map(Vec::len).sum();
     let mut servers: Vec<Server<C>> = (0..SERVERS)
@@ -295,7 +268,7 @@ fn simulate<C: Core>(seed: u64, chains: usize, make: impl Fn(ServerId) -> C) -> 
                     };
                     push(&mut queue, now + rng.range(1, 50), ev);
                     // A coordinator resubmission, delayed arbitrarily.
-                    if rng.chance(20) {
+                    if rng.one_in(20) {
                         push(&mut queue, now + rng.range(1, 400), ev);
                     }
                 }

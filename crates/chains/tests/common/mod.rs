@@ -118,4 +118,14 @@ impl Rng {
     pub fn chance(&mut self, percent: usize) -> bool {
         self.below(100) < percent
     }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    /// True once in `n` draws, on average.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.next().is_multiple_of(n)
+    }
 }
