@@ -980,4 +980,14 @@ fn membership_changes_in_sql_on_any_member() {
     assert!(e.to_string().contains("22023"), "{e}");
     let e = sql(g.http[f], "ALTER CLUSTER REMOVE 2").unwrap_err();
     assert!(e.to_string().contains("42601"), "{e}");
+
+    // An orderly stop of a member (SIGTERM) ends its process: its Raft
+    // core stops on request, which is no failure to restart from.
+    let mut g = g;
+    let member = g.running[l].as_mut().expect("running");
+    let status = member
+        .process
+        .terminate_within(Duration::from_secs(15))
+        .expect("the member exits within 15 s of SIGTERM");
+    assert!(status.success(), "{status:?}");
 }

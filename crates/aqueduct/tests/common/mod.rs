@@ -60,6 +60,22 @@ impl Running {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+
+    /// Sends SIGTERM and waits at most `timeout` for the process to exit:
+    /// its exit status, or `None` if it still runs.
+    pub fn terminate_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        signal(self.0.id(), "-TERM");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.0.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+    }
 }
 
 impl Drop for Running {

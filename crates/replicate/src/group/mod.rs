@@ -530,16 +530,21 @@ impl Member {
 /// Makes the member rebuild (restart) once its Raft core stopped on an
 /// error: a storage call that failed (a vote or purge not saved, an entry
 /// not read back) stops the core, and a member whose core stopped would
-/// otherwise serve ever staler reads and never vote again.
+/// otherwise serve ever staler reads and never vote again. A stop the
+/// server asked for (its orderly shutdown) is not an error.
 async fn watch_core(raft: Raft, shared: std::sync::Weak<store::Shared>) {
     let mut metrics = raft.metrics();
     loop {
         let stopped = metrics.borrow().running_state.clone().err();
-        if let Some(fatal) = stopped {
-            if let Some(shared) = shared.upgrade() {
-                shared.diverge(format!("its Raft core stopped: {fatal}"));
+        match stopped {
+            Some(openraft::error::Fatal::Stopped) => return,
+            Some(fatal) => {
+                if let Some(shared) = shared.upgrade() {
+                    shared.diverge(format!("its Raft core stopped: {fatal}"));
+                }
+                return;
             }
-            return;
+            None => {}
         }
         if metrics.changed().await.is_err() {
             return;
