@@ -459,7 +459,7 @@ fn apply_unapplied(db: &Database) -> Result<(), Failure> {
         }
         for r in &records {
             if let Some(batch) = batches.push(&r.view()).map_err(Failure::Bad)? {
-                db.apply_appended(&batch);
+                db.apply_appended(batch);
             }
         }
     }
@@ -481,7 +481,7 @@ fn apply(db: &Database, records: &[Record]) -> Result<(), Failure> {
     db.log()
         .append_copied(records)
         .map_err(|e| Failure::Bad(format!("appending the records here: {e}")))?;
-    for batch in &complete {
+    for batch in complete {
         db.apply_appended(batch);
     }
     Ok(())

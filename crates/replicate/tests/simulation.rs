@@ -53,8 +53,13 @@ const MEMBERS: u64 = 3;
 const STEPS: usize = 250;
 /// Seeds `scripts/test` runs (`AQUEDUCT_SIM_SEEDS` for more).
 const SEEDS: u64 = 16;
-/// How long (simulated) a healed group may take to converge.
+/// How long (simulated) a healed group may take to converge, and how
+/// often (simulated) the run looks. Every wait in this file is on the
+/// simulated clock, which moves only when all tasks wait: a wait is a
+/// step of the model (a message's delay, a pause between steps), not a
+/// guess at how long real work takes.
 const CONVERGE_WITHIN: Duration = Duration::from_secs(120);
+const CONVERGE_POLL: Duration = Duration::from_millis(100);
 /// Registers the writes set.
 const REGISTERS: i64 = 8;
 const REGISTERS_TABLE: u64 = 1;
@@ -74,9 +79,12 @@ struct NetState {
     /// Links that are down, both ways listed.
     cut: BTreeSet<(NodeId, NodeId)>,
     rng: StdRng,
-    loss_per_mille: u32,
-    max_delay_ms: u64,
 }
+
+/// A message's delay is drawn from `0..=MAX_DELAY_MS`; this many in a
+/// thousand are lost.
+const MAX_DELAY_MS: u64 = 20;
+const LOSS_PER_MILLE: u32 = 20;
 
 impl Net {
     fn new(seed: u64) -> Net {
@@ -84,17 +92,14 @@ impl Net {
             rafts: BTreeMap::new(),
             cut: BTreeSet::new(),
             rng: StdRng::seed_from_u64(seed),
-            loss_per_mille: 20,
-            max_delay_ms: 20,
         })))
     }
 
     /// A message's delay, and whether it is lost.
     fn draw(&self) -> (Duration, bool) {
         let mut s = self.0.lock();
-        let (max_delay, loss) = (s.max_delay_ms, s.loss_per_mille);
-        let delay = s.rng.gen_range(0..=max_delay);
-        let lost = s.rng.gen_range(0..1000) < loss;
+        let delay = s.rng.gen_range(0..=MAX_DELAY_MS);
+        let lost = s.rng.gen_range(0..1000) < LOSS_PER_MILLE;
         (Duration::from_millis(delay), lost)
     }
 
@@ -371,7 +376,6 @@ enum Plant {
 }
 
 struct Sim {
-    seed: u64,
     rng: StdRng,
     net: Net,
     nodes: Vec<Node>,
@@ -399,7 +403,6 @@ impl Sim {
             })
             .collect();
         Sim {
-            seed,
             net: Net::new(rng.gen()),
             rng,
             nodes,
@@ -432,7 +435,7 @@ impl Sim {
         let mut txn = Txn::default();
         let id = self.next_op;
         let mut registers = Vec::new();
-        if state_of(&running.db) == State::default() && running.db.read().tables.is_empty() {
+        if running.db.read().tables.is_empty() {
             for change in schema() {
                 txn.schema(change);
             }
@@ -648,7 +651,7 @@ impl Sim {
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(CONVERGE_POLL).await;
         }
     }
 
@@ -702,18 +705,16 @@ impl Sim {
             // Its tables equal the oracle at its applied LSN.
             let applied = running.db.applied_lsn();
             let mut expected = State::default();
+            // The schema's op (no registers) is not a row.
             for op in history.range(..=applied).map(|(_, op)| op) {
+                if op.registers.is_empty() {
+                    continue;
+                }
                 expected.ops.insert(op.id);
                 for &k in &op.registers {
                     expected.registers.insert(k, op.id);
                 }
             }
-            // The schema's op is not a row.
-            expected.ops.retain(|id| {
-                self.ops
-                    .iter()
-                    .any(|o| o.id == *id && !o.registers.is_empty())
-            });
             let found = state_of(&running.db);
             if found != expected {
                 return Err(format!(
@@ -793,7 +794,6 @@ fn run(seed: u64, plant: Plant) -> Outcome {
         };
         let acknowledged = sim.ops.iter().filter(|o| o.acknowledged).count();
         let digest = sim.digest();
-        let _ = sim.seed;
         for node in &mut sim.nodes {
             node.crash(&sim.net).await;
         }

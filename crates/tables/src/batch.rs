@@ -22,7 +22,7 @@ use aqueduct_log::{Lsn, NewRecord, RecordKind, RecordView};
 use aqueduct_values::{decode_row, decode_value, encode_row, encode_value};
 
 use crate::txn_deps::TxnDeps;
-use crate::{Catalog, Key, RowChange, SchemaChange, TableId, Write};
+use crate::{Catalog, Key, RowChange, SchemaChange, TableId, Track, Write};
 
 /// First log-key byte of a row record.
 pub(crate) const ROW_PREFIX: u8 = b'r';
@@ -246,28 +246,19 @@ impl Catalog {
     }
 
     /// Applies a batch at a restart, where nobody consumes its changes:
-    /// [`Catalog::apply_owned_batch`] without them.
+    /// [`Catalog::apply_owned_batch`] without collecting them (no key is
+    /// copied for them).
     pub fn replay_batch(&mut self, batch: Batch) {
-        assert!(
-            batch.first > self.lsn || batch.entries.is_empty(),
-            "batch at LSN {} replayed into tables already at LSN {}",
-            batch.first,
-            self.lsn
-        );
-        for e in batch.entries {
-            match e.write {
-                Write::Put { table, key, row } => self.store_row(table, key, Some(row), e.lsn),
-                Write::Delete { table, key } => self.store_row(table, key, None, e.lsn),
-                Write::Schema(c) => self.apply_schema(c),
-            }
-        }
-        self.lsn = self.lsn.max(batch.last);
+        self.write_batch(batch, Track::Nothing);
     }
 
     /// [`Catalog::apply_batch`] of a batch the caller is done with: its
-    /// keys and rows move into the tables rather than being copied (a
-    /// restart applies every batch of the log this way).
+    /// keys and rows move into the tables rather than being copied.
     pub fn apply_owned_batch(&mut self, batch: Batch) -> AppliedBatch {
+        self.write_batch(batch, Track::Changes)
+    }
+
+    fn write_batch(&mut self, batch: Batch, track: Track) -> AppliedBatch {
         assert!(
             batch.first > self.lsn || batch.entries.is_empty(),
             "batch at LSN {} applied to tables already at LSN {}",
@@ -283,11 +274,15 @@ impl Catalog {
         };
         for e in batch.entries {
             let change = match e.write {
-                Write::Put { table, key, row } => self.apply_row(table, key, Some(row), e.lsn),
-                Write::Delete { table, key } => self.apply_row(table, key, None, e.lsn),
+                Write::Put { table, key, row } => {
+                    self.write_row(table, key, Some(row), e.lsn, track)
+                }
+                Write::Delete { table, key } => self.write_row(table, key, None, e.lsn, track),
                 Write::Schema(c) => {
-                    self.apply_schema(c.clone());
-                    applied.schema.push((e.lsn, c));
+                    if track == Track::Changes {
+                        applied.schema.push((e.lsn, c.clone()));
+                    }
+                    self.apply_schema(c);
                     None
                 }
             };

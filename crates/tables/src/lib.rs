@@ -402,13 +402,10 @@ impl Catalog {
         self.write_row(table, key, row, lsn, Track::Changes)
     }
 
-    /// [`Catalog::apply_row`] where nobody consumes the change (a
-    /// restart's replay): the key moves into the table uncopied.
-    pub fn store_row(&mut self, table: TableId, key: Key, row: Option<Row>, lsn: Lsn) {
-        self.write_row(table, key, row, lsn, Track::Nothing);
-    }
-
-    fn write_row(
+    /// [`Catalog::apply_row`], reporting the change only when `track`
+    /// says so (a restart's replay has nobody to report it to, and moves
+    /// the key into the table uncopied).
+    pub(crate) fn write_row(
         &mut self,
         table: TableId,
         key: Key,
@@ -467,7 +464,7 @@ impl Catalog {
 
 /// Whether writing a row reports its change.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Track {
+pub(crate) enum Track {
     Changes,
     Nothing,
 }
@@ -1523,21 +1520,21 @@ impl Database {
     /// Applies a batch that is already in the log at its LSNs (a follower
     /// applying a replicated stream after appending it with
     /// `Log::append_at`): the same step two as a local commit.
-    pub fn apply_appended(&self, batch: &Batch) {
+    pub fn apply_appended(&self, batch: Batch) {
         let guard = self.commit.lock();
         self.apply_appended_under(guard, batch);
     }
 
     /// Applies an appended batch with the commit lock `guard` held, then
     /// releases it.
-    fn apply_appended_under(&self, guard: parking_lot::MutexGuard<'_, ()>, batch: &Batch) {
+    fn apply_appended_under(&self, guard: parking_lot::MutexGuard<'_, ()>, batch: Batch) {
         assert!(
             batch.last < self.log.next_lsn(),
             "batch {}..={} applied before it was appended",
             batch.first,
             batch.last
         );
-        self.apply(batch.clone());
+        self.apply(batch);
         drop(guard);
         self.after_release();
     }
@@ -1547,7 +1544,7 @@ impl Database {
     /// which applied it when it committed it). Decided under the commit
     /// lock, so a commit applying its own batch meanwhile is seen. True if
     /// applied here.
-    pub fn apply_committed(&self, batch: &Batch) -> bool {
+    pub fn apply_committed(&self, batch: Batch) -> bool {
         // Applied LSNs only grow: a batch shown already needs no lock (the
         // leader's committers hold it most of the time).
         if batch.last <= self.applied_lsn() {

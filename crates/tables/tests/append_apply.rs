@@ -74,7 +74,7 @@ fn batches_appended_elsewhere_apply_like_local_commits() {
     let first = db.log().next_lsn();
     let (records, batch) = encode_batch(&db.read(), &writes, None, first, 1_700_000_000_000_000);
     db.log().append(&records).unwrap();
-    db.apply_appended(&batch);
+    db.apply_appended(batch);
     assert_eq!(db.applied_lsn(), first + 2);
     let row = db
         .read()

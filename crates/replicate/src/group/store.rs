@@ -564,7 +564,7 @@ impl Shared {
                             if let Some(batch) = batches.push(&r.view()).map_err(|err| {
                                 storage_error(format!("entry {}: {err}", e.log_id))
                             })? {
-                                self.db.apply_committed(&batch);
+                                self.db.apply_committed(batch);
                             }
                         }
                     }
