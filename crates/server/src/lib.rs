@@ -490,6 +490,13 @@ pub async fn run(
             follow_stop.clone(),
         )?)
     };
+    // Chains a crash or stop left in flight complete now, on a server
+    // that takes its own writes (docs/chains.md).
+    if member.is_none() && follower.is_none() {
+        if let Err(e) = engine.resume_chains() {
+            tracing::error!("the chains in flight could not be resumed: {e}");
+        }
+    }
     let following = follower.is_some().then(|| follow_status.clone());
     let in_group = member.clone();
     let extra: aqueduct_http::ExtraMetrics = Arc::new(move |out: &mut String| {

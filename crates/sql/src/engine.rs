@@ -88,6 +88,9 @@ pub struct Engine {
     /// clock's microseconds at start, so numbers keep growing across
     /// restarts.
     pub(crate) next_xid: std::sync::atomic::AtomicI64,
+    /// Transaction chains: their declarations analysed, and the logical
+    /// servers that run them (`chains/`).
+    pub chains: crate::chains::state::Chains,
 }
 
 impl Engine {
@@ -198,6 +201,7 @@ impl Engine {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(1, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX / 2)),
             ),
+            chains: Default::default(),
         });
         engine.views.attach(&engine.db);
         // Published views keep their changes from the recovered state on,

@@ -21,6 +21,7 @@
 //! DAG (`tests/module_cycles.rs`).
 
 pub mod backends;
+pub mod chains;
 mod consistency;
 mod engine;
 pub mod forward;

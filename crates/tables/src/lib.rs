@@ -47,8 +47,9 @@ pub use roles::{
     MAX_SCRAM_ITERATIONS, MIN_SCRAM_ITERATIONS, SCRAM_ITERATIONS, SCRAM_SALT_BYTES,
 };
 pub use schema::{
-    enum_of, parse_type, CheckDef, ColumnDef, ColumnSource, FkAction, ForeignKeyDef, Identity,
-    IndexDef, SchemaChange, SequenceDef, TableId, TableSchema, TimeMapDef, SCHEMA_RECORD_VERSION,
+    enum_of, parse_type, ChainDef, CheckDef, ColumnDef, ColumnSource, FkAction, ForeignKeyDef,
+    Identity, IndexDef, SchemaChange, SequenceDef, TableId, TableSchema, TimeMapDef,
+    SCHEMA_RECORD_VERSION,
 };
 pub use sequences::{
     SequenceCache, SequenceError, SequenceState, SessionSequences, SEQUENCE_RESERVE_VALUES,
@@ -128,6 +129,8 @@ pub struct Catalog {
     pub comments: BTreeMap<(TableId, u32), String>,
     /// Time maps by id.
     pub time_maps: BTreeMap<TableId, TimeMapDef>,
+    /// Transaction chains by id (`docs/chains.md`).
+    pub chains: BTreeMap<TableId, ChainDef>,
     /// Roles, owners and privileges (`roles.rs`).
     pub security: Security,
     /// Sequences by id, as the log left them.
@@ -145,6 +148,12 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// How many schema changes have been applied: equal numbers mean the
+    /// same schema, so what is derived from the schema can be kept by it.
+    pub fn schema_version(&self) -> u64 {
+        self.schema_version
+    }
+
     /// The LSN the tables are as of (every write up to it is applied).
     pub fn lsn(&self) -> Lsn {
         self.lsn
@@ -180,6 +189,10 @@ impl Catalog {
     }
 
     /// The time map called `name`.
+    pub fn chain(&self, name: &str) -> Option<&ChainDef> {
+        self.chains.values().find(|c| c.name == name)
+    }
+
     pub fn time_map(&self, name: &str) -> Option<&TimeMapDef> {
         self.time_maps.values().find(|d| d.name == name)
     }
@@ -264,6 +277,13 @@ impl Catalog {
             }
             SchemaChange::DropTimeMap { id } => {
                 self.time_maps.remove(&id);
+            }
+            SchemaChange::CreateChain(def) => {
+                self.next_table_id = self.next_table_id.max(def.id + 1);
+                self.chains.insert(def.id, def);
+            }
+            SchemaChange::DropChain { id } => {
+                self.chains.remove(&id);
             }
             SchemaChange::AlterTable {
                 schema, sources, ..

@@ -219,6 +219,12 @@ pub enum SchemaChange {
     DropTimeMap {
         id: TableId,
     },
+    /// A transaction chain (`CREATE CHAIN`, `docs/chains.md`): its name and
+    /// its declaration's text. `id` comes from the table-id counter.
+    CreateChain(ChainDef),
+    DropChain {
+        id: TableId,
+    },
     /// A role created in SQL (`CREATE ROLE`, `CREATE USER`).
     CreateRole(RoleDef),
     /// A role's new attributes (`ALTER ROLE`); same id and name.
@@ -337,6 +343,15 @@ pub struct SequenceDef {
     /// The column that owns it (`serial`, identity): dropped with it.
     #[serde(default)]
     pub owned_by: Option<(TableId, usize)>,
+}
+
+/// A transaction chain's declaration: `CREATE CHAIN name (params) AS
+/// $$ HOP ... $$`, kept as the statement's text and parsed where it is run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainDef {
+    pub id: TableId,
+    pub name: String,
+    pub sql: String,
 }
 
 /// A time map's declaration: `CREATE TIME MAP name ON table (column)
@@ -580,6 +595,15 @@ enum ChangeJson {
         v: u32,
         id: TableId,
     },
+    CreateChain {
+        v: u32,
+        #[serde(flatten)]
+        def: ChainDef,
+    },
+    DropChain {
+        v: u32,
+        id: TableId,
+    },
     CreateRole {
         v: u32,
         role: RoleJson,
@@ -718,6 +742,8 @@ impl SchemaChange {
             | SchemaChange::AlterView { id, .. } => *id,
             SchemaChange::CreateTimeMap(def) => def.id,
             SchemaChange::DropTimeMap { id } => *id,
+            SchemaChange::CreateChain(def) => def.id,
+            SchemaChange::DropChain { id } => *id,
             SchemaChange::CreateRole(r) | SchemaChange::AlterRole(r) => r.id,
             SchemaChange::DropRole { id } => *id,
             SchemaChange::SetOwner { object, .. }
@@ -788,6 +814,11 @@ impl SchemaChange {
                 def: def.clone(),
             },
             SchemaChange::DropTimeMap { id } => ChangeJson::DropTimeMap { v, id: *id },
+            SchemaChange::CreateChain(def) => ChangeJson::CreateChain {
+                v,
+                def: def.clone(),
+            },
+            SchemaChange::DropChain { id } => ChangeJson::DropChain { v, id: *id },
             SchemaChange::CreateRole(r) => ChangeJson::CreateRole {
                 v,
                 role: RoleJson::from_def(r),
@@ -974,6 +1005,14 @@ impl SchemaChange {
             ChangeJson::DropTimeMap { v, id } => {
                 check(v)?;
                 SchemaChange::DropTimeMap { id }
+            }
+            ChangeJson::CreateChain { v, def } => {
+                check(v)?;
+                SchemaChange::CreateChain(def)
+            }
+            ChangeJson::DropChain { v, id } => {
+                check(v)?;
+                SchemaChange::DropChain { id }
             }
             ChangeJson::CreateRole { v, role } => {
                 check(v)?;

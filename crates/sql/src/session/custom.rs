@@ -1,7 +1,8 @@
 //! Statements the SQL parser does not know, recognised by their first
 //! words once, then run from their text: `CREATE TIME MAP` and its kin
 //! (`time_maps.rs`), `CREATE`/`ALTER`/`DROP PUBLICATION`
-//! (`publications.rs`).
+//! (`publications.rs`), the chain statements and `CALL` of a chain
+//! (`chains.rs`).
 
 use aqueduct_expr::SqlError;
 use aqueduct_plan::plan::Outcome;
@@ -17,11 +18,16 @@ pub(crate) enum Custom {
     ClusterChange,
     /// `SHOW CLUSTER`.
     ShowCluster,
+    /// `CREATE`/`DROP`/`EXPLAIN CHAIN`, `CALL` of a chain, `WAIT FOR
+    /// CHAINS` (`chains.rs`).
+    Chain(crate::chains::declare::ChainVerb),
 }
 
 impl Custom {
     pub(crate) fn of(sql: &str) -> Option<Custom> {
-        if crate::time_maps::is_time_map_statement(sql) {
+        if let Some(verb) = crate::chains::declare::verb_of(sql) {
+            Some(Custom::Chain(verb))
+        } else if crate::time_maps::is_time_map_statement(sql) {
             Some(Custom::TimeMap)
         } else if aqueduct_plan::publications::is_publication_statement(sql) {
             Some(Custom::Publication)
@@ -38,6 +44,7 @@ impl Custom {
     pub(crate) fn columns(self) -> Vec<aqueduct_plan::plan::Column> {
         match self {
             Custom::ShowCluster => super::cluster::show_columns(),
+            Custom::Chain(verb) => super::chains::columns(verb),
             _ => Vec::new(),
         }
     }
@@ -45,7 +52,14 @@ impl Custom {
     /// Whether it changes what the leader holds (and runs there when
     /// sent to a member that does not lead).
     pub(crate) fn writes(self) -> bool {
-        !matches!(self, Custom::ShowCluster)
+        !matches!(
+            self,
+            Custom::ShowCluster
+                | Custom::Chain(
+                    crate::chains::declare::ChainVerb::Explain
+                        | crate::chains::declare::ChainVerb::Wait
+                )
+        )
     }
 }
 
@@ -60,7 +74,9 @@ pub(crate) fn split_around_custom(sql: &str) -> Option<Vec<String>> {
     if !(crate::time_maps::is_time_map_statement(sql)
         || aqueduct_plan::parse::contains_ignore_case(sql, "publication")
         || aqueduct_plan::parse::contains_ignore_case(sql, "time map")
-        || aqueduct_plan::parse::contains_ignore_case(sql, "cluster"))
+        || aqueduct_plan::parse::contains_ignore_case(sql, "cluster")
+        || aqueduct_plan::parse::contains_ignore_case(sql, "chain")
+        || aqueduct_plan::parse::contains_ignore_case(sql, "call"))
     {
         return None;
     }
@@ -94,6 +110,7 @@ impl Session {
             Custom::TimeMap => self.run_time_map(sql),
             Custom::Publication => self.run_publication(sql),
             Custom::ClusterChange | Custom::ShowCluster => self.run_cluster(sql),
+            Custom::Chain(verb) => self.run_chain_statement(verb, sql),
         };
         if out.is_err() {
             self.note_error();

@@ -20,11 +20,14 @@
 //! - `publications.rs`: `CREATE`, `ALTER` and `DROP PUBLICATION`;
 //! - `cluster.rs`: `ALTER CLUSTER` and `SHOW CLUSTER`, a Raft group's
 //!   membership in SQL;
+//! - `chains.rs`: `CREATE`, `DROP` and `EXPLAIN CHAIN`, `CALL` of a
+//!   chain, `WAIT FOR CHAINS`;
 //! - `forward.rs`: on a member of a Raft group that does not lead, the
 //!   writes that run on the leader; `forwarded.rs`: the leader's side.
 //!
 //! [`Route`]: route::Route
 
+mod chains;
 mod cluster;
 mod consistency;
 mod consumers;

@@ -180,6 +180,15 @@ impl Session {
             } => return self.sql_execute(name, parameters),
             _ => {}
         }
+        // A `session` read sees the effects of every chain this session
+        // called, whose later hops may still run.
+        if !self.chain_tickets.is_empty()
+            && self.txn.is_none()
+            && matches!(st, Statement::Query(_))
+            && self.consistency() == crate::consistency::Consistency::Session
+        {
+            self.wait_for_chains()?;
+        }
         if let Some(forwarded) = self.forward_if_needed(st, params) {
             return forwarded;
         }

@@ -85,6 +85,9 @@ pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("aqueduct.consistency_timeout", "30s"),
     ("aqueduct.consistency_timeout_action", "error"),
     ("aqueduct.release", "0"),
+    // When `CALL` of a chain returns: after its first hop ("first_hop",
+    // Lynx' default) or once every hop committed ("completion").
+    ("aqueduct.chain_return", "first_hop"),
     // The application's own user behind this session's writes, for
     // publications' causal order (docs/publications.md, section 2);
     // empty: the session's role.
@@ -157,6 +160,10 @@ pub struct Session {
     /// The transaction block the group's leader runs for this session
     /// (`forward.rs`).
     pub(crate) remote: Option<RemoteBlock>,
+    /// Chains this session called that had not completed when `CALL`
+    /// returned (`chains.rs`): `session` reads and `WAIT FOR CHAINS`
+    /// wait for them.
+    pub(crate) chain_tickets: Vec<Arc<crate::chains::runtime::Ticket>>,
     /// What the open block ran, while it may move to the leader.
     pub(crate) movable: Option<Movable>,
 }
@@ -216,6 +223,7 @@ impl Session {
             },
             txn_began_micros: None,
             remote: None,
+            chain_tickets: Vec::new(),
             movable: None,
             principal: Default::default(),
             view_relations_cache: Default::default(),
@@ -795,6 +803,7 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
         "aqueduct.upquery_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
         "aqueduct.upquery_timeout_action" => matches!(value, "error" | "compute"),
         "aqueduct.auto_views" => matches!(value, "on" | "off"),
+        "aqueduct.chain_return" => matches!(value, "first_hop" | "completion"),
         "aqueduct.consistency" => Consistency::parse(value).is_some(),
         "aqueduct.after_lsn" => value.trim().parse::<Lsn>().is_ok(),
         "aqueduct.consistency_timeout" => parse_duration(value).is_some_and(|d| !d.is_zero()),
@@ -833,6 +842,7 @@ pub(crate) fn check_setting(key: &str, value: &str) -> Result<(), SqlError> {
             "'error' or 'compute'"
         }
         "aqueduct.consistency" => "'eventual', 'session', 'release' or 'linearizable'",
+        "aqueduct.chain_return" => "'first_hop' or 'completion'",
         "aqueduct.after_lsn" => "an LSN, as SHOW aqueduct.last_lsn reports after a write",
         "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
             "a duration such as '5s', '250ms' or '1min' (0: none)"

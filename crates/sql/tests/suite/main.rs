@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod chains;
 mod clock;
 mod consistency;
 mod constraints_concurrent;

@@ -1,0 +1,22 @@
+//! Transaction chains in SQL (`docs/chains.md`): declared with `CREATE
+//! CHAIN`, analysed with Lynx's SC-graph (`aqueduct_chains::analyze`),
+//! run with `CALL`.
+//!
+//! - `declare.rs`: the statements the SQL parser does not know, parsed
+//!   once into typed declarations;
+//! - `analysis.rs`: every declared chain analysed together, the verdict
+//!   per chain (piecewise or distributed);
+//! - `runtime.rs`: the logical servers that run hops, their sequencers,
+//!   the progress table and the distributed-transaction fallback;
+//! - `state.rs`: the engine's part, the analysis kept by schema version
+//!   and the runtime, started on first use or at start when chains are in
+//!   flight.
+//!
+//! Nothing here knows the engine or the session: the runtime runs hops
+//! through [`runtime::HopSession`], which the session implements
+//! (`session/chains.rs`).
+
+pub mod analysis;
+pub mod declare;
+pub mod runtime;
+pub mod state;

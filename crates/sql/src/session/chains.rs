@@ -1,0 +1,392 @@
+//! The chain statements, run for the session (`docs/chains.md`):
+//! `CREATE [OR REPLACE] CHAIN`, `DROP CHAIN`, `EXPLAIN CHAIN`, `CALL` of
+//! a chain and `WAIT FOR CHAINS`.
+
+use std::sync::Arc;
+
+use aqueduct_expr::SqlError;
+use aqueduct_plan::plan::{Column, Outcome};
+use aqueduct_tables::{ChainDef, SchemaChange};
+use aqueduct_values::{DataType, Value};
+
+use aqueduct_log::Lsn;
+use sqlparser::ast::Statement;
+
+use super::state::{command, parse_duration, Session};
+use crate::chains::analysis::Mode;
+use crate::chains::declare::{self, ChainVerb};
+use crate::chains::runtime::{
+    Alive, CallStatus, HopSession, Runtime, SessionFactory, Started, Ticket, PROGRESS_TABLE,
+};
+use crate::engine::Engine;
+use crate::roles::Principal;
+
+/// The role hops run as: a superuser outside the catalog, as a chain runs
+/// with its declarer's rights (only superusers declare chains).
+const CHAIN_ROLE: &str = "aqueduct_chains";
+
+impl HopSession for Session {
+    fn execute_one(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        self.execute(sql)
+            .into_iter()
+            .last()
+            .unwrap_or(Ok(Outcome::Empty))
+    }
+
+    fn run_one(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        self.statement(|s| s.run(Some(st), "", hints, params))
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        self.last_lsn
+    }
+}
+
+impl Engine {
+    /// The logical servers, started on first use (which resumes the
+    /// chains in flight).
+    pub(crate) fn chain_runtime(self: &Arc<Engine>) -> Result<Arc<Runtime>, SqlError> {
+        self.chains.runtime(|| {
+            let weak = Arc::downgrade(self);
+            let sessions: SessionFactory = Arc::new(move || {
+                let engine = weak.upgrade()?;
+                let s: Box<dyn HopSession> =
+                    Box::new(engine.session_as(Principal::superuser(CHAIN_ROLE)));
+                Some(s)
+            });
+            let weak = Arc::downgrade(self);
+            let alive: Alive =
+                Arc::new(move || weak.upgrade().is_some_and(|e| !e.is_shutting_down()));
+            let compiled = self.chains.compiled(&self.database().read())?;
+            Runtime::start(sessions, alive, &compiled.decls)
+        })
+    }
+
+    /// Resumes the chains a crash or stop left in flight (their progress
+    /// is in the log), on a server that takes its own writes. The server
+    /// calls it once it knows it is one (not a follower, not in a Raft
+    /// group).
+    pub fn resume_chains(self: &Arc<Engine>) -> Result<(), SqlError> {
+        let in_flight = self
+            .database()
+            .read()
+            .table(PROGRESS_TABLE)
+            .is_some_and(|t| !t.is_empty());
+        if in_flight {
+            self.chain_runtime()?;
+        }
+        Ok(())
+    }
+}
+
+/// The columns a statement's rows have.
+pub(crate) fn columns(verb: ChainVerb) -> Vec<Column> {
+    let col = |name: &str, ty: DataType| Column {
+        name: name.into(),
+        ty,
+        table_id: 0,
+        column_id: 0,
+    };
+    match verb {
+        ChainVerb::Explain => vec![col("QUERY PLAN", DataType::Text)],
+        ChainVerb::Call => vec![
+            col("chain_id", DataType::Int8),
+            col("mode", DataType::Text),
+            col("status", DataType::Text),
+            col("lsn", DataType::Text),
+            col("variables", DataType::Text),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+impl Session {
+    pub(crate) fn run_chain_statement(
+        &mut self,
+        verb: ChainVerb,
+        sql: &str,
+    ) -> Result<Outcome, SqlError> {
+        if self.txn.is_some() && verb != ChainVerb::Explain {
+            return Err(SqlError::new(
+                "25001",
+                "chain statements cannot run inside a transaction block",
+            )
+            .with_hint("a chain is its own transaction: CALL it outside BEGIN ... COMMIT"));
+        }
+        if self.engine.group_link().is_some() || self.engine.commit_source().is_some() {
+            return Err(SqlError::new(
+                "0A000",
+                "transaction chains run on a server that takes its own writes, not on a member of a Raft group or a follower",
+            ));
+        }
+        match verb {
+            ChainVerb::Create => self.create_chain(sql),
+            ChainVerb::Drop => self.drop_chain(sql),
+            ChainVerb::Explain => self.explain_chain(sql),
+            ChainVerb::Call => self.call_chain(sql),
+            ChainVerb::Wait => self.wait_for_chains().map(|()| command("WAIT")),
+        }
+    }
+
+    fn create_chain(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        self.require_superuser("create chains")?;
+        let (decl, replace) = declare::parse_create(sql)?;
+        let db = self.engine.database();
+        let owner = self.principal.name.clone();
+        let (_, lsn) = db.run_exclusive(|catalog, txn| {
+            for hop in &decl.hops {
+                for t in hop.reads.iter().chain(&hop.writes) {
+                    if catalog.table(t).is_none() && catalog.view(t).is_none() {
+                        return Err(SqlError::new(
+                            "42P01",
+                            format!("relation \"{t}\" does not exist (in chain {})", decl.name),
+                        ));
+                    }
+                }
+            }
+            let existing = catalog.chain(&decl.name).map(|c| c.id);
+            if existing.is_some() && !replace {
+                return Err(SqlError::new(
+                    "42723",
+                    format!("chain \"{}\" already exists", decl.name),
+                )
+                .with_hint("CREATE OR REPLACE CHAIN replaces it"));
+            }
+            // The analysis must accept the workload with this chain.
+            let mut without = catalog.clone();
+            if let Some(id) = existing {
+                without.apply_schema(SchemaChange::DropChain { id });
+            }
+            crate::chains::analysis::compile(&without, Some(&decl))?;
+            if let Some(id) = existing {
+                txn.schema(SchemaChange::DropChain { id });
+            }
+            let id = catalog.next_table_id();
+            txn.schema(SchemaChange::CreateChain(ChainDef {
+                id,
+                name: decl.name.clone(),
+                sql: sql.trim().trim_end_matches(';').to_string(),
+            }));
+            txn.schema(SchemaChange::SetOwner {
+                object: id,
+                owner: owner.clone(),
+            });
+            Ok::<(), SqlError>(())
+        })?;
+        if let Some(lsn) = lsn {
+            self.set_last_lsn(lsn);
+        }
+        Ok(command("CREATE CHAIN"))
+    }
+
+    fn drop_chain(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        self.require_superuser("drop chains")?;
+        let st = declare::parse_drop(sql)?;
+        let db = self.engine.database();
+        let (_, lsn) = db.run_exclusive(|catalog, txn| {
+            for name in &st.names {
+                match catalog.chain(name) {
+                    Some(c) => txn.schema(SchemaChange::DropChain { id: c.id }),
+                    None if st.if_exists => {}
+                    None => {
+                        return Err(SqlError::new(
+                            "42883",
+                            format!("chain \"{name}\" does not exist"),
+                        ))
+                    }
+                }
+            }
+            Ok::<(), SqlError>(())
+        })?;
+        if let Some(lsn) = lsn {
+            self.set_last_lsn(lsn);
+        }
+        Ok(command("DROP CHAIN"))
+    }
+
+    fn explain_chain(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        let st = declare::parse_explain(sql)?;
+        let compiled = self
+            .engine
+            .chains
+            .compiled(&self.engine.database().read())?;
+        let missing = || SqlError::new("42883", format!("chain \"{}\" does not exist", st.name));
+        let text = if st.dot {
+            compiled
+                .report
+                .to_dot_for_chain(&st.name)
+                .ok_or_else(missing)?
+        } else {
+            compiled
+                .report
+                .explain_chain(&st.name)
+                .ok_or_else(missing)?
+        };
+        let rows = text
+            .lines()
+            .map(|l| vec![Value::Text(l.to_string())])
+            .collect::<Vec<_>>();
+        Ok(Outcome::Rows {
+            columns: columns(ChainVerb::Explain),
+            tag: format!("EXPLAIN {}", rows.len()),
+            rows,
+        })
+    }
+
+    fn call_chain(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+        let call = declare::parse_call(sql)?;
+        let compiled = self
+            .engine
+            .chains
+            .compiled(&self.engine.database().read())?;
+        let decl = compiled.decls.get(&call.name).cloned().ok_or_else(|| {
+            SqlError::new(
+                "42883",
+                format!("procedure or chain \"{}\" does not exist", call.name),
+            )
+            .with_hint("CALL runs a chain declared with CREATE CHAIN (docs/chains.md)")
+        })?;
+        if call.args.len() != decl.params.len() {
+            return Err(SqlError::new(
+                "42883",
+                format!(
+                    "chain {} takes {} arguments, not {}",
+                    decl.name,
+                    decl.params.len(),
+                    call.args.len()
+                ),
+            ));
+        }
+        let mut slots = self.call_arguments(&call.args, &decl.params)?;
+        slots.resize(decl.slots.len(), Value::Null);
+        let forced = self
+            .engine
+            .chains
+            .force_piecewise
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let mode = if forced {
+            Mode::Piecewise
+        } else {
+            compiled.mode(&decl.name)
+        };
+        let runtime = self.engine.chain_runtime()?;
+        let started = match mode {
+            Mode::Piecewise => runtime.call(decl.clone(), slots)?,
+            Mode::Distributed => runtime.call_distributed(decl.clone(), slots)?,
+        };
+        self.set_last_lsn(started.lsn);
+        let started = if started.status == CallStatus::Started
+            && self.settings["aqueduct.chain_return"] == "completion"
+        {
+            let (lsn, slots) = self.await_ticket(&started.ticket)?;
+            self.set_last_lsn(lsn);
+            Started {
+                status: CallStatus::Completed,
+                lsn,
+                slots,
+                ..started
+            }
+        } else {
+            if started.status == CallStatus::Started {
+                self.chain_tickets.retain(|t| !t.is_done());
+                self.chain_tickets.push(started.ticket.clone());
+            }
+            started
+        };
+        let vars: serde_json::Map<String, serde_json::Value> = declare::variables(&decl)
+            .into_iter()
+            .map(|(slot, name)| {
+                let v = match started.slots.get(slot) {
+                    None | Some(Value::Null) => serde_json::Value::Null,
+                    Some(Value::Int(i)) => serde_json::json!(i),
+                    Some(Value::Bool(b)) => serde_json::json!(b),
+                    Some(v) => serde_json::Value::String(v.to_string()),
+                };
+                (name.to_string(), v)
+            })
+            .collect();
+        Ok(Outcome::Rows {
+            columns: columns(ChainVerb::Call),
+            rows: vec![vec![
+                Value::Int(started.id as i64),
+                Value::Text(mode.as_str().into()),
+                Value::Text(started.status.as_str().into()),
+                Value::Text(started.lsn.to_string()),
+                Value::Text(serde_json::Value::Object(vars).to_string()),
+            ]],
+            tag: "CALL".into(),
+        })
+    }
+
+    /// The arguments' values, each of its parameter's type.
+    fn call_arguments(
+        &mut self,
+        args: &[sqlparser::ast::Expr],
+        params: &[(String, DataType)],
+    ) -> Result<Vec<Value>, SqlError> {
+        if args.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut st = aqueduct_plan::parse::parse(&format!("SELECT {}", list.join(", ")))?;
+        let st = st
+            .pop()
+            .ok_or_else(|| SqlError::syntax("CALL chain(arguments)"))?;
+        let row = match self.statement(|s| s.run(Some(&st), "", &[], &[]))? {
+            Outcome::Rows { mut rows, .. } if !rows.is_empty() => rows.swap_remove(0),
+            _ => return Err(SqlError::syntax("CALL chain(arguments)")),
+        };
+        row.into_iter()
+            .zip(params)
+            .map(|(v, (name, ty))| {
+                v.coerce(ty).map_err(|e| {
+                    SqlError::new(e.sqlstate(), format!("argument {name} of the chain: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    fn await_ticket(&self, ticket: &Arc<Ticket>) -> Result<(Lsn, Vec<Value>), SqlError> {
+        let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
+            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
+        match ticket.wait(timeout) {
+            Some(r) => r,
+            None => Err(SqlError::new(
+                "57014",
+                "a chain this session called did not complete within aqueduct.consistency_timeout",
+            )
+            .with_hint("its hops go on; WAIT FOR CHAINS waits again")),
+        }
+    }
+
+    /// Waits until every chain this session called has completed, and
+    /// makes the session's reads see them (`session` consistency).
+    pub(crate) fn wait_for_chains(&mut self) -> Result<(), SqlError> {
+        let tickets = std::mem::take(&mut self.chain_tickets);
+        let mut result = Ok(());
+        for (i, t) in tickets.iter().enumerate() {
+            match self.await_ticket(t) {
+                Ok((lsn, _)) => {
+                    let last = self.last_lsn.max(lsn);
+                    self.set_last_lsn(last);
+                }
+                Err(e) if e.code == "57014" => {
+                    self.chain_tickets = tickets[i..].to_vec();
+                    return Err(e);
+                }
+                // A chain whose later hop failed: reported once.
+                Err(e) => {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        result
+    }
+}
