@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod chains_crash;
 mod cluster;
 mod copy;
 mod decorators;
