@@ -98,6 +98,12 @@ pub struct ServeArgs {
     /// its change set and time maps are served over HTTP [default: off]
     #[arg(long, env = "AQUEDUCT_RELEASE_INTERVAL")]
     release_interval: Option<String>,
+    /// For tests and benchmarks of transaction chains: spread the logical
+    /// servers over simulated datacenters with these round trips between
+    /// each pair, such as 82ms,153ms,102ms for three (docs/chains.md)
+    /// [default: none]
+    #[arg(long, env = "AQUEDUCT_CHAIN_DATACENTERS")]
+    chain_datacenters: Option<String>,
     /// The consistency level sessions start with: eventual, session,
     /// release or linearizable [default: linearizable]
     #[arg(long, env = "AQUEDUCT_CONSISTENCY")]
@@ -183,6 +189,7 @@ impl ServeArgs {
             memory_limit: self.memory_limit.clone(),
             partial_state: self.partial_state.clone(),
             release_interval: self.release_interval.clone(),
+            chain_datacenters: self.chain_datacenters.clone(),
             consistency: self.consistency.clone(),
             statement_timeout: self.statement_timeout.clone(),
             feed_memory: self.feed_memory.clone(),

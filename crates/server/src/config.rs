@@ -14,6 +14,7 @@
 //! tls_required = true         # refuse plaintext PostgreSQL logins
 //! compaction_interval_secs = 30
 //! release_interval = "5s"     # scheduled releases; off when absent
+//! chain_datacenters = "82ms,153ms,102ms" # simulated datacenters for chains
 //! consistency = "linearizable" # eventual | session | release | linearizable
 //! statement_timeout = "30s"   # sessions' default statement_timeout; 0: none
 //! feed_memory = "64MiB"       # recent change-feed messages kept in memory
@@ -110,6 +111,8 @@ pub struct ServerConfig {
     pub partial_state: bool,
     /// Releases at multiples of this interval (`None`: no releases).
     pub release_interval: Option<Duration>,
+    /// Simulated datacenters between the chains' logical servers.
+    pub chain_datacenters: Option<aqueduct_sql::chains::latency::Datacenters>,
     /// The consistency level sessions start with.
     pub consistency: Consistency,
     /// The `statement_timeout` sessions start with (`None`: none).
@@ -146,6 +149,7 @@ impl Default for ServerConfig {
             memory_limit: 0,
             partial_state: true,
             release_interval: None,
+            chain_datacenters: None,
             consistency: Consistency::Linearizable,
             statement_timeout: None,
             feed: aqueduct_feed::FeedOptions::default(),
@@ -181,6 +185,8 @@ pub struct FileConfig {
     pub partial_state: Option<String>,
     /// `--release-interval`: a duration such as `5s` or `500ms`.
     pub release_interval: Option<String>,
+    /// `--chain-datacenters`: round trips such as `82ms,153ms,102ms`.
+    pub chain_datacenters: Option<String>,
     /// `--consistency`: the level sessions start with.
     pub consistency: Option<String>,
     /// `--statement-timeout`: a duration such as `30s` or `500ms` (a bare
@@ -347,6 +353,15 @@ impl ServerConfig {
                 Some(d)
             }
         };
+        let chain_datacenters = flags
+            .chain_datacenters
+            .or(file.chain_datacenters)
+            .map(|s| {
+                aqueduct_sql::chains::latency::Datacenters::parse(&s).map_err(|e| {
+                    ConfigError::Invalid(format!("--chain-datacenters: {}", e.message))
+                })
+            })
+            .transpose()?;
         let consistency = match flags.consistency.or(file.consistency) {
             None => d.consistency,
             Some(s) => Consistency::parse(&s).ok_or_else(|| {
@@ -449,6 +464,7 @@ impl ServerConfig {
             statement_timeout,
             partial_state,
             release_interval,
+            chain_datacenters,
             consistency,
             data_dir: flags.data_dir.or(file.data_dir).unwrap_or(d.data_dir),
             pg_addr: flags.pg_addr.or(file.pg_addr).unwrap_or(d.pg_addr),

@@ -493,6 +493,7 @@ pub async fn run(
     // Chains a crash or stop left in flight complete now, on a server
     // that takes its own writes (docs/chains.md).
     if member.is_none() && follower.is_none() {
+        *engine.chains.datacenters.lock() = config.chain_datacenters.clone();
         if let Err(e) = engine.resume_chains() {
             tracing::error!("the chains in flight could not be resumed: {e}");
         }

@@ -8,6 +8,8 @@
 //!   per chain (piecewise or distributed);
 //! - `runtime.rs`: the logical servers that run hops, their sequencers,
 //!   the progress table and the distributed-transaction fallback;
+//! - `latency.rs`: simulated datacenters between the logical servers, for
+//!   tests and benchmarks;
 //! - `state.rs`: the engine's part, the analysis kept by schema version
 //!   and the runtime, started on first use or at start when chains are in
 //!   flight.
@@ -18,5 +20,6 @@
 
 pub mod analysis;
 pub mod declare;
+pub mod latency;
 pub mod runtime;
 pub mod state;

@@ -31,6 +31,7 @@ use aqueduct_values::{DataType, Value};
 use sqlparser::ast::Statement;
 
 use super::declare::{ChainDecl, HopKey};
+use super::latency::{Datacenters, DelayLine};
 
 /// What runs a hop's statements: a session of the engine's, as the
 /// chains' own superuser (`session/chains.rs`).
@@ -160,6 +161,9 @@ impl Run {
     }
 }
 
+/// The simulated datacenters and the line that holds hops between them.
+type Delays = (Datacenters, Arc<DelayLine<(ServerId, Msg)>>);
+
 /// Where a `CALL` waits for its first hop.
 type Reply = mpsc::SyncSender<Result<Started, SqlError>>;
 
@@ -182,6 +186,7 @@ enum Msg {
 /// The logical servers of one engine.
 pub struct Runtime {
     sessions: SessionFactory,
+    datacenters: Option<Datacenters>,
     servers: Vec<mpsc::Sender<Msg>>,
     in_flight: Arc<AtomicUsize>,
     next_id: AtomicU64,
@@ -421,6 +426,7 @@ impl Runtime {
         sessions: SessionFactory,
         alive: Alive,
         chains: &HashMap<String, Arc<ChainDecl>>,
+        datacenters: Option<Datacenters>,
     ) -> Result<Arc<Runtime>, SqlError> {
         let mut s = sessions().ok_or_else(stopped)?;
         s.execute_one(&format!(
@@ -455,19 +461,33 @@ impl Runtime {
         // (and left no row) are not given again after a restart.
         let clock_id = aqueduct_log::now_micros() as u64;
         let runtime = Arc::new(Runtime {
+            datacenters: datacenters.clone(),
             sessions: sessions.clone(),
             servers,
             in_flight: in_flight.clone(),
             next_id: AtomicU64::new(max_id.max(clock_id) + 1),
         });
+        // Hops between simulated datacenters go through one delay line.
+        let delays = match &datacenters {
+            Some(d) => {
+                let peers = runtime.servers.clone();
+                let line = DelayLine::start(move |(to, msg): (ServerId, Msg)| {
+                    let _ = peers[to as usize].send(msg);
+                })
+                .map_err(|e| SqlError::new("53000", format!("cannot start the delay line: {e}")))?;
+                Some((d.clone(), Arc::new(line)))
+            }
+            None => None,
+        };
         for (i, rx) in receivers.into_iter().enumerate() {
             let peers = runtime.servers.clone();
+            let delays = delays.clone();
             let in_flight = in_flight.clone();
             let sessions = sessions.clone();
             let alive = alive.clone();
             std::thread::Builder::new()
                 .name(format!("chain-server-{i}"))
-                .spawn(move || serve(i as ServerId, sessions, alive, rx, peers, in_flight))
+                .spawn(move || serve(i as ServerId, sessions, alive, rx, peers, delays, in_flight))
                 .map_err(|e| {
                     SqlError::new("53000", format!("cannot start a logical server: {e}"))
                 })?;
@@ -552,11 +572,12 @@ impl Runtime {
         decl: Arc<ChainDecl>,
         slots: Vec<Value>,
     ) -> Result<Started, SqlError> {
-        let mut servers = path_of(&decl, &slots);
+        let path = path_of(&decl, &slots);
+        let mut servers = path.clone();
         servers.sort_unstable();
         servers.dedup();
         let mut held = Vec::with_capacity(servers.len());
-        for server in servers {
+        for &server in &servers {
             let (locked_tx, locked_rx) = mpsc::sync_channel(1);
             let (release_tx, release_rx) = mpsc::sync_channel::<()>(1);
             self.servers[server as usize]
@@ -567,6 +588,11 @@ impl Runtime {
                 .map_err(|_| stopped())?;
             locked_rx.recv().map_err(|_| stopped())?;
             held.push(release_tx);
+        }
+        if let Some(d) = &self.datacenters {
+            // The simulated network: taking the remote servers and the
+            // commit round (`latency.rs`).
+            std::thread::sleep(d.distributed_wait(path[0], &servers));
         }
         let mut s = (self.sessions)().ok_or_else(stopped)?;
         let mut run = Run {
@@ -658,6 +684,7 @@ fn serve(
     alive: Alive,
     rx: mpsc::Receiver<Msg>,
     peers: Vec<mpsc::Sender<Msg>>,
+    delays: Option<Delays>,
     in_flight: Arc<AtomicUsize>,
 ) {
     let Some(mut session) = sessions() else {
@@ -682,7 +709,15 @@ fn serve(
         let stamps = run.stamps.as_ref().expect("stamped at the origin");
         let arrival = stamps.arrival(path_index).expect("inside the path");
         let server = stamps.hops[path_index].server;
-        let _ = peers[server as usize].send(Msg::Arrive { run, arrival });
+        let msg = Msg::Arrive { run, arrival };
+        match &delays {
+            Some((d, line)) if !d.round_trip(me, server).is_zero() => {
+                line.send_after(d.round_trip(me, server), (server, msg));
+            }
+            _ => {
+                let _ = peers[server as usize].send(msg);
+            }
+        }
     };
     loop {
         // Hops whose turn it is run first, then new chains' first hops.

@@ -16,6 +16,8 @@ pub struct Chains {
     runtime: OnceLock<Arc<Runtime>>,
     /// Serializes the runtime's start.
     starting: parking_lot::Mutex<()>,
+    /// Simulated datacenters (`latency.rs`), set before the runtime starts.
+    pub datacenters: parking_lot::Mutex<Option<super::latency::Datacenters>>,
     /// Tests only: every chain runs piecewise, whatever the analysis says
     /// (to show the serializability checker catches what it prevents).
     pub force_piecewise: std::sync::atomic::AtomicBool,

@@ -63,7 +63,8 @@ impl Engine {
             let alive: Alive =
                 Arc::new(move || weak.upgrade().is_some_and(|e| !e.is_shutting_down()));
             let compiled = self.chains.compiled(&self.database().read())?;
-            Runtime::start(sessions, alive, &compiled.decls)
+            let datacenters = self.chains.datacenters.lock().clone();
+            Runtime::start(sessions, alive, &compiled.decls, datacenters)
         })
     }
 

@@ -290,3 +290,38 @@ fn the_checker_finds_the_anomaly_when_a_rejected_chain_runs_piecewise() {
     }
     panic!("ten rounds of crossing swaps ran piecewise and the checker found no cycle");
 }
+
+/// With simulated datacenters, a hop sent to another datacenter arrives a
+/// round trip later: the chain completes no sooner than that, while the
+/// call returns after the first hop.
+#[test]
+fn hops_between_simulated_datacenters_wait_their_round_trip() {
+    use aqueduct_sql::chains::latency::Datacenters;
+    use aqueduct_sql::chains::runtime::server_of;
+    use aqueduct_values::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let dcs = Datacenters::parse("300ms").unwrap();
+    *engine.chains.datacenters.lock() = Some(dcs.clone());
+    let mut s = setup(&engine);
+    // A register and a note id whose logical servers are in different
+    // datacenters.
+    let a = 0;
+    let home = dcs.of(server_of(&Value::Int(a)));
+    let note = (1..1000)
+        .find(|n| dcs.of(server_of(&Value::Int(*n))) != home)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (_, mode, status, _) = call(&mut s, &format!("CALL bump({a}, {note})"));
+    assert_eq!((mode.as_str(), status.as_str()), ("piecewise", "started"));
+    ok(&mut s, "WAIT FOR CHAINS");
+    let took = started.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(300),
+        "completed in {took:?}, under the 300 ms round trip"
+    );
+    assert_eq!(
+        rows(&mut s, &format!("SELECT k FROM notes WHERE id = {note}")),
+        vec![vec!["0"]]
+    );
+}
