@@ -14,6 +14,7 @@
 //! what each measures and the results.
 
 mod aqueduct_server;
+mod chains;
 mod common;
 mod cpu;
 mod feed_bench;
@@ -61,6 +62,10 @@ enum Top {
         #[command(subcommand)]
         which: SqlBench,
     },
+    /// Transaction chains (Lynx' Table 1 and a microblog mix): piecewise
+    /// against the distributed-transaction fallback and PostgreSQL
+    /// SERIALIZABLE, with or without simulated datacenters.
+    Chains(chains::ChainsArgs),
     /// Noria's vote benchmark: Aqueduct against PostgreSQL, MariaDB and
     /// look-aside caches, open or closed loop.
     Vote(vote::VoteArgs),
@@ -171,6 +176,8 @@ fn main() -> anyhow::Result<()> {
         Top::Log { which } => run(which, started),
         Top::Sql { which } => run_sql(which, started),
         Top::View { which } => run_view(which, started),
+        Top::Chains(args) => chains::run(&args)
+            .and_then(|results| write_json(&args.json, "chains", started, &args, &results)),
         Top::Vote(args) => vote::run(&args)
             .and_then(|results| write_json(&args.json, "vote", started, &args, &results)),
         Top::News(args) => news::run(&args).and_then(|results| {
