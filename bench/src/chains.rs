@@ -495,6 +495,17 @@ impl Target<'_> {
     }
 }
 
+/// A throughput run's outcome.
+struct Measured {
+    chains: u64,
+    retries: u64,
+    seconds: f64,
+    /// How long each call took to return, under load.
+    returns: Histogram<u64>,
+    /// "chain: mode" as `CALL` reported them.
+    modes: Vec<String>,
+}
+
 fn throughput(
     args: &ChainsArgs,
     target: &Target,
@@ -502,7 +513,7 @@ fn throughput(
     mode: Mode,
     ids: &Arc<AtomicU64>,
     keys: &Arc<Keys>,
-) -> anyhow::Result<(u64, u64, f64, Histogram<u64>, Vec<String>)> {
+) -> anyhow::Result<Measured> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(args.seconds);
     let results = std::thread::scope(|scope| {
@@ -513,7 +524,7 @@ fn throughput(
                 scope.spawn(
                     move || -> anyhow::Result<(u64, u64, Histogram<u64>, Vec<String>)> {
                         let mut client = target.connect(mode)?;
-                        let mut rng = StdRng::seed_from_u64(args.seed ^ (c as u64 + 1) * 7919);
+                        let mut rng = StdRng::seed_from_u64(args.seed ^ ((c as u64 + 1) * 7919));
                         let mut hist = new_hist();
                         let (mut n, mut retries) = (0u64, 0u64);
                         let mut modes = Vec::new();
@@ -559,7 +570,13 @@ fn throughput(
         }
     }
     modes.sort();
-    Ok((n, retries, elapsed, hist, modes))
+    Ok(Measured {
+        chains: n,
+        retries,
+        seconds: elapsed,
+        returns: hist,
+        modes,
+    })
 }
 
 fn low_load(
@@ -709,9 +726,8 @@ pub fn run(args: &ChainsArgs) -> anyhow::Result<Results> {
     for &workload in &args.workloads {
         for &mode in &args.modes {
             eprintln!("{} {}: throughput", workload.name(), mode.name());
-            let (chains, retries, seconds, loaded, modes) =
-                throughput(args, &target, workload, mode, &ids, &keys)
-                    .with_context(|| format!("{} {}", workload.name(), mode.name()))?;
+            let m = throughput(args, &target, workload, mode, &ids, &keys)
+                .with_context(|| format!("{} {}", workload.name(), mode.name()))?;
             eprintln!("{} {}: latency", workload.name(), mode.name());
             let first = low_load(args, &target, workload, mode, &ids, &keys, false)?;
             let completion = if mode == Mode::Piecewise {
@@ -722,13 +738,13 @@ pub fn run(args: &ChainsArgs) -> anyhow::Result<Results> {
             runs.push(RunResult {
                 workload,
                 mode,
-                aqueduct_modes: modes,
+                aqueduct_modes: m.modes,
                 clients: args.clients,
-                chains,
-                retries,
-                seconds,
-                chains_per_s: chains as f64 / seconds,
-                loaded_return: Latency::of(&loaded),
+                chains: m.chains,
+                retries: m.retries,
+                seconds: m.seconds,
+                chains_per_s: m.chains as f64 / m.seconds,
+                loaded_return: Latency::of(&m.returns),
                 first_hop: Latency::of(&first),
                 completion: Latency::of(&completion),
             });

@@ -5,7 +5,8 @@
 //! chain's own shape: after the restart has finished the chains in
 //! flight, every chain whose first hop was acknowledged has all three
 //! effects exactly once, and every chain with any effect has all of them
-//! (a chain whose first hop never committed left nothing).
+//! (a chain whose first hop never committed left nothing); and the chain
+//! it links to (`THEN CALL confirm`) has run exactly once for each.
 
 use crate::common;
 
@@ -103,6 +104,11 @@ async fn check(c: &tokio_postgres::Client, acked: &HashSet<i64>) {
         sent_set, done,
         "chains with some effects but not all (done)"
     );
+    let confirmed: HashSet<i64> = ids(c, "confirmed").await.into_iter().collect();
+    assert_eq!(
+        sent_set, confirmed,
+        "a linked chain did not start exactly once"
+    );
     let (debits, credits): (i64, i64) = {
         let r = c
             .query_one(
@@ -138,6 +144,7 @@ async fn every_acknowledged_chain_completes_exactly_once_across_kill_9() {
                 "CREATE TABLE sent (id bigint PRIMARY KEY, k int); \
                  CREATE TABLE received (id bigint PRIMARY KEY, k int); \
                  CREATE TABLE done (id bigint PRIMARY KEY); \
+                 CREATE TABLE confirmed (id bigint PRIMARY KEY); \
                  CREATE TABLE debit (k int PRIMARY KEY, n bigint NOT NULL); \
                  CREATE TABLE credit (k int PRIMARY KEY, n bigint NOT NULL);",
             );
@@ -148,6 +155,14 @@ async fn every_acknowledged_chain_completes_exactly_once_across_kill_9() {
             }
             c.batch_execute(&setup).await.unwrap();
             c.batch_execute(
+                "CREATE CHAIN confirm (id bigint, b int) AS $$
+                   HOP ON $b COMMUTATIVE;
+                     INSERT INTO confirmed VALUES ($id);
+                 $$",
+            )
+            .await
+            .unwrap();
+            c.batch_execute(
                 "CREATE CHAIN transfer (id bigint, a int, b int) AS $$
                    HOP ON $a;
                      INSERT INTO sent VALUES ($id, $a);
@@ -157,6 +172,7 @@ async fn every_acknowledged_chain_completes_exactly_once_across_kill_9() {
                      UPDATE credit SET n = n + 1 WHERE k = $b;
                    HOP ON $a COMMUTATIVE;
                      INSERT INTO done VALUES ($id);
+                   THEN CALL confirm($id, $b);
                  $$",
             )
             .await

@@ -157,6 +157,18 @@ pub struct ChainDecl {
     /// Every slot's name: the parameters', then the variables'.
     pub slots: Vec<String>,
     pub hops: Vec<HopDecl>,
+    /// `THEN CALL other(args)`, the last statement: the chain linked to
+    /// this one, started once this one has committed (Lynx §3).
+    pub then: Option<LinkDecl>,
+}
+
+/// A linked chain: its name and `SELECT arg, ...` over this chain's
+/// slots, evaluated in the last hop.
+#[derive(Clone, Debug)]
+pub struct LinkDecl {
+    pub chain: String,
+    /// `None` when the linked chain takes no arguments.
+    pub args: Option<Statement>,
 }
 
 impl ChainDecl {
@@ -317,6 +329,7 @@ fn parse_body(
         slots: params.iter().map(|(n, _)| n.clone()).collect(),
         params,
         hops: Vec::new(),
+        then: None,
     };
     for piece in pieces(body)? {
         let solid: Vec<Token> = piece
@@ -324,7 +337,35 @@ fn parse_body(
             .filter(|t| !matches!(t, Token::Whitespace(_)))
             .cloned()
             .collect();
+        if decl.then.is_some() {
+            return Err(SqlError::new(
+                "42P13",
+                "THEN CALL is the last statement of a chain",
+            ));
+        }
         match word(solid.first()).as_deref() {
+            Some("then") if word(solid.get(1)).as_deref() == Some("call") => {
+                if decl.hops.is_empty() {
+                    return Err(syntax("THEN CALL follows the chain's hops"));
+                }
+                let at_call = piece
+                    .iter()
+                    .position(|t| word(Some(t)).as_deref() == Some("call"))
+                    .expect("checked above");
+                let call = parse_call(&text_of(&piece[at_call..]))?;
+                let list: Vec<String> = call.args.iter().map(|a| a.to_string()).collect();
+                let args = if list.is_empty() {
+                    None
+                } else {
+                    let mut args = one_statement(&format!("SELECT {}", list.join(", ")))?;
+                    rewrite_names(&mut args, &decl.slots)?;
+                    Some(args)
+                };
+                decl.then = Some(LinkDecl {
+                    chain: call.name,
+                    args,
+                });
+            }
             Some("hop") => {
                 if decl.hops.len() == MAX_HOPS {
                     return Err(SqlError::new(

@@ -116,12 +116,27 @@ pub type Completion = Result<(Lsn, Vec<Value>), SqlError>;
 pub struct Ticket {
     done: parking_lot::Mutex<Option<Completion>>,
     cond: parking_lot::Condvar,
+    /// The called chain's final slots, when chains it links to run on
+    /// after it: the completion reports these, not the last chain's.
+    called_slots: parking_lot::Mutex<Option<Vec<Value>>>,
 }
 
 impl Ticket {
     fn complete(&self, outcome: Completion) {
+        let outcome = match (outcome, self.called_slots.lock().take()) {
+            (Ok((lsn, _)), Some(slots)) => Ok((lsn, slots)),
+            (other, _) => other,
+        };
         *self.done.lock() = Some(outcome);
         self.cond.notify_all();
+    }
+
+    /// The called chain's last hop committed and a linked chain goes on.
+    fn note_called_slots(&self, slots: &[Value]) {
+        let mut s = self.called_slots.lock();
+        if s.is_none() {
+            *s = Some(slots.to_vec());
+        }
     }
 
     /// The chain's outcome once every hop committed: the last hop's LSN
@@ -151,6 +166,9 @@ struct Run {
     /// The chain's hop that the path's first entry stands for (0, or on
     /// resumption the hop the chain stopped at, minus one).
     offset: usize,
+    /// Started by another chain's `THEN CALL`: its row exists before its
+    /// first hop.
+    linked: bool,
     stamps: Option<Stamps>,
     ticket: Arc<Ticket>,
 }
@@ -168,8 +186,9 @@ type Delays = (Datacenters, Arc<DelayLine<(ServerId, Msg)>>);
 type Reply = mpsc::SyncSender<Result<Started, SqlError>>;
 
 enum Msg {
-    /// A new chain's first hop.
-    Start { run: Box<Run>, reply: Reply },
+    /// A new chain's first hop; `reply` is where its `CALL` waits (none
+    /// for a linked chain).
+    Start { run: Box<Run>, reply: Option<Reply> },
     /// A later hop, stamped.
     Arrive { run: Box<Run>, arrival: HopArrival },
     /// A chain found in the progress table at start: stamp its remaining
@@ -189,7 +208,8 @@ pub struct Runtime {
     datacenters: Option<Datacenters>,
     servers: Vec<mpsc::Sender<Msg>>,
     in_flight: Arc<AtomicUsize>,
-    next_id: AtomicU64,
+    next_id: Arc<AtomicU64>,
+    decls: DeclSource,
 }
 
 /// The logical server a shard key's value belongs to.
@@ -305,18 +325,31 @@ fn decode_slots(text: &str, n: usize) -> Result<(Vec<Value>, Vec<Option<DataType
 
 /// How one attempt at a hop ended.
 enum HopOutcome {
-    Committed(Lsn),
+    /// Committed at this LSN; the chain linked to this one, when this was
+    /// the last hop and the chain has `THEN CALL`.
+    Committed(Lsn, Option<Box<Run>>),
     /// The first hop's `ABORT IF` held.
     Aborted,
     /// The progress table says the hop has run.
     AlreadyDone,
 }
 
+/// What a hop needs besides its run: the declarations (for `THEN CALL`)
+/// and the chain ids.
+struct HopContext<'a> {
+    sql: &'a ProgressSql,
+    decls: &'a DeclSource,
+    next_id: &'a AtomicU64,
+}
+
+/// Finds a chain's declaration by name, as the catalog has it now.
+pub type DeclSource = Arc<dyn Fn(&str) -> Option<Arc<ChainDecl>> + Send + Sync>;
+
 /// Runs hop `hop` of `run` as one transaction in `s`, with the progress
 /// row's change; retries serialization failures (`tries` times at most).
 fn run_hop(
     s: &mut S,
-    sql: &ProgressSql,
+    cx: &HopContext,
     run: &mut Run,
     hop: usize,
     tries: usize,
@@ -326,7 +359,7 @@ fn run_hop(
     loop {
         attempt += 1;
         let before = (run.slots.clone(), run.types.clone());
-        match try_hop(s, sql, run, hop) {
+        match try_hop(s, cx, run, hop) {
             Ok(o) => return Ok(o),
             Err(e) => {
                 let _ = s.execute_one("ROLLBACK");
@@ -340,32 +373,19 @@ fn run_hop(
     }
 }
 
-fn try_hop(
+/// The hop's `ABORT IF` and statements, in the open transaction; `true`
+/// when the condition held (nothing ran).
+fn hop_statements(
     s: &mut S,
-    sql: &ProgressSql,
-    run: &mut Run,
+    decl: &ChainDecl,
     hop: usize,
-) -> Result<HopOutcome, SqlError> {
-    let decl = run.decl.clone();
+    run: &mut Run,
+) -> Result<bool, SqlError> {
     let h = &decl.hops[hop];
-    let last = hop + 1 == decl.hops.len();
-    s.execute_one("BEGIN ISOLATION LEVEL SERIALIZABLE")?;
-    if hop > 0 {
-        let at = exec_plain(s, &sql.at, &[Value::Int(run.id as i64)])?;
-        let next = match at {
-            Outcome::Rows { rows, .. } => rows.first().and_then(|r| r.first()).cloned(),
-            _ => None,
-        };
-        if next != Some(Value::Int(hop as i64)) {
-            s.execute_one("ROLLBACK")?;
-            return Ok(HopOutcome::AlreadyDone);
-        }
-    }
     if let Some(cond) = &h.abort_if {
         if let Outcome::Rows { rows, .. } = exec(s, cond, &run.types, &run.slots)? {
             if rows.first().and_then(|r| r.first()) == Some(&Value::Bool(true)) {
-                s.execute_one("ROLLBACK")?;
-                return Ok(HopOutcome::Aborted);
+                return Ok(true);
             }
         }
     }
@@ -385,38 +405,141 @@ fn try_hop(
             }
         }
     }
-    let id = Value::Int(run.id as i64);
-    match (hop, last) {
-        (_, true) if hop == 0 => {}
-        (_, true) => {
-            exec_plain(s, &sql.delete, &[id])?;
-        }
-        (0, false) => {
-            exec_plain(
-                s,
-                &sql.insert,
-                &[
-                    id,
-                    Value::Text(decl.name.clone()),
-                    Value::Int(1),
-                    Value::Text(encode_slots(&run.slots, &run.types)),
-                ],
-            )?;
-        }
-        (_, false) => {
-            exec_plain(
-                s,
-                &sql.advance,
-                &[
-                    id,
-                    Value::Int(hop as i64 + 1),
-                    Value::Text(encode_slots(&run.slots, &run.types)),
-                ],
-            )?;
+    Ok(false)
+}
+
+/// `THEN CALL`: in the last hop's transaction, the linked chain's row
+/// (not started: `next_hop = 0`), so it starts exactly once even across
+/// a crash; its run, to start once this commits.
+fn link(
+    s: &mut S,
+    cx: &HopContext,
+    decl: &ChainDecl,
+    run: &Run,
+) -> Result<Option<Box<Run>>, SqlError> {
+    let Some(then) = &decl.then else {
+        return Ok(None);
+    };
+    let linked = (cx.decls)(&then.chain).ok_or_else(|| {
+        SqlError::new(
+            "42883",
+            format!(
+                "chain {} links to chain \"{}\", which does not exist",
+                decl.name, then.chain
+            ),
+        )
+    })?;
+    let args: Vec<Value> = match &then.args {
+        None => Vec::new(),
+        Some(select) => match exec(s, select, &run.types, &run.slots)? {
+            Outcome::Rows { mut rows, .. } if !rows.is_empty() => rows.swap_remove(0),
+            _ => Vec::new(),
+        },
+    };
+    if args.len() != linked.params.len() {
+        return Err(SqlError::new(
+            "42883",
+            format!(
+                "chain {} takes {} arguments, not {} (THEN CALL in chain {})",
+                linked.name,
+                linked.params.len(),
+                args.len(),
+                decl.name
+            ),
+        ));
+    }
+    let mut slots = args
+        .into_iter()
+        .zip(&linked.params)
+        .map(|(v, (_, ty))| {
+            v.coerce(ty)
+                .map_err(|e| SqlError::new(e.sqlstate(), e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    slots.resize(linked.slots.len(), Value::Null);
+    let next = Box::new(Run {
+        id: cx.next_id.fetch_add(1, Ordering::SeqCst),
+        types: types_of(&linked),
+        decl: linked,
+        slots,
+        offset: 0,
+        linked: true,
+        stamps: None,
+        ticket: run.ticket.clone(),
+    });
+    exec_plain(
+        s,
+        &cx.sql.insert,
+        &[
+            Value::Int(next.id as i64),
+            Value::Text(next.decl.name.clone()),
+            Value::Int(0),
+            Value::Text(encode_slots(&next.slots, &next.types)),
+        ],
+    )?;
+    Ok(Some(next))
+}
+
+fn try_hop(s: &mut S, cx: &HopContext, run: &mut Run, hop: usize) -> Result<HopOutcome, SqlError> {
+    let sql = cx.sql;
+    let decl = run.decl.clone();
+    let last = hop + 1 == decl.hops.len();
+    // A row for this chain exists from its first hop on, or before it for
+    // a linked chain.
+    let has_row = hop > 0 || run.linked;
+    s.execute_one("BEGIN ISOLATION LEVEL SERIALIZABLE")?;
+    if has_row {
+        let at = exec_plain(s, &sql.at, &[Value::Int(run.id as i64)])?;
+        let next = match at {
+            Outcome::Rows { rows, .. } => rows.first().and_then(|r| r.first()).cloned(),
+            _ => None,
+        };
+        if next != Some(Value::Int(hop as i64)) {
+            s.execute_one("ROLLBACK")?;
+            return Ok(HopOutcome::AlreadyDone);
         }
     }
+    if hop_statements(s, &decl, hop, run)? {
+        if has_row {
+            // An aborted linked chain leaves no row behind.
+            exec_plain(s, &sql.delete, &[Value::Int(run.id as i64)])?;
+            s.execute_one("COMMIT")?;
+        } else {
+            s.execute_one("ROLLBACK")?;
+        }
+        return Ok(HopOutcome::Aborted);
+    }
+    let id = Value::Int(run.id as i64);
+    let mut linked = None;
+    if last {
+        linked = link(s, cx, &decl, run)?;
+        if has_row {
+            exec_plain(s, &sql.delete, &[id])?;
+        }
+    } else if has_row {
+        exec_plain(
+            s,
+            &sql.advance,
+            &[
+                id,
+                Value::Int(hop as i64 + 1),
+                Value::Text(encode_slots(&run.slots, &run.types)),
+            ],
+        )?;
+    } else {
+        exec_plain(
+            s,
+            &sql.insert,
+            &[
+                id,
+                Value::Text(decl.name.clone()),
+                Value::Int(1),
+                Value::Text(encode_slots(&run.slots, &run.types)),
+            ],
+        )?;
+    }
     s.execute_one("COMMIT")?;
-    Ok(HopOutcome::Committed(s.last_lsn()))
+    Ok(HopOutcome::Committed(s.last_lsn(), linked))
 }
 
 impl Runtime {
@@ -425,7 +548,7 @@ impl Runtime {
     pub fn start(
         sessions: SessionFactory,
         alive: Alive,
-        chains: &HashMap<String, Arc<ChainDecl>>,
+        decls: DeclSource,
         datacenters: Option<Datacenters>,
     ) -> Result<Arc<Runtime>, SqlError> {
         let mut s = sessions().ok_or_else(stopped)?;
@@ -465,7 +588,8 @@ impl Runtime {
             sessions: sessions.clone(),
             servers,
             in_flight: in_flight.clone(),
-            next_id: AtomicU64::new(max_id.max(clock_id) + 1),
+            next_id: Arc::new(AtomicU64::new(max_id.max(clock_id) + 1)),
+            decls: decls.clone(),
         });
         // Hops between simulated datacenters go through one delay line.
         let delays = match &datacenters {
@@ -482,12 +606,16 @@ impl Runtime {
         for (i, rx) in receivers.into_iter().enumerate() {
             let peers = runtime.servers.clone();
             let delays = delays.clone();
-            let in_flight = in_flight.clone();
+            let shared = Shared {
+                decls: decls.clone(),
+                next_id: runtime.next_id.clone(),
+                in_flight: in_flight.clone(),
+            };
             let sessions = sessions.clone();
             let alive = alive.clone();
             std::thread::Builder::new()
                 .name(format!("chain-server-{i}"))
-                .spawn(move || serve(i as ServerId, sessions, alive, rx, peers, delays, in_flight))
+                .spawn(move || serve(i as ServerId, sessions, alive, rx, peers, delays, shared))
                 .map_err(|e| {
                     SqlError::new("53000", format!("cannot start a logical server: {e}"))
                 })?;
@@ -502,14 +630,14 @@ impl Runtime {
             else {
                 continue;
             };
-            let Some(decl) = chains.get(name.as_str()).cloned() else {
+            let Some(decl) = decls(name) else {
                 tracing::error!(chain = %name, id, "a chain in flight was dropped; its remaining hops do not run");
                 continue;
             };
             let (slot_values, types) =
                 decode_slots(slots, decl.slots.len()).map_err(|why| SqlError::new("XX001", why))?;
             let next = *next as usize;
-            if next == 0 || next >= decl.hops.len() {
+            if next >= decl.hops.len() {
                 continue;
             }
             let run = Box::new(Run {
@@ -517,16 +645,23 @@ impl Runtime {
                 decl: decl.clone(),
                 slots: slot_values,
                 types,
-                offset: next - 1,
+                offset: next.saturating_sub(1),
+                linked: next == 0,
                 stamps: None,
                 ticket: Arc::new(Ticket::default()),
             });
             let origin = path_of(&decl, &run.slots)[0];
             in_flight.fetch_add(1, Ordering::SeqCst);
-            let _ = runtime.servers[origin as usize].send(Msg::Resume {
-                run,
-                next_hop: next,
-            });
+            let msg = if next == 0 {
+                // A linked chain that had not started: it starts now.
+                Msg::Start { run, reply: None }
+            } else {
+                Msg::Resume {
+                    run,
+                    next_hop: next,
+                }
+            };
+            let _ = runtime.servers[origin as usize].send(msg);
         }
         Ok(runtime)
     }
@@ -550,12 +685,16 @@ impl Runtime {
             slots,
             types,
             offset: 0,
+            linked: false,
             stamps: None,
             ticket: Arc::new(Ticket::default()),
         });
         let (reply, answer) = mpsc::sync_channel(1);
         if self.servers[path[0] as usize]
-            .send(Msg::Start { run, reply })
+            .send(Msg::Start {
+                run,
+                reply: Some(reply),
+            })
             .is_err()
         {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -601,15 +740,22 @@ impl Runtime {
             decl: decl.clone(),
             slots,
             offset: 0,
+            linked: false,
             stamps: None,
             ticket: Arc::new(Ticket::default()),
+        };
+        let sql = ProgressSql::new();
+        let cx = HopContext {
+            sql: &sql,
+            decls: &self.decls,
+            next_id: &self.next_id,
         };
         let result = (|| {
             let mut attempt = 0;
             loop {
                 attempt += 1;
                 let before = (run.slots.clone(), run.types.clone());
-                match try_whole(s.as_mut(), &decl, &mut run) {
+                match try_whole(s.as_mut(), &cx, &decl, &mut run) {
                     Ok(o) => return Ok(o),
                     Err(e) => {
                         let _ = s.execute_one("ROLLBACK");
@@ -622,12 +768,20 @@ impl Runtime {
             }
         })();
         drop(held);
-        let status = match result? {
-            HopOutcome::Aborted => CallStatus::Aborted,
-            _ => CallStatus::Completed,
+        let (status, linked) = match result? {
+            HopOutcome::Aborted => (CallStatus::Aborted, None),
+            HopOutcome::Committed(_, linked) => (CallStatus::Completed, linked),
+            HopOutcome::AlreadyDone => (CallStatus::Completed, None),
         };
         let lsn = s.last_lsn();
-        run.ticket.complete(Ok((lsn, run.slots.clone())));
+        match linked {
+            // The linked chain completes the ticket.
+            Some(next) => {
+                run.ticket.note_called_slots(&run.slots);
+                self.start_linked(next)
+            }
+            None => run.ticket.complete(Ok((lsn, run.slots.clone()))),
+        }
         Ok(Started {
             id: run.id,
             status,
@@ -638,33 +792,31 @@ impl Runtime {
     }
 }
 
-fn try_whole(s: &mut S, decl: &ChainDecl, run: &mut Run) -> Result<HopOutcome, SqlError> {
+impl Runtime {
+    /// Starts a chain another linked to, its row already written.
+    fn start_linked(&self, run: Box<Run>) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let origin = path_of(&run.decl, &run.slots)[0];
+        let _ = self.servers[origin as usize].send(Msg::Start { run, reply: None });
+    }
+}
+
+fn try_whole(
+    s: &mut S,
+    cx: &HopContext,
+    decl: &ChainDecl,
+    run: &mut Run,
+) -> Result<HopOutcome, SqlError> {
     s.execute_one("BEGIN ISOLATION LEVEL SERIALIZABLE")?;
-    for (i, h) in decl.hops.iter().enumerate() {
-        if let (0, Some(cond)) = (i, &h.abort_if) {
-            if let Outcome::Rows { rows, .. } = exec(s, cond, &run.types, &run.slots)? {
-                if rows.first().and_then(|r| r.first()) == Some(&Value::Bool(true)) {
-                    s.execute_one("ROLLBACK")?;
-                    return Ok(HopOutcome::Aborted);
-                }
-            }
-        }
-        for st in &h.statements {
-            let out = exec(s, &st.statement, &run.types, &run.slots)?;
-            if let (false, Outcome::Rows { columns, rows, .. }) = (st.into.is_empty(), out) {
-                let row = rows.into_iter().next();
-                for (i, &slot) in st.into.iter().enumerate() {
-                    run.types[slot] = columns.get(i).map(|c| c.ty.clone());
-                    run.slots[slot] = row
-                        .as_ref()
-                        .and_then(|r| r.get(i).cloned())
-                        .unwrap_or(Value::Null);
-                }
-            }
+    for hop in 0..decl.hops.len() {
+        if hop_statements(s, decl, hop, run)? {
+            s.execute_one("ROLLBACK")?;
+            return Ok(HopOutcome::Aborted);
         }
     }
+    let linked = link(s, cx, decl, run)?;
     s.execute_one("COMMIT")?;
-    Ok(HopOutcome::Committed(s.last_lsn()))
+    Ok(HopOutcome::Committed(s.last_lsn(), linked))
 }
 
 fn types_of(decl: &ChainDecl) -> Vec<Option<DataType>> {
@@ -677,6 +829,13 @@ fn stopped() -> SqlError {
     SqlError::new("57P01", "the server is stopping; the chain did not start")
 }
 
+/// What every logical server shares.
+struct Shared {
+    decls: DeclSource,
+    next_id: Arc<AtomicU64>,
+    in_flight: Arc<AtomicUsize>,
+}
+
 /// One logical server's loop.
 fn serve(
     me: ServerId,
@@ -685,15 +844,21 @@ fn serve(
     rx: mpsc::Receiver<Msg>,
     peers: Vec<mpsc::Sender<Msg>>,
     delays: Option<Delays>,
-    in_flight: Arc<AtomicUsize>,
+    shared: Shared,
 ) {
     let Some(mut session) = sessions() else {
         return;
     };
     drop(sessions);
     let sql = ProgressSql::new();
+    let cx = HopContext {
+        sql: &sql,
+        decls: &shared.decls,
+        next_id: &shared.next_id,
+    };
+    let in_flight = &shared.in_flight;
     let mut seq = Sequencer::new(me);
-    let mut first_hops: VecDeque<(Box<Run>, Reply)> = VecDeque::new();
+    let mut first_hops: VecDeque<(Box<Run>, Option<Reply>)> = VecDeque::new();
     // Chains resumed at start whose origin this is, oldest first: stamped
     // like first hops, before any new chain's.
     let mut resumes: VecDeque<(Box<Run>, usize)> = VecDeque::new();
@@ -704,6 +869,22 @@ fn serve(
     let finish = |run: Box<Run>, outcome: Completion| {
         run.ticket.complete(outcome);
         in_flight.fetch_sub(1, Ordering::SeqCst);
+    };
+    // A chain's last hop committed: it completes, or hands its place in
+    // flight and its ticket to the chain it links to.
+    let complete = |run: Box<Run>, lsn: Lsn, linked: Option<Box<Run>>| match linked {
+        Some(next) => {
+            run.ticket.note_called_slots(&run.slots);
+            let origin = path_of(&next.decl, &next.slots)[0];
+            let _ = peers[origin as usize].send(Msg::Start {
+                run: next,
+                reply: None,
+            });
+        }
+        None => {
+            let slots = run.slots.clone();
+            finish(run, Ok((lsn, slots)));
+        }
     };
     let forward = |run: Box<Run>, path_index: usize| {
         let stamps = run.stamps.as_ref().expect("stamped at the origin");
@@ -723,7 +904,7 @@ fn serve(
         // Hops whose turn it is run first, then new chains' first hops.
         if let Some((mut run, arrival)) = ready.pop_front() {
             let hop = run.hop_of(arrival.hop_index);
-            let outcome = run_hop(session.as_mut(), &sql, &mut run, hop, usize::MAX, &stopping);
+            let outcome = run_hop(session.as_mut(), &cx, &mut run, hop, usize::MAX, &stopping);
             if stopping() {
                 return;
             }
@@ -738,11 +919,10 @@ fn serve(
                 }
             }
             match outcome {
-                Ok(HopOutcome::Committed(lsn)) if hop + 1 == run.decl.hops.len() => {
-                    let slots = run.slots.clone();
-                    finish(run, Ok((lsn, slots)));
+                Ok(HopOutcome::Committed(lsn, linked)) if hop + 1 == run.decl.hops.len() => {
+                    complete(run, lsn, linked)
                 }
-                Ok(HopOutcome::Committed(_)) => forward(run, arrival.hop_index + 1),
+                Ok(HopOutcome::Committed(..)) => forward(run, arrival.hop_index + 1),
                 Ok(HopOutcome::AlreadyDone) | Ok(HopOutcome::Aborted) => {
                     let lsn = session.last_lsn();
                     let slots = run.slots.clone();
@@ -782,14 +962,25 @@ fn serve(
             if let Some((mut run, reply)) = first_hops.pop_front() {
                 let outcome = run_hop(
                     session.as_mut(),
-                    &sql,
+                    &cx,
                     &mut run,
                     0,
                     FIRST_HOP_TRIES,
                     &stopping,
                 );
+                let answer = |status: CallStatus, lsn: Lsn, run: &Run| {
+                    if let Some(reply) = &reply {
+                        let _ = reply.send(Ok(Started {
+                            id: run.id,
+                            status,
+                            lsn,
+                            slots: run.slots.clone(),
+                            ticket: run.ticket.clone(),
+                        }));
+                    }
+                };
                 match outcome {
-                    Ok(HopOutcome::Committed(lsn)) => {
+                    Ok(HopOutcome::Committed(lsn, linked)) => {
                         let path = path_of(&run.decl, &run.slots);
                         match seq.assign(run.id, &path) {
                             Ok(stamps) => run.stamps = Some(stamps),
@@ -797,39 +988,31 @@ fn serve(
                                 tracing::error!("a chain could not be stamped: {e}");
                             }
                         }
-                        let single = run.decl.hops.len() == 1;
-                        let _ = reply.send(Ok(Started {
-                            id: run.id,
-                            status: if single {
-                                CallStatus::Completed
-                            } else {
+                        if run.decl.hops.len() == 1 {
+                            let status = if linked.is_some() {
                                 CallStatus::Started
-                            },
-                            lsn,
-                            slots: run.slots.clone(),
-                            ticket: run.ticket.clone(),
-                        }));
-                        if single {
-                            let slots = run.slots.clone();
-                            finish(run, Ok((lsn, slots)));
+                            } else {
+                                CallStatus::Completed
+                            };
+                            answer(status, lsn, &run);
+                            complete(run, lsn, linked);
                         } else {
+                            answer(CallStatus::Started, lsn, &run);
                             forward(run, 1);
                         }
                     }
                     Ok(_) => {
                         let lsn = session.last_lsn();
-                        let _ = reply.send(Ok(Started {
-                            id: run.id,
-                            status: CallStatus::Aborted,
-                            lsn,
-                            slots: run.slots.clone(),
-                            ticket: run.ticket.clone(),
-                        }));
+                        answer(CallStatus::Aborted, lsn, &run);
                         let slots = run.slots.clone();
                         finish(run, Ok((lsn, slots)));
                     }
                     Err(e) => {
-                        let _ = reply.send(Err(e.clone()));
+                        if let Some(reply) = &reply {
+                            let _ = reply.send(Err(e.clone()));
+                        } else {
+                            tracing::error!(chain = %run.decl.name, id = run.id, "a linked chain's first hop failed: {e}");
+                        }
                         finish(run, Err(e));
                     }
                 }

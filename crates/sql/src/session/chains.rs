@@ -16,7 +16,8 @@ use super::state::{command, parse_duration, Session};
 use crate::chains::analysis::Mode;
 use crate::chains::declare::{self, ChainVerb};
 use crate::chains::runtime::{
-    Alive, CallStatus, HopSession, Runtime, SessionFactory, Started, Ticket, PROGRESS_TABLE,
+    Alive, CallStatus, DeclSource, HopSession, Runtime, SessionFactory, Started, Ticket,
+    PROGRESS_TABLE,
 };
 use crate::engine::Engine;
 use crate::roles::Principal;
@@ -62,9 +63,14 @@ impl Engine {
             let weak = Arc::downgrade(self);
             let alive: Alive =
                 Arc::new(move || weak.upgrade().is_some_and(|e| !e.is_shutting_down()));
-            let compiled = self.chains.compiled(&self.database().read())?;
+            let weak = Arc::downgrade(self);
+            let decls: DeclSource = Arc::new(move |name: &str| {
+                let engine = weak.upgrade()?;
+                let compiled = engine.chains.compiled(&engine.database().read()).ok()?;
+                compiled.decls.get(name).cloned()
+            });
             let datacenters = self.chains.datacenters.lock().clone();
-            Runtime::start(sessions, alive, &compiled.decls, datacenters)
+            Runtime::start(sessions, alive, decls, datacenters)
         })
     }
 
@@ -148,6 +154,18 @@ impl Session {
                             format!("relation \"{t}\" does not exist (in chain {})", decl.name),
                         ));
                     }
+                }
+            }
+            if let Some(then) = &decl.then {
+                if then.chain != decl.name && catalog.chain(&then.chain).is_none() {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!(
+                            "chain {} links to chain \"{}\", which does not exist",
+                            decl.name, then.chain
+                        ),
+                    )
+                    .with_hint("declare the linked chain first"));
                 }
             }
             let existing = catalog.chain(&decl.name).map(|c| c.id);
@@ -281,9 +299,10 @@ impl Session {
             Mode::Distributed => runtime.call_distributed(decl.clone(), slots)?,
         };
         self.set_last_lsn(started.lsn);
-        let started = if started.status == CallStatus::Started
-            && self.settings["aqueduct.chain_return"] == "completion"
-        {
+        // Later hops, or a linked chain, ran or still run after the call
+        // was answered.
+        let pending = started.status == CallStatus::Started || !started.ticket.is_done();
+        let started = if pending && self.settings["aqueduct.chain_return"] == "completion" {
             let (lsn, slots) = self.await_ticket(&started.ticket)?;
             self.set_last_lsn(lsn);
             Started {
@@ -293,7 +312,7 @@ impl Session {
                 ..started
             }
         } else {
-            if started.status == CallStatus::Started {
+            if pending {
                 self.chain_tickets.retain(|t| !t.is_done());
                 self.chain_tickets.push(started.ticket.clone());
             }

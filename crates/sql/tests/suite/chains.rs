@@ -325,3 +325,60 @@ fn hops_between_simulated_datacenters_wait_their_round_trip() {
         vec![vec!["0"]]
     );
 }
+
+/// `THEN CALL`: the linked chain starts once the first has committed; a
+/// session waiting for completion waits for both, and sees the called
+/// chain's variables.
+#[test]
+fn a_linked_chain_starts_once_the_first_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let mut s = setup(&engine);
+    ok(
+        &mut s,
+        "CREATE TABLE friends (a int, b int, PRIMARY KEY (a, b))",
+    );
+    ok(
+        &mut s,
+        "CREATE CHAIN befriend_back (a int, b int) AS $$
+           HOP ON $a COMMUTATIVE;
+             INSERT INTO friends VALUES ($a, $b);
+         $$",
+    );
+    let e = run(
+        &mut s,
+        "CREATE CHAIN bad (a int) AS $$ HOP ON $a; SELECT 1; THEN CALL nowhere($a) $$",
+    )
+    .unwrap_err();
+    assert_eq!(e.code, "42883", "{e}");
+    ok(
+        &mut s,
+        "CREATE CHAIN befriend (a int, b int) AS $$
+           HOP ON $a COMMUTATIVE;
+             SELECT count(*) INTO before FROM friends WHERE a = $a;
+             INSERT INTO friends VALUES ($a, $b);
+           THEN CALL befriend_back($b, $a);
+         $$",
+    );
+    ok(&mut s, "SET aqueduct.chain_return = 'completion'");
+    let (_, _, status, vars) = call(&mut s, "CALL befriend(1, 2)");
+    assert_eq!(
+        (status.as_str(), vars["before"].clone()),
+        ("completed", 0.into())
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT a, b FROM friends ORDER BY a"),
+        vec![vec!["1", "2"], vec!["2", "1"]]
+    );
+    ok(&mut s, "SET aqueduct.chain_return = 'first_hop'");
+    call(&mut s, "CALL befriend(3, 4)");
+    ok(&mut s, "WAIT FOR CHAINS");
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM friends"),
+        vec![vec!["4"]]
+    );
+    assert_eq!(
+        rows(&mut s, "SELECT count(*) FROM aqueduct_chain_runs"),
+        vec![vec!["0"]]
+    );
+}
