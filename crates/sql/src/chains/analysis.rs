@@ -117,6 +117,8 @@ fn analyze(catalog: &Catalog, decls: &HashMap<String, Arc<ChainDecl>>) -> Result
                 });
             }
         }
+        // The catalog keeps the whole `CREATE VIEW`: its own name is no source.
+        sources.remove(view.as_str());
         workload = workload.view(view.as_str(), sources);
     }
     aqueduct_chains::analyze(&workload)

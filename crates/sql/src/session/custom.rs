@@ -65,12 +65,12 @@ impl Custom {
 
 /// The statements of a query string that holds a statement the parser
 /// does not know among others (`CREATE TABLE ...; CREATE PUBLICATION
-/// ...;`), each as its own text; `None` when it holds none or is one
-/// statement. Split at the semicolons between tokens, so a semicolon in
+/// ...;`) or after comments, each as its own text without comments;
+/// `None` when it holds none or is one statement as it is. Split at the semicolons between tokens, so a semicolon in
 /// a string, a quoted name or a comment does not split.
 pub(crate) fn split_around_custom(sql: &str) -> Option<Vec<String>> {
     use sqlparser::dialect::PostgreSqlDialect;
-    use sqlparser::tokenizer::{Token, Tokenizer};
+    use sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
     if !(crate::time_maps::is_time_map_statement(sql)
         || aqueduct_plan::parse::contains_ignore_case(sql, "publication")
         || aqueduct_plan::parse::contains_ignore_case(sql, "time map")
@@ -84,15 +84,20 @@ pub(crate) fn split_around_custom(sql: &str) -> Option<Vec<String>> {
     let mut pieces: Vec<String> = Vec::new();
     let mut current = String::new();
     for t in tokens {
-        if t == Token::SemiColon {
-            pieces.push(std::mem::take(&mut current));
-        } else {
-            current.push_str(&t.to_string());
+        match t {
+            Token::SemiColon => pieces.push(std::mem::take(&mut current)),
+            // A comment before a statement would hide its first words.
+            Token::Whitespace(
+                Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_),
+            ) => current.push(' '),
+            t => current.push_str(&t.to_string()),
         }
     }
     pieces.push(current);
     pieces.retain(|p| !p.trim().is_empty());
-    if pieces.len() < 2 || !pieces.iter().any(|p| Custom::of(p.trim()).is_some()) {
+    // One statement is split only when comments hid its first words.
+    let alone = pieces.len() == 1 && pieces[0].trim() == sql.trim().trim_end_matches(';').trim();
+    if pieces.is_empty() || alone || !pieces.iter().any(|p| Custom::of(p.trim()).is_some()) {
         return None;
     }
     Some(pieces.into_iter().map(|p| p.trim().to_string()).collect())

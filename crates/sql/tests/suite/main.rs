@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod chain_examples;
 mod chains;
 mod clock;
 mod consistency;
