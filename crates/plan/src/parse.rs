@@ -337,6 +337,32 @@ fn keyword(t: &sqlparser::tokenizer::Token) -> Option<sqlparser::keywords::Keywo
     }
 }
 
+/// A statement's tokens without whitespace, comments or final semicolons:
+/// what the parsers of statements sqlparser does not know read.
+pub fn solid_tokens(sql: &str) -> Vec<sqlparser::tokenizer::Token> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let mut t: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    while t.last() == Some(&Token::SemiColon) {
+        t.pop();
+    }
+    t
+}
+
+/// An unquoted word's text in lower case (`None` for anything else).
+pub fn plain_word(t: Option<&sqlparser::tokenizer::Token>) -> Option<String> {
+    match t? {
+        sqlparser::tokenizer::Token::Word(w) if w.quote_style.is_none() => {
+            Some(w.value.to_ascii_lowercase())
+        }
+        _ => None,
+    }
+}
+
 /// Whether `hay` contains `needle` (ASCII, any case), without allocating.
 pub fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     hay.as_bytes()

@@ -74,26 +74,7 @@ pub fn verb_of(sql: &str) -> Option<ChainVerb> {
     }
 }
 
-/// The statement's tokens without whitespace or a final semicolon.
-fn tokens(sql: &str) -> Vec<Token> {
-    let mut t: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
-    while t.last() == Some(&Token::SemiColon) {
-        t.pop();
-    }
-    t
-}
-
-fn word(t: Option<&Token>) -> Option<String> {
-    match t? {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_lowercase()),
-        _ => None,
-    }
-}
+use aqueduct_plan::parse::{plain_word as word, solid_tokens as tokens};
 
 /// A name: an unquoted word folded to lower case, or a quoted one as is.
 fn name(t: Option<&Token>) -> Option<String> {

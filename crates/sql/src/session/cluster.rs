@@ -13,8 +13,7 @@
 use aqueduct_expr::SqlError;
 use aqueduct_plan::plan::{Column, Outcome};
 use aqueduct_values::{DataType, Value};
-use sqlparser::dialect::PostgreSqlDialect;
-use sqlparser::tokenizer::{Token, Tokenizer};
+use sqlparser::tokenizer::Token;
 
 use super::state::{command, Session};
 use crate::forward::MembershipChange;
@@ -24,27 +23,7 @@ fn usage() -> &'static str {
      ALTER CLUSTER TRANSFER LEADERSHIP TO id | SHOW CLUSTER"
 }
 
-/// The statement's words and literals, without whitespace or a final
-/// semicolon.
-fn tokens(sql: &str) -> Vec<Token> {
-    let mut t: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .collect();
-    while t.last() == Some(&Token::SemiColon) {
-        t.pop();
-    }
-    t
-}
-
-fn word(t: Option<&Token>) -> Option<String> {
-    match t? {
-        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_lowercase()),
-        _ => None,
-    }
-}
+use aqueduct_plan::parse::{plain_word as word, solid_tokens as tokens};
 
 /// Which cluster statement `sql` is, by its first words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
