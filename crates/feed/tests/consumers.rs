@@ -38,6 +38,7 @@ fn create_table(db: &Database) {
         checks: vec![],
         foreign_keys: vec![],
         ephemeral: false,
+        shard_key: None,
     }));
     db.commit(&txn).unwrap();
 }

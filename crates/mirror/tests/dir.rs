@@ -68,6 +68,7 @@ fn create(db: &Database, name: &str) -> u64 {
         checks: vec![],
         foreign_keys: vec![],
         ephemeral: false,
+        shard_key: None,
     }));
     db.commit(&txn).unwrap();
     id

@@ -3894,6 +3894,15 @@ impl<'a> Binder<'a> {
         }
         let name = object_name(&c.name)?;
         let ephemeral = ephemeral_option(&c.table_options)?;
+        let shard_key = shard_key_option(&c.table_options)?;
+        if let Some(k) = &shard_key {
+            if !c.columns.iter().any(|col| ident(&col.name) == *k) {
+                return Err(SqlError::new(
+                    "42703",
+                    format!("shard key column \"{k}\" is not a column of table \"{name}\""),
+                ));
+            }
+        }
         let mut columns = Vec::new();
         let mut primary_key: Vec<usize> = Vec::new();
         let mut uniques: Vec<UniqueSpec> = Vec::new();
@@ -4082,6 +4091,7 @@ impl<'a> Binder<'a> {
             primary_key,
             indexes,
             ephemeral,
+            shard_key,
             ..TableSchema::default()
         };
         // CHECK conditions are bound over the table's row, to refuse bad
@@ -5438,6 +5448,42 @@ fn ephemeral_option(options: &ast::CreateTableOptions) -> Result<bool, SqlError>
         };
     }
     Ok(ephemeral)
+}
+
+/// `CREATE TABLE ... WITH (shard_key = 'column')`: the column naming
+/// the entity each row belongs to (`docs/chains.md`, "Sharded tables").
+fn shard_key_option(options: &ast::CreateTableOptions) -> Result<Option<String>, SqlError> {
+    let ast::CreateTableOptions::With(options) = options else {
+        return Ok(None);
+    };
+    let mut key = None;
+    for o in options {
+        let ast::SqlOption::KeyValue { key: k, value } = o else {
+            continue;
+        };
+        if ident(k) != "shard_key" {
+            continue;
+        }
+        key = Some(match value {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(t) => t.to_lowercase(),
+                other => {
+                    return Err(SqlError::new(
+                        "22023",
+                        format!("shard_key names a column, not {other}"),
+                    ))
+                }
+            },
+            ast::Expr::Identifier(i) => ident(i),
+            other => {
+                return Err(SqlError::new(
+                    "22023",
+                    format!("shard_key names a column, not {other}"),
+                ))
+            }
+        });
+    }
+    Ok(key)
 }
 
 /// A constraint's `[NOT] DEFERRABLE [INITIALLY DEFERRED | IMMEDIATE]`:

@@ -328,6 +328,7 @@ fn schema() -> Vec<SchemaChange> {
             checks: vec![],
             foreign_keys: vec![],
             ephemeral: false,
+            shard_key: None,
         })
     };
     vec![

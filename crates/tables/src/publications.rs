@@ -118,6 +118,7 @@ impl PublishedObject {
             checks: Vec::new(),
             foreign_keys: Vec::new(),
             ephemeral: false,
+            shard_key: None,
         }
     }
 }

@@ -164,6 +164,11 @@ pub struct TableSchema {
     /// and reach the change feed, but no row is kept in memory, and
     /// compaction drops its rows once every hold on the log is past them.
     pub ephemeral: bool,
+    /// The column naming the entity a row belongs to (`CREATE TABLE ...
+    /// WITH (shard_key = 'user_id')`): rows of several tables with the
+    /// same value form one shard, which one hop of a chain owns
+    /// (`docs/chains.md`).
+    pub shard_key: Option<String>,
 }
 
 impl TableSchema {
@@ -463,6 +468,9 @@ struct TableJson {
     /// written before ephemeral tables existed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     ephemeral: bool,
+    /// Absent in records of tables without a shard key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shard_key: Option<String>,
 }
 
 /// Where a column of an altered table takes its values from.
@@ -496,6 +504,7 @@ fn table_json(t: &TableSchema) -> TableJson {
         checks: t.checks.clone(),
         foreign_keys: t.foreign_keys.clone(),
         ephemeral: t.ephemeral,
+        shard_key: t.shard_key.clone(),
     }
 }
 
@@ -538,6 +547,7 @@ fn table_def(j: TableJson) -> Result<TableSchema, String> {
         checks: j.checks,
         foreign_keys: j.foreign_keys,
         ephemeral: j.ephemeral,
+        shard_key: j.shard_key,
     })
 }
 
@@ -1214,6 +1224,7 @@ mod tests {
                 initially_deferred: true,
             }],
             ephemeral: false,
+            shard_key: None,
         };
         let serial = ColumnDef {
             default_expr: Some("nextval('users_id_seq'::regclass)".into()),

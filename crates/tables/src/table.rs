@@ -537,6 +537,7 @@ mod tests {
             checks: vec![],
             foreign_keys: vec![],
             ephemeral: false,
+            shard_key: None,
         })
     }
 

@@ -32,6 +32,7 @@ fn table() -> SchemaChange {
         checks: vec![],
         foreign_keys: vec![],
         ephemeral: false,
+        shard_key: None,
     })
 }
 

@@ -8,6 +8,8 @@
 //!   per chain (piecewise or distributed);
 //! - `runtime.rs`: the logical servers that run hops, their sequencers,
 //!   the progress table and the distributed-transaction fallback;
+//! - `shards.rs`: a hop touches a sharded table only in its own shard,
+//!   checked at declaration;
 //! - `latency.rs`: simulated datacenters between the logical servers, for
 //!   tests and benchmarks;
 //! - `state.rs`: the engine's part, the analysis kept by schema version
@@ -22,4 +24,5 @@ pub mod analysis;
 pub mod declare;
 pub mod latency;
 pub mod runtime;
+pub mod shards;
 pub mod state;

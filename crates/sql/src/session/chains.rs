@@ -156,6 +156,7 @@ impl Session {
                     }
                 }
             }
+            crate::chains::shards::check_hops(&decl, catalog)?;
             if let Some(then) = &decl.then {
                 if then.chain != decl.name && catalog.chain(&then.chain).is_none() {
                     return Err(SqlError::new(

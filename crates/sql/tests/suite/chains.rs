@@ -382,3 +382,62 @@ fn a_linked_chain_starts_once_the_first_commits() {
         vec![vec!["0"]]
     );
 }
+
+/// Sharded tables: a table names its shard key, and a hop may touch it
+/// only in the hop's own shard.
+#[test]
+fn hops_stay_in_the_shard_of_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let mut s = engine.session();
+    ok(
+        &mut s,
+        "CREATE TABLE accounts (owner int PRIMARY KEY, balance int NOT NULL) WITH (shard_key = 'owner'); \
+         CREATE TABLE ledger (id bigint PRIMARY KEY, owner int NOT NULL, amount int NOT NULL) WITH (shard_key = owner); \
+         CREATE TABLE totals (k int PRIMARY KEY, n bigint NOT NULL)",
+    );
+    let e = run(&mut s, "CREATE TABLE bad (a int) WITH (shard_key = 'b')").unwrap_err();
+    assert_eq!(e.code, "42703", "{e}");
+    ok(
+        &mut s,
+        "CREATE CHAIN pay (id bigint, a int, b int, amount int) AS $$
+           HOP ON $a;
+             ABORT IF (SELECT balance < $amount FROM accounts WHERE owner = $a);
+             UPDATE accounts SET balance = balance - $amount WHERE owner = $a;
+             INSERT INTO ledger VALUES ($id, $a, -$amount);
+           HOP ON $b COMMUTATIVE;
+             UPDATE accounts SET balance = balance + $amount WHERE owner = $b AND balance >= 0;
+             INSERT INTO ledger (owner, id, amount) VALUES ($b, $id + 1, $amount);
+             UPDATE totals SET n = n + 1 WHERE k = 0;
+         $$",
+    );
+    for (bad, what) in [
+        ("UPDATE accounts SET balance = 0 WHERE owner = $b", "UPDATE accounts"),
+        ("UPDATE accounts SET balance = 0", "UPDATE accounts"),
+        ("DELETE FROM ledger WHERE owner = $a OR owner = $b", "DELETE FROM ledger"),
+        ("INSERT INTO ledger VALUES ($id, $b, 1)", "INSERT INTO ledger"),
+        ("SELECT sum(balance) INTO x FROM accounts", "reads accounts"),
+        ("SELECT count(*) INTO x FROM ledger l JOIN accounts c ON c.owner = l.owner WHERE l.owner = $a", "reads accounts"),
+    ] {
+        let e = run(
+            &mut s,
+            &format!("CREATE CHAIN bad (id bigint, a int, b int) AS $$ HOP ON $a; {bad} $$"),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "42P13", "{bad}: {e}");
+        assert!(e.message.contains(what), "{bad}: {e}");
+    }
+    ok(
+        &mut s,
+        "INSERT INTO accounts VALUES (1, 10), (2, 0); INSERT INTO totals VALUES (0, 0)",
+    );
+    ok(&mut s, "SET aqueduct.chain_return = 'completion'");
+    let (_, _, status, _) = call(&mut s, "CALL pay(100, 1, 2, 4)");
+    assert_eq!(status, "completed");
+    let (_, _, status, _) = call(&mut s, "CALL pay(200, 2, 1, 5)");
+    assert_eq!(status, "aborted");
+    assert_eq!(
+        rows(&mut s, "SELECT owner, balance FROM accounts ORDER BY owner"),
+        vec![vec!["1", "6"], vec!["2", "4"]]
+    );
+}
