@@ -54,7 +54,8 @@ def bars(ax, result, title, key, ylabel, log=False):
                 continue
             xs.append(j + (i - 1) * width)
             ys.append(key(r))
-        ax.bar(xs, ys, width, label=mode, color=COLORS[mode])
+        if xs:
+            ax.bar(xs, ys, width, label=mode, color=COLORS[mode])
     ax.set_xticks(range(len(workloads)))
     ax.set_xticklabels(workloads, rotation=20, fontsize=8)
     ax.set_ylabel(ylabel)
