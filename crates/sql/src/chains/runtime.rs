@@ -243,6 +243,9 @@ fn retryable(e: &SqlError) -> bool {
 
 /// The progress table's statements, parsed once per server.
 struct ProgressSql {
+    begin: Statement,
+    commit: Statement,
+    rollback: Statement,
     insert: Statement,
     advance: Statement,
     delete: Statement,
@@ -253,6 +256,9 @@ struct ProgressSql {
 impl ProgressSql {
     fn new() -> ProgressSql {
         ProgressSql {
+            begin: parse_one("BEGIN ISOLATION LEVEL SERIALIZABLE"),
+            commit: parse_one("COMMIT"),
+            rollback: parse_one("ROLLBACK"),
             insert: parse_one(&format!(
                 "INSERT INTO {PROGRESS_TABLE} (id, chain, next_hop, slots) VALUES ($1, $2, $3, $4)"
             )),
@@ -487,7 +493,7 @@ fn try_hop(s: &mut S, cx: &HopContext, run: &mut Run, hop: usize) -> Result<HopO
     // A row for this chain exists from its first hop on, or before it for
     // a linked chain.
     let has_row = hop > 0 || run.linked;
-    s.execute_one("BEGIN ISOLATION LEVEL SERIALIZABLE")?;
+    exec_plain(s, &sql.begin, &[])?;
     if has_row {
         let at = exec_plain(s, &sql.at, &[Value::Int(run.id as i64)])?;
         let next = match at {
@@ -495,7 +501,7 @@ fn try_hop(s: &mut S, cx: &HopContext, run: &mut Run, hop: usize) -> Result<HopO
             _ => None,
         };
         if next != Some(Value::Int(hop as i64)) {
-            s.execute_one("ROLLBACK")?;
+            exec_plain(s, &sql.rollback, &[])?;
             return Ok(HopOutcome::AlreadyDone);
         }
     }
@@ -503,9 +509,9 @@ fn try_hop(s: &mut S, cx: &HopContext, run: &mut Run, hop: usize) -> Result<HopO
         if has_row {
             // An aborted linked chain leaves no row behind.
             exec_plain(s, &sql.delete, &[Value::Int(run.id as i64)])?;
-            s.execute_one("COMMIT")?;
+            exec_plain(s, &sql.commit, &[])?;
         } else {
-            s.execute_one("ROLLBACK")?;
+            exec_plain(s, &sql.rollback, &[])?;
         }
         return Ok(HopOutcome::Aborted);
     }
@@ -538,7 +544,7 @@ fn try_hop(s: &mut S, cx: &HopContext, run: &mut Run, hop: usize) -> Result<HopO
             ],
         )?;
     }
-    s.execute_one("COMMIT")?;
+    exec_plain(s, &sql.commit, &[])?;
     Ok(HopOutcome::Committed(s.last_lsn(), linked))
 }
 
@@ -615,6 +621,9 @@ impl Runtime {
             let alive = alive.clone();
             std::thread::Builder::new()
                 .name(format!("chain-server-{i}"))
+                // Room for a whole statement, as the server's own threads
+                // have: a smaller stack would map a new one per statement.
+                .stack_size(aqueduct_expr::limits::SERVER_THREAD_STACK_BYTES)
                 .spawn(move || serve(i as ServerId, sessions, alive, rx, peers, delays, shared))
                 .map_err(|e| {
                     SqlError::new("53000", format!("cannot start a logical server: {e}"))

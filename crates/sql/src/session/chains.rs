@@ -112,6 +112,35 @@ pub(crate) fn columns(verb: ChainVerb) -> Vec<Column> {
     }
 }
 
+/// The arguments' values when every one is a literal (a number, a string,
+/// a boolean or NULL, a number maybe negated), as untyped text the
+/// parameter's type then parses; `None` when one is anything else.
+fn literal_arguments(args: &[sqlparser::ast::Expr]) -> Option<Vec<Value>> {
+    use sqlparser::ast::{Expr, UnaryOperator, Value as V};
+    args.iter()
+        .map(|a| match a {
+            Expr::Value(v) => match &v.value {
+                V::Number(n, _) => Some(Value::Text(n.clone())),
+                V::SingleQuotedString(s) => Some(Value::Text(s.clone())),
+                V::Boolean(b) => Some(Value::Bool(*b)),
+                V::Null => Some(Value::Null),
+                _ => None,
+            },
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr,
+            } => match expr.as_ref() {
+                Expr::Value(v) => match &v.value {
+                    V::Number(n, _) => Some(Value::Text(format!("-{n}"))),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
 impl Session {
     pub(crate) fn run_chain_statement(
         &mut self,
@@ -352,6 +381,18 @@ impl Session {
     ) -> Result<Vec<Value>, SqlError> {
         if args.is_empty() {
             return Ok(Vec::new());
+        }
+        // Literals (the usual case) need no statement.
+        if let Some(values) = literal_arguments(args) {
+            return values
+                .into_iter()
+                .zip(params)
+                .map(|(v, (name, ty))| {
+                    v.coerce(ty).map_err(|e| {
+                        SqlError::new(e.sqlstate(), format!("argument {name} of the chain: {e}"))
+                    })
+                })
+                .collect();
         }
         let list: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let mut st = aqueduct_plan::parse::parse(&format!("SELECT {}", list.join(", ")))?;
