@@ -627,7 +627,7 @@ fn rewrite_names(st: &mut Statement, slots: &[String]) -> Result<Vec<usize>, Sql
 }
 
 /// Canonical relation name: lower case without `public.`.
-fn relation(name: &ast::ObjectName) -> String {
+pub fn relation(name: &ast::ObjectName) -> String {
     let s = name.to_string();
     let s = s.strip_prefix("public.").unwrap_or(&s);
     if s.starts_with('"') {

@@ -18,7 +18,7 @@ use aqueduct_expr::SqlError;
 use aqueduct_tables::Catalog;
 use sqlparser::ast::{self, Expr, SetExpr, Statement, Visit, Visitor};
 
-use super::declare::{ChainDecl, HopKey};
+use super::declare::{relation, ChainDecl, HopKey};
 
 /// Refuses a hop whose statements may touch rows of a sharded table
 /// outside the hop's shard.
@@ -77,16 +77,6 @@ fn strip(e: &Expr) -> &Expr {
     }
 }
 
-fn relation_name(name: &ast::ObjectName) -> String {
-    let s = name.to_string();
-    let s = s.strip_prefix("public.").unwrap_or(&s);
-    if s.starts_with('"') {
-        s.trim_matches('"').to_string()
-    } else {
-        s.to_ascii_lowercase()
-    }
-}
-
 fn shard_column(catalog: &Catalog, table: &str) -> Option<String> {
     catalog
         .table(table)
@@ -128,7 +118,7 @@ fn check_statement(st: &Statement, key: &Key, catalog: &Catalog) -> Result<(), S
     match st {
         Statement::Insert(i) => {
             if let ast::TableObject::TableName(n) = &i.table {
-                let table = relation_name(n);
+                let table = relation(n);
                 if let Some(col) = shard_column(catalog, &table) {
                     check_insert(i, &table, &col, key, catalog)?;
                 }
@@ -136,7 +126,7 @@ fn check_statement(st: &Statement, key: &Key, catalog: &Catalog) -> Result<(), S
         }
         Statement::Update(u) => {
             if let ast::TableFactor::Table { name, alias, .. } = &u.table.relation {
-                let table = relation_name(name);
+                let table = relation(name);
                 if let Some(col) = shard_column(catalog, &table) {
                     let names = names_of(&table, alias);
                     if !pins(u.selection.as_ref(), &col, &names, key) {
@@ -152,7 +142,7 @@ fn check_statement(st: &Statement, key: &Key, catalog: &Catalog) -> Result<(), S
             if let Some(ast::TableFactor::Table { name, alias, .. }) =
                 from.first().map(|t| &t.relation)
             {
-                let table = relation_name(name);
+                let table = relation(name);
                 if let Some(col) = shard_column(catalog, &table) {
                     let names = names_of(&table, alias);
                     if !pins(d.selection.as_ref(), &col, &names, key) {
@@ -249,7 +239,7 @@ impl Visitor for Selects<'_> {
                     let ast::TableFactor::Table { name, alias, .. } = f else {
                         continue;
                     };
-                    let table = relation_name(name);
+                    let table = relation(name);
                     let Some(col) = shard_column(self.catalog, &table) else {
                         continue;
                     };
