@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use aqueduct_sql::chains::latency::Datacenters;
-use aqueduct_sql::chains::runtime::server_of;
+use aqueduct_sql::chains::placement::Placement;
 use aqueduct_values::Value;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
@@ -363,7 +363,7 @@ impl Keys {
         loop {
             let k = rng.gen_range(0..range);
             let Some(d) = &self.dcs else { return k };
-            let dc = d.of(server_of(&Value::Int(k)));
+            let dc = d.of(Placement::single().server_of(&Value::Int(k)));
             match home {
                 None => return k,
                 Some(h) if dc == (h + hop) % d.count() => return k,
@@ -373,7 +373,9 @@ impl Keys {
     }
 
     fn dc_of(&self, k: i64) -> Option<usize> {
-        self.dcs.as_ref().map(|d| d.of(server_of(&Value::Int(k))))
+        self.dcs
+            .as_ref()
+            .map(|d| d.of(Placement::single().server_of(&Value::Int(k))))
     }
 }
 

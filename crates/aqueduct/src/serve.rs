@@ -104,6 +104,14 @@ pub struct ServeArgs {
     /// [default: none]
     #[arg(long, env = "AQUEDUCT_CHAIN_DATACENTERS")]
     chain_datacenters: Option<String>,
+    /// Spread the chains' shards over these servers: every node's address
+    /// for hops, in the same order on each, such as
+    /// 127.0.0.1:7101,127.0.0.1:7102 (docs/chains.md) [default: none]
+    #[arg(long, env = "AQUEDUCT_CHAIN_NODES")]
+    chain_nodes: Option<String>,
+    /// This server's index in --chain-nodes [default: 0]
+    #[arg(long, env = "AQUEDUCT_CHAIN_NODE")]
+    chain_node: Option<usize>,
     /// The consistency level sessions start with: eventual, session,
     /// release or linearizable [default: linearizable]
     #[arg(long, env = "AQUEDUCT_CONSISTENCY")]
@@ -190,6 +198,8 @@ impl ServeArgs {
             partial_state: self.partial_state.clone(),
             release_interval: self.release_interval.clone(),
             chain_datacenters: self.chain_datacenters.clone(),
+            chain_nodes: self.chain_nodes.clone(),
+            chain_node: self.chain_node,
             consistency: self.consistency.clone(),
             statement_timeout: self.statement_timeout.clone(),
             feed_memory: self.feed_memory.clone(),

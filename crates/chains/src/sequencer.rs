@@ -362,6 +362,19 @@ impl Sequencer {
     /// documentation); records the first hop as done here. Nothing changes
     /// on error.
     pub fn assign(&mut self, chain: ChainId, path: &[ServerId]) -> Result<Stamps, SequencerError> {
+        let (stamps, state) = self.preview(chain, path)?;
+        self.state = state;
+        Ok(stamps)
+    }
+
+    /// What [`Sequencer::assign`] would return and the durable state it
+    /// would leave, without changing anything: the shell writes that state
+    /// in the first hop's transaction and calls `assign` once it commits.
+    pub fn preview(
+        &self,
+        chain: ChainId,
+        path: &[ServerId],
+    ) -> Result<(Stamps, SequencerState), SequencerError> {
         let me = self.state.server;
         let Some(&start) = path.first() else {
             return Err(SequencerError::EmptyPath);
@@ -384,7 +397,6 @@ impl Sequencer {
                 assigned: self.counter(me),
             });
         }
-        // Compute every number before changing anything.
         let mut next: BTreeMap<ServerId, u64> = BTreeMap::new();
         let mut hops = Vec::with_capacity(path.len());
         for &server in path {
@@ -398,16 +410,28 @@ impl Sequencer {
             next.insert(server, seq);
             hops.push(Stamp { server, seq });
         }
+        let mut state = self.state.clone();
         for (server, seq) in next {
-            self.state.ctr.insert(server, seq);
+            state.ctr.insert(server, seq);
         }
         // The first hop is committing now; it held the next local number.
-        self.state.done.insert(me, hops[0].seq);
-        Ok(Stamps {
-            chain,
-            origin: me,
-            hops,
-        })
+        state.done.insert(me, hops[0].seq);
+        Ok((
+            Stamps {
+                chain,
+                origin: me,
+                hops,
+            },
+            state,
+        ))
+    }
+
+    /// The durable state once the hop `(origin, seq)`, granted its turn,
+    /// has finished: what the shell writes in that hop's transaction.
+    pub fn state_after(&self, origin: ServerId, seq: u64) -> SequencerState {
+        let mut state = self.state.clone();
+        state.done.insert(origin, seq);
+        state
     }
 
     /// A hop arrives here. Returns [`Effect::Run`] if it is its turn,

@@ -830,3 +830,34 @@ fn bad_paths_are_refused_without_effect() {
     );
     assert_eq!(full.snapshot(), before);
 }
+
+/// The shell writes the state `preview` and `state_after` return in the
+/// hop's transaction, before the sequencer itself changes: a sequencer
+/// restored from that state after a crash is the one that would have
+/// gone on.
+#[test]
+fn preview_and_state_after_are_what_assign_and_finished_leave() {
+    let mut a = Sequencer::new(1);
+    let before = a.snapshot();
+    let (stamps, state) = a.preview(7, &[1, 2, 1]).unwrap();
+    assert_eq!(a.snapshot(), before, "preview changes nothing");
+    assert_eq!(a.assign(7, &[1, 2, 1]).unwrap(), stamps);
+    assert_eq!(a.snapshot(), state);
+    let mut b = Sequencer::new(2);
+    let arrival = stamps.arrival(1).unwrap();
+    assert_eq!(b.arrive(arrival).unwrap(), vec![Effect::Run(arrival)]);
+    let after = b.state_after(arrival.origin, arrival.seq);
+    b.finished(arrival.origin, arrival.seq).unwrap();
+    assert_eq!(b.snapshot(), after);
+    // Restored from it, a copy of the hop is known to have run.
+    let mut restored = Sequencer::restore(after);
+    assert!(matches!(
+        restored.arrive(arrival).unwrap().as_slice(),
+        [Effect::AlreadyDone { .. }]
+    ));
+    // A first hop out of turn is refused by preview as by assign.
+    assert!(matches!(
+        a.preview(8, &[1]),
+        Err(SequencerError::FirstHopOutOfTurn { .. })
+    ));
+}

@@ -5,6 +5,22 @@ use std::fmt;
 
 use aqueduct_values::ValueError;
 
+/// A SQLSTATE received as text (from another node) as the `&'static str`
+/// errors carry: the codes are few, so each distinct one is kept once.
+pub fn static_code(code: &str) -> &'static str {
+    static CODES: parking_lot::Mutex<Vec<&'static str>> = parking_lot::Mutex::new(Vec::new());
+    if code.len() != 5 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return "XX000";
+    }
+    let mut codes = CODES.lock();
+    if let Some(c) = codes.iter().find(|c| **c == code) {
+        return c;
+    }
+    let c: &'static str = Box::leak(code.to_string().into_boxed_str());
+    codes.push(c);
+    c
+}
+
 /// An error reported to a client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqlError {

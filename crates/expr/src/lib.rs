@@ -12,7 +12,7 @@ pub mod json;
 pub mod limits;
 pub mod numeric;
 
-pub use error::SqlError;
+pub use error::{static_code, SqlError};
 pub use expr::{
     format_typmod, quote_ident, random_uuid, BinOp, Effects, Env, Expr, Func, Lookup, LookupMiss,
     ServerCall, ServerFunction, Subquery, SubqueryKind, SubqueryRunner, UnOp, Volatile,

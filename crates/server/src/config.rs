@@ -15,6 +15,8 @@
 //! compaction_interval_secs = 30
 //! release_interval = "5s"     # scheduled releases; off when absent
 //! chain_datacenters = "82ms,153ms,102ms" # simulated datacenters for chains
+//! chain_nodes = "127.0.0.1:7101,127.0.0.1:7102" # servers the chains' shards spread over
+//! chain_node = 0              # this server's index in chain_nodes
 //! consistency = "linearizable" # eventual | session | release | linearizable
 //! statement_timeout = "30s"   # sessions' default statement_timeout; 0: none
 //! feed_memory = "64MiB"       # recent change-feed messages kept in memory
@@ -113,6 +115,9 @@ pub struct ServerConfig {
     pub release_interval: Option<Duration>,
     /// Simulated datacenters between the chains' logical servers.
     pub chain_datacenters: Option<aqueduct_sql::chains::latency::Datacenters>,
+    /// The servers the chains' logical servers are spread over, and which
+    /// one this is.
+    pub chain_placement: aqueduct_sql::chains::placement::Placement,
     /// The consistency level sessions start with.
     pub consistency: Consistency,
     /// The `statement_timeout` sessions start with (`None`: none).
@@ -150,6 +155,7 @@ impl Default for ServerConfig {
             partial_state: true,
             release_interval: None,
             chain_datacenters: None,
+            chain_placement: aqueduct_sql::chains::placement::Placement::single(),
             consistency: Consistency::Linearizable,
             statement_timeout: None,
             feed: aqueduct_feed::FeedOptions::default(),
@@ -187,6 +193,10 @@ pub struct FileConfig {
     pub release_interval: Option<String>,
     /// `--chain-datacenters`: round trips such as `82ms,153ms,102ms`.
     pub chain_datacenters: Option<String>,
+    /// `--chain-nodes`: every node's address for hops, in one order.
+    pub chain_nodes: Option<String>,
+    /// `--chain-node`: this server's index in the chain nodes.
+    pub chain_node: Option<usize>,
     /// `--consistency`: the level sessions start with.
     pub consistency: Option<String>,
     /// `--statement-timeout`: a duration such as `30s` or `500ms` (a bare
@@ -362,6 +372,14 @@ impl ServerConfig {
                 })
             })
             .transpose()?;
+        let chain_placement = match flags.chain_nodes.or(file.chain_nodes) {
+            None => aqueduct_sql::chains::placement::Placement::single(),
+            Some(nodes) => aqueduct_sql::chains::placement::Placement::parse(
+                &nodes,
+                flags.chain_node.or(file.chain_node).unwrap_or(0),
+            )
+            .map_err(|e| ConfigError::Invalid(format!("--chain-nodes: {}", e.message)))?,
+        };
         let consistency = match flags.consistency.or(file.consistency) {
             None => d.consistency,
             Some(s) => Consistency::parse(&s).ok_or_else(|| {
@@ -465,6 +483,7 @@ impl ServerConfig {
             partial_state,
             release_interval,
             chain_datacenters,
+            chain_placement,
             consistency,
             data_dir: flags.data_dir.or(file.data_dir).unwrap_or(d.data_dir),
             pg_addr: flags.pg_addr.or(file.pg_addr).unwrap_or(d.pg_addr),

@@ -494,6 +494,7 @@ pub async fn run(
     // that takes its own writes (docs/chains.md).
     if member.is_none() && follower.is_none() {
         *engine.chains.datacenters.lock() = config.chain_datacenters.clone();
+        *engine.chains.placement.lock() = config.chain_placement.clone();
         if let Err(e) = engine.resume_chains() {
             tracing::error!("the chains in flight could not be resumed: {e}");
         }

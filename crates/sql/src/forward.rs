@@ -25,7 +25,6 @@ use aqueduct_expr::SqlError;
 use aqueduct_log::Lsn;
 use aqueduct_plan::plan::{Column, Outcome};
 use aqueduct_values::{DataType, Value};
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -251,22 +250,6 @@ fn status_text(s: TxnStatus) -> &'static str {
     }
 }
 
-/// A SQLSTATE as the `&'static str` errors carry: the ones this server
-/// raises are few, so each distinct code is kept once.
-fn static_code(code: &str) -> &'static str {
-    static CODES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    if code.len() != 5 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return "XX000";
-    }
-    let mut codes = CODES.lock();
-    if let Some(c) = codes.iter().find(|c| **c == code) {
-        return c;
-    }
-    let c: &'static str = Box::leak(code.to_string().into_boxed_str());
-    codes.push(c);
-    c
-}
-
 fn outcome_json(r: &Result<Outcome, SqlError>) -> serde_json::Value {
     match r {
         Err(e) => json!({"error": {
@@ -309,7 +292,7 @@ fn outcome_of(
     if let Some(e) = j.get("error") {
         let s = |k: &str| e[k].as_str().map(str::to_string);
         let mut err = SqlError::new(
-            static_code(e["code"].as_str().unwrap_or("XX000")),
+            aqueduct_expr::static_code(e["code"].as_str().unwrap_or("XX000")),
             s("message").unwrap_or_default(),
         );
         err.detail = s("detail");

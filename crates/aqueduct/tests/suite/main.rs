@@ -5,6 +5,7 @@
 mod common;
 
 mod chains_crash;
+mod chains_nodes;
 mod cluster;
 mod copy;
 mod decorators;

@@ -11,7 +11,7 @@ use aqueduct_expr::SqlError;
 use aqueduct_tables::Catalog;
 
 use super::declare::{self, ChainDecl};
-use super::runtime::PROGRESS_TABLE;
+use super::hop::PROGRESS_TABLE;
 
 /// How a chain runs, as the analysis decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,8 +6,12 @@
 //!   once into typed declarations;
 //! - `analysis.rs`: every declared chain analysed together, the verdict
 //!   per chain (piecewise or distributed);
+//! - `hop.rs`: one hop as one transaction, with its progress row and its
+//!   server's sequencer state;
 //! - `runtime.rs`: the logical servers that run hops, their sequencers,
-//!   the progress table and the distributed-transaction fallback;
+//!   the messages between them and the distributed-transaction fallback;
+//! - `placement.rs`: which node runs which logical server;
+//! - `wire.rs`: hops between nodes over TCP;
 //! - `shards.rs`: a hop touches a sharded table only in its own shard,
 //!   checked at declaration;
 //! - `latency.rs`: simulated datacenters between the logical servers, for
@@ -22,7 +26,10 @@
 
 pub mod analysis;
 pub mod declare;
+pub mod hop;
 pub mod latency;
+pub mod placement;
 pub mod runtime;
 pub mod shards;
 pub mod state;
+pub mod wire;

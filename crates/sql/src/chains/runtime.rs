@@ -2,76 +2,69 @@
 //! (`docs/chains.md`, "Running a chain").
 //!
 //! Each logical server is a thread that runs one hop at a time, in a
-//! session of its own, as a SERIALIZABLE transaction of the engine. A
-//! hop's server is its shard key's hash modulo [`LOGICAL_SERVERS`]. The
-//! server owns a [`Sequencer`]: a chain is stamped when its first hop
-//! commits, and every later hop runs at its server only in its origin's
-//! order (Lynx §6.2).
+//! session of its own, as a SERIALIZABLE transaction of the engine
+//! (`hop.rs`). A hop's server is its shard key's hash over the logical
+//! servers of the whole placement (`placement.rs`); the servers of other
+//! nodes are reached over the wire (`wire.rs`). Each server owns a
+//! [`Sequencer`] whose durable state is written with every hop it runs:
+//! a chain is stamped in its first hop's transaction, and every later hop
+//! runs at its server only in its origin's order (Lynx §6.2).
 //!
-//! Progress lives in the table [`PROGRESS_TABLE`], written in the same
-//! transaction as each hop's effects: the first hop inserts the chain's
-//! row (its slots and the next hop), each later hop checks and advances
-//! it, the last deletes it. A hop that finds the row not at its own
-//! number has run already and does nothing, so a hop runs exactly once;
-//! after a restart [`Runtime::start`] resumes every chain the table
-//! holds, in the order the chains began.
+//! Exactly once: a hop on the same node as the one before it is checked
+//! against the chain's progress row; a hop from another node is checked
+//! against the sequencer's durable `done` counter, and its sender keeps
+//! the chain's row and sends the hop again until the receiver
+//! acknowledges it. After a restart [`Runtime::start`] restores the
+//! sequencers and sends every chain the progress table holds on to its
+//! next hop, with the stamps it was given.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use aqueduct_chains::sequencer::{Effect, HopArrival, Sequencer, ServerId, Stamps};
+use aqueduct_chains::sequencer::{Effect, HopArrival, Sequencer, SequencerState, ServerId};
 use aqueduct_expr::SqlError;
 use aqueduct_log::Lsn;
 use aqueduct_plan::plan::Outcome;
 use aqueduct_values::{DataType, Value};
-use sqlparser::ast::Statement;
 
 use super::declare::{ChainDecl, HopKey};
+use super::hop::{
+    decode_all, decode_order, decode_slots, decode_stamps, encode_order, encode_slots,
+    error_from_wire, error_to_wire, retryable, run_hop, try_whole, ChainId, DeclSource, Entry,
+    HopContext, HopOutcome, HopSession, Ids, ProgressSql, Run, Ticket, ORDER_TABLE, PROGRESS_TABLE,
+};
 use super::latency::{Datacenters, DelayLine};
-
-/// What runs a hop's statements: a session of the engine's, as the
-/// chains' own superuser (`session/chains.rs`).
-pub trait HopSession: Send {
-    /// Runs one statement of text (`BEGIN`, `COMMIT`, the progress
-    /// table's definition).
-    fn execute_one(&mut self, sql: &str) -> Result<Outcome, SqlError>;
-    /// Runs a parsed statement with parameter values.
-    fn run_one(
-        &mut self,
-        st: &Statement,
-        hints: &[Option<DataType>],
-        params: &[Value],
-    ) -> Result<Outcome, SqlError>;
-    /// The LSN of the session's last commit.
-    fn last_lsn(&self) -> Lsn;
-}
+use super::placement::{Placement, LOGICAL_SERVERS, MAX_CHAIN_NODES};
+use super::wire::{Transport, Wire};
 
 /// Makes a session for hops; `None` once the engine is gone.
 pub type SessionFactory = Arc<dyn Fn() -> Option<Box<dyn HopSession>> + Send + Sync>;
 /// Whether the engine still runs (false once it is gone or stopping).
 pub type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// Logical servers per process (Lynx §5.2: many per machine).
-pub const LOGICAL_SERVERS: usize = 8;
-/// The most chains started and not yet completed; a `CALL` past it is
+/// The most chains one node holds started and not yet completed (or
+/// handed to another node and not yet acknowledged); a `CALL` past it is
 /// refused (53400) until some complete. It bounds every queue here.
 pub const MAX_CHAINS_IN_FLIGHT: usize = 10_000;
-/// The table that holds the progress of every chain in flight.
-pub const PROGRESS_TABLE: &str = "aqueduct_chain_runs";
 /// How often a waiting logical server looks whether its engine is gone.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
+/// A hop sent to another node and not acknowledged within this is sent
+/// again.
+const RESEND_AFTER: Duration = Duration::from_secs(1);
+/// How often a server with unacknowledged hops looks at them.
+const RESEND_TICK: Duration = Duration::from_millis(200);
+/// How long a `CALL` waits for the node of its first hop.
+const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// A hop that meets a serialization failure runs again; the first hop
 /// gives up after this many tries and the `CALL` reports the failure.
 const FIRST_HOP_TRIES: usize = 50;
 
-const _: () = assert!(MAX_CHAINS_IN_FLIGHT <= aqueduct_chains::sequencer::MAX_QUEUED_HOPS);
-
-/// A chain's instance.
-pub type ChainId = u64;
+// Every node may send a server all its chains in flight.
+const _: () =
+    assert!(MAX_CHAINS_IN_FLIGHT * MAX_CHAIN_NODES <= aqueduct_chains::sequencer::MAX_QUEUED_HOPS);
+const _: () = assert!(MAX_CHAINS_IN_FLIGHT <= super::wire::MAX_QUEUED_MESSAGES);
 
 /// How a `CALL` ended, for its result row.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +85,14 @@ impl CallStatus {
             CallStatus::Aborted => "aborted",
         }
     }
+
+    fn parse(s: &str) -> CallStatus {
+        match s {
+            "completed" => CallStatus::Completed,
+            "aborted" => CallStatus::Aborted,
+            _ => CallStatus::Started,
+        }
+    }
 }
 
 /// What a `CALL` learns when its chain has started (or ended).
@@ -100,100 +101,49 @@ pub struct Started {
     pub id: ChainId,
     pub status: CallStatus,
     /// The commit LSN of the first hop (of the whole chain when it
-    /// completed).
+    /// completed), on the node that ran it.
     pub lsn: Lsn,
-    /// The slots as they were then.
+    /// The slots as they were then, and their types.
     pub slots: Vec<Value>,
+    pub types: Vec<Option<DataType>>,
     pub ticket: Arc<Ticket>,
 }
 
-/// How a chain ended: the last hop's LSN and the final slots, or why a
-/// hop after the first failed.
-pub type Completion = Result<(Lsn, Vec<Value>), SqlError>;
-
-/// A chain's completion, which a session can wait for.
-#[derive(Debug, Default)]
-pub struct Ticket {
-    done: parking_lot::Mutex<Option<Completion>>,
-    cond: parking_lot::Condvar,
-    /// The called chain's final slots, when chains it links to run on
-    /// after it: the completion reports these, not the last chain's.
-    called_slots: parking_lot::Mutex<Option<Vec<Value>>>,
-}
-
-impl Ticket {
-    fn complete(&self, outcome: Completion) {
-        let outcome = match (outcome, self.called_slots.lock().take()) {
-            (Ok((lsn, _)), Some(slots)) => Ok((lsn, slots)),
-            (other, _) => other,
-        };
-        *self.done.lock() = Some(outcome);
-        self.cond.notify_all();
-    }
-
-    /// The called chain's last hop committed and a linked chain goes on.
-    fn note_called_slots(&self, slots: &[Value]) {
-        let mut s = self.called_slots.lock();
-        if s.is_none() {
-            *s = Some(slots.to_vec());
-        }
-    }
-
-    /// The chain's outcome once every hop committed: the last hop's LSN
-    /// and the final slots; `None` if `timeout` passed first.
-    pub fn wait(&self, timeout: Duration) -> Option<Completion> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut done = self.done.lock();
-        while done.is_none() {
-            if self.cond.wait_until(&mut done, deadline).timed_out() {
-                break;
-            }
-        }
-        done.clone()
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.done.lock().is_some()
-    }
-}
-
-/// One chain instance on its way.
-struct Run {
-    id: ChainId,
-    decl: Arc<ChainDecl>,
-    slots: Vec<Value>,
-    types: Vec<Option<DataType>>,
-    /// The chain's hop that the path's first entry stands for (0, or on
-    /// resumption the hop the chain stopped at, minus one).
-    offset: usize,
-    /// Started by another chain's `THEN CALL`: its row exists before its
-    /// first hop.
-    linked: bool,
-    stamps: Option<Stamps>,
-    ticket: Arc<Ticket>,
-}
-
-impl Run {
-    fn hop_of(&self, path_index: usize) -> usize {
-        self.offset + path_index
-    }
-}
+/// Where a first hop's outcome goes.
+type Reply = Box<dyn FnOnce(Result<Started, SqlError>) + Send>;
 
 /// The simulated datacenters and the line that holds hops between them.
-type Delays = (Datacenters, Arc<DelayLine<(ServerId, Msg)>>);
-
-/// Where a `CALL` waits for its first hop.
-type Reply = mpsc::SyncSender<Result<Started, SqlError>>;
+type Delays = (Datacenters, Arc<DelayLine<(usize, Msg)>>);
 
 enum Msg {
-    /// A new chain's first hop; `reply` is where its `CALL` waits (none
-    /// for a linked chain).
-    Start { run: Box<Run>, reply: Option<Reply> },
-    /// A later hop, stamped.
-    Arrive { run: Box<Run>, arrival: HopArrival },
-    /// A chain found in the progress table at start: stamp its remaining
-    /// hops here, its origin, and send the next one.
-    Resume { run: Box<Run>, next_hop: usize },
+    /// A chain's first hop; `reply` is where its `CALL` waits (none for a
+    /// linked chain), `from` the server that linked it from another node.
+    Start {
+        run: Box<Run>,
+        entry: Entry,
+        reply: Option<Reply>,
+        from: Option<ServerId>,
+    },
+    /// A later hop, stamped, sent by server `from`.
+    Arrive {
+        run: Box<Run>,
+        arrival: HopArrival,
+        from: ServerId,
+    },
+    /// A chain to start once another's last hop committed.
+    Linked { run: Box<Run> },
+    /// The hop `hop` of chain `id` this server sent to another node has
+    /// committed there.
+    Acked { id: ChainId, hop: usize },
+    /// A linked start from another node will not come again.
+    Forget { id: ChainId },
+    /// A message for another node, found in the progress table at start:
+    /// send it until it is acknowledged.
+    Resend {
+        key: (ChainId, usize),
+        node: usize,
+        wire: Wire,
+    },
     /// A distributed transaction takes this server: it runs nothing until
     /// `release` is dropped.
     Lock {
@@ -202,421 +152,378 @@ enum Msg {
     },
 }
 
+/// What the logical servers of a node and its wire share.
+struct Shared {
+    placement: Placement,
+    decls: DeclSource,
+    ids: Ids,
+    in_flight: AtomicUsize,
+    /// This node's servers.
+    servers: Vec<mpsc::Sender<Msg>>,
+    transport: OnceLock<Transport>,
+    delays: Option<Delays>,
+    /// Tickets of chains whose session waits here and which run on
+    /// another node now.
+    tickets: parking_lot::Mutex<HashMap<ChainId, Arc<Ticket>>>,
+    /// `CALL`s waiting for the node of their first hop.
+    calls: parking_lot::Mutex<HashMap<ChainId, PendingCall>>,
+}
+
+/// A `CALL` waiting for another node: where it waits, its chain, its
+/// ticket and the node.
+type PendingCall = (
+    mpsc::SyncSender<Result<Started, SqlError>>,
+    Arc<ChainDecl>,
+    Arc<Ticket>,
+    usize,
+);
+
+impl Shared {
+    fn send_to_node(&self, node: usize, msg: Wire) {
+        if let Some(t) = self.transport.get() {
+            t.send(node, msg);
+        }
+    }
+
+    /// Delivers to one of this node's servers, after the simulated
+    /// round trip from `from` when there is one.
+    fn deliver_local(&self, from: Option<ServerId>, to: ServerId, msg: Msg) {
+        let index = self.placement.local(to).expect("a server of this node");
+        match (&self.delays, from) {
+            (Some((d, line)), Some(from)) if !d.round_trip(from, to).is_zero() => {
+                line.send_after(d.round_trip(from, to), (index, msg));
+            }
+            _ => {
+                let _ = self.servers[index].send(msg);
+            }
+        }
+    }
+
+    /// The waiting session's ticket for a run that came back to its home.
+    fn ticket_for(&self, home: usize, ticket: ChainId) -> Arc<Ticket> {
+        if home == self.placement.node {
+            if let Some(t) = self.tickets.lock().remove(&ticket) {
+                return t;
+            }
+        }
+        Arc::new(Ticket::default())
+    }
+
+    /// A run leaves this node: its ticket waits here for it.
+    fn keep_ticket(&self, run: &Run) {
+        if run.home == self.placement.node {
+            self.tickets
+                .lock()
+                .insert(run.ticket_id, run.ticket.clone());
+        }
+    }
+
+    /// The connection to `node` closed: the `CALL`s waiting for it may
+    /// never hear, and are told so.
+    fn lost(&self, node: usize) {
+        let gone: Vec<(ChainId, PendingCall)> = {
+            let mut calls = self.calls.lock();
+            let ids: Vec<ChainId> = calls
+                .iter()
+                .filter(|(_, c)| c.3 == node)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| calls.remove(&id).map(|c| (id, c)))
+                .collect()
+        };
+        for (id, (reply, ..)) in gone {
+            self.tickets.lock().remove(&id);
+            let _ = reply.send(Err(SqlError::new(
+                "08006",
+                format!(
+                    "node {node} ({}), which holds the chain's first hop, went away; the chain may have started there",
+                    self.placement.nodes[node]
+                ),
+            )));
+        }
+    }
+
+    /// A message from another node.
+    fn receive(self: &Arc<Shared>, msg: Wire) {
+        match msg {
+            Wire::Call { run } => {
+                let home = run.home;
+                let id = run.id;
+                match Run::from_wire(run, &self.decls, Arc::new(Ticket::default())) {
+                    Ok(run) => {
+                        let origin = path_of(&self.placement, &run.decl, &run.slots)[0];
+                        // The reply goes back over the wire from the
+                        // logical server's thread.
+                        let shared = self.clone();
+                        let reply: Reply = Box::new(move |r: Result<Started, SqlError>| {
+                            let outcome = r
+                                .map(|s| {
+                                    (
+                                        s.status.as_str().to_string(),
+                                        s.lsn,
+                                        encode_slots(&s.slots, &s.types),
+                                    )
+                                })
+                                .map_err(|e| error_to_wire(&e));
+                            shared.send_to_node(home, Wire::Called { id, outcome });
+                        });
+                        self.in_flight.fetch_add(1, Ordering::SeqCst);
+                        self.deliver_local(
+                            None,
+                            origin,
+                            Msg::Start {
+                                run: Box::new(run),
+                                entry: Entry::Called,
+                                reply: Some(reply),
+                                from: None,
+                            },
+                        );
+                    }
+                    Err(e) => self.send_to_node(
+                        home,
+                        Wire::Called {
+                            id,
+                            outcome: Err(error_to_wire(&e)),
+                        },
+                    ),
+                }
+            }
+            Wire::Called { id, outcome } => {
+                let Some((reply, decl, ticket, _)) = self.calls.lock().remove(&id) else {
+                    return;
+                };
+                let answer = match outcome {
+                    Ok((status, lsn, slots)) => match decode_slots(&slots, decl.slots.len()) {
+                        Ok((slots, types)) => Ok(Started {
+                            id,
+                            status: CallStatus::parse(&status),
+                            lsn,
+                            slots,
+                            types,
+                            ticket,
+                        }),
+                        Err(why) => Err(SqlError::new("XX001", why)),
+                    },
+                    Err(e) => {
+                        self.tickets.lock().remove(&id);
+                        Err(error_from_wire(e))
+                    }
+                };
+                let _ = reply.send(answer);
+            }
+            Wire::Hop { run, hop, from } => {
+                let ticket = self.ticket_for(run.home, run.ticket);
+                let run = match Run::from_wire(run, &self.decls, ticket) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // Sent again until the chain is declared here.
+                        tracing::error!("a hop from another node cannot run here: {e}");
+                        return;
+                    }
+                };
+                let Some(arrival) = run.stamps.as_ref().and_then(|s| s.arrival(hop)) else {
+                    tracing::error!(id = run.id, hop, "a hop from another node without stamps");
+                    return;
+                };
+                let to = run.stamps.as_ref().expect("checked above").hops[hop].server;
+                if self.placement.local(to).is_none() {
+                    tracing::error!(id = run.id, hop, to, "a hop sent to the wrong node");
+                    return;
+                }
+                self.in_flight.fetch_add(1, Ordering::SeqCst);
+                self.deliver_local(
+                    None,
+                    to,
+                    Msg::Arrive {
+                        run: Box::new(run),
+                        arrival,
+                        from,
+                    },
+                );
+            }
+            Wire::Start { run, from } => {
+                let ticket = self.ticket_for(run.home, run.ticket);
+                match Run::from_wire(run, &self.decls, ticket) {
+                    Ok(run) => {
+                        let origin = path_of(&self.placement, &run.decl, &run.slots)[0];
+                        self.in_flight.fetch_add(1, Ordering::SeqCst);
+                        self.deliver_local(
+                            None,
+                            origin,
+                            Msg::Start {
+                                run: Box::new(run),
+                                entry: Entry::LinkedFrom,
+                                reply: None,
+                                from: Some(from),
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        tracing::error!("a linked chain from another node cannot start here: {e}")
+                    }
+                }
+            }
+            Wire::Ack { id, hop, to } => {
+                if self.placement.local(to).is_some() {
+                    self.deliver_local(None, to, Msg::Acked { id, hop });
+                }
+            }
+            Wire::Forget { id } => {
+                let _ = self.servers[0].send(Msg::Forget { id });
+            }
+            Wire::Done { ticket, outcome } => {
+                let Some(t) = self.tickets.lock().remove(&ticket) else {
+                    return;
+                };
+                t.complete(match outcome {
+                    Ok((lsn, slots)) => decode_all(&slots)
+                        .map(|(s, _)| (lsn, s))
+                        .map_err(|why| SqlError::new("XX001", why)),
+                    Err(e) => Err(error_from_wire(e)),
+                });
+            }
+        }
+    }
+}
+
 /// The logical servers of one engine.
 pub struct Runtime {
     sessions: SessionFactory,
     datacenters: Option<Datacenters>,
-    servers: Vec<mpsc::Sender<Msg>>,
-    in_flight: Arc<AtomicUsize>,
-    next_id: Arc<AtomicU64>,
-    decls: DeclSource,
-}
-
-/// The logical server a shard key's value belongs to.
-pub fn server_of(key: &Value) -> ServerId {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    key.to_string().hash(&mut h);
-    (h.finish() % LOGICAL_SERVERS as u64) as ServerId
+    shared: Arc<Shared>,
 }
 
 /// The servers of a chain's hops for these slots.
-pub fn path_of(decl: &ChainDecl, slots: &[Value]) -> Vec<ServerId> {
+pub fn path_of(placement: &Placement, decl: &ChainDecl, slots: &[Value]) -> Vec<ServerId> {
     decl.hops
         .iter()
         .map(|h| match &h.key {
-            HopKey::Param(i) => server_of(&slots[*i]),
-            HopKey::Constant(v) => server_of(v),
+            HopKey::Param(i) => placement.server_of(&slots[*i]),
+            HopKey::Constant(v) => placement.server_of(v),
         })
         .collect()
 }
 
-fn parse_one(sql: &str) -> Statement {
-    aqueduct_plan::parse::parse(sql)
-        .expect("the runtime's own statements parse")
-        .remove(0)
+fn stopped() -> SqlError {
+    SqlError::new("57P01", "the server is stopping; the chain did not start")
 }
 
-/// Whether an error means "run the transaction again".
-fn retryable(e: &SqlError) -> bool {
-    matches!(e.code, "40001" | "40P01" | "55P03")
-}
-
-/// The progress table's statements, parsed once per server.
-struct ProgressSql {
-    begin: Statement,
-    commit: Statement,
-    rollback: Statement,
-    insert: Statement,
-    advance: Statement,
-    delete: Statement,
-    at: Statement,
-    fail: Statement,
-}
-
-impl ProgressSql {
-    fn new() -> ProgressSql {
-        ProgressSql {
-            begin: parse_one("BEGIN ISOLATION LEVEL SERIALIZABLE"),
-            commit: parse_one("COMMIT"),
-            rollback: parse_one("ROLLBACK"),
-            insert: parse_one(&format!(
-                "INSERT INTO {PROGRESS_TABLE} (id, chain, next_hop, slots) VALUES ($1, $2, $3, $4)"
-            )),
-            advance: parse_one(&format!(
-                "UPDATE {PROGRESS_TABLE} SET next_hop = $2, slots = $3 WHERE id = $1"
-            )),
-            delete: parse_one(&format!("DELETE FROM {PROGRESS_TABLE} WHERE id = $1")),
-            at: parse_one(&format!(
-                "SELECT next_hop FROM {PROGRESS_TABLE} WHERE id = $1"
-            )),
-            fail: parse_one(&format!(
-                "UPDATE {PROGRESS_TABLE} SET next_hop = -1, error = $2 WHERE id = $1"
-            )),
-        }
+fn rows(out: Outcome) -> Vec<Vec<Value>> {
+    match out {
+        Outcome::Rows { rows, .. } => rows,
+        _ => Vec::new(),
     }
-}
-
-type S = dyn HopSession;
-
-fn exec(
-    s: &mut S,
-    st: &Statement,
-    hints: &[Option<DataType>],
-    params: &[Value],
-) -> Result<Outcome, SqlError> {
-    s.run_one(st, hints, params)
-}
-
-fn exec_plain(s: &mut S, st: &Statement, params: &[Value]) -> Result<Outcome, SqlError> {
-    let hints: Vec<Option<DataType>> = params.iter().map(|_| None).collect();
-    s.run_one(st, &hints, params)
-}
-
-/// The slots as stored in the progress table: per slot `null` or
-/// `[type, text]`.
-pub fn encode_slots(slots: &[Value], types: &[Option<DataType>]) -> String {
-    let items: Vec<serde_json::Value> = slots
-        .iter()
-        .zip(types)
-        .map(|(v, t)| match (v, t) {
-            (Value::Null, _) | (_, None) => serde_json::Value::Null,
-            (v, Some(t)) => serde_json::json!([t.to_string(), v.to_string()]),
-        })
-        .collect();
-    serde_json::Value::Array(items).to_string()
-}
-
-fn decode_slots(text: &str, n: usize) -> Result<(Vec<Value>, Vec<Option<DataType>>), String> {
-    let items: Vec<serde_json::Value> =
-        serde_json::from_str(text).map_err(|e| format!("slots of a chain run: {e}"))?;
-    let mut slots = vec![Value::Null; n];
-    let mut types = vec![None; n];
-    for (i, item) in items.into_iter().enumerate().take(n) {
-        if let serde_json::Value::Array(pair) = item {
-            let (Some(t), Some(v)) = (
-                pair.first().and_then(|t| t.as_str()),
-                pair.get(1).and_then(|v| v.as_str()),
-            ) else {
-                return Err(format!("slot {i} of a chain run is not [type, text]"));
-            };
-            let ty = aqueduct_tables::parse_type(t)?;
-            slots[i] = Value::Text(v.to_string())
-                .coerce(&ty)
-                .map_err(|e| format!("slot {i}: {e}"))?;
-            types[i] = Some(ty);
-        }
-    }
-    Ok((slots, types))
-}
-
-/// How one attempt at a hop ended.
-enum HopOutcome {
-    /// Committed at this LSN; the chain linked to this one, when this was
-    /// the last hop and the chain has `THEN CALL`.
-    Committed(Lsn, Option<Box<Run>>),
-    /// The first hop's `ABORT IF` held.
-    Aborted,
-    /// The progress table says the hop has run.
-    AlreadyDone,
-}
-
-/// What a hop needs besides its run: the declarations (for `THEN CALL`)
-/// and the chain ids.
-struct HopContext<'a> {
-    sql: &'a ProgressSql,
-    decls: &'a DeclSource,
-    next_id: &'a AtomicU64,
-}
-
-/// Finds a chain's declaration by name, as the catalog has it now.
-pub type DeclSource = Arc<dyn Fn(&str) -> Option<Arc<ChainDecl>> + Send + Sync>;
-
-/// Runs hop `hop` of `run` as one transaction in `s`, with the progress
-/// row's change; retries serialization failures (`tries` times at most).
-fn run_hop(
-    s: &mut S,
-    cx: &HopContext,
-    run: &mut Run,
-    hop: usize,
-    tries: usize,
-    stop: &dyn Fn() -> bool,
-) -> Result<HopOutcome, SqlError> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let before = (run.slots.clone(), run.types.clone());
-        match try_hop(s, cx, run, hop) {
-            Ok(o) => return Ok(o),
-            Err(e) => {
-                let _ = s.execute_one("ROLLBACK");
-                (run.slots, run.types) = before;
-                if !retryable(&e) || attempt >= tries || stop() {
-                    return Err(e);
-                }
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
-/// The hop's `ABORT IF` and statements, in the open transaction; `true`
-/// when the condition held (nothing ran).
-fn hop_statements(
-    s: &mut S,
-    decl: &ChainDecl,
-    hop: usize,
-    run: &mut Run,
-) -> Result<bool, SqlError> {
-    let h = &decl.hops[hop];
-    if let Some(cond) = &h.abort_if {
-        if let Outcome::Rows { rows, .. } = exec(s, cond, &run.types, &run.slots)? {
-            if rows.first().and_then(|r| r.first()) == Some(&Value::Bool(true)) {
-                return Ok(true);
-            }
-        }
-    }
-    for st in &h.statements {
-        let out = exec(s, &st.statement, &run.types, &run.slots)?;
-        if st.into.is_empty() {
-            continue;
-        }
-        if let Outcome::Rows { columns, rows, .. } = out {
-            let row = rows.into_iter().next();
-            for (i, &slot) in st.into.iter().enumerate() {
-                run.types[slot] = columns.get(i).map(|c| c.ty.clone());
-                run.slots[slot] = row
-                    .as_ref()
-                    .and_then(|r| r.get(i).cloned())
-                    .unwrap_or(Value::Null);
-            }
-        }
-    }
-    Ok(false)
-}
-
-/// `THEN CALL`: in the last hop's transaction, the linked chain's row
-/// (not started: `next_hop = 0`), so it starts exactly once even across
-/// a crash; its run, to start once this commits.
-fn link(
-    s: &mut S,
-    cx: &HopContext,
-    decl: &ChainDecl,
-    run: &Run,
-) -> Result<Option<Box<Run>>, SqlError> {
-    let Some(then) = &decl.then else {
-        return Ok(None);
-    };
-    let linked = (cx.decls)(&then.chain).ok_or_else(|| {
-        SqlError::new(
-            "42883",
-            format!(
-                "chain {} links to chain \"{}\", which does not exist",
-                decl.name, then.chain
-            ),
-        )
-    })?;
-    let args: Vec<Value> = match &then.args {
-        None => Vec::new(),
-        Some(select) => match exec(s, select, &run.types, &run.slots)? {
-            Outcome::Rows { mut rows, .. } if !rows.is_empty() => rows.swap_remove(0),
-            _ => Vec::new(),
-        },
-    };
-    if args.len() != linked.params.len() {
-        return Err(SqlError::new(
-            "42883",
-            format!(
-                "chain {} takes {} arguments, not {} (THEN CALL in chain {})",
-                linked.name,
-                linked.params.len(),
-                args.len(),
-                decl.name
-            ),
-        ));
-    }
-    let mut slots = args
-        .into_iter()
-        .zip(&linked.params)
-        .map(|(v, (_, ty))| {
-            v.coerce(ty)
-                .map_err(|e| SqlError::new(e.sqlstate(), e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    slots.resize(linked.slots.len(), Value::Null);
-    let next = Box::new(Run {
-        id: cx.next_id.fetch_add(1, Ordering::SeqCst),
-        types: types_of(&linked),
-        decl: linked,
-        slots,
-        offset: 0,
-        linked: true,
-        stamps: None,
-        ticket: run.ticket.clone(),
-    });
-    exec_plain(
-        s,
-        &cx.sql.insert,
-        &[
-            Value::Int(next.id as i64),
-            Value::Text(next.decl.name.clone()),
-            Value::Int(0),
-            Value::Text(encode_slots(&next.slots, &next.types)),
-        ],
-    )?;
-    Ok(Some(next))
-}
-
-fn try_hop(s: &mut S, cx: &HopContext, run: &mut Run, hop: usize) -> Result<HopOutcome, SqlError> {
-    let sql = cx.sql;
-    let decl = run.decl.clone();
-    let last = hop + 1 == decl.hops.len();
-    // A row for this chain exists from its first hop on, or before it for
-    // a linked chain.
-    let has_row = hop > 0 || run.linked;
-    exec_plain(s, &sql.begin, &[])?;
-    if has_row {
-        let at = exec_plain(s, &sql.at, &[Value::Int(run.id as i64)])?;
-        let next = match at {
-            Outcome::Rows { rows, .. } => rows.first().and_then(|r| r.first()).cloned(),
-            _ => None,
-        };
-        if next != Some(Value::Int(hop as i64)) {
-            exec_plain(s, &sql.rollback, &[])?;
-            return Ok(HopOutcome::AlreadyDone);
-        }
-    }
-    if hop_statements(s, &decl, hop, run)? {
-        if has_row {
-            // An aborted linked chain leaves no row behind.
-            exec_plain(s, &sql.delete, &[Value::Int(run.id as i64)])?;
-            exec_plain(s, &sql.commit, &[])?;
-        } else {
-            exec_plain(s, &sql.rollback, &[])?;
-        }
-        return Ok(HopOutcome::Aborted);
-    }
-    let id = Value::Int(run.id as i64);
-    let mut linked = None;
-    if last {
-        linked = link(s, cx, &decl, run)?;
-        if has_row {
-            exec_plain(s, &sql.delete, &[id])?;
-        }
-    } else if has_row {
-        exec_plain(
-            s,
-            &sql.advance,
-            &[
-                id,
-                Value::Int(hop as i64 + 1),
-                Value::Text(encode_slots(&run.slots, &run.types)),
-            ],
-        )?;
-    } else {
-        exec_plain(
-            s,
-            &sql.insert,
-            &[
-                id,
-                Value::Text(decl.name.clone()),
-                Value::Int(1),
-                Value::Text(encode_slots(&run.slots, &run.types)),
-            ],
-        )?;
-    }
-    exec_plain(s, &sql.commit, &[])?;
-    Ok(HopOutcome::Committed(s.last_lsn(), linked))
 }
 
 impl Runtime {
-    /// Starts the logical servers and resumes the chains the progress
-    /// table holds; `chains` are the declarations by name.
+    /// Starts the logical servers of this node, restores their
+    /// sequencers and sends on every chain the progress table holds.
     pub fn start(
         sessions: SessionFactory,
         alive: Alive,
         decls: DeclSource,
         datacenters: Option<Datacenters>,
+        placement: Placement,
     ) -> Result<Arc<Runtime>, SqlError> {
         let mut s = sessions().ok_or_else(stopped)?;
-        s.execute_one(&format!(
-            "CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (id bigint PRIMARY KEY, chain text NOT NULL, \
-             next_hop integer NOT NULL, slots text NOT NULL, error text)"
-        ))?;
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let mut servers = Vec::with_capacity(LOGICAL_SERVERS);
+        ProgressSql::create_tables(s.as_mut())?;
+        // Each server's sequencer, as its last hop left it.
+        let mut orders: HashMap<ServerId, SequencerState> = HashMap::new();
+        for row in rows(s.execute_one(&format!("SELECT server, state FROM {ORDER_TABLE}"))?) {
+            if let (Some(Value::Int(server)), Some(Value::Text(state))) = (row.first(), row.get(1))
+            {
+                let server = *server as ServerId;
+                let state =
+                    decode_order(server, state).map_err(|why| SqlError::new("XX001", why))?;
+                orders.insert(server, state);
+            }
+        }
+        let mut sequencers = Vec::with_capacity(LOGICAL_SERVERS);
+        for i in 0..LOGICAL_SERVERS {
+            let me = placement.global(i);
+            let seq = match orders.remove(&me) {
+                Some(state) => Sequencer::restore(state),
+                None => {
+                    let fresh = Sequencer::new(me);
+                    s.execute_one(&format!(
+                        "INSERT INTO {ORDER_TABLE} (server, state) VALUES ({me}, '{}')",
+                        encode_order(&fresh.snapshot())
+                    ))?;
+                    fresh
+                }
+            };
+            sequencers.push(seq);
+        }
+        // Chains in flight, oldest first.
+        let in_flight_rows = rows(s.execute_one(&format!(
+            "SELECT id, chain, next_hop, slots, stamps FROM {PROGRESS_TABLE} WHERE next_hop >= 0 ORDER BY id"
+        ))?);
+        let max_id = match rows(s.execute_one(&format!(
+            "SELECT coalesce(max(id), 0) FROM {PROGRESS_TABLE}"
+        ))?)
+        .first()
+        .and_then(|r| r.first())
+        {
+            Some(Value::Int(n)) => *n as u64,
+            _ => 0,
+        };
+        let mut senders = Vec::with_capacity(LOGICAL_SERVERS);
         let mut receivers = Vec::with_capacity(LOGICAL_SERVERS);
         for _ in 0..LOGICAL_SERVERS {
             let (tx, rx) = mpsc::channel();
-            servers.push(tx);
+            senders.push(tx);
             receivers.push(rx);
         }
-        // Chains in flight, oldest first.
-        let rows = match s.execute_one(&format!(
-            "SELECT id, chain, next_hop, slots FROM {PROGRESS_TABLE} WHERE next_hop >= 0 ORDER BY id"
-        ))? {
-            Outcome::Rows { rows, .. } => rows,
-            _ => Vec::new(),
-        };
-        let max_id = match s.execute_one(&format!(
-            "SELECT coalesce(max(id), 0) FROM {PROGRESS_TABLE}"
-        ))? {
-            Outcome::Rows { rows, .. } => match rows.first().and_then(|r| r.first()) {
-                Some(Value::Int(n)) => *n as u64,
-                _ => 0,
-            },
-            _ => 0,
-        };
-        // Ids also go on from the clock, so ids of chains that completed
-        // (and left no row) are not given again after a restart.
-        let clock_id = aqueduct_log::now_micros() as u64;
-        let runtime = Arc::new(Runtime {
-            datacenters: datacenters.clone(),
-            sessions: sessions.clone(),
-            servers,
-            in_flight: in_flight.clone(),
-            next_id: Arc::new(AtomicU64::new(max_id.max(clock_id) + 1)),
-            decls: decls.clone(),
-        });
         // Hops between simulated datacenters go through one delay line.
         let delays = match &datacenters {
             Some(d) => {
-                let peers = runtime.servers.clone();
-                let line = DelayLine::start(move |(to, msg): (ServerId, Msg)| {
-                    let _ = peers[to as usize].send(msg);
+                let servers = senders.clone();
+                let line = DelayLine::start(move |(to, msg): (usize, Msg)| {
+                    let _ = servers[to].send(msg);
                 })
                 .map_err(|e| SqlError::new("53000", format!("cannot start the delay line: {e}")))?;
                 Some((d.clone(), Arc::new(line)))
             }
             None => None,
         };
-        for (i, rx) in receivers.into_iter().enumerate() {
-            let peers = runtime.servers.clone();
-            let delays = delays.clone();
-            let shared = Shared {
-                decls: decls.clone(),
-                next_id: runtime.next_id.clone(),
-                in_flight: in_flight.clone(),
-            };
+        let shared = Arc::new(Shared {
+            ids: Ids::new(max_id, placement.node, placement.node_count()),
+            placement: placement.clone(),
+            decls: decls.clone(),
+            in_flight: AtomicUsize::new(0),
+            servers: senders,
+            transport: OnceLock::new(),
+            delays,
+            tickets: parking_lot::Mutex::new(HashMap::new()),
+            calls: parking_lot::Mutex::new(HashMap::new()),
+        });
+        if placement.is_spread() {
+            let receiver = shared.clone();
+            let watcher = shared.clone();
+            let transport = Transport::start(
+                &placement,
+                Arc::new(move |m| receiver.receive(m)),
+                Arc::new(move |node| watcher.lost(node)),
+            )
+            .map_err(|e| {
+                SqlError::new(
+                    "53000",
+                    format!(
+                        "cannot listen for hops on {}: {e}",
+                        placement.nodes[placement.node]
+                    ),
+                )
+            })?;
+            let _ = shared.transport.set(transport);
+        }
+        let runtime = Arc::new(Runtime {
+            datacenters,
+            sessions: sessions.clone(),
+            shared: shared.clone(),
+        });
+        for (i, (rx, seq)) in receivers.into_iter().zip(sequencers).enumerate() {
+            let shared = shared.clone();
             let sessions = sessions.clone();
             let alive = alive.clone();
             std::thread::Builder::new()
@@ -624,111 +531,208 @@ impl Runtime {
                 // Room for a whole statement, as the server's own threads
                 // have: a smaller stack would map a new one per statement.
                 .stack_size(aqueduct_expr::limits::SERVER_THREAD_STACK_BYTES)
-                .spawn(move || serve(i as ServerId, sessions, alive, rx, peers, delays, shared))
+                .spawn(move || serve(seq, sessions, alive, rx, shared))
                 .map_err(|e| {
                     SqlError::new("53000", format!("cannot start a logical server: {e}"))
                 })?;
         }
-        for row in rows {
-            let (
-                Some(Value::Int(id)),
-                Some(Value::Text(name)),
-                Some(Value::Int(next)),
-                Some(Value::Text(slots)),
-            ) = (row.first(), row.get(1), row.get(2), row.get(3))
-            else {
-                continue;
-            };
-            let Some(decl) = decls(name) else {
-                tracing::error!(chain = %name, id, "a chain in flight was dropped; its remaining hops do not run");
-                continue;
-            };
-            let (slot_values, types) =
-                decode_slots(slots, decl.slots.len()).map_err(|why| SqlError::new("XX001", why))?;
-            let next = *next as usize;
-            if next >= decl.hops.len() {
-                continue;
+        for row in in_flight_rows {
+            if let Err(e) = runtime.resume(&row) {
+                tracing::error!("a chain in flight cannot go on: {e}");
             }
-            let run = Box::new(Run {
-                id: *id as u64,
-                decl: decl.clone(),
-                slots: slot_values,
-                types,
-                offset: next.saturating_sub(1),
-                linked: next == 0,
-                stamps: None,
-                ticket: Arc::new(Ticket::default()),
-            });
-            let origin = path_of(&decl, &run.slots)[0];
-            in_flight.fetch_add(1, Ordering::SeqCst);
-            let msg = if next == 0 {
-                // A linked chain that had not started: it starts now.
-                Msg::Start { run, reply: None }
-            } else {
-                Msg::Resume {
-                    run,
-                    next_hop: next,
-                }
-            };
-            let _ = runtime.servers[origin as usize].send(msg);
         }
         Ok(runtime)
+    }
+
+    /// Sends on a chain found in the progress table at start.
+    fn resume(&self, row: &[Value]) -> Result<(), SqlError> {
+        let shared = &self.shared;
+        let (
+            Some(Value::Int(id)),
+            Some(Value::Text(name)),
+            Some(Value::Int(next)),
+            Some(Value::Text(slots)),
+        ) = (row.first(), row.get(1), row.get(2), row.get(3))
+        else {
+            return Ok(());
+        };
+        let id = *id as ChainId;
+        let Some(decl) = (shared.decls)(name) else {
+            return Err(SqlError::new(
+                "42883",
+                format!("chain {name} (instance {id}) was dropped; its remaining hops do not run"),
+            ));
+        };
+        let (slot_values, types) =
+            decode_slots(slots, decl.slots.len()).map_err(|why| SqlError::new("XX001", why))?;
+        let stamps = match row.get(4) {
+            Some(Value::Text(t)) => {
+                decode_stamps(id, t).map_err(|why| SqlError::new("XX001", why))?
+            }
+            _ => None,
+        };
+        let next = *next as usize;
+        if next >= decl.hops.len() {
+            return Ok(());
+        }
+        let mut run = Box::new(Run::new(id, decl, slot_values, shared.placement.node));
+        run.types = types;
+        run.stamps = stamps;
+        let path = path_of(&shared.placement, &run.decl, &run.slots);
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        if next == 0 {
+            // A linked chain that had not started: it starts now.
+            run.linked = true;
+            self.send_linked(run);
+            return Ok(());
+        }
+        let Some(stamps) = run.stamps.clone() else {
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(SqlError::new(
+                "XX001",
+                format!("chain {name} (instance {id}) is in flight without stamps"),
+            ));
+        };
+        let from = stamps.hops[next - 1].server;
+        let to = stamps.hops[next].server;
+        debug_assert_eq!(to, path[next]);
+        if shared.placement.local(to).is_some() {
+            let arrival = stamps.arrival(next).expect("inside the path");
+            shared.deliver_local(None, to, Msg::Arrive { run, arrival, from });
+        } else {
+            let node = shared.placement.node_of(to);
+            let wire = Wire::Hop {
+                run: run.to_wire(),
+                hop: next,
+                from,
+            };
+            shared.deliver_local(
+                None,
+                from,
+                Msg::Resend {
+                    key: (id, next),
+                    node,
+                    wire,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A linked chain goes to a server of this node, which starts it here
+    /// or sends it to its origin's node.
+    fn send_linked(&self, run: Box<Run>) {
+        let _ = self.shared.servers[0].send(Msg::Linked { run });
     }
 
     /// Runs a chain piecewise: returns once its first hop committed (or
     /// the chain aborted).
     pub fn call(&self, decl: Arc<ChainDecl>, slots: Vec<Value>) -> Result<Started, SqlError> {
-        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_CHAINS_IN_FLIGHT {
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let shared = &self.shared;
+        let path = path_of(&shared.placement, &decl, &slots);
+        let run = Box::new(Run::new(
+            shared.ids.next(),
+            decl,
+            slots,
+            shared.placement.node,
+        ));
+        if shared.placement.local(path[0]).is_none() {
+            return self.call_remote(*run, shared.placement.node_of(path[0]));
+        }
+        if shared.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_CHAINS_IN_FLIGHT {
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(SqlError::new(
                 "53400",
                 format!("{MAX_CHAINS_IN_FLIGHT} chains are in flight, the most this server runs"),
             )
             .with_hint("call again once some have completed (WAIT FOR CHAINS)"));
         }
-        let types = types_of(&decl);
-        let path = path_of(&decl, &slots);
-        let run = Box::new(Run {
-            id: self.next_id.fetch_add(1, Ordering::SeqCst),
-            decl,
-            slots,
-            types,
-            offset: 0,
-            linked: false,
-            stamps: None,
-            ticket: Arc::new(Ticket::default()),
-        });
         let (reply, answer) = mpsc::sync_channel(1);
-        if self.servers[path[0] as usize]
+        let index = shared.placement.local(path[0]).expect("checked above");
+        if shared.servers[index]
             .send(Msg::Start {
                 run,
-                reply: Some(reply),
+                entry: Entry::Called,
+                reply: Some(Box::new(move |r| {
+                    let _ = reply.send(r);
+                })),
+                from: None,
             })
             .is_err()
         {
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(stopped());
         }
         answer.recv().unwrap_or_else(|_| Err(stopped()))
     }
 
+    /// A chain whose first hop's shard lives on another node: that node
+    /// runs it and answers.
+    fn call_remote(&self, run: Run, node: usize) -> Result<Started, SqlError> {
+        let shared = &self.shared;
+        let (reply, answer) = mpsc::sync_channel(1);
+        let id = run.id;
+        shared.tickets.lock().insert(id, run.ticket.clone());
+        shared
+            .calls
+            .lock()
+            .insert(id, (reply, run.decl.clone(), run.ticket.clone(), node));
+        shared.send_to_node(node, Wire::Call { run: run.to_wire() });
+        match answer.recv_timeout(REMOTE_CALL_TIMEOUT) {
+            Ok(r) => r,
+            Err(_) => {
+                shared.calls.lock().remove(&id);
+                shared.tickets.lock().remove(&id);
+                Err(SqlError::new(
+                    "08006",
+                    format!(
+                        "node {node} ({}), which holds the chain's first hop, did not answer within {REMOTE_CALL_TIMEOUT:?}; the chain may have started there",
+                        shared.placement.nodes[node]
+                    ),
+                ))
+            }
+        }
+    }
+
     /// Runs a chain as one distributed transaction: every logical server
     /// its hops touch is taken, in ascending order, then all hops run in
-    /// one transaction of `s`, committed atomically through the log.
+    /// one transaction, committed atomically through the log.
     pub fn call_distributed(
         &self,
         decl: Arc<ChainDecl>,
         slots: Vec<Value>,
     ) -> Result<Started, SqlError> {
-        let path = path_of(&decl, &slots);
+        let shared = &self.shared;
+        let path = path_of(&shared.placement, &decl, &slots);
         let mut servers = path.clone();
         servers.sort_unstable();
         servers.dedup();
+        if let Some(&far) = servers
+            .iter()
+            .find(|&&s| shared.placement.local(s).is_none())
+        {
+            return Err(SqlError::new(
+                "0A000",
+                format!(
+                    "chain {} runs as a distributed transaction (EXPLAIN CHAIN {} shows why), \
+                     and these arguments put one of its hops on node {}: a distributed \
+                     transaction spans the logical servers of one node only",
+                    decl.name,
+                    decl.name,
+                    shared.placement.node_of(far)
+                ),
+            )
+            .with_hint(
+                "annotate the hops that commute (COMMUTATIVE, COMMUTES WITH) so the chain runs \
+                 piecewise, or keep the shards this chain touches on one node",
+            ));
+        }
         let mut held = Vec::with_capacity(servers.len());
         for &server in &servers {
             let (locked_tx, locked_rx) = mpsc::sync_channel(1);
             let (release_tx, release_rx) = mpsc::sync_channel::<()>(1);
-            self.servers[server as usize]
+            let index = shared.placement.local(server).expect("checked above");
+            shared.servers[index]
                 .send(Msg::Lock {
                     locked: locked_tx,
                     release: release_rx,
@@ -743,28 +747,20 @@ impl Runtime {
             std::thread::sleep(d.distributed_wait(path[0], &servers));
         }
         let mut s = (self.sessions)().ok_or_else(stopped)?;
-        let mut run = Run {
-            id: self.next_id.fetch_add(1, Ordering::SeqCst),
-            types: types_of(&decl),
-            decl: decl.clone(),
-            slots,
-            offset: 0,
-            linked: false,
-            stamps: None,
-            ticket: Arc::new(Ticket::default()),
-        };
+        let mut run = Run::new(shared.ids.next(), decl, slots, shared.placement.node);
         let sql = ProgressSql::new();
         let cx = HopContext {
             sql: &sql,
-            decls: &self.decls,
-            next_id: &self.next_id,
+            decls: &shared.decls,
+            ids: &shared.ids,
+            node: shared.placement.node,
         };
         let result = (|| {
             let mut attempt = 0;
             loop {
                 attempt += 1;
                 let before = (run.slots.clone(), run.types.clone());
-                match try_whole(s.as_mut(), &cx, &decl, &mut run) {
+                match try_whole(s.as_mut(), &cx, &mut run) {
                     Ok(o) => return Ok(o),
                     Err(e) => {
                         let _ = s.execute_one("ROLLBACK");
@@ -786,8 +782,8 @@ impl Runtime {
         match linked {
             // The linked chain completes the ticket.
             Some(next) => {
-                run.ticket.note_called_slots(&run.slots);
-                self.start_linked(next)
+                shared.in_flight.fetch_add(1, Ordering::SeqCst);
+                self.send_linked(next)
             }
             None => run.ticket.complete(Ok((lsn, run.slots.clone()))),
         }
@@ -796,287 +792,434 @@ impl Runtime {
             status,
             lsn,
             slots: run.slots.clone(),
+            types: run.types.clone(),
             ticket: run.ticket.clone(),
         })
     }
 }
 
-impl Runtime {
-    /// Starts a chain another linked to, its row already written.
-    fn start_linked(&self, run: Box<Run>) {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let origin = path_of(&run.decl, &run.slots)[0];
-        let _ = self.servers[origin as usize].send(Msg::Start { run, reply: None });
-    }
-}
+/// A hop of this server's, waiting or ready: the run, its stamp and the
+/// server that sent it.
+type Queued = (Box<Run>, HopArrival, ServerId);
 
-fn try_whole(
-    s: &mut S,
-    cx: &HopContext,
-    decl: &ChainDecl,
-    run: &mut Run,
-) -> Result<HopOutcome, SqlError> {
-    s.execute_one("BEGIN ISOLATION LEVEL SERIALIZABLE")?;
-    for hop in 0..decl.hops.len() {
-        if hop_statements(s, decl, hop, run)? {
-            s.execute_one("ROLLBACK")?;
-            return Ok(HopOutcome::Aborted);
-        }
-    }
-    let linked = link(s, cx, decl, run)?;
-    s.execute_one("COMMIT")?;
-    Ok(HopOutcome::Committed(s.last_lsn(), linked))
-}
+/// A first hop waiting for its turn: the run, how it came, where its
+/// `CALL` waits and the server that linked it from another node.
+type FirstHop = (Box<Run>, Entry, Option<Reply>, Option<ServerId>);
 
-fn types_of(decl: &ChainDecl) -> Vec<Option<DataType>> {
-    let mut t: Vec<Option<DataType>> = decl.params.iter().map(|(_, ty)| Some(ty.clone())).collect();
-    t.resize(decl.slots.len(), None);
-    t
-}
-
-fn stopped() -> SqlError {
-    SqlError::new("57P01", "the server is stopping; the chain did not start")
-}
-
-/// What every logical server shares.
-struct Shared {
-    decls: DeclSource,
-    next_id: Arc<AtomicU64>,
-    in_flight: Arc<AtomicUsize>,
-}
-
-/// One logical server's loop.
-fn serve(
+/// One logical server: its sequencer, its session and what waits for it.
+struct Server {
     me: ServerId,
-    sessions: SessionFactory,
-    alive: Alive,
-    rx: mpsc::Receiver<Msg>,
-    peers: Vec<mpsc::Sender<Msg>>,
-    delays: Option<Delays>,
-    shared: Shared,
-) {
-    let Some(mut session) = sessions() else {
-        return;
-    };
-    drop(sessions);
-    let sql = ProgressSql::new();
-    let cx = HopContext {
-        sql: &sql,
-        decls: &shared.decls,
-        next_id: &shared.next_id,
-    };
-    let in_flight = &shared.in_flight;
-    let mut seq = Sequencer::new(me);
-    let mut first_hops: VecDeque<(Box<Run>, Option<Reply>)> = VecDeque::new();
-    // Chains resumed at start whose origin this is, oldest first: stamped
-    // like first hops, before any new chain's.
-    let mut resumes: VecDeque<(Box<Run>, usize)> = VecDeque::new();
-    // Hops that arrived, by (origin, seq), until their turn.
-    let mut waiting: HashMap<(ServerId, u64), Box<Run>> = HashMap::new();
-    let mut ready: VecDeque<(Box<Run>, HopArrival)> = VecDeque::new();
-    let stopping = || !alive();
-    let finish = |run: Box<Run>, outcome: Completion| {
-        run.ticket.complete(outcome);
-        in_flight.fetch_sub(1, Ordering::SeqCst);
-    };
-    // A chain's last hop committed: it completes, or hands its place in
-    // flight and its ticket to the chain it links to.
-    let complete = |run: Box<Run>, lsn: Lsn, linked: Option<Box<Run>>| match linked {
-        Some(next) => {
-            run.ticket.note_called_slots(&run.slots);
-            let origin = path_of(&next.decl, &next.slots)[0];
-            let _ = peers[origin as usize].send(Msg::Start {
-                run: next,
-                reply: None,
-            });
+    seq: Sequencer,
+    session: Box<dyn HopSession>,
+    sql: ProgressSql,
+    shared: Arc<Shared>,
+    first_hops: VecDeque<FirstHop>,
+    /// Hops that arrived, by (origin, seq), until their turn.
+    waiting: HashMap<(ServerId, u64), (Box<Run>, ServerId)>,
+    ready: VecDeque<Queued>,
+    /// Messages sent to other nodes and not yet acknowledged: when last
+    /// sent, to which node.
+    unacked: HashMap<(ChainId, usize), (Instant, usize, Wire)>,
+}
+
+impl Server {
+    fn node(&self) -> usize {
+        self.shared.placement.node
+    }
+
+    /// A run leaves this node's care.
+    fn leave(&self) {
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The chain ended (completed, aborted or failed): its session hears.
+    fn finish(&self, run: &Run, outcome: Result<Lsn, SqlError>) {
+        let outcome = outcome.map(|lsn| (lsn, run.final_slots()));
+        if run.home == self.node() {
+            run.ticket
+                .complete(outcome.map(|(lsn, (slots, _))| (lsn, slots)));
+        } else {
+            let outcome = outcome
+                .map(|(lsn, (slots, types))| (lsn, encode_slots(&slots, &types)))
+                .map_err(|e| error_to_wire(&e));
+            self.shared.send_to_node(
+                run.home,
+                Wire::Done {
+                    ticket: run.ticket_id,
+                    outcome,
+                },
+            );
         }
-        None => {
-            let slots = run.slots.clone();
-            finish(run, Ok((lsn, slots)));
+        self.leave();
+    }
+
+    /// Sends a message to another node until it is acknowledged.
+    fn send_reliably(&mut self, key: (ChainId, usize), node: usize, wire: Wire) {
+        self.shared.send_to_node(node, wire.clone());
+        self.unacked.insert(key, (Instant::now(), node, wire));
+    }
+
+    /// A linked chain starts: here, or at its origin's node.
+    fn start_linked(&mut self, run: Box<Run>) {
+        let origin = path_of(&self.shared.placement, &run.decl, &run.slots)[0];
+        if self.shared.placement.local(origin).is_some() {
+            self.shared.deliver_local(
+                Some(self.me),
+                origin,
+                Msg::Start {
+                    run,
+                    entry: Entry::LinkedHere,
+                    reply: None,
+                    from: None,
+                },
+            );
+        } else {
+            self.shared.keep_ticket(&run);
+            let node = self.shared.placement.node_of(origin);
+            let wire = Wire::Start {
+                run: run.to_wire(),
+                from: self.me,
+            };
+            self.send_reliably((run.id, 0), node, wire);
         }
-    };
-    let forward = |run: Box<Run>, path_index: usize| {
+    }
+
+    /// A chain's last hop committed: it completes, or hands its place in
+    /// flight to the chain it links to.
+    fn complete(&mut self, run: Box<Run>, lsn: Lsn, linked: Option<Box<Run>>) {
+        match linked {
+            Some(next) => self.start_linked(next),
+            None => self.finish(&run, Ok(lsn)),
+        }
+    }
+
+    /// Sends the chain on to its hop at `path_index`.
+    fn forward(&mut self, run: Box<Run>, path_index: usize) {
         let stamps = run.stamps.as_ref().expect("stamped at the origin");
         let arrival = stamps.arrival(path_index).expect("inside the path");
-        let server = stamps.hops[path_index].server;
-        let msg = Msg::Arrive { run, arrival };
-        match &delays {
-            Some((d, line)) if !d.round_trip(me, server).is_zero() => {
-                line.send_after(d.round_trip(me, server), (server, msg));
-            }
-            _ => {
-                let _ = peers[server as usize].send(msg);
-            }
+        let to = stamps.hops[path_index].server;
+        if self.shared.placement.local(to).is_some() {
+            self.shared.deliver_local(
+                Some(self.me),
+                to,
+                Msg::Arrive {
+                    run,
+                    arrival,
+                    from: self.me,
+                },
+            );
+        } else {
+            self.shared.keep_ticket(&run);
+            let node = self.shared.placement.node_of(to);
+            let wire = Wire::Hop {
+                run: run.to_wire(),
+                hop: path_index,
+                from: self.me,
+            };
+            self.send_reliably((run.id, path_index), node, wire);
         }
-    };
-    loop {
-        // Hops whose turn it is run first, then new chains' first hops.
-        if let Some((mut run, arrival)) = ready.pop_front() {
-            let hop = run.hop_of(arrival.hop_index);
-            let outcome = run_hop(session.as_mut(), &cx, &mut run, hop, usize::MAX, &stopping);
-            if stopping() {
-                return;
-            }
-            for effect in seq
-                .finished(arrival.origin, arrival.seq)
-                .unwrap_or_default()
-            {
-                if let Effect::Run(next) = effect {
-                    if let Some(r) = waiting.remove(&(next.origin, next.seq)) {
-                        ready.push_back((r, next));
+    }
+
+    /// Tells the server on another node that sent a hop it has committed.
+    fn acknowledge(&self, id: ChainId, hop: usize, from: ServerId) {
+        let node = self.shared.placement.node_of(from);
+        if node != self.node() {
+            self.shared
+                .send_to_node(node, Wire::Ack { id, hop, to: from });
+        }
+    }
+
+    /// Grants the turn to hops the sequencer says may run.
+    fn granted(&mut self, effects: Vec<Effect>, arrived: HopArrival) {
+        for effect in effects {
+            match effect {
+                Effect::Run(next) => {
+                    if let Some((r, from)) = self.waiting.remove(&(next.origin, next.seq)) {
+                        self.ready.push_back((r, next, from));
                     }
                 }
-            }
-            match outcome {
-                Ok(HopOutcome::Committed(lsn, linked)) if hop + 1 == run.decl.hops.len() => {
-                    complete(run, lsn, linked)
-                }
-                Ok(HopOutcome::Committed(..)) => forward(run, arrival.hop_index + 1),
-                Ok(HopOutcome::AlreadyDone) | Ok(HopOutcome::Aborted) => {
-                    let lsn = session.last_lsn();
-                    let slots = run.slots.clone();
-                    finish(run, Ok((lsn, slots)));
-                }
-                Err(e) => {
-                    // Only the first hop may fail; a later hop that does
-                    // is recorded as the chain's failure.
-                    tracing::error!(chain = %run.decl.name, id = run.id, hop = hop + 1, "a chain's hop failed after its first hop committed: {e}");
-                    let _ = session.execute_one("ROLLBACK");
-                    let _ = exec_plain(
-                        session.as_mut(),
-                        &sql.fail,
-                        &[Value::Int(run.id as i64), Value::Text(e.to_string())],
-                    );
-                    finish(run, Err(e));
-                }
-            }
-            continue;
-        }
-        if seq.first_hop_ready() {
-            if let Some((mut run, next_hop)) = resumes.pop_front() {
-                // Stamp the remaining hops from here, as if the chain's
-                // first hop had just committed: path[0] is this server.
-                let full = path_of(&run.decl, &run.slots);
-                let mut path = vec![me];
-                path.extend_from_slice(&full[next_hop..]);
-                match seq.assign(run.id, &path) {
-                    Ok(stamps) => {
-                        run.stamps = Some(stamps);
-                        forward(run, 1);
+                Effect::AlreadyDone { .. } => {
+                    // A copy of a hop that ran: its sender hears again.
+                    if let Some((r, from)) = self.waiting.remove(&(arrived.origin, arrived.seq)) {
+                        self.acknowledge(r.id, arrived.hop_index, from);
+                        self.leave();
                     }
-                    Err(e) => tracing::error!("a resumed chain could not be stamped: {e}"),
                 }
-                continue;
+                // The in-flight bound keeps the queue under its limit
+                // (checked at compile time).
+                Effect::Busy(_) => unreachable!("queue bounded by MAX_CHAINS_IN_FLIGHT"),
             }
-            if let Some((mut run, reply)) = first_hops.pop_front() {
-                let outcome = run_hop(
-                    session.as_mut(),
+        }
+    }
+
+    /// Runs a later hop whose turn it is.
+    fn run_ready(
+        &mut self,
+        mut run: Box<Run>,
+        arrival: HopArrival,
+        from: ServerId,
+        stop: &dyn Fn() -> bool,
+    ) {
+        let hop = arrival.hop_index;
+        let entry = if self.shared.placement.local(from).is_some() {
+            Entry::Local
+        } else {
+            Entry::Remote
+        };
+        let order = (self.me, self.seq.state_after(arrival.origin, arrival.seq));
+        let cx = HopContext {
+            sql: &self.sql,
+            decls: &self.shared.decls,
+            ids: &self.shared.ids,
+            node: self.shared.placement.node,
+        };
+        let outcome = run_hop(
+            self.session.as_mut(),
+            &cx,
+            &mut run,
+            hop,
+            entry,
+            &order,
+            usize::MAX,
+            stop,
+        );
+        if stop() {
+            return;
+        }
+        if let Err(e) = &outcome {
+            // Only the first hop may fail; a later hop that does is
+            // recorded as the chain's failure, with its turn.
+            tracing::error!(chain = %run.decl.name, id = run.id, hop = hop + 1, "a chain's hop failed after its first hop committed: {e}");
+            let _ = self.session.execute_one("ROLLBACK");
+            self.sql
+                .record_failure(self.session.as_mut(), run.id, e, &order);
+        }
+        let effects = self
+            .seq
+            .finished(arrival.origin, arrival.seq)
+            .unwrap_or_default();
+        self.granted(effects, arrival);
+        if entry == Entry::Remote {
+            self.acknowledge(run.id, hop, from);
+        }
+        match outcome {
+            Ok(HopOutcome::Committed(lsn, linked)) if hop + 1 == run.decl.hops.len() => {
+                self.complete(run, lsn, linked)
+            }
+            Ok(HopOutcome::Committed(..)) => self.forward(run, hop + 1),
+            Ok(HopOutcome::AlreadyDone) | Ok(HopOutcome::Aborted) => self.leave(),
+            Err(e) => self.finish(&run, Err(e)),
+        }
+    }
+
+    /// Runs a chain's first hop here.
+    fn run_first(
+        &mut self,
+        mut run: Box<Run>,
+        entry: Entry,
+        reply: Option<Reply>,
+        from: Option<ServerId>,
+        stop: &dyn Fn() -> bool,
+    ) {
+        let path = path_of(&self.shared.placement, &run.decl, &run.slots);
+        let outcome = match self.seq.preview(run.id, &path) {
+            Ok((stamps, state)) => {
+                run.stamps = Some(stamps);
+                let order = (self.me, state);
+                let cx = HopContext {
+                    sql: &self.sql,
+                    decls: &self.shared.decls,
+                    ids: &self.shared.ids,
+                    node: self.shared.placement.node,
+                };
+                run_hop(
+                    self.session.as_mut(),
                     &cx,
                     &mut run,
                     0,
+                    entry,
+                    &order,
                     FIRST_HOP_TRIES,
-                    &stopping,
-                );
-                let answer = |status: CallStatus, lsn: Lsn, run: &Run| {
-                    if let Some(reply) = &reply {
-                        let _ = reply.send(Ok(Started {
-                            id: run.id,
-                            status,
-                            lsn,
-                            slots: run.slots.clone(),
-                            ticket: run.ticket.clone(),
-                        }));
-                    }
-                };
-                match outcome {
-                    Ok(HopOutcome::Committed(lsn, linked)) => {
-                        let path = path_of(&run.decl, &run.slots);
-                        match seq.assign(run.id, &path) {
-                            Ok(stamps) => run.stamps = Some(stamps),
-                            Err(e) => {
-                                tracing::error!("a chain could not be stamped: {e}");
-                            }
-                        }
-                        if run.decl.hops.len() == 1 {
-                            let status = if linked.is_some() {
-                                CallStatus::Started
-                            } else {
-                                CallStatus::Completed
-                            };
-                            answer(status, lsn, &run);
-                            complete(run, lsn, linked);
-                        } else {
-                            answer(CallStatus::Started, lsn, &run);
-                            forward(run, 1);
-                        }
-                    }
-                    Ok(_) => {
-                        let lsn = session.last_lsn();
-                        answer(CallStatus::Aborted, lsn, &run);
-                        let slots = run.slots.clone();
-                        finish(run, Ok((lsn, slots)));
-                    }
-                    Err(e) => {
-                        if let Some(reply) = &reply {
-                            let _ = reply.send(Err(e.clone()));
-                        } else {
-                            tracing::error!(chain = %run.decl.name, id = run.id, "a linked chain's first hop failed: {e}");
-                        }
-                        finish(run, Err(e));
+                    stop,
+                )
+            }
+            Err(e) => Err(SqlError::new(
+                "54000",
+                format!("chain {}: {e}", run.decl.name),
+            )),
+        };
+        let answer = |status: CallStatus, lsn: Lsn, run: &Run, reply: Option<Reply>| {
+            if let Some(reply) = reply {
+                reply(Ok(Started {
+                    id: run.id,
+                    status,
+                    lsn,
+                    slots: run.slots.clone(),
+                    types: run.types.clone(),
+                    ticket: run.ticket.clone(),
+                }));
+            }
+        };
+        if let Some(from) = from {
+            // The linking node keeps the chain's row until it hears.
+            self.acknowledge(run.id, 0, from);
+        }
+        match outcome {
+            Ok(HopOutcome::Committed(lsn, linked)) => {
+                let stamps = self.seq.assign(run.id, &path);
+                debug_assert_eq!(stamps.as_ref().ok(), run.stamps.as_ref());
+                if run.decl.hops.len() == 1 {
+                    let status = if linked.is_some() {
+                        CallStatus::Started
+                    } else {
+                        CallStatus::Completed
+                    };
+                    answer(status, lsn, &run, reply);
+                    self.complete(run, lsn, linked);
+                } else {
+                    answer(CallStatus::Started, lsn, &run, reply);
+                    self.forward(run, 1);
+                }
+            }
+            Ok(HopOutcome::Aborted) => {
+                let lsn = self.session.last_lsn();
+                answer(CallStatus::Aborted, lsn, &run, reply);
+                self.finish(&run, Ok(lsn));
+            }
+            Ok(HopOutcome::AlreadyDone) => {
+                let lsn = self.session.last_lsn();
+                answer(CallStatus::Completed, lsn, &run, reply);
+                self.leave();
+            }
+            Err(e) => {
+                match reply {
+                    Some(reply) => reply(Err(e.clone())),
+                    None => {
+                        tracing::error!(chain = %run.decl.name, id = run.id, "a linked chain's first hop failed: {e}")
                     }
                 }
-                continue;
+                self.finish(&run, Err(e));
             }
         }
-        let msg = match rx.recv_timeout(IDLE_CHECK) {
-            Ok(m) => m,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if stopping() {
-                    return;
-                }
-                continue;
+    }
+
+    /// Sends again what another node has not acknowledged in time.
+    fn resend_due(&mut self) {
+        let now = Instant::now();
+        for (sent, node, wire) in self.unacked.values_mut() {
+            if now.duration_since(*sent) >= RESEND_AFTER {
+                *sent = now;
+                self.shared.send_to_node(*node, wire.clone());
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        };
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Start { run, reply } => first_hops.push_back((run, reply)),
-            Msg::Arrive { run, arrival } => {
-                waiting.insert((arrival.origin, arrival.seq), run);
-                match seq.arrive(arrival) {
-                    Ok(effects) => {
-                        for effect in effects {
-                            match effect {
-                                Effect::Run(next) => {
-                                    if let Some(r) = waiting.remove(&(next.origin, next.seq)) {
-                                        ready.push_back((r, next));
-                                    }
-                                }
-                                Effect::AlreadyDone { .. } => {
-                                    if let Some(r) = waiting.remove(&(arrival.origin, arrival.seq))
-                                    {
-                                        let lsn = session.last_lsn();
-                                        let slots = r.slots.clone();
-                                        finish(r, Ok((lsn, slots)));
-                                    }
-                                }
-                                // The in-flight bound keeps the queue under
-                                // its limit (checked at compile time).
-                                Effect::Busy(_) => {
-                                    unreachable!("queue bounded by MAX_CHAINS_IN_FLIGHT")
-                                }
-                            }
-                        }
-                    }
+            Msg::Start {
+                run,
+                entry,
+                reply,
+                from,
+            } => self.first_hops.push_back((run, entry, reply, from)),
+            Msg::Arrive { run, arrival, from } => {
+                self.waiting
+                    .insert((arrival.origin, arrival.seq), (run, from));
+                match self.seq.arrive(arrival) {
+                    Ok(effects) => self.granted(effects, arrival),
                     Err(e) => tracing::error!("a hop arrived out of order: {e}"),
                 }
             }
-            Msg::Resume { run, next_hop } => resumes.push_back((run, next_hop)),
+            Msg::Linked { run } => self.start_linked(run),
+            Msg::Acked { id, hop } => {
+                if let Err(e) = self.sql.forget_sent(self.session.as_mut(), id, hop) {
+                    tracing::error!(
+                        id,
+                        hop,
+                        "a chain's row could not be dropped after its hop was acknowledged: {e}"
+                    );
+                    return;
+                }
+                if let Some((_, node, _)) = self.unacked.remove(&(id, hop)) {
+                    if hop == 0 {
+                        self.shared.send_to_node(node, Wire::Forget { id });
+                    }
+                    self.leave();
+                }
+            }
+            Msg::Forget { id } => {
+                if let Err(e) = self.sql.forget_inbox(self.session.as_mut(), id) {
+                    tracing::warn!(id, "an inbox entry stays: {e}");
+                }
+            }
+            Msg::Resend { key, node, wire } => self.send_reliably(key, node, wire),
             Msg::Lock { locked, release } => {
                 if locked.send(()).is_ok() {
                     // Held until the distributed transaction drops it.
                     let _ = release.recv();
                 }
             }
+        }
+    }
+}
+
+/// One logical server's loop.
+fn serve(
+    seq: Sequencer,
+    sessions: SessionFactory,
+    alive: Alive,
+    rx: mpsc::Receiver<Msg>,
+    shared: Arc<Shared>,
+) {
+    let Some(session) = sessions() else {
+        return;
+    };
+    drop(sessions);
+    let mut server = Server {
+        me: seq.server(),
+        seq,
+        session,
+        sql: ProgressSql::new(),
+        shared,
+        first_hops: VecDeque::new(),
+        waiting: HashMap::new(),
+        ready: VecDeque::new(),
+        unacked: HashMap::new(),
+    };
+    let stopping = || !alive();
+    let mut last_resend = Instant::now();
+    loop {
+        if !server.unacked.is_empty() && last_resend.elapsed() >= RESEND_TICK {
+            server.resend_due();
+            last_resend = Instant::now();
+        }
+        // Hops whose turn it is run first, then new chains' first hops.
+        if let Some((run, arrival, from)) = server.ready.pop_front() {
+            server.run_ready(run, arrival, from, &stopping);
+            if stopping() {
+                return;
+            }
+            continue;
+        }
+        if server.seq.first_hop_ready() {
+            if let Some((run, entry, reply, from)) = server.first_hops.pop_front() {
+                server.run_first(run, entry, reply, from, &stopping);
+                continue;
+            }
+        }
+        let wait = if server.unacked.is_empty() {
+            IDLE_CHECK
+        } else {
+            RESEND_TICK
+        };
+        match rx.recv_timeout(wait) {
+            Ok(m) => server.handle(m),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if stopping() {
+                    return;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
 }

@@ -10,7 +10,6 @@ use super::analysis::{compile, Compiled};
 use super::runtime::Runtime;
 
 /// The engine's chains.
-#[derive(Default)]
 pub struct Chains {
     compiled: parking_lot::Mutex<Option<Arc<Compiled>>>,
     runtime: OnceLock<Arc<Runtime>>,
@@ -18,9 +17,25 @@ pub struct Chains {
     starting: parking_lot::Mutex<()>,
     /// Simulated datacenters (`latency.rs`), set before the runtime starts.
     pub datacenters: parking_lot::Mutex<Option<super::latency::Datacenters>>,
+    /// The nodes the logical servers are spread over (`placement.rs`),
+    /// set before the runtime starts.
+    pub placement: parking_lot::Mutex<super::placement::Placement>,
     /// Tests only: every chain runs piecewise, whatever the analysis says
     /// (to show the serializability checker catches what it prevents).
     pub force_piecewise: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Chains {
+    fn default() -> Chains {
+        Chains {
+            compiled: Default::default(),
+            runtime: OnceLock::new(),
+            starting: Default::default(),
+            datacenters: Default::default(),
+            placement: parking_lot::Mutex::new(super::placement::Placement::single()),
+            force_piecewise: Default::default(),
+        }
+    }
 }
 
 impl Chains {

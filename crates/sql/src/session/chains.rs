@@ -15,10 +15,8 @@ use sqlparser::ast::Statement;
 use super::state::{command, parse_duration, Session};
 use crate::chains::analysis::Mode;
 use crate::chains::declare::{self, ChainVerb};
-use crate::chains::runtime::{
-    Alive, CallStatus, DeclSource, HopSession, Runtime, SessionFactory, Started, Ticket,
-    PROGRESS_TABLE,
-};
+use crate::chains::hop::{DeclSource, HopSession, Ticket, PROGRESS_TABLE};
+use crate::chains::runtime::{Alive, CallStatus, Runtime, SessionFactory, Started};
 use crate::engine::Engine;
 use crate::roles::Principal;
 
@@ -70,20 +68,25 @@ impl Engine {
                 compiled.decls.get(name).cloned()
             });
             let datacenters = self.chains.datacenters.lock().clone();
-            Runtime::start(sessions, alive, decls, datacenters)
+            let placement = self.chains.placement.lock().clone();
+            Runtime::start(sessions, alive, decls, datacenters, placement)
         })
     }
 
     /// Resumes the chains a crash or stop left in flight (their progress
-    /// is in the log), on a server that takes its own writes. The server
+    /// is in the log), on a server that takes its own writes; on a node of
+    /// a spread placement, starts listening for other nodes' hops. The server
     /// calls it once it knows it is one (not a follower, not in a Raft
     /// group).
     pub fn resume_chains(self: &Arc<Engine>) -> Result<(), SqlError> {
-        let in_flight = self
-            .database()
-            .read()
-            .table(PROGRESS_TABLE)
-            .is_some_and(|t| !t.is_empty());
+        // A node of a spread placement listens for hops from the start.
+        let spread = self.chains.placement.lock().is_spread();
+        let in_flight = spread
+            || self
+                .database()
+                .read()
+                .table(PROGRESS_TABLE)
+                .is_some_and(|t| !t.is_empty());
         if in_flight {
             self.chain_runtime()?;
         }

@@ -163,7 +163,7 @@ pub struct Session {
     /// Chains this session called that had not completed when `CALL`
     /// returned (`chains.rs`): `session` reads and `WAIT FOR CHAINS`
     /// wait for them.
-    pub(crate) chain_tickets: Vec<Arc<crate::chains::runtime::Ticket>>,
+    pub(crate) chain_tickets: Vec<Arc<crate::chains::hop::Ticket>>,
     /// What the open block ran, while it may move to the leader.
     pub(crate) movable: Option<Movable>,
 }

@@ -297,7 +297,7 @@ fn the_checker_finds_the_anomaly_when_a_rejected_chain_runs_piecewise() {
 #[test]
 fn hops_between_simulated_datacenters_wait_their_round_trip() {
     use aqueduct_sql::chains::latency::Datacenters;
-    use aqueduct_sql::chains::runtime::server_of;
+    use aqueduct_sql::chains::placement::Placement;
     use aqueduct_values::Value;
     let dir = tempfile::tempdir().unwrap();
     let engine = common::engine(dir.path());
@@ -307,9 +307,9 @@ fn hops_between_simulated_datacenters_wait_their_round_trip() {
     // A register and a note id whose logical servers are in different
     // datacenters.
     let a = 0;
-    let home = dcs.of(server_of(&Value::Int(a)));
+    let home = dcs.of(Placement::single().server_of(&Value::Int(a)));
     let note = (1..1000)
-        .find(|n| dcs.of(server_of(&Value::Int(*n))) != home)
+        .find(|n| dcs.of(Placement::single().server_of(&Value::Int(*n))) != home)
         .unwrap();
     let started = std::time::Instant::now();
     let (_, mode, status, _) = call(&mut s, &format!("CALL bump({a}, {note})"));
