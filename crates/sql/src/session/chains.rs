@@ -117,12 +117,14 @@ pub(crate) fn columns(verb: ChainVerb) -> Vec<Column> {
 
 /// The arguments' values when every one is a literal (a number, a string,
 /// a boolean or NULL, a number maybe negated), as untyped text the
-/// parameter's type then parses; `None` when one is anything else.
-fn literal_arguments(args: &[sqlparser::ast::Expr]) -> Option<Vec<Value>> {
+/// parameter's type then parses, or a parameter `$n` of the extended
+/// protocol, from `bound`; `None` when one is anything else.
+fn literal_arguments(args: &[sqlparser::ast::Expr], bound: &[Value]) -> Option<Vec<Value>> {
     use sqlparser::ast::{Expr, UnaryOperator, Value as V};
     args.iter()
         .map(|a| match a {
             Expr::Value(v) => match &v.value {
+                V::Placeholder(p) => placeholder(p).and_then(|n| bound.get(n)).cloned(),
                 V::Number(n, _) => Some(Value::Text(n.clone())),
                 V::SingleQuotedString(s) => Some(Value::Text(s.clone())),
                 V::Boolean(b) => Some(Value::Bool(*b)),
@@ -144,11 +146,63 @@ fn literal_arguments(args: &[sqlparser::ast::Expr]) -> Option<Vec<Value>> {
         .collect()
 }
 
+/// The index of a parameter `$n` (from 0).
+fn placeholder(p: &str) -> Option<usize> {
+    p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1)
+}
+
+/// The parameter types of a prepared `CALL`: `$n` as an argument has the
+/// chain parameter's type there (unless the client declared one); a
+/// parameter used elsewhere in the arguments is text.
+pub(crate) fn call_parameter_types(
+    call: &declare::CallChain,
+    decl: Option<&declare::ChainDecl>,
+    hints: &[Option<DataType>],
+) -> Vec<DataType> {
+    use sqlparser::ast::{Expr, Value as V};
+    let mut types: Vec<Option<DataType>> = hints.to_vec();
+    let mut note = |n: usize, ty: Option<DataType>| {
+        if types.len() <= n {
+            types.resize(n + 1, None);
+        }
+        if types[n].is_none() {
+            types[n] = ty;
+        }
+    };
+    for (i, arg) in call.args.iter().enumerate() {
+        if let Expr::Value(v) = arg {
+            if let V::Placeholder(p) = &v.value {
+                if let Some(n) = placeholder(p) {
+                    note(
+                        n,
+                        decl.and_then(|d| d.params.get(i)).map(|(_, t)| t.clone()),
+                    );
+                }
+            }
+        }
+        let _ = sqlparser::ast::visit_expressions(arg, |e| {
+            if let Expr::Value(v) = e {
+                if let V::Placeholder(p) = &v.value {
+                    if let Some(n) = placeholder(p) {
+                        note(n, None);
+                    }
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+    }
+    types
+        .into_iter()
+        .map(|t| t.unwrap_or(DataType::Text))
+        .collect()
+}
+
 impl Session {
     pub(crate) fn run_chain_statement(
         &mut self,
         verb: ChainVerb,
         sql: &str,
+        params: &[Value],
     ) -> Result<Outcome, SqlError> {
         if self.txn.is_some() && verb != ChainVerb::Explain {
             return Err(SqlError::new(
@@ -167,7 +221,7 @@ impl Session {
             ChainVerb::Create => self.create_chain(sql),
             ChainVerb::Drop => self.drop_chain(sql),
             ChainVerb::Explain => self.explain_chain(sql),
-            ChainVerb::Call => self.call_chain(sql),
+            ChainVerb::Call => self.call_chain(sql, params),
             ChainVerb::Wait => self.wait_for_chains().map(|()| command("WAIT")),
         }
     }
@@ -290,7 +344,7 @@ impl Session {
         })
     }
 
-    fn call_chain(&mut self, sql: &str) -> Result<Outcome, SqlError> {
+    fn call_chain(&mut self, sql: &str, params: &[Value]) -> Result<Outcome, SqlError> {
         let call = declare::parse_call(sql)?;
         let compiled = self
             .engine
@@ -314,7 +368,7 @@ impl Session {
                 ),
             ));
         }
-        let mut slots = self.call_arguments(&call.args, &decl.params)?;
+        let mut slots = self.call_arguments(&call.args, &decl.params, params)?;
         slots.resize(decl.slots.len(), Value::Null);
         let forced = self
             .engine
@@ -381,12 +435,13 @@ impl Session {
         &mut self,
         args: &[sqlparser::ast::Expr],
         params: &[(String, DataType)],
+        bound: &[Value],
     ) -> Result<Vec<Value>, SqlError> {
         if args.is_empty() {
             return Ok(Vec::new());
         }
-        // Literals (the usual case) need no statement.
-        if let Some(values) = literal_arguments(args) {
+        // Literals and parameters (the usual cases) need no statement.
+        if let Some(values) = literal_arguments(args, bound) {
             return values
                 .into_iter()
                 .zip(params)
@@ -402,7 +457,8 @@ impl Session {
         let st = st
             .pop()
             .ok_or_else(|| SqlError::syntax("CALL chain(arguments)"))?;
-        let row = match self.statement(|s| s.run(Some(&st), "", &[], &[]))? {
+        let hints: Vec<Option<DataType>> = bound.iter().map(|_| None).collect();
+        let row = match self.statement(|s| s.run(Some(&st), "", &hints, bound))? {
             Outcome::Rows { mut rows, .. } if !rows.is_empty() => rows.swap_remove(0),
             _ => return Err(SqlError::syntax("CALL chain(arguments)")),
         };

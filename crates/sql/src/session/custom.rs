@@ -104,8 +104,37 @@ pub(crate) fn split_around_custom(sql: &str) -> Option<Vec<String>> {
 }
 
 impl Session {
-    /// Runs a statement the parser does not know.
-    pub(crate) fn run_custom(&mut self, kind: Custom, sql: &str) -> Result<Outcome, SqlError> {
+    /// The parameter types of a prepared statement the parser does not
+    /// know: only `CALL` of a chain takes parameters.
+    pub(crate) fn custom_parameter_types(
+        &mut self,
+        kind: Custom,
+        sql: &str,
+        hints: &[Option<aqueduct_values::DataType>],
+    ) -> Vec<aqueduct_values::DataType> {
+        if kind != Custom::Chain(crate::chains::declare::ChainVerb::Call) {
+            return Vec::new();
+        }
+        let Ok(call) = crate::chains::declare::parse_call(sql) else {
+            return Vec::new();
+        };
+        let compiled = self
+            .engine
+            .chains
+            .compiled(&self.engine.database().read())
+            .ok();
+        let decl = compiled.as_ref().and_then(|c| c.decls.get(&call.name));
+        super::chains::call_parameter_types(&call, decl.map(|d| d.as_ref()), hints)
+    }
+
+    /// Runs a statement the parser does not know, with the parameters of
+    /// the extended protocol (only `CALL` of a chain takes any).
+    pub(crate) fn run_custom(
+        &mut self,
+        kind: Custom,
+        sql: &str,
+        params: &[aqueduct_values::Value],
+    ) -> Result<Outcome, SqlError> {
         if kind.writes() {
             if let Some(r) = self.forward_custom(sql) {
                 return r;
@@ -115,7 +144,7 @@ impl Session {
             Custom::TimeMap => self.run_time_map(sql),
             Custom::Publication => self.run_publication(sql),
             Custom::ClusterChange | Custom::ShowCluster => self.run_cluster(sql),
-            Custom::Chain(verb) => self.run_chain_statement(verb, sql),
+            Custom::Chain(verb) => self.run_chain_statement(verb, sql, params),
         };
         if out.is_err() {
             self.note_error();

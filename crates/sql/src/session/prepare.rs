@@ -59,7 +59,7 @@ impl Session {
         if let Some(kind) = Custom::of(sql) {
             return Ok(Prepared {
                 sql: sql.to_string(),
-                params: Vec::new(),
+                params: self.custom_parameter_types(kind, sql, hints),
                 columns: kind.columns(),
                 quick: false,
                 statement: None,
@@ -293,7 +293,7 @@ impl Session {
             }
         }
         if let Some(kind) = p.custom {
-            return self.run_custom(kind, &p.sql);
+            return self.run_custom(kind, &p.sql, params);
         }
         // A block held on the group's leader reads there too (its own
         // writes are there): no read here, by a view or otherwise.

@@ -40,7 +40,7 @@ impl Session {
             return out;
         }
         if let Some(kind) = super::custom::Custom::of(sql) {
-            return vec![self.run_custom(kind, sql)];
+            return vec![self.run_custom(kind, sql, &[])];
         }
         if let Some(r) = self.refresh(sql) {
             if r.is_err() {

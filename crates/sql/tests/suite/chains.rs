@@ -441,3 +441,38 @@ fn hops_stay_in_the_shard_of_their_key() {
         vec![vec!["1", "6"], vec!["2", "4"]]
     );
 }
+
+/// `CALL` prepared with parameters (the extended protocol): each `$n`
+/// argument takes the chain parameter's type, and an expression over
+/// parameters is evaluated.
+#[test]
+fn a_prepared_call_takes_bind_parameters() {
+    use aqueduct_values::{DataType, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let mut s = setup(&engine);
+    ok(&mut s, "SET aqueduct.chain_return = 'completion'");
+    let p = s.prepare("CALL bump($1, $2)", &[]).unwrap();
+    assert_eq!(p.params, vec![DataType::Int4, DataType::Int8]);
+    match s
+        .execute_prepared(&p, &[Value::Int(3), Value::Int(9001)])
+        .unwrap()
+    {
+        Outcome::Rows { rows, .. } => assert_eq!(rows[0][2].to_string(), "completed"),
+        other => panic!("CALL returned {other:?}"),
+    }
+    let p = s.prepare("CALL bump($1 + 1, $2)", &[None, None]).unwrap();
+    assert_eq!(p.params, vec![DataType::Text, DataType::Int8]);
+    s.execute_prepared(&p, &[Value::Text("3".into()), Value::Int(9002)])
+        .unwrap();
+    assert_eq!(
+        rows(
+            &mut s,
+            "SELECT id, k FROM notes WHERE id > 9000 ORDER BY id"
+        ),
+        vec![vec!["9001", "3"], vec!["9002", "4"]]
+    );
+    let p = s.prepare("CALL bump($1, $2)", &[]).unwrap();
+    let e = s.execute_prepared(&p, &[Value::Int(1)]).unwrap_err();
+    assert_eq!(e.code, "08P01", "{e}");
+}
