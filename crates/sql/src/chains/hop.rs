@@ -509,8 +509,9 @@ pub struct HopContext<'a> {
 pub type OrderWrite = (ServerId, SequencerState);
 
 /// Runs hop `hop` of `run` as one transaction in `s`, with the progress
-/// row's change and `order`; retries serialization failures (`tries`
-/// times at most).
+/// row's change and `order` (none for a chain of one hop: nothing durable
+/// refers to its stamp, so a read-only chain of one hop writes nothing);
+/// retries serialization failures (`tries` times at most).
 #[allow(clippy::too_many_arguments)]
 pub fn run_hop(
     s: &mut S,
@@ -518,19 +519,17 @@ pub fn run_hop(
     run: &mut Run,
     hop: usize,
     entry: Entry,
-    order: &OrderWrite,
+    order: Option<&OrderWrite>,
     tries: usize,
     stop: &dyn Fn() -> bool,
 ) -> Result<HopOutcome, SqlError> {
-    let order = (
-        Value::Int(order.0 as i64),
-        Value::Text(encode_order(&order.1)),
-    );
+    let order =
+        order.map(|(server, state)| (Value::Int(*server as i64), Value::Text(encode_order(state))));
     let mut attempt = 0;
     loop {
         attempt += 1;
         let before = (run.slots.clone(), run.types.clone());
-        match try_hop(s, cx, run, hop, entry, &order) {
+        match try_hop(s, cx, run, hop, entry, order.as_ref()) {
             Ok(o) => return Ok(o),
             Err(e) => {
                 let _ = s.execute_one("ROLLBACK");
@@ -653,7 +652,7 @@ fn try_hop(
     run: &mut Run,
     hop: usize,
     entry: Entry,
-    order: &(Value, Value),
+    order: Option<&(Value, Value)>,
 ) -> Result<HopOutcome, SqlError> {
     let sql = cx.sql;
     let decl = run.decl.clone();
@@ -720,7 +719,9 @@ fn try_hop(
             }
         }
     }
-    exec_plain(s, &sql.order, &[order.0.clone(), order.1.clone()])?;
+    if let Some((server, state)) = order {
+        exec_plain(s, &sql.order, &[server.clone(), state.clone()])?;
+    }
     exec_plain(s, &sql.commit, &[])?;
     Ok(HopOutcome::Committed(s.last_lsn(), linked))
 }

@@ -979,7 +979,7 @@ impl Server {
             &mut run,
             hop,
             entry,
-            &order,
+            Some(&order),
             usize::MAX,
             stop,
         );
@@ -1032,13 +1032,16 @@ impl Server {
                     ids: &self.shared.ids,
                     node: self.shared.placement.node,
                 };
+                // A chain of one hop stamps only itself, here: after a
+                // crash `ctr` and `done` are both back by the same amount.
+                let order = (run.decl.hops.len() > 1).then_some(&order);
                 run_hop(
                     self.session.as_mut(),
                     &cx,
                     &mut run,
                     0,
                     entry,
-                    &order,
+                    order,
                     FIRST_HOP_TRIES,
                     stop,
                 )
