@@ -218,6 +218,23 @@ impl Shared {
         }
     }
 
+    /// A chain from another node whose first hop is on this one.
+    fn start_here(&self, run: Run, entry: Entry, reply: Option<Reply>, from: Option<ServerId>) {
+        let origin = path_of(&self.placement, &run.decl, &run.slots)[0];
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let run = Box::new(run);
+        self.deliver_local(
+            None,
+            origin,
+            Msg::Start {
+                run,
+                entry,
+                reply,
+                from,
+            },
+        );
+    }
+
     /// The connection to `node` closed: the `CALL`s waiting for it may
     /// never hear, and are told so.
     fn lost(&self, node: usize) {
@@ -252,7 +269,6 @@ impl Shared {
                 let id = run.id;
                 match Run::from_wire(run, &self.decls, Arc::new(Ticket::default())) {
                     Ok(run) => {
-                        let origin = path_of(&self.placement, &run.decl, &run.slots)[0];
                         // The reply goes back over the wire from the
                         // logical server's thread.
                         let shared = self.clone();
@@ -268,17 +284,7 @@ impl Shared {
                                 .map_err(|e| error_to_wire(&e));
                             shared.send_to_node(home, Wire::Called { id, outcome });
                         });
-                        self.in_flight.fetch_add(1, Ordering::SeqCst);
-                        self.deliver_local(
-                            None,
-                            origin,
-                            Msg::Start {
-                                run: Box::new(run),
-                                entry: Entry::Called,
-                                reply: Some(reply),
-                                from: None,
-                            },
-                        );
+                        self.start_here(run, Entry::Called, Some(reply), None);
                     }
                     Err(e) => self.send_to_node(
                         home,
@@ -345,20 +351,7 @@ impl Shared {
             Wire::Start { run, from } => {
                 let ticket = self.ticket_for(run.home, run.ticket);
                 match Run::from_wire(run, &self.decls, ticket) {
-                    Ok(run) => {
-                        let origin = path_of(&self.placement, &run.decl, &run.slots)[0];
-                        self.in_flight.fetch_add(1, Ordering::SeqCst);
-                        self.deliver_local(
-                            None,
-                            origin,
-                            Msg::Start {
-                                run: Box::new(run),
-                                entry: Entry::LinkedFrom,
-                                reply: None,
-                                from: Some(from),
-                            },
-                        );
-                    }
+                    Ok(run) => self.start_here(run, Entry::LinkedFrom, None, Some(from)),
                     Err(e) => {
                         tracing::error!("a linked chain from another node cannot start here: {e}")
                     }
