@@ -113,6 +113,25 @@ struct Queue {
     /// The memory limit changed, or the last eviction round left state over
     /// it: check it even with nothing to process.
     limit_changed: bool,
+    /// The last LSN the worker processes on its own: a batch after it
+    /// waits until its commit is acknowledged ([`Worker::open_to`]), so
+    /// the views never show a write a crash could undo and readers need
+    /// not wait for other transactions' fsync. `Lsn::MAX` when ungated.
+    gate: Lsn,
+}
+
+impl Queue {
+    /// The first queued batch is at or before `lsn`.
+    fn holds_up_to(&self, lsn: Lsn) -> bool {
+        self.batches.front().is_some_and(|b| b.lsn <= lsn)
+    }
+
+    /// Every batch up to `lsn` is processed (a write with nothing for the
+    /// dataflow is never submitted, so none queued up to it and nothing
+    /// running means everything up to it is reflected).
+    fn reflects(&self, lsn: Lsn) -> bool {
+        self.processed >= lsn || (!self.holds_up_to(lsn) && !self.busy && self.in_flight == 0)
+    }
 }
 
 struct Shared {
@@ -121,6 +140,9 @@ struct Shared {
     /// `Queue::processed`, stored whenever it moves: a reader whose LSN is
     /// already reflected learns it without taking the queue's lock.
     processed: AtomicU64,
+    /// `Queue::gate`, stored whenever it moves: a commit whose LSN the
+    /// gate has passed opens nothing and takes no lock.
+    gate: AtomicU64,
     /// Signalled when a batch is queued or the worker is closed.
     work: Condvar,
     /// Signalled when a batch is processed or an upquery answered.
@@ -179,9 +201,11 @@ impl Worker {
             queue: Mutex::new(Queue {
                 processed,
                 submitted: processed,
+                gate: Lsn::MAX,
                 ..Queue::default()
             }),
             processed: AtomicU64::new(processed),
+            gate: AtomicU64::new(Lsn::MAX),
             work: Condvar::new(),
             done: Condvar::new(),
             upstream: RwLock::new(None),
@@ -374,8 +398,9 @@ impl Worker {
         let mut q = lock(&self.shared.queue);
         // A worker that waits for a commit's batch holds no graph: the
         // commit (draining under the commit lock) must not wait for it,
-        // nor for the batches queued before, which it runs itself.
-        while ((q.awaiting == 0 && (q.busy || !q.batches.is_empty())) || q.in_flight > 0)
+        // nor for the batches queued before, which it runs itself; nor for
+        // batches held at the gate, which the worker does not take.
+        while ((q.awaiting == 0 && (q.busy || q.holds_up_to(q.gate))) || q.in_flight > 0)
             && q.broken.is_none()
         {
             q = self.shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -406,6 +431,39 @@ impl Worker {
         lock(&self.shared.graph)
     }
 
+    /// From now on, batches after `lsn` wait for [`Worker::open_to`]
+    /// before the worker processes them (readers and upqueries may still
+    /// bring the graph further, and then wait for what they saw).
+    pub fn gate_at(&self, lsn: Lsn) {
+        let mut q = lock(&self.shared.queue);
+        q.gate = lsn.max(q.processed);
+        self.shared.gate.store(q.gate, Ordering::Release);
+    }
+
+    /// The commits up to `lsn` are acknowledged: the worker may process
+    /// their batches.
+    pub fn open_to(&self, lsn: Lsn) {
+        if self.shared.gate.load(Ordering::Acquire) >= lsn {
+            return;
+        }
+        let mut q = lock(&self.shared.queue);
+        if lsn > q.gate {
+            q.gate = lsn;
+            self.shared.gate.store(lsn, Ordering::Release);
+            self.shared.work.notify_all();
+        }
+    }
+
+    /// The LSN of the last batch processed, without the queue's lock.
+    pub fn processed_now(&self) -> Lsn {
+        self.shared.processed.load(Ordering::Acquire)
+    }
+
+    /// The last LSN the worker processes on its own (`Lsn::MAX`: ungated).
+    pub fn gate(&self) -> Lsn {
+        self.shared.gate.load(Ordering::Acquire)
+    }
+
     /// LSN up to which every batch is processed and published.
     pub fn processed(&self) -> Lsn {
         lock(&self.shared.queue).processed
@@ -414,7 +472,8 @@ impl Worker {
     /// Whether the views reflect every write up to `lsn` now (a read of
     /// them would not wait).
     pub fn reflects(&self, lsn: Lsn) -> bool {
-        self.shared.processed.load(Ordering::Acquire) >= lsn || self.stats().reflects(lsn)
+        self.shared.processed.load(Ordering::Acquire) >= lsn
+            || lock(&self.shared.queue).reflects(lsn)
     }
 
     /// Waits until every batch up to `lsn` is processed, for at most
@@ -430,8 +489,8 @@ impl Worker {
                 return Err(broken(why));
             }
             // A write with nothing for the dataflow may never be submitted:
-            // an empty queue means everything committed so far is reflected.
-            if q.processed >= lsn || (q.batches.is_empty() && !q.busy && q.in_flight == 0) {
+            // nothing queued up to `lsn` means it is reflected.
+            if q.reflects(lsn) {
                 return Ok(());
             }
             let now = Instant::now();
@@ -467,7 +526,7 @@ impl Worker {
             }
             let idle = !q.busy
                 && q.in_flight == 0
-                && q.batches.is_empty()
+                && !q.holds_up_to(q.gate)
                 && q.requests.is_empty()
                 && !q.limit_changed;
             if idle {
@@ -539,22 +598,23 @@ fn run(shared: &Shared) {
     loop {
         let requests = {
             let mut q = lock(&shared.queue);
-            while q.batches.is_empty() && q.requests.is_empty() && !q.limit_changed && !q.closed {
+            while !q.holds_up_to(q.gate) && q.requests.is_empty() && !q.limit_changed && !q.closed {
                 q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
             }
-            if q.batches.is_empty() && q.requests.is_empty() && q.closed {
+            if q.requests.is_empty() && q.closed && !q.holds_up_to(q.gate) {
                 return;
             }
             q.limit_changed = false;
             q.busy = true;
-            std::mem::take(&mut q.requests)
+            (std::mem::take(&mut q.requests), q.gate)
         };
+        let (requests, gate) = requests;
         READ_CLOCK.fetch_add(1, Ordering::Relaxed);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut refused = HashMap::new();
             let mut kept = HashSet::new();
             if requests.is_empty() {
-                run_batches(shared, Lsn::MAX, 1);
+                run_batches(shared, gate, 1);
             } else {
                 kept = serve(shared, &requests, &mut refused);
             }

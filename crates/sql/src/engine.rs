@@ -161,6 +161,9 @@ impl Engine {
         let releases = Arc::new(aqueduct_releases::Releases::new());
         db.add_consumer(releases.clone());
         db.add_consumer(registry.clone());
+        // The views apply only acknowledged commits, so their readers wait
+        // for no other transaction's fsync (`docs/consistency.md`).
+        registry.apply_acknowledged_only(db.committed_lsn());
         let feed = aqueduct_feed::Feed::attach(&db, feed_options)
             .map_err(|e| SqlError::new(e.sqlstate(), e.to_string()))?;
         // A publication's subscribers are cut off past its own caps

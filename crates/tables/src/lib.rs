@@ -537,6 +537,11 @@ pub trait CommitConsumer: Send + Sync {
     /// after one or more `committed` calls: the place for work that need
     /// not hold up the next commit, such as waking readers.
     fn after_release(&self) {}
+
+    /// Every commit up to `lsn` is acknowledged (durable, and on a member
+    /// of a group committed by the group): what no crash can undo. Called
+    /// with `lsn` growing, at least once for each acknowledged commit.
+    fn visible(&self, _lsn: Lsn) {}
 }
 
 /// One change a transaction makes.
@@ -1032,6 +1037,9 @@ pub struct Database {
     commit: Mutex<()>,
     /// LSN of the last write applied to the catalog.
     applied: AtomicU64,
+    /// The last LSN the consumers were told is acknowledged
+    /// ([`CommitConsumer::visible`]).
+    told_visible: AtomicU64,
     /// Signalled when `applied` moves (for readers of a follower waiting
     /// for an LSN).
     applied_moved: (Mutex<()>, parking_lot::Condvar),
@@ -1179,6 +1187,7 @@ impl Database {
             .unwrap_or(1);
         let db = Database {
             applied: AtomicU64::new(report.last_lsn),
+            told_visible: AtomicU64::new(report.last_lsn),
             applied_moved: Default::default(),
             next_rowid: std::sync::atomic::AtomicI64::new(max_rowid),
             consumers: RwLock::new(Vec::new()),
@@ -1293,9 +1302,22 @@ impl Database {
     /// sync policy, so no reader acts on a write that a crash could undo.
     pub fn await_visible(&self, lsn: Lsn) -> Result<(), TableError> {
         self.log.await_committed(lsn)?;
-        match self.replicator() {
-            Some(r) => r.await_committed(lsn),
-            None => Ok(()),
+        if let Some(r) = self.replicator() {
+            r.await_committed(lsn)?;
+        }
+        self.tell_visible(lsn);
+        Ok(())
+    }
+
+    /// Tells the consumers that the commits up to `lsn` are acknowledged,
+    /// once per new LSN.
+    fn tell_visible(&self, lsn: Lsn) {
+        let lsn = lsn.min(self.applied_lsn());
+        if self.told_visible.fetch_max(lsn, Ordering::AcqRel) >= lsn {
+            return;
+        }
+        for c in self.consumers.read().iter() {
+            c.visible(lsn);
         }
     }
 
@@ -1520,6 +1542,11 @@ impl Database {
         {
             let _moved = self.applied_moved.0.lock();
             self.applied_moved.1.notify_all();
+        }
+        // A batch acknowledged before it is applied (a follower's copy, an
+        // entry its group committed) is visible at once.
+        if self.is_visible(last) {
+            self.tell_visible(last);
         }
         self.metrics.commits.fetch_add(1, Ordering::Relaxed);
         self.metrics.rows_written.fetch_add(rows, Ordering::Relaxed);

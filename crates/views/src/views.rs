@@ -616,6 +616,27 @@ impl ViewRegistry {
         self.worker.reflects(lsn)
     }
 
+    /// From now on the views apply a commit only once it is acknowledged
+    /// (`docs/consistency.md`, "Reads do not wait for other writers"):
+    /// they show no write a crash could undo, so a read of them waits
+    /// for no other transaction's fsync.
+    pub fn apply_acknowledged_only(&self, from: Lsn) {
+        self.worker.gate_at(from);
+    }
+
+    /// The commits up to `lsn` are acknowledged: the views may apply them.
+    pub fn open_to(&self, lsn: Lsn) {
+        self.worker.open_to(lsn);
+    }
+
+    /// The LSN up to which the views' state may reflect writes now, which
+    /// is past the acknowledged commits only when a view was made or a key
+    /// filled from the tables meanwhile: what a reader of them waits to
+    /// be acknowledged.
+    pub fn reflected_now(&self) -> Lsn {
+        self.worker.processed_now()
+    }
+
     /// The LSN up to which the views reflect every write, and how many
     /// committed batches wait for the dataflow.
     pub fn progress(&self) -> WorkerStats {
@@ -1475,5 +1496,9 @@ impl aqueduct_tables::CommitConsumer for ViewRegistry {
     fn committed(&self, batch: &aqueduct_tables::AppliedBatch, catalog: &aqueduct_tables::Catalog) {
         let schema: Vec<_> = batch.schema.iter().map(|(_, c)| c.clone()).collect();
         self.on_commit(batch.last, catalog, &batch.changes, &schema);
+    }
+
+    fn visible(&self, lsn: Lsn) {
+        self.worker.open_to(lsn);
     }
 }

@@ -79,6 +79,10 @@ impl Session {
     /// Waits until the views satisfy this session's consistency level.
     pub(crate) fn views_ready(&self) -> Result<Ready, SqlError> {
         let db = self.engine.database();
+        // The views apply a commit once it is acknowledged; whatever is
+        // acknowledged now they may apply (the committer tells them too).
+        let acknowledged = db.committed_lsn();
+        self.engine.views.open_to(acknowledged);
         let target = match self.consistency() {
             Consistency::Eventual => return Ok(Ready::At(self.engine.views.progress().processed)),
             Consistency::Session => {
@@ -98,9 +102,12 @@ impl Session {
                 }
                 target
             }
-            // Transaction blocks never reach here in release mode; reads
-            // that do (EXPLAIN, SHOW) see the newest state.
-            Consistency::Linearizable | Consistency::Release => db.applied_lsn(),
+            // Every write acknowledged before the read began: those are
+            // what a linearizable read must see, and no more, so it waits
+            // for no commit still in its fsync. Transaction blocks never
+            // reach here in release mode; reads that do (EXPLAIN, SHOW)
+            // see the newest acknowledged state.
+            Consistency::Linearizable | Consistency::Release => acknowledged,
         };
         let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
             .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);

@@ -204,6 +204,7 @@ impl Session {
         // release read was counted by its caller).
         if at.is_none() {
             self.engine.metrics.count(&self.engine.metrics.select);
+            let seen = seen.max(self.engine.views.reflected_now());
             self.engine.database().await_visible(seen)?;
         }
         let rows = auto.finish(rows, keys.len());

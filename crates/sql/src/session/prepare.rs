@@ -244,17 +244,26 @@ impl Session {
     /// front end should run it where waiting blocks nobody else).
     pub fn runs_without_waiting(&self, p: &Prepared) -> bool {
         let db = self.engine.database();
-        let applied = db.applied_lsn();
-        // A read waits for what it sees to be durable: with a commit's
-        // fsync under way it would wait for it, so it goes elsewhere.
-        p.quick
-            && self.remote.is_none()
-            && self.consistency() != crate::consistency::Consistency::Release
-            && db.is_visible(applied)
-            && ((p.auto.is_none() && p.view_read.is_none())
-                // Inside a transaction block a view read may evaluate the
-                // view's query over the transaction's writes.
-                || (self.txn.is_none() && self.engine.views.reflects(applied)))
+        if !p.quick
+            || self.remote.is_some()
+            || self.consistency() == crate::consistency::Consistency::Release
+        {
+            return false;
+        }
+        if p.auto.is_some() || p.view_read.is_some() {
+            // Inside a transaction block a view read may evaluate the
+            // view's query over the transaction's writes. Outside, the
+            // views hold acknowledged commits only: a read of them waits
+            // for their dataflow, never for another writer's fsync.
+            let views = &self.engine.views;
+            return self.txn.is_none()
+                && views.reflects(db.committed_lsn())
+                && db.is_visible(views.reflected_now());
+        }
+        // A read of the tables waits for what it sees to be durable: with
+        // a commit's fsync under way it would wait for it, so it goes
+        // elsewhere.
+        db.is_visible(db.applied_lsn())
     }
 
     /// Executes a prepared statement with its parameter values (already of

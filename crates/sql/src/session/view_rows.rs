@@ -95,6 +95,7 @@ impl Session {
         match self.views_ready()? {
             Ready::At(seen) => {
                 let out = self.views_as_tables(st, params, Some(ViewRows::Views))?;
+                let seen = seen.max(self.engine.views.reflected_now());
                 self.engine.database().await_visible(seen)?;
                 Ok(out)
             }
@@ -259,8 +260,11 @@ impl Session {
                 let db = self.engine.database();
                 let (rows, seen) = match self.views_ready()? {
                     Ready::At(seen) => {
-                        let (mut found, _) = self.lookup_view(&entry, read.key(), &[key])?;
-                        (found.pop().unwrap_or_default(), seen)
+                        // The copy read may be past the acknowledged
+                        // commits (a key just filled from the tables):
+                        // what it shows must be acknowledged first.
+                        let (mut found, copy) = self.lookup_view(&entry, read.key(), &[key])?;
+                        (found.pop().unwrap_or_default(), seen.max(copy))
                     }
                     Ready::Compute => {
                         let seen = db.applied_lsn();

@@ -666,3 +666,66 @@ fn release_reads_of_top_k_per_key_equal_the_state_they_were_cut_from() {
         }
     }
 }
+
+/// The views apply a commit only once it is acknowledged. While another
+/// writer's commit waits for its fsync, a view does not show it, and a
+/// prepared keyed read of the view runs at once: it waits for no other
+/// transaction's fsync. Once that commit is acknowledged, the next
+/// linearizable read shows it. (Before, the view showed the commit at
+/// once and its readers waited for, or ran, the fsync themselves.)
+#[test]
+fn views_show_only_acknowledged_commits_so_reads_wait_for_no_other_fsync() {
+    use aqueduct_log::{Log, Options, SyncPolicy};
+    use aqueduct_sql::Outcome;
+    use aqueduct_values::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = Log::open(
+        dir.path(),
+        Options {
+            sync: SyncPolicy::Always,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let engine = Engine::open_with(log, &mut |_| {}, Default::default()).unwrap();
+    let mut s = engine.session();
+    ok(&mut s, "CREATE TABLE t (id int PRIMARY KEY, n int)");
+    ok(
+        &mut s,
+        "CREATE VIEW per_n AS SELECT n, count(*) AS k FROM t GROUP BY n",
+    );
+    ok(&mut s, "INSERT INTO t VALUES (1, 7)");
+    let read = s.prepare("SELECT k FROM per_n WHERE n = $1", &[]).unwrap();
+    let count = |s: &mut Session| match s.execute_prepared(&read, &[Value::Int(7)]).unwrap() {
+        Outcome::Rows { rows, .. } => rows[0][0].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(count(&mut s), Value::Int(1));
+    // Another writer's commit, applied to the tables, its fsync not done.
+    let db = engine.database();
+    let table = db.read().table("t").unwrap().schema.id;
+    let mut txn = aqueduct_tables::Txn::default();
+    txn.put(
+        table,
+        vec![Value::Int(2)],
+        vec![Value::Int(2), Value::Int(7)],
+    );
+    let lsn = db
+        .commit_unacknowledged(&txn, &|_| Ok(()))
+        .unwrap()
+        .unwrap();
+    assert!(!db.is_visible(lsn), "the commit is not durable yet");
+    assert!(
+        s.runs_without_waiting(&read),
+        "a view read would wait for another transaction's fsync"
+    );
+    assert_eq!(
+        count(&mut s),
+        Value::Int(1),
+        "a view showed an unacknowledged write"
+    );
+    assert!(!db.is_visible(lsn), "the read ran the other commit's fsync");
+    // Acknowledged (its committer waited for the fsync): now it shows.
+    db.await_visible(lsn).unwrap();
+    assert_eq!(count(&mut s), Value::Int(2));
+}
