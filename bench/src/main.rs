@@ -31,6 +31,7 @@ mod pg;
 mod publications;
 mod releases;
 mod replication;
+mod sql_load;
 mod sql_point;
 mod view_partial;
 mod view_partial_wire;
@@ -112,6 +113,9 @@ enum SqlBench {
     /// Prepared point reads and single-row autocommit inserts, N connections
     /// in a closed loop, Aqueduct (`aqueduct serve`) against PostgreSQL.
     Point(sql_point::PointArgs),
+    /// Bulk loading (COPY, multi-row INSERT), memory per row and restart
+    /// to the first read, Aqueduct against PostgreSQL.
+    Load(sql_load::LoadArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -224,6 +228,10 @@ fn run_sql(which: SqlBench, started: u64) -> anyhow::Result<()> {
         SqlBench::Point(args) => {
             let results = sql_point::run(&args)?;
             write_json(&args.json, "sql point", started, &args, &results)
+        }
+        SqlBench::Load(args) => {
+            let results = sql_load::run(&args)?;
+            write_json(&args.json, "sql load", started, &args, &results)
         }
     }
 }

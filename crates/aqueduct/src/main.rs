@@ -15,6 +15,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+/// The server allocates and frees small values (rows, keys, index entries)
+/// at a high rate from many threads: mimalloc's per-thread pages do that
+/// faster than the system allocator's arenas and with less overhead per
+/// allocation (`docs/benchmarks.md`, "Bulk loading, restart and memory").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "aqueduct",

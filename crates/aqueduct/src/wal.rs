@@ -573,7 +573,7 @@ impl TableNames {
                     let cols: Vec<String> = schema
                         .columns
                         .iter()
-                        .zip(row)
+                        .zip(row.iter())
                         .map(|(c, v)| format!("{}={}", c.name, values(std::slice::from_ref(v))))
                         .collect();
                     let _ = write!(line, " {}", cols.join(" "));

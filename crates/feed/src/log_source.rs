@@ -89,8 +89,7 @@ impl LogSource {
                 // A delete of a row that was not there changed nothing.
                 Write::Delete { .. } if e.prev_known && e.prev_lsn.is_none() => {}
                 Write::Put { table, key, row } => {
-                    let new = Arc::new(row);
-                    self.remember(e.lsn, new.clone());
+                    self.remember(e.lsn, row.clone());
                     let op = match e.prev_lsn {
                         Some(_) => Op::Update,
                         None => Op::Insert,
@@ -101,7 +100,7 @@ impl LogSource {
                         key,
                         op,
                         e.prev_lsn,
-                        Some(new),
+                        Some(row),
                     )?);
                 }
                 Write::Delete { table, key } => {
@@ -184,7 +183,7 @@ impl LogSource {
         }
         match decode_record(&r.view()) {
             Ok(Some(e)) => match e.write {
-                Write::Put { row, .. } => Ok(Some(Arc::new(row))),
+                Write::Put { row, .. } => Ok(Some(row)),
                 _ => Ok(None),
             },
             Ok(None) => Ok(None),

@@ -415,35 +415,49 @@ fn insert(
             _ => e,
         }
     };
-    let mut written = Vec::new();
+    // The rows are kept only for RETURNING, and offered to the foreign
+    // key checks only where a row can break one: a new row references
+    // others only through its own table's foreign keys.
+    let mut written = Written::new(!p.returning.is_empty());
+    let references = !t.schema.foreign_keys.is_empty();
     let mut changes = Changes::default();
     let mut unique = constraints::UniqueCheck::new(fx.txn.get_mut(), t, &p.uniques)?;
+    fx.txn.get_mut().reserve(t.schema.id, sources.size_hint().0);
+    let width = t.schema.columns.len();
+    let every_column_in_order =
+        p.columns.len() == width && p.columns.iter().enumerate().all(|(i, &c)| i == c);
     for (i, values) in sources.enumerate() {
-        // Defaults are evaluated for each row, and only for the columns
-        // the row does not give.
-        let mut given: Vec<Option<Value>> = vec![None; t.schema.columns.len()];
-        for (v, &c) in values.into_iter().zip(&p.columns) {
-            given[c] = Some(v);
-        }
-        let env = Env::with_effects(&[], params, fx);
-        let row = given
-            .into_iter()
-            .zip(&p.defaults)
-            .map(|(v, d)| match v {
-                Some(v) => Ok(v),
-                None => d.eval(&env),
-            })
-            .collect::<Result<Vec<_>, SqlError>>()
-            .map_err(at(i))?;
+        let row = if every_column_in_order && values.len() == width {
+            values
+        } else {
+            // Defaults are evaluated for each row, and only for the
+            // columns the row does not give.
+            let mut given: Vec<Option<Value>> = vec![None; width];
+            for (v, &c) in values.into_iter().zip(&p.columns) {
+                given[c] = Some(v);
+            }
+            let env = Env::with_effects(&[], params, fx);
+            given
+                .into_iter()
+                .zip(&p.defaults)
+                .map(|(v, d)| match v {
+                    Some(v) => Ok(v),
+                    None => d.eval(&env),
+                })
+                .collect::<Result<Vec<_>, SqlError>>()
+                .map_err(at(i))?
+        };
         let row = conform(t, row).map_err(at(i))?;
         constraints::check_row(t, &p.checks, &row, params).map_err(at(i))?;
         let txn = fx.txn.get_mut();
         if !t.schema.has_primary_key() && p.arbiters.is_empty() {
             let key = vec![Value::Int(db.allocate_rowid())];
             unique.check(txn, t, &key, &row).map_err(at(i))?;
-            txn.put(t.schema.id, key, row.clone());
-            changes.push(t.schema.id, None, Some(row.clone()));
-            written.push(row);
+            if references {
+                changes.push(t.schema.id, None, Some(row.clone()));
+            }
+            written.push(&row);
+            txn.put(t.schema.id, key, row);
             continue;
         }
         let conflict =
@@ -456,9 +470,11 @@ fn insert(
                     vec![Value::Int(db.allocate_rowid())]
                 };
                 unique.check(txn, t, &key, &row).map_err(at(i))?;
-                txn.put(t.schema.id, key, row.clone());
-                changes.push(t.schema.id, None, Some(row.clone()));
-                written.push(row);
+                if references {
+                    changes.push(t.schema.id, None, Some(row.clone()));
+                }
+                written.push(&row);
+                txn.put(t.schema.id, key, row);
             }
             (Some((key, _)), OnConflict::Error) => return Err(at(i)(duplicate_key(t, &key))),
             (Some(_), OnConflict::DoNothing) => {}
@@ -495,13 +511,38 @@ fn insert(
                 }
                 txn.put(t.schema.id, new_key, new.clone());
                 changes.push(t.schema.id, Some(existing), Some(new.clone()));
-                written.push(new);
+                written.push(&new);
             }
         }
     }
     constraints::enforce_foreign_keys(catalog, fx.txn.get_mut(), changes)?;
-    let tag = format!("INSERT 0 {}", written.len());
-    returning(&p.returning, &written, columns, params, tag)
+    let tag = format!("INSERT 0 {}", written.count);
+    returning(&p.returning, &written.rows, columns, params, tag)
+}
+
+/// The rows a statement wrote: counted, and kept only when RETURNING
+/// needs them (a bulk insert does not hold its rows twice).
+struct Written {
+    count: usize,
+    keep: bool,
+    rows: Vec<Row>,
+}
+
+impl Written {
+    fn new(keep: bool) -> Written {
+        Written {
+            count: 0,
+            keep,
+            rows: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: &Row) {
+        self.count += 1;
+        if self.keep {
+            self.rows.push(row.clone());
+        }
+    }
 }
 
 fn update(

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use aqueduct_log::{Lsn, NewRecord, RecordKind, RecordView};
 use aqueduct_values::{decode_row, decode_value, encode_row, encode_value};
 
+use crate::overlay::FastHash;
 use crate::txn_deps::TxnDeps;
 use crate::{Catalog, Key, RowChange, SchemaChange, TableId, Track, Write};
 
@@ -100,7 +101,8 @@ pub fn encode_batch(
     first: Lsn,
     commit_micros: i64,
 ) -> (Vec<NewRecord>, Batch) {
-    let mut written: HashMap<(TableId, &Key), Option<Lsn>> = HashMap::new();
+    let mut written: HashMap<(TableId, &Key), Option<Lsn>, FastHash> =
+        HashMap::with_capacity_and_hasher(writes.len(), FastHash::default());
     let mut records = Vec::with_capacity(writes.len() + 1);
     let mut entries = Vec::with_capacity(writes.len());
     if let Some(d) = &deps {
@@ -208,7 +210,7 @@ pub fn decode_record(r: &RecordView<'_>) -> Result<Option<BatchEntry>, String> {
         Write::Put {
             table,
             key,
-            row: decode_row(row_bytes).map_err(|e| e.to_string())?,
+            row: Arc::new(decode_row(row_bytes).map_err(|e| e.to_string())?),
         }
     } else {
         Write::Delete { table, key }
@@ -227,13 +229,16 @@ pub fn decode_row_key(k: &[u8]) -> Result<(TableId, Key), String> {
         return Err("row key is cut short".into());
     }
     let table = u64::from_be_bytes(k[1..9].try_into().unwrap());
-    let mut key = Vec::new();
+    // Most keys are one value: room for exactly that, since a key is kept
+    // in memory with its row (a pushed-to empty Vec would hold four).
+    let mut key = Vec::with_capacity(1);
     let mut rest = &k[9..];
     while !rest.is_empty() {
         let (v, used) = decode_value(rest).map_err(|e| e.to_string())?;
         key.push(v);
         rest = &rest[used..];
     }
+    key.shrink_to_fit();
     Ok((table, key))
 }
 

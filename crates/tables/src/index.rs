@@ -7,6 +7,7 @@
 //! Buckets are persistent like the tree: a clone of an index shares them,
 //! and a write copies only the bucket (and path) it changes.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -148,6 +149,37 @@ impl<'a> Iterator for BucketIter<'a> {
 }
 
 impl Index {
+    /// An index of `entries` (indexed values, key, row) given in key order,
+    /// built in one pass: each value's rows arrive sorted, so every bucket
+    /// is made whole, with no bucket looked up in the tree per row (a
+    /// restart builds its indexes this way, after the rows are replayed).
+    pub(crate) fn build(entries: impl Iterator<Item = (Vec<Value>, Key, Arc<Row>)>) -> Index {
+        let mut groups: BTreeMap<Vec<Value>, Vec<(Key, Arc<Row>)>> = BTreeMap::new();
+        for (values, key, row) in entries {
+            let rows = groups.entry(values).or_default();
+            debug_assert!(
+                rows.last().is_none_or(|(k, _)| *k < key),
+                "keys out of order"
+            );
+            rows.push((key, row));
+        }
+        let buckets = groups
+            .into_iter()
+            .map(|(values, mut rows)| {
+                let bucket = match rows.len() {
+                    1 => {
+                        let (key, row) = rows.pop().expect("one row");
+                        Bucket::One(key, row)
+                    }
+                    n if n <= FEW_MAX => Bucket::Few(Arc::new(rows)),
+                    _ => Bucket::Many(rows.into_iter().collect()),
+                };
+                (values, bucket)
+            })
+            .collect();
+        Index { buckets }
+    }
+
     /// Adds `row` at `key` under `values`; returns the bytes of a new
     /// bucket (each row's own entry is counted by the table).
     pub(crate) fn insert(&mut self, values: Vec<Value>, key: Key, row: Arc<Row>) -> usize {

@@ -15,6 +15,7 @@ mod batch;
 mod ephemeral;
 mod index;
 mod locks;
+mod overlay;
 mod publications;
 mod roles;
 mod schema;
@@ -148,6 +149,29 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// Builds the indexes a replay deferred ([`Catalog::replay_batch`]),
+    /// the largest tables first, on as many threads as there are cores.
+    fn finish_replay(&mut self) {
+        let mut deferred: Vec<&mut Table> = self
+            .tables
+            .values_mut()
+            .filter(|t| t.indexes_deferred())
+            .collect();
+        deferred.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(deferred.len());
+        let work = Mutex::new(deferred.into_iter());
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let Some(t) = work.lock().next() else { break };
+                    t.build_indexes();
+                });
+            }
+        });
+    }
+
     /// How many schema changes have been applied: equal numbers mean the
     /// same schema, so what is derived from the schema can be kept by it.
     pub fn schema_version(&self) -> u64 {
@@ -419,7 +443,7 @@ impl Catalog {
         row: Option<Row>,
         lsn: Lsn,
     ) -> Option<RowChange> {
-        self.write_row(table, key, row, lsn, Track::Changes)
+        self.write_row(table, key, row.map(Arc::new), lsn, Track::Changes)
     }
 
     /// [`Catalog::apply_row`], reporting the change only when `track`
@@ -429,7 +453,7 @@ impl Catalog {
         &mut self,
         table: TableId,
         key: Key,
-        row: Option<Row>,
+        row: Option<Arc<Row>>,
         lsn: Lsn,
         track: Track,
     ) -> Option<RowChange> {
@@ -447,13 +471,16 @@ impl Catalog {
                 lsn,
                 prev_lsn: None,
                 old: None,
-                new: Some(Arc::new(row)),
+                new: Some(row),
             });
+        }
+        if track == Track::Nothing {
+            // A replay: indexes are built once it ends (`finish_replay`).
+            t.defer_indexes();
         }
         let (key, prev_lsn, old, new) = match row {
             Some(row) => {
-                let row = canonical_jsonb(t.schema.columns.iter().map(|c| &c.ty), row);
-                let new = Arc::new(row);
+                let new = canonical_jsonb(t.schema.columns.iter().map(|c| &c.ty), row);
                 let kept = match track {
                     Track::Changes => Some(key.clone()),
                     Track::Nothing => None,
@@ -493,11 +520,18 @@ pub(crate) enum Track {
 /// jsonb had a canonical form of its own kept the text as given (row tag
 /// 11), which is parsed here so every reader sees one form.
 fn canonical_jsonb<'t>(
-    types: impl Iterator<Item = &'t aqueduct_values::DataType>,
-    mut row: Row,
-) -> Row {
-    for (v, ty) in row.iter_mut().zip(types) {
-        if *ty == aqueduct_values::DataType::Jsonb && matches!(v, Value::Json(_)) {
+    types: impl Iterator<Item = &'t aqueduct_values::DataType> + Clone,
+    mut row: Arc<Row>,
+) -> Arc<Row> {
+    let is_text_json = |(v, ty): (&Value, &aqueduct_values::DataType)| {
+        *ty == aqueduct_values::DataType::Jsonb && matches!(v, Value::Json(_))
+    };
+    // Most rows have no jsonb column: they are shared as they are.
+    if !row.iter().zip(types.clone()).any(is_text_json) {
+        return row;
+    }
+    for (v, ty) in Arc::make_mut(&mut row).iter_mut().zip(types) {
+        if is_text_json((v, ty)) {
             let old = std::mem::replace(v, Value::Null);
             *v = match old.clone().coerce(ty) {
                 Ok(j) => j,
@@ -547,8 +581,15 @@ pub trait CommitConsumer: Send + Sync {
 /// One change a transaction makes.
 #[derive(Clone, Debug)]
 pub enum Write {
-    Put { table: TableId, key: Key, row: Row },
-    Delete { table: TableId, key: Key },
+    Put {
+        table: TableId,
+        key: Key,
+        row: Arc<Row>,
+    },
+    Delete {
+        table: TableId,
+        key: Key,
+    },
     Schema(SchemaChange),
 }
 
@@ -574,7 +615,7 @@ enum Read {
 pub struct TxnSavepoint {
     writes: usize,
     deferred: usize,
-    overlay: HashMap<(TableId, Key), Option<Row>>,
+    overlay: overlay::Overlay,
 }
 
 /// A foreign key check put off to the end of the transaction: the
@@ -688,7 +729,7 @@ pub struct Txn {
     reads: Vec<Read>,
     writes: Vec<Write>,
     /// The transaction's own view of keys it wrote (read-your-writes).
-    overlay: HashMap<(TableId, Key), Option<Row>>,
+    overlay: overlay::Overlay,
     /// The furthest sequence reservation among `writes`, by sequence.
     reserved: HashMap<TableId, (i64, u64)>,
     /// Foreign key checks put off to the end of the transaction.
@@ -741,7 +782,7 @@ impl Txn {
 
     /// Records a point read of `key` in `table` as it is in `catalog`.
     pub fn note_row_read(&mut self, catalog: &Catalog, table: TableId, key: &Key) {
-        if self.overlay.contains_key(&(table, key.clone())) {
+        if self.overlay.contains(table, key) {
             return;
         }
         if let Some(t) = catalog.table_by_id(table) {
@@ -824,24 +865,29 @@ impl Txn {
     /// This transaction's own version of a key, if it wrote one:
     /// `Some(None)` for a key it deleted.
     pub fn own(&self, table: TableId, key: &Key) -> Option<Option<&Row>> {
-        self.overlay.get(&(table, key.clone())).map(|r| r.as_ref())
+        self.overlay.get(table, key).map(|r| r.map(|r| &**r))
     }
 
     /// Rows this transaction wrote to `table` (for scans to merge in).
     pub fn own_rows(&self, table: TableId) -> impl Iterator<Item = (&Key, Option<&Row>)> {
-        self.overlay
-            .iter()
-            .filter(move |((t, _), _)| *t == table)
-            .map(|((_, k), r)| (k, r.as_ref()))
+        self.overlay.rows_of(table)
     }
 
     pub fn put(&mut self, table: TableId, key: Key, row: Row) {
-        self.overlay.insert((table, key.clone()), Some(row.clone()));
+        let row = Arc::new(row);
+        self.overlay.insert(table, key.clone(), Some(row.clone()));
         self.writes.push(Write::Put { table, key, row });
     }
 
+    /// Room for `more` rows written to `table` (a bulk insert about to
+    /// write them).
+    pub fn reserve(&mut self, table: TableId, more: usize) {
+        self.writes.reserve(more);
+        self.overlay.reserve(table, more);
+    }
+
     pub fn delete(&mut self, table: TableId, key: Key) {
-        self.overlay.insert((table, key.clone()), None);
+        self.overlay.insert(table, key.clone(), None);
         self.writes.push(Write::Delete { table, key });
     }
 
@@ -879,14 +925,14 @@ impl Txn {
     /// The rows this transaction writes.
     /// The tables this transaction wrote rows of.
     pub fn written_tables(&self) -> Vec<TableId> {
-        let mut out: Vec<TableId> = self.overlay.keys().map(|(t, _)| *t).collect();
+        let mut out: Vec<TableId> = self.overlay.tables().collect();
         out.sort_unstable();
         out.dedup();
         out
     }
 
-    fn written_rows(&self) -> Vec<RowId> {
-        self.overlay.keys().cloned().collect()
+    fn written_rows(&self) -> impl Iterator<Item = (TableId, &Key)> {
+        self.overlay.iter().map(|(t, k, _)| (t, k))
     }
 
     /// Reserves values of sequence `id` up to `upto` with this
@@ -1173,6 +1219,7 @@ impl Database {
                 )))
             })
         })?;
+        catalog.finish_replay();
         report.records = decoded;
         report.last_lsn = until;
         catalog.lsn = report.last_lsn;
@@ -1371,7 +1418,7 @@ impl Database {
             // A row locked by an open transaction is written only by it:
             // wait for it to end (without the commit lock, which its
             // commit needs), then run the statement again.
-            match self.locks.locked_by_other(None, &txn.written_rows()) {
+            match self.locks.locked_by_other(None, txn.written_rows()) {
                 None => break (guard, txn, out),
                 Some(row) => {
                     drop(guard);
@@ -1432,7 +1479,7 @@ impl Database {
         if !txn.isolation.locks()
             && self
                 .locks
-                .locked_by_other(Some(txn.id), &txn.written_rows())
+                .locked_by_other(Some(txn.id), txn.written_rows())
                 .is_some()
         {
             self.metrics
@@ -1632,14 +1679,14 @@ impl Database {
         let pending = txn.pending_catalog(&committed);
         let catalog = pending.as_ref().unwrap_or(&committed);
         let mut claimed: HashMap<(TableId, String, Vec<Value>), Key> = HashMap::new();
-        for ((table, key), row) in &txn.overlay {
-            let (Some(t), Some(row)) = (catalog.table_by_id(*table), row) else {
+        for (table, key, row) in txn.overlay.iter() {
+            let (Some(t), Some(row)) = (catalog.table_by_id(table), row) else {
                 continue;
             };
             for (name, other) in t.unique_conflicts(key, row) {
                 // If this transaction also rewrote the other row, its final
                 // version is checked against this one through `claimed`.
-                if !txn.overlay.contains_key(&(*table, other)) {
+                if !txn.overlay.contains(table, &other) {
                     return Err(unique_error(&t.schema, &name, row));
                 }
             }
@@ -1653,7 +1700,7 @@ impl Database {
                 if values.iter().any(Value::is_null) {
                     continue;
                 }
-                if let Some(k) = claimed.insert((*table, def.name.clone(), values), key.clone()) {
+                if let Some(k) = claimed.insert((table, def.name.clone(), values), key.clone()) {
                     if &k != key {
                         return Err(unique_error(&t.schema, &def.name, row));
                     }
@@ -1723,7 +1770,7 @@ mod tests {
             Value::Json(r#"{"b":1,"a":2}"#.into()),
             Value::Json(r#"{"b":1,"a":2}"#.into()),
         ];
-        let row = canonical_jsonb(types.iter(), old);
+        let row = canonical_jsonb(types.iter(), Arc::new(old));
         assert!(matches!(row[0], Value::Jsonb(_)));
         assert_eq!(row[0].to_text().unwrap(), r#"{"a": 2, "b": 1}"#);
         // json keeps its text as given.

@@ -138,11 +138,19 @@ impl LockTable {
     }
 
     /// The first of `rows` locked by a transaction other than `txn`.
-    pub fn locked_by_other(&self, txn: Option<TxnId>, rows: &[RowId]) -> Option<RowId> {
+    pub fn locked_by_other<'k>(
+        &self,
+        txn: Option<TxnId>,
+        rows: impl Iterator<Item = (TableId, &'k Key)>,
+    ) -> Option<RowId> {
         let state = self.state.lock();
-        rows.iter()
+        // No row is locked (the common case, and a bulk load's): nothing
+        // to look up.
+        if state.owners.is_empty() {
+            return None;
+        }
+        rows.map(|(t, k)| (t, k.clone()))
             .find(|r| state.owners.get(r).is_some_and(|o| Some(*o) != txn))
-            .cloned()
     }
 
     /// Waits until `row` is not locked, up to `deadline`, asking

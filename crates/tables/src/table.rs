@@ -43,6 +43,9 @@ pub struct Table {
     /// Counts changes of the table's columns and constraints: a
     /// transaction that wrote the table commits only if it is unchanged.
     pub shape: u64,
+    /// Set during a restart's replay: writes change only the row map, and
+    /// [`Table::build_indexes`] builds every index once at the end.
+    indexes_deferred: bool,
 }
 
 /// Whether `row`'s `columns` equal `values` (as an index lookup compares).
@@ -97,7 +100,45 @@ impl Table {
             version: 0,
             bytes: 0,
             shape: 0,
+            indexes_deferred: false,
         }
+    }
+
+    /// Whether the table has an index stored apart from its rows.
+    fn has_physical_index(&self) -> bool {
+        self.schema.indexes.iter().any(|d| d.is_physical())
+    }
+
+    /// From now until [`Table::build_indexes`], writes leave the indexes
+    /// alone (a replay, which nothing reads until it ends). Only for a
+    /// table with an index to maintain.
+    pub(crate) fn defer_indexes(&mut self) {
+        if self.has_physical_index() {
+            self.indexes_deferred = true;
+        }
+    }
+
+    pub(crate) fn indexes_deferred(&self) -> bool {
+        self.indexes_deferred
+    }
+
+    /// Builds every index of a table whose indexes were deferred from its
+    /// rows as they are now, each in one pass over the rows in key order.
+    pub(crate) fn build_indexes(&mut self) {
+        if !std::mem::take(&mut self.indexes_deferred) {
+            return;
+        }
+        for (i, def) in self.schema.indexes.iter().enumerate() {
+            self.indexes[i] =
+                if def.is_physical() {
+                    Index::build(self.rows.iter().map(|(k, rv)| {
+                        (Self::index_values(def, &rv.row), k.clone(), rv.row.clone())
+                    }))
+                } else {
+                    Index::default()
+                };
+        }
+        self.recount_bytes();
     }
 
     /// `ALTER TYPE` of an enum: columns of the type (or arrays of it)
@@ -405,8 +446,7 @@ impl Table {
         let key_bytes = self.key_bytes(&key);
         self.bytes += key_bytes + Self::row_bytes(&row);
         self.version = lsn;
-        let indexed = self.schema.indexes.iter().any(|d| d.is_physical());
-        if !indexed {
+        if self.indexes_deferred || !self.has_physical_index() {
             // Without indexes the key is not needed past the row map: it
             // moves there (a restart stores every row this way).
             let old = self.rows.insert(key, RowVersion { row, lsn })?;
@@ -444,6 +484,9 @@ impl Table {
     /// Takes a removed row out of the indexes and the bytes.
     fn unindex(&mut self, key: &Key, row: &Row) {
         self.bytes -= self.stored_bytes(key, row);
+        if self.indexes_deferred {
+            return;
+        }
         for (i, def) in self.schema.indexes.iter().enumerate() {
             if def.is_physical() {
                 self.bytes -= self.indexes[i].remove(&Self::index_values(def, row), key);
@@ -454,7 +497,8 @@ impl Table {
     /// Adds an index and fills it from the rows.
     pub fn add_index(&mut self, def: IndexDef) {
         let mut index = Index::default();
-        if def.is_physical() {
+        // A deferred table builds it with the others at the end.
+        if def.is_physical() && !self.indexes_deferred {
             for (k, rv) in &self.rows {
                 index.insert(Self::index_values(&def, &rv.row), k.clone(), rv.row.clone());
             }

@@ -329,6 +329,11 @@ pub const DAY_MICROS: i64 = 86_400_000_000;
 /// ordered by kind. Agrees with [`Value::sql_cmp`] wherever that is defined.
 impl Ord for Value {
     fn cmp(&self, other: &Value) -> Ordering {
+        // Keys are mostly integers: compared without the general match
+        // (the row map and indexes compare a key per tree level).
+        if let (Value::Int(x), Value::Int(y)) = (self, other) {
+            return x.cmp(y);
+        }
         match (self.is_null(), other.is_null()) {
             (true, true) => return Ordering::Equal,
             (true, false) => return Ordering::Greater,
