@@ -15,12 +15,28 @@ use serde_json::Value as Json;
 /// No step of a test may take longer than this.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Ports handed out below Linux's ephemeral range (32768 and up): a port
+/// the kernel chose for `bind(0)` and that was released could be taken as
+/// the source port of any outgoing connection of a test running alongside
+/// before the server binds it ("Address already in use"). Each test
+/// process walks its own stretch of the range, chosen by its pid, and
+/// hands out each port once.
+const PORTS_FROM: u16 = 10_000;
+const PORTS_TO: u16 = 32_000;
+
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = u32::from(PORTS_TO - PORTS_FROM);
+    let start = std::process::id() * 997 % span;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < span, "every test port was handed out");
+        let port = PORTS_FROM + ((start + n) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Sends `signal` (`-STOP` or `-CONT`, as `kill` spells it) to the child
