@@ -6,8 +6,8 @@
 //!
 //! No timed sleeps: every wait is for a condition, under a deadline.
 
+use crate::common::free_port;
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,14 +64,6 @@ impl<T> Watched<T> {
 }
 
 // ------------------------------------------------------------------ server
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `aqueduct serve` on a data directory and fixed loopback ports.
 struct Server {

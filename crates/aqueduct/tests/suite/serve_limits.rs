@@ -3,6 +3,7 @@
 //! statement runs for hours, with acknowledged writes kept.
 
 use crate::common;
+use crate::common::free_port;
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -13,14 +14,6 @@ use common::{connect, STEP_TIMEOUT};
 /// Four copies of a 300-row table joined on one value: 8.1e9 rows, hours.
 const RUNAWAY: &str =
     "SELECT count(*) FROM j a JOIN j b ON a.k = b.k JOIN j c ON b.k = c.k JOIN j d ON c.k = d.k";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A server process, killed when dropped if it is still running.
 struct Running {

@@ -2,6 +2,7 @@
 //! required but no certificate, and says how to fix it; `--help` tells
 //! how to keep passwords off the command line.
 
+use crate::common::free_port;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -116,14 +117,6 @@ fn help_says_how_to_keep_passwords_off_the_command_line() {
     ] {
         assert!(help.contains(needle), "{needle} missing from:\n{help}");
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A server process that is killed when dropped.
