@@ -54,17 +54,19 @@ def main():
         raise SystemExit(f"no sql-load-*.json in {args.results}")
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
 
+    def lines(ax, fields):
+        for backend, color in COLORS.items():
+            for field, label, style in fields:
+                xs, ys = series(data, backend, field)
+                if xs:
+                    ax.plot(xs, ys, style, marker="o", color=color, label=f"{backend} {label}")
+
     ax = axes[0]
-    loads = [
+    lines(ax, [
         ("copy_narrow_rows_per_s", "COPY narrow", "-"),
         ("insert_indexed_rows_per_s", "multi-row INSERT (indexed)", "--"),
         ("copy_mixed_rows_per_s", "COPY mixed", ":"),
-    ]
-    for backend, color in COLORS.items():
-        for field, label, style in loads:
-            xs, ys = series(data, backend, field)
-            if xs:
-                ax.plot(xs, ys, style, marker="o", color=color, label=f"{backend} {label}")
+    ])
     ax.set_xscale("log")
     ax.set_xlabel("rows per table")
     ax.set_ylabel("rows/s")
@@ -73,16 +75,11 @@ def main():
     ax.grid(alpha=0.3)
 
     ax = axes[1]
-    sizes = [
+    lines(ax, [
         ("narrow_bytes_per_row", "narrow (3 bigint)", "-"),
         ("mixed_bytes_per_row", "mixed (text, numeric, timestamp)", "--"),
         ("indexed_bytes_per_row", "indexed (secondary index, view)", ":"),
-    ]
-    for backend, color in COLORS.items():
-        for field, label, style in sizes:
-            xs, ys = series(data, backend, field)
-            if xs:
-                ax.plot(xs, ys, style, marker="o", color=color, label=f"{backend} {label}")
+    ])
     ax.axhline(100, color="gray", linewidth=0.8, linestyle="-.", label="target: 100 B/row (narrow)")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -28,7 +28,7 @@ pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let span = u32::from(PORTS_TO - PORTS_FROM);
-    let start = std::process::id() * 997 % span;
+    let start = (u64::from(std::process::id()) * 997 % u64::from(span)) as u32;
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         assert!(n < span, "every test port was handed out");
