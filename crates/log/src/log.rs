@@ -111,6 +111,10 @@ pub(crate) struct Inner {
     /// Sealed segments in LSN order; replaced whole (copy on write).
     pub segments: RwLock<Arc<Vec<SealedSegment>>>,
     sync: Mutex<SyncState>,
+    /// `SyncState::durable`, stored under `sync` whenever it changes: a
+    /// reader whose LSN is already durable (nearly every read) learns it
+    /// without taking the lock.
+    durable_now: std::sync::atomic::AtomicU64,
     sync_cv: Condvar,
     poisoned: OnceLock<String>,
     pub compaction: Mutex<()>,
@@ -246,6 +250,7 @@ impl Log {
                 visible,
                 waiters: Vec::new(),
             }),
+            durable_now: std::sync::atomic::AtomicU64::new(last_lsn),
             sync_cv: Condvar::new(),
             poisoned: OnceLock::new(),
             compaction: Mutex::new(()),
@@ -499,7 +504,9 @@ impl Log {
 
     /// The highest LSN known to be on stable storage.
     pub fn durable_lsn(&self) -> Lsn {
-        self.inner.sync.lock().durable
+        self.inner
+            .durable_now
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether [`Log::await_committed`] for `lsn` would return at once.
@@ -730,7 +737,8 @@ impl Log {
         }
         *inner.segments.write() = Arc::new(sealed);
         let mut st = inner.sync.lock();
-        st.durable = st.durable.min(lsn);
+        let durable = st.durable.min(lsn);
+        inner.set_durable(&mut st, durable);
         st.visible = Visible {
             lsn: st.visible.lsn.min(lsn),
             active_base: w.active.header.base,
@@ -951,7 +959,18 @@ impl Inner {
 
     /// Group commit: the first waiter syncs for everyone written so far;
     /// the others wait for its result.
+    /// Sets the durable LSN; `st` is `self.sync` locked.
+    fn set_durable(&self, st: &mut SyncState, lsn: Lsn) {
+        st.durable = lsn;
+        self.durable_now
+            .store(lsn, std::sync::atomic::Ordering::Release);
+    }
+
     fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        // Durable already: nothing to wait for, poisoned or not.
+        if self.durable_now.load(std::sync::atomic::Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
         let me = std::thread::current();
         let mut parked = false;
         let mut st = self.sync.lock();
@@ -1000,7 +1019,8 @@ impl Inner {
             st = self.sync.lock();
             st.syncing = false;
             if result.is_ok() {
-                st.durable = st.durable.max(visible.lsn);
+                let durable = st.durable.max(visible.lsn);
+                self.set_durable(&mut st, durable);
                 if visible.lsn >= st.visible.lsn {
                     st.visible = visible;
                 }
@@ -1091,7 +1111,8 @@ impl Inner {
         drop(ms);
         let last = w.next_lsn - 1;
         let mut st = self.sync.lock();
-        st.durable = st.durable.max(last);
+        let durable = st.durable.max(last);
+        self.set_durable(&mut st, durable);
         st.visible = Visible {
             lsn: last.max(st.visible.lsn),
             active_base: w.active.header.base,

@@ -372,6 +372,10 @@ impl Visitor for Depth {
 pub const MAX_SQL_BYTES: usize = 4 * 1024 * 1024;
 /// Largest number of parameters in one statement (the wire protocol's limit).
 pub const MAX_PARAMS: usize = 65_535;
+/// Prepared statements a session remembers as having passed their
+/// privilege check (at the same catalog version); past it the memory is
+/// cleared and statements are checked again as they run.
+pub const MAX_AUTHORIZED_PREPARED: usize = 4096;
 /// Largest number of rows one `INSERT ... VALUES` may carry.
 pub const MAX_INSERT_ROWS: usize = 100_000;
 /// Rows one statement may change, its own and those its foreign keys'

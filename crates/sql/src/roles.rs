@@ -853,3 +853,40 @@ pub(crate) fn privilege_list(p: &ast::Privileges) -> Result<Vec<Privilege>, SqlE
 
 /// Kept per session: the relations each view reads.
 pub(crate) type ViewRelationsCache = HashMap<TableId, Vec<String>>;
+
+/// Kept per session: the prepared statements (by [`Prepared::id`]) whose
+/// privilege check passed, valid while the catalog's schema version (which
+/// every role, grant and ownership change moves) and the session's role
+/// stay the same. An executed prepared statement is checked once, not at
+/// every execution.
+///
+/// [`Prepared::id`]: crate::session::Prepared
+#[derive(Debug, Default)]
+pub(crate) struct AuthorizedPrepared {
+    schema_version: u64,
+    ids: std::collections::HashSet<u64>,
+}
+
+impl AuthorizedPrepared {
+    /// Whether statement `id` passed its check at `schema_version`.
+    pub(crate) fn holds(&self, id: u64, schema_version: u64) -> bool {
+        self.schema_version == schema_version && self.ids.contains(&id)
+    }
+
+    /// Statement `id` passed its check against the catalog at
+    /// `schema_version` (read before the check began).
+    pub(crate) fn note(&mut self, id: u64, schema_version: u64) {
+        if self.schema_version != schema_version
+            || self.ids.len() >= aqueduct_plan::limits::MAX_AUTHORIZED_PREPARED
+        {
+            self.ids.clear();
+            self.schema_version = schema_version;
+        }
+        self.ids.insert(id);
+    }
+
+    /// Forgets every check (the session's role changed).
+    pub(crate) fn clear(&mut self) {
+        self.ids.clear();
+    }
+}

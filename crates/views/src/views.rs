@@ -1315,19 +1315,21 @@ impl ViewRegistry {
     }
 
     /// Like [`ViewRegistry::lookup`], calling `f` on each row in place
-    /// instead of copying them out (the embedded API's fastest read).
-    /// Returns the watermark.
+    /// instead of copying them out (the embedded API's fastest read), and
+    /// waiting up to `timeout` for the upquery of a missing key. Returns
+    /// the watermark. A read that fails has called `f` on no row.
     pub fn lookup_with(
         &self,
         entry: &ViewEntry,
         key: &[usize],
         values: &[Value],
+        timeout: Duration,
         mut f: impl FnMut(&Row),
     ) -> Result<Lsn, SqlError> {
         // A failed read calls `f` on no row, so it may read again.
         self.once_more_if_remade(entry, |entry| {
             self.with_keyed(entry, key, false, |r| {
-                self.read_key(&entry.name, r, values, DEFAULT_UPQUERY_TIMEOUT, &mut f)
+                self.read_key(&entry.name, r, values, timeout, &mut f)
             })?
         })
     }

@@ -12,7 +12,7 @@ use aqueduct_values::{DataType, Value};
 use aqueduct_log::Lsn;
 use sqlparser::ast::Statement;
 
-use super::state::{command, parse_duration, Session};
+use super::state::{command, Session};
 use crate::chains::analysis::Mode;
 use crate::chains::declare::{self, ChainVerb};
 use crate::chains::hop::{DeclSource, HopSession, Ticket, PROGRESS_TABLE};
@@ -473,8 +473,7 @@ impl Session {
     }
 
     fn await_ticket(&self, ticket: &Arc<Ticket>) -> Result<(Lsn, Vec<Value>), SqlError> {
-        let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
-            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
+        let timeout = self.reads.consistency_timeout;
         match ticket.wait(timeout) {
             Some(r) => r,
             None => Err(SqlError::new(

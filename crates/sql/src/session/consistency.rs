@@ -12,7 +12,7 @@ use sqlparser::ast::Statement;
 use crate::consistency::{Consistency, Ready, MAX_RELEASE_RESULTS};
 use aqueduct_plan::plan::Outcome;
 
-use super::state::{parse_duration, Session};
+use super::state::Session;
 
 impl Session {
     pub fn consistency(&self) -> Consistency {
@@ -22,11 +22,7 @@ impl Session {
     /// The LSN a `session` read must reach: this session's last write or
     /// the token it was given, whichever is later.
     pub fn session_lsn(&self) -> Lsn {
-        let token = self.settings["aqueduct.after_lsn"]
-            .trim()
-            .parse::<Lsn>()
-            .unwrap_or(0);
-        self.last_lsn().max(token)
+        self.last_lsn().max(self.reads.after_lsn)
     }
 
     /// On a follower, before a query outside a transaction block or a
@@ -46,8 +42,7 @@ impl Session {
         if !reads {
             return Ok(());
         }
-        let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
-            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
+        let timeout = self.reads.consistency_timeout;
         let target = match self.consistency() {
             Consistency::Eventual | Consistency::Release => return Ok(()),
             Consistency::Session => self.session_lsn(),
@@ -109,13 +104,12 @@ impl Session {
             // see the newest acknowledged state.
             Consistency::Linearizable | Consistency::Release => acknowledged,
         };
-        let timeout = parse_duration(&self.settings["aqueduct.consistency_timeout"])
-            .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT);
+        let timeout = self.reads.consistency_timeout;
         match self.engine.views.await_lsn_within(target, timeout) {
             Ok(()) => Ok(Ready::At(target)),
             Err(e)
                 if e.code == "57014"
-                    && self.settings["aqueduct.consistency_timeout_action"] == "compute" =>
+                    && self.reads.compute_on_consistency_timeout =>
             {
                 Ok(Ready::Compute)
             }

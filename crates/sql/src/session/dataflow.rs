@@ -28,7 +28,7 @@ impl Session {
     /// Automatic views serve this session now: enabled, and outside a
     /// transaction block (whose reads must see its own writes).
     pub(crate) fn auto_views_on(&self) -> bool {
-        self.txn.is_none() && self.settings["aqueduct.auto_views"] == "on"
+        self.txn.is_none() && self.reads.auto_views
     }
 
     /// The automatic view for the query `lifted` (made now when `make`).

@@ -19,6 +19,9 @@ use super::state::Session;
 /// A parsed statement with its parameter and result types.
 #[derive(Clone, Debug)]
 pub struct Prepared {
+    /// Unique in the process: what a session remembers about a statement
+    /// it executed (that its role may run it) is kept under this.
+    pub(crate) id: u64,
     pub sql: String,
     /// Parameter types, in `$1, $2, ...` order.
     pub params: Vec<DataType>,
@@ -35,6 +38,12 @@ pub struct Prepared {
     /// A statement the SQL parser does not know (`CREATE TIME MAP`), run
     /// from its text.
     pub(crate) custom: Option<Custom>,
+}
+
+/// A fresh [`Prepared::id`].
+fn next_prepared_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Session {
@@ -58,6 +67,7 @@ impl Session {
         self.start_statement();
         if let Some(kind) = Custom::of(sql) {
             return Ok(Prepared {
+                id: next_prepared_id(),
                 sql: sql.to_string(),
                 params: self.custom_parameter_types(kind, sql, hints),
                 columns: kind.columns(),
@@ -78,6 +88,7 @@ impl Session {
         let statement = statements.pop();
         let Some(st) = &statement else {
             return Ok(Prepared {
+                id: next_prepared_id(),
                 sql: sql.to_string(),
                 params: hints
                     .iter()
@@ -94,6 +105,7 @@ impl Session {
         let bound = match self.route_with(st, hints, false)? {
             Route::Roles => {
                 return Ok(Prepared {
+                    id: next_prepared_id(),
                     sql: sql.to_string(),
                     params: Vec::new(),
                     columns: Vec::new(),
@@ -107,6 +119,7 @@ impl Session {
             Route::Views(_) => {
                 if let Some(read) = self.plan_view_read(st, hints) {
                     return Ok(Prepared {
+                        id: next_prepared_id(),
                         sql: sql.to_string(),
                         params: read.param_types.clone(),
                         columns: read.columns.clone(),
@@ -157,6 +170,7 @@ impl Session {
             _ => false,
         };
         Ok(Prepared {
+            id: next_prepared_id(),
             sql: sql.to_string(),
             params: bound.params,
             columns: bound.columns,
@@ -194,6 +208,7 @@ impl Session {
                     .map(|(i, t)| hints.get(i).cloned().flatten().unwrap_or_else(|| t.clone()))
                     .collect();
                 return Ok(Prepared {
+                    id: next_prepared_id(),
                     sql: sql.to_string(),
                     params,
                     columns: view.columns.clone(),
@@ -227,6 +242,7 @@ impl Session {
     ) -> Result<Prepared, SqlError> {
         let (columns, params) = aqueduct_views::oneshot::describe(catalog, q, hints, self.time)?;
         Ok(Prepared {
+            id: next_prepared_id(),
             sql: sql.to_string(),
             params,
             columns,
@@ -296,7 +312,7 @@ impl Session {
             ));
         }
         if let Some(st) = &p.statement {
-            if let Err(e) = self.authorize(st) {
+            if let Err(e) = self.authorize_prepared(p.id, st) {
                 self.note_error();
                 return Err(e);
             }
@@ -308,7 +324,7 @@ impl Session {
         // writes are there): no read here, by a view or otherwise.
         if let (Some(_), Some(st)) = (&self.remote, &p.statement) {
             let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
-            return self.run(Some(st), &p.sql, &hints, params);
+            return self.run_authorized(st, &hints, params);
         }
         self.follower_ready(p.statement.as_ref())?;
         if let Some(st) = self.release_read(p.statement.as_ref()) {
@@ -362,7 +378,7 @@ impl Session {
             None => Ok(Outcome::Empty),
             Some(st) => {
                 let hints: Vec<Option<DataType>> = p.params.iter().cloned().map(Some).collect();
-                self.run(Some(st), &p.sql, &hints, params)
+                self.run_authorized(st, &hints, params)
             }
         }
     }

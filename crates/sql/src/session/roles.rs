@@ -34,6 +34,27 @@ impl Session {
         self.settings
             .insert("session_authorization".into(), principal.name.clone());
         self.principal = principal;
+        self.authorized.clear();
+    }
+
+    /// [`Session::authorize`] for a prepared statement's execution: outside
+    /// a transaction block (whose catalog may hold its own schema changes)
+    /// a statement that passed against the same catalog version and role
+    /// is not checked again.
+    pub(crate) fn authorize_prepared(&mut self, id: u64, st: &Statement) -> Result<(), SqlError> {
+        if self.txn.is_some() {
+            return self.authorize(st);
+        }
+        // Read before the check: a change committed while it runs moves
+        // the version past the one noted, so the next execution checks
+        // again.
+        let version = self.engine.database().read().schema_version();
+        if self.authorized.holds(id, version) {
+            return Ok(());
+        }
+        self.authorize(st)?;
+        self.authorized.note(id, version);
+        Ok(())
     }
 
     /// Refuses what the session's role may not do with `st` (SQLSTATE

@@ -229,7 +229,7 @@ impl Session {
     pub(crate) fn dataflow_route(&self, q: &ast::Query, why: NeedsDataflow) -> Route {
         let not_auto = if self.txn.is_some() {
             NotAuto::InTransaction
-        } else if self.settings["aqueduct.auto_views"] != "on" {
+        } else if !self.reads.auto_views {
             NotAuto::Off
         } else {
             let lifted = lift_literals(q);

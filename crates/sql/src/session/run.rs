@@ -150,9 +150,22 @@ impl Session {
         let Some(st) = st else {
             return Ok(Outcome::Empty);
         };
-        let result = self
-            .authorize(st)
-            .and_then(|()| self.run_statement(st, hints, params));
+        if let Err(e) = self.authorize(st) {
+            self.note_error();
+            return Err(e);
+        }
+        self.run_authorized(st, hints, params)
+    }
+
+    /// [`Session::run`] of a statement whose privileges were checked
+    /// already (an execution of a prepared statement).
+    pub(crate) fn run_authorized(
+        &mut self,
+        st: &Statement,
+        hints: &[Option<DataType>],
+        params: &[Value],
+    ) -> Result<Outcome, SqlError> {
+        let result = self.run_statement(st, hints, params);
         if result.is_err() {
             self.note_error();
         }

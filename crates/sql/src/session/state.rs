@@ -38,6 +38,43 @@ impl Drop for Running<'_> {
 /// How long, and with how much memory, each statement may run.
 pub(crate) type StatementBounds = aqueduct_expr::interrupt::Bounds;
 
+/// The settings every read consults, parsed once when they change rather
+/// than from their text at each read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadSettings {
+    /// `aqueduct.upquery_timeout`.
+    pub(crate) upquery_timeout: std::time::Duration,
+    /// `aqueduct.upquery_timeout_action`.
+    pub(crate) on_upquery_timeout: aqueduct_views::views::OnTimeout,
+    /// `aqueduct.consistency_timeout`.
+    pub(crate) consistency_timeout: std::time::Duration,
+    /// `aqueduct.consistency_timeout_action` is `compute`.
+    pub(crate) compute_on_consistency_timeout: bool,
+    /// `aqueduct.after_lsn`.
+    pub(crate) after_lsn: Lsn,
+    /// `aqueduct.auto_views` is `on`.
+    pub(crate) auto_views: bool,
+}
+
+impl ReadSettings {
+    fn of(settings: &BTreeMap<String, String>) -> ReadSettings {
+        let get = |name: &str| settings.get(name).map(String::as_str).unwrap_or("");
+        ReadSettings {
+            upquery_timeout: parse_duration(get("aqueduct.upquery_timeout"))
+                .unwrap_or(aqueduct_views::views::DEFAULT_UPQUERY_TIMEOUT),
+            on_upquery_timeout: match get("aqueduct.upquery_timeout_action") {
+                "compute" => aqueduct_views::views::OnTimeout::Compute,
+                _ => aqueduct_views::views::OnTimeout::Error,
+            },
+            consistency_timeout: parse_duration(get("aqueduct.consistency_timeout"))
+                .unwrap_or(aqueduct_views::views::VIEW_WAIT_TIMEOUT),
+            compute_on_consistency_timeout: get("aqueduct.consistency_timeout_action") == "compute",
+            after_lsn: get("aqueduct.after_lsn").trim().parse::<Lsn>().unwrap_or(0),
+            auto_views: get("aqueduct.auto_views") == "on",
+        }
+    }
+}
+
 pub use crate::txn_status::TxnStatus;
 
 /// Settings a client may read with `SHOW` and change with `SET`.
@@ -134,6 +171,8 @@ pub struct Session {
     /// `statement_timeout` and `aqueduct.statement_memory_limit`, parsed
     /// once when set (every statement asks).
     pub(crate) bounds: StatementBounds,
+    /// The settings reads consult, parsed once when set.
+    pub(crate) reads: ReadSettings,
     /// Stops the running statement (cancel, timeout, memory, shutdown).
     pub(crate) interrupt: aqueduct_expr::interrupt::Interrupt,
     /// Its entry among the server's backends, once a client's connection
@@ -151,6 +190,8 @@ pub struct Session {
     /// Who the session runs as (`roles.rs`).
     pub(crate) principal: Principal,
     pub(crate) view_relations_cache: ViewRelationsCache,
+    /// The prepared statements whose privilege check passed (`roles.rs`).
+    pub(crate) authorized: crate::roles::AuthorizedPrepared,
     /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
     pub(crate) copy_in: Option<aqueduct_plan::copy::CopyLoad>,
     /// Statements `PREPARE name AS ...` made, by name: their text and
@@ -227,9 +268,11 @@ impl Session {
             movable: None,
             principal: Default::default(),
             view_relations_cache: Default::default(),
+            authorized: Default::default(),
             sql_prepared: Default::default(),
             copy_in: None,
             bounds: StatementBounds::default(),
+            reads: ReadSettings::of(&BTreeMap::new()),
             clock,
         }
         .with_default_principal()
@@ -243,6 +286,7 @@ impl Session {
     }
 
     pub(crate) fn refresh_bounds(&mut self) {
+        self.reads = ReadSettings::of(&self.settings);
         self.bounds = StatementBounds {
             timeout: self
                 .settings

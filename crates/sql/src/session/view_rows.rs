@@ -15,7 +15,7 @@ use aqueduct_plan::bind;
 use aqueduct_plan::plan::Outcome;
 use aqueduct_views::view_read::ViewRead;
 
-use super::state::{parse_duration, Session};
+use super::state::Session;
 
 /// A view a statement reads, with the key columns and the keys its
 /// `WHERE` pins (none: all its rows).
@@ -258,27 +258,31 @@ impl Session {
             }
             Some(key) => {
                 let db = self.engine.database();
-                let (rows, seen) = match self.views_ready()? {
+                let mut rows = Vec::new();
+                let seen = match self.views_ready()? {
                     Ready::At(seen) => {
                         // The copy read may be past the acknowledged
                         // commits (a key just filled from the tables):
                         // what it shows must be acknowledged first.
-                        let (mut found, copy) = self.lookup_view(&entry, read.key(), &[key])?;
-                        (found.pop().unwrap_or_default(), seen.max(copy))
+                        let copy = self.lookup_view_each(&entry, read.key(), &key, |r| {
+                            rows.push(read.project(r))
+                        })?;
+                        seen.max(copy)
                     }
                     Ready::Compute => {
                         let seen = db.applied_lsn();
-                        let rows = self.engine.views.compute_lookup(
+                        let found = self.engine.views.compute_lookup(
                             &db.read(),
                             &entry,
                             read.key(),
                             &key,
                         )?;
-                        (rows, seen)
+                        rows = found.iter().map(|r| read.project(r)).collect();
+                        seen
                     }
                 };
                 db.await_visible(seen)?;
-                rows.iter().map(|r| read.project(r)).collect()
+                rows
             }
         };
         Ok(Some(Outcome::Rows {
@@ -290,15 +294,39 @@ impl Session {
 
     /// How long a read waits for the upquery that fills a missing key.
     pub(crate) fn upquery_timeout(&self) -> std::time::Duration {
-        parse_duration(&self.settings["aqueduct.upquery_timeout"])
-            .unwrap_or(aqueduct_views::views::DEFAULT_UPQUERY_TIMEOUT)
+        self.reads.upquery_timeout
     }
 
     /// What a read does when its upquery takes longer than that.
     pub(crate) fn on_upquery_timeout(&self) -> aqueduct_views::views::OnTimeout {
-        match self.settings["aqueduct.upquery_timeout_action"].as_str() {
-            "compute" => aqueduct_views::views::OnTimeout::Compute,
-            _ => aqueduct_views::views::OnTimeout::Error,
+        self.reads.on_upquery_timeout
+    }
+
+    /// [`Session::lookup_view`] of one key, calling `f` on each row in
+    /// place rather than copying the rows out. Returns the watermark.
+    pub(crate) fn lookup_view_each(
+        &self,
+        v: &aqueduct_views::views::ViewEntry,
+        cols: &[usize],
+        key: &[Value],
+        mut f: impl FnMut(&aqueduct_dataflow::Row),
+    ) -> Result<Lsn, SqlError> {
+        let views = &self.engine.views;
+        // A read that fails has called `f` on no row.
+        match views.lookup_with(v, cols, key, self.reads.upquery_timeout, &mut f) {
+            Err(e)
+                if e.code == aqueduct_views::views::UPQUERY_TIMEOUT_CODE
+                    && self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute =>
+            {
+                let db = self.engine.database();
+                let catalog = db.read();
+                views
+                    .compute_lookup(&catalog, v, cols, key)?
+                    .iter()
+                    .for_each(f);
+                Ok(catalog.lsn())
+            }
+            other => other,
         }
     }
 

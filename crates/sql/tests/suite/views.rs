@@ -702,7 +702,13 @@ fn embedded_lookups_read_rows_in_place() {
     let mut seen = Vec::new();
     let lsn = e
         .views
-        .lookup_with(&entry, &[0], &id(1), |r| seen.push(r.clone()))
+        .lookup_with(
+            &entry,
+            &[0],
+            &id(1),
+            aqueduct_views::views::DEFAULT_UPQUERY_TIMEOUT,
+            |r| seen.push(r.clone()),
+        )
         .unwrap();
     let (copied, lsn2) = e.views.lookup(&entry, &[0], &id(1)).unwrap();
     assert_eq!(seen, copied);
