@@ -1036,15 +1036,25 @@ impl Conn {
         let (columns, rows, tag, suspended) = match state {
             PortalState::New { params } => {
                 let statement = portal.statement.clone();
-                let quick =
-                    statement.quick && self.session().lock().runs_without_waiting(&statement);
-                let (outcome, snap) = if quick {
-                    // A lookup takes microseconds: handing it to the blocking
-                    // pool and back would cost more than running it.
-                    self.inline(|s| s.execute_prepared(&statement, &params))
-                } else {
-                    self.blocking(socket, move |s| s.execute_prepared(&statement, &params))
-                        .await?
+                // A lookup takes microseconds: handing it to the blocking
+                // pool and back would cost more than running it. Asked and
+                // run under one hold of the session.
+                let ran = match statement.quick {
+                    true => match self.inline(|s| {
+                        s.runs_without_waiting(&statement)
+                            .then(|| s.execute_prepared(&statement, &params))
+                    }) {
+                        (Some(outcome), snap) => Some((outcome, snap)),
+                        (None, _) => None,
+                    },
+                    false => None,
+                };
+                let (outcome, snap) = match ran {
+                    Some(ran) => ran,
+                    None => {
+                        self.blocking(socket, move |s| s.execute_prepared(&statement, &params))
+                            .await?
+                    }
                 };
                 snapshot = Some(snap);
                 match outcome? {

@@ -136,6 +136,7 @@ pub fn bind(
         without_from: false,
         lookups: None,
         subqueries: None,
+        session_read: Default::default(),
     };
     let (plan, columns) = b.statement(st)?;
     let params = b
@@ -147,6 +148,7 @@ pub fn bind(
         plan,
         params,
         columns,
+        session_dependent: b.session_read.get(),
     })
 }
 
@@ -174,6 +176,9 @@ pub struct Binder<'a> {
     /// What prepares subqueries in expressions (one-shot evaluation's);
     /// `None` where they are refused (`subqueries.rs`).
     pub(crate) subqueries: Option<std::sync::Arc<dyn crate::plan::SubqueryCompiler>>,
+    /// Whether binding read the statement's time, the session's settings
+    /// or its facts ([`Bound::session_dependent`]).
+    session_read: std::cell::Cell<bool>,
 }
 
 /// A function whose value is the time the statement or its transaction
@@ -215,6 +220,7 @@ impl<'a> Binder<'a> {
             without_from: false,
             lookups: None,
             subqueries: None,
+            session_read: Default::default(),
         }
     }
 
@@ -226,6 +232,18 @@ impl<'a> Binder<'a> {
     /// Whether the statement has a time (a view's query has none).
     pub(crate) fn has_time(&self) -> bool {
         self.time.is_some()
+    }
+
+    /// The statement's time, which the plan then depends on.
+    fn time(&self) -> Option<StatementTime> {
+        self.session_read.set(true);
+        self.time
+    }
+
+    /// The session's facts, which the plan then depends on.
+    pub(crate) fn facts(&self) -> Option<SessionFacts> {
+        self.session_read.set(true);
+        self.session.clone()
     }
 
     /// The catalog names are resolved against.
@@ -830,7 +848,7 @@ impl<'a> Binder<'a> {
                 vec![],
             ),
             S::AlterTable(a) => {
-                let Some(time) = self.time else {
+                let Some(time) = self.time() else {
                     return Err(SqlError::new("XX000", "ALTER TABLE bound without a clock"));
                 };
                 (
@@ -1105,6 +1123,7 @@ impl<'a> Binder<'a> {
 
     /// The session's settings (none in a maintained view).
     pub(crate) fn session_settings(&self) -> BTreeMap<String, String> {
+        self.session_read.set(true);
         self.settings.clone().unwrap_or_default()
     }
 
@@ -2212,7 +2231,7 @@ impl<'a> Binder<'a> {
                 format!("function {name} takes no arguments"),
             ));
         }
-        let Some(time) = self.time else {
+        let Some(time) = self.time() else {
             return Err(session_dependent_in_view(name));
         };
         Ok(Expr::Literal(match clock {
@@ -2356,7 +2375,7 @@ impl<'a> Binder<'a> {
         let args = match (func, args.as_slice()) {
             // age(x) is age(today's midnight, x).
             (Func::Age, [x]) => {
-                let Some(time) = self.time else {
+                let Some(time) = self.time() else {
                     return Err(session_dependent_in_view(&name));
                 };
                 let day = Value::TimestampTz(time.transaction_micros).coerce(&DataType::Date)?;

@@ -71,6 +71,11 @@ pub struct Bound {
     pub plan: Plan,
     pub params: Vec<DataType>,
     pub columns: Vec<Column>,
+    /// Whether binding read the statement's time (`now()`), the session's
+    /// settings or its facts (`pg_backend_pid()`) into the plan. A plan
+    /// that did not is the same for every execution against the same
+    /// catalog, so a prepared statement may keep it.
+    pub session_dependent: bool,
 }
 
 #[derive(Clone, Debug)]

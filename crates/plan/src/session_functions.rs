@@ -128,7 +128,7 @@ impl Binder<'_> {
         if !known {
             return Ok(None);
         }
-        let Some(facts) = self.session.clone() else {
+        let Some(facts) = self.facts() else {
             return Err(if self.has_time() {
                 SqlError::unsupported(format!(
                     "{name}() in a query evaluated through the dataflow (a join, subquery or set operation)"

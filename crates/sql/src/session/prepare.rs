@@ -38,6 +38,21 @@ pub struct Prepared {
     /// A statement the SQL parser does not know (`CREATE TIME MAP`), run
     /// from its text.
     pub(crate) custom: Option<Custom>,
+    /// A read of the tables whose plan depends on nothing but the catalog,
+    /// bound once when it was prepared.
+    pub(crate) plan: Option<std::sync::Arc<KeptPlan>>,
+}
+
+/// A prepared read's plan, bound when it was prepared with the parameter
+/// types its executions bind it with. It holds while the catalog keeps
+/// the schema version it was bound against; the binder read no clock,
+/// setting or session fact into it ([`aqueduct_plan::plan::Bound::session_dependent`]),
+/// so binding again would give the same plan.
+#[derive(Debug)]
+pub(crate) struct KeptPlan {
+    pub(crate) plan: Plan,
+    pub(crate) columns: Vec<Column>,
+    pub(crate) schema_version: u64,
 }
 
 /// A fresh [`Prepared::id`].
@@ -76,6 +91,7 @@ impl Session {
                 auto: None,
                 view_read: None,
                 custom: Some(kind),
+                plan: None,
             });
         }
         let mut statements = parse(sql)?;
@@ -100,8 +116,12 @@ impl Session {
                 auto: None,
                 view_read: None,
                 custom: None,
+                plan: None,
             });
         };
+        // Whether the statement binds against the base tables as they are
+        // (so its plan may be kept).
+        let mut direct = false;
         let bound = match self.route_with(st, hints, false)? {
             Route::Roles => {
                 return Ok(Prepared {
@@ -114,6 +134,7 @@ impl Session {
                     auto: None,
                     view_read: None,
                     custom: None,
+                    plan: None,
                 })
             }
             Route::Views(_) => {
@@ -128,6 +149,7 @@ impl Session {
                         auto: None,
                         view_read: Some(read),
                         custom: None,
+                        plan: None,
                     });
                 }
                 match self.views_as_tables(st, &[], None)? {
@@ -155,9 +177,15 @@ impl Session {
                     let catalog = db.read_in(self.txn.as_ref());
                     return self.prepared_one_shot(sql, statement, &catalog, &q, hints);
                 }
+                direct = true;
                 bound
             }
             other => return self.prepare_dataflow(sql, hints, statement, other),
+        };
+        let plan = if direct {
+            self.kept_plan(st, &bound)
+        } else {
+            None
         };
         let quick = match &bound.plan {
             Plan::Select(p) => matches!(
@@ -179,7 +207,37 @@ impl Session {
             auto: None,
             view_read: None,
             custom: None,
+            plan,
         })
+    }
+
+    /// The plan to keep for `st`, bound directly against the tables as
+    /// `bound`: for a read outside a transaction block (whose catalog may
+    /// hold its own schema changes) that depends on nothing but the
+    /// catalog. Bound again with the parameter types it was given, as
+    /// each execution would bind it.
+    fn kept_plan(
+        &self,
+        st: &Statement,
+        bound: &aqueduct_plan::plan::Bound,
+    ) -> Option<std::sync::Arc<KeptPlan>> {
+        if self.txn.is_some()
+            || bound.session_dependent
+            || !matches!((&bound.plan, st), (Plan::Select(_), Statement::Query(_)))
+        {
+            return None;
+        }
+        let hints: Vec<Option<DataType>> = bound.params.iter().cloned().map(Some).collect();
+        let catalog = self.engine.database().read();
+        let again = self.bind(&catalog, st, &hints).ok()?;
+        if again.session_dependent || again.params != bound.params || !again.plan.is_read_only() {
+            return None;
+        }
+        Some(std::sync::Arc::new(KeptPlan {
+            plan: again.plan,
+            columns: again.columns,
+            schema_version: catalog.schema_version(),
+        }))
     }
 
     /// Prepares a query on a dataflow route: bound to its automatic view
@@ -221,6 +279,7 @@ impl Session {
                     }),
                     view_read: None,
                     custom: None,
+                    plan: None,
                 });
             }
         }
@@ -251,6 +310,7 @@ impl Session {
             auto: None,
             view_read: None,
             custom: None,
+            plan: None,
         })
     }
 
@@ -366,6 +426,16 @@ impl Session {
         }
         if let Some(read) = &p.view_read {
             match self.read_view(read, params) {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {}
+                Err(e) => {
+                    self.note_error();
+                    return Err(e);
+                }
+            }
+        }
+        if let (Some(kept), Some(st)) = (&p.plan, &p.statement) {
+            match self.run_kept(kept, st, params) {
                 Ok(Some(out)) => return Ok(out),
                 Ok(None) => {}
                 Err(e) => {

@@ -157,6 +157,54 @@ impl Session {
         self.run_authorized(st, hints, params)
     }
 
+    /// A prepared read on the plan it kept ([`KeptPlan`]), doing what
+    /// [`Session::run_statement`] does for a query outside a transaction
+    /// block without binding it again. `None` when it must be bound again:
+    /// inside a block, or when the catalog changed since.
+    ///
+    /// [`KeptPlan`]: super::prepare::KeptPlan
+    pub(crate) fn run_kept(
+        &mut self,
+        kept: &super::prepare::KeptPlan,
+        st: &Statement,
+        params: &[Value],
+    ) -> Result<Option<Outcome>, SqlError> {
+        if self.txn.is_some() || self.remote.is_some() {
+            return Ok(None);
+        }
+        if !self.chain_tickets.is_empty()
+            && self.consistency() == crate::consistency::Consistency::Session
+        {
+            self.wait_for_chains()?;
+        }
+        self.follower_ready(Some(st))?;
+        if self.engine.group_link().is_some() {
+            // Outside a block nothing is recorded to move to the leader.
+            self.movable = None;
+        }
+        let db = self.engine.database();
+        let seen = db.applied_lsn();
+        let out = {
+            // Checked and read under one hold: no schema change between.
+            let catalog = db.read();
+            if catalog.schema_version() != kept.schema_version {
+                return Ok(None);
+            }
+            self.engine.metrics.count(&self.engine.metrics.select);
+            exec::execute(
+                db,
+                &catalog,
+                &mut Txn::default(),
+                &mut self.sequences,
+                &kept.plan,
+                kept.columns.clone(),
+                params,
+            )?
+        };
+        db.await_visible(seen)?;
+        Ok(Some(out))
+    }
+
     /// [`Session::run`] of a statement whose privileges were checked
     /// already (an execution of a prepared statement).
     pub(crate) fn run_authorized(

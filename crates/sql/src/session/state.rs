@@ -411,10 +411,14 @@ impl Session {
             let txn_start = self.txn_began_micros.filter(|_| self.txn.is_some());
             b.set_activity(|a| {
                 a.state = "active";
-                a.query = sql
-                    .chars()
-                    .take(crate::backends::MAX_ACTIVITY_QUERY_CHARS)
-                    .collect();
+                // A prepared statement runs again and again: its text is
+                // copied only when it differs from the last one's.
+                if a.query != sql {
+                    a.query = sql
+                        .chars()
+                        .take(crate::backends::MAX_ACTIVITY_QUERY_CHARS)
+                        .collect();
+                }
                 a.query_start_micros = Some(now);
                 a.transaction_start_micros = txn_start.or(Some(now));
                 a.state_change_micros = now;

@@ -16,6 +16,7 @@ mod interrupts;
 mod isolation;
 mod isolation_postgres;
 mod json_arrays;
+mod kept_plans;
 mod limits;
 mod never_panics;
 mod partial;

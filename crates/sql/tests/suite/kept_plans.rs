@@ -1,0 +1,102 @@
+//! A prepared read of the tables keeps the plan it was bound to when it
+//! was prepared, and binds again when that plan would no longer be what
+//! binding gives: after a schema change, or when the plan holds the
+//! statement's time or a setting read as it was bound.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use aqueduct_sql::Clock;
+use aqueduct_values::Value;
+use common::{engine, ok, prepared_rows};
+
+/// A clock the test moves by hand.
+struct HandClock(AtomicI64);
+
+impl Clock for HandClock {
+    fn now_micros(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_kept_plan_is_bound_again_after_the_schema_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = e.session();
+    ok(
+        &mut s,
+        "CREATE TABLE t (id bigint PRIMARY KEY, a text, b bigint)",
+    );
+    ok(
+        &mut s,
+        "INSERT INTO t VALUES (1, 'one', 10), (2, 'two', 20)",
+    );
+    let p = s.prepare("SELECT b FROM t WHERE id = $1", &[]).unwrap();
+    let read = |s: &mut aqueduct_sql::Session, id| prepared_rows(s, &p, &[Value::Int(id)]);
+    assert_eq!(read(&mut s, 2), vec![vec!["20"]]);
+    assert_eq!(read(&mut s, 1), vec![vec!["10"]]);
+    // `b` moves from the third column to the second: a plan bound before
+    // would read past the row or the wrong column.
+    ok(&mut s, "ALTER TABLE t DROP COLUMN a");
+    assert_eq!(read(&mut s, 2), vec![vec!["20"]]);
+    // Another session's change counts as much as this one's.
+    let mut other = e.session();
+    ok(&mut other, "DROP TABLE t");
+    ok(
+        &mut other,
+        "CREATE TABLE t (id bigint PRIMARY KEY, z text, y text, b bigint)",
+    );
+    ok(&mut other, "INSERT INTO t VALUES (2, 'z', 'y', 99)");
+    assert_eq!(read(&mut s, 2), vec![vec!["99"]]);
+    assert_eq!(read(&mut s, 1), Vec::<Vec<String>>::new());
+    // Inside a transaction block the read sees the block's own writes.
+    ok(&mut s, "BEGIN");
+    ok(&mut s, "INSERT INTO t VALUES (1, 'z', 'y', 5)");
+    assert_eq!(read(&mut s, 1), vec![vec!["5"]]);
+    ok(&mut s, "ROLLBACK");
+    assert_eq!(read(&mut s, 1), Vec::<Vec<String>>::new());
+}
+
+#[test]
+fn a_plan_holding_the_time_or_a_setting_is_bound_at_each_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    // 2024-01-01 00:00:00 UTC, then an hour later.
+    let start = 1_704_067_200_000_000;
+    let clock = Arc::new(HandClock(AtomicI64::new(start)));
+    e.set_clock(clock.clone());
+    let mut s = e.session();
+    ok(&mut s, "CREATE TABLE t (id bigint PRIMARY KEY, b bigint)");
+    ok(&mut s, "INSERT INTO t VALUES (1, 10)");
+    let at = s
+        .prepare("SELECT statement_timestamp(), b FROM t WHERE id = $1", &[])
+        .unwrap();
+    assert_eq!(
+        prepared_rows(&mut s, &at, &[Value::Int(1)]),
+        vec![vec!["2024-01-01 00:00:00+00", "10"]]
+    );
+    clock.0.store(start + 3_600_000_000, Ordering::SeqCst);
+    assert_eq!(
+        prepared_rows(&mut s, &at, &[Value::Int(1)]),
+        vec![vec!["2024-01-01 01:00:00+00", "10"]]
+    );
+    let setting = s
+        .prepare(
+            "SELECT current_setting('application_name'), b FROM t WHERE id = $1",
+            &[],
+        )
+        .unwrap();
+    ok(&mut s, "SET application_name = 'first'");
+    assert_eq!(
+        prepared_rows(&mut s, &setting, &[Value::Int(1)]),
+        vec![vec!["first", "10"]]
+    );
+    ok(&mut s, "SET application_name = 'second'");
+    assert_eq!(
+        prepared_rows(&mut s, &setting, &[Value::Int(1)]),
+        vec![vec!["second", "10"]]
+    );
+}
