@@ -131,7 +131,7 @@ pub fn bind(
         params: hints.to_vec(),
         values: None,
         time: Some(time),
-        settings: Some(settings.clone()),
+        settings: Some(settings),
         session: Some(session.clone()),
         without_from: false,
         lookups: None,
@@ -163,7 +163,7 @@ pub struct Binder<'a> {
     /// maintained view, where they are refused.
     time: Option<StatementTime>,
     /// The session's settings (`current_setting`); `None` in a view.
-    settings: Option<BTreeMap<String, String>>,
+    settings: Option<&'a BTreeMap<String, String>>,
     /// The session's backend and transaction (`pg_backend_pid()`); `None`
     /// in a view (`session_functions.rs`).
     pub(crate) session: Option<SessionFacts>,
@@ -1124,7 +1124,7 @@ impl<'a> Binder<'a> {
     /// The session's settings (none in a maintained view).
     pub(crate) fn session_settings(&self) -> BTreeMap<String, String> {
         self.session_read.set(true);
-        self.settings.clone().unwrap_or_default()
+        self.settings.cloned().unwrap_or_default()
     }
 
     pub fn table(&self, name: &str) -> Result<&'a Table, SqlError> {

@@ -70,7 +70,7 @@ fn calls_sequence_writer(st: &Statement) -> bool {
 
 impl Session {
     /// This member's forwarder while it does not lead.
-    fn forwarding(&self) -> Option<(Arc<dyn GroupLink>, Result<String, SqlError>)> {
+    pub(crate) fn forwarding(&self) -> Option<(Arc<dyn GroupLink>, Result<String, SqlError>)> {
         let f = self.engine.group_link()?;
         let leader = f.leader()?;
         Some((f, leader))

@@ -38,12 +38,12 @@ pub struct Prepared {
     /// A statement the SQL parser does not know (`CREATE TIME MAP`), run
     /// from its text.
     pub(crate) custom: Option<Custom>,
-    /// A read of the tables whose plan depends on nothing but the catalog,
-    /// bound once when it was prepared.
+    /// A read or write of the tables whose plan depends on nothing but
+    /// the catalog, bound once when it was prepared.
     pub(crate) plan: Option<std::sync::Arc<KeptPlan>>,
 }
 
-/// A prepared read's plan, bound when it was prepared with the parameter
+/// A prepared statement's plan, bound when it was prepared with the parameter
 /// types its executions bind it with. It holds while the catalog keeps
 /// the schema version it was bound against; the binder read no clock,
 /// setting or session fact into it ([`aqueduct_plan::plan::Bound::session_dependent`]),
@@ -212,7 +212,8 @@ impl Session {
     }
 
     /// The plan to keep for `st`, bound directly against the tables as
-    /// `bound`: for a read outside a transaction block (whose catalog may
+    /// `bound`: for a read or write of the tables (a query, INSERT, UPDATE
+    /// or DELETE) outside a transaction block (whose catalog may
     /// hold its own schema changes) that depends on nothing but the
     /// catalog. Bound again with the parameter types it was given, as
     /// each execution would bind it.
@@ -221,16 +222,26 @@ impl Session {
         st: &Statement,
         bound: &aqueduct_plan::plan::Bound,
     ) -> Option<std::sync::Arc<KeptPlan>> {
-        if self.txn.is_some()
-            || bound.session_dependent
-            || !matches!((&bound.plan, st), (Plan::Select(_), Statement::Query(_)))
-        {
+        let keeps = |plan: &Plan| match (plan, st) {
+            (Plan::Select(_), Statement::Query(_)) => true,
+            // An INSERT whose query one-shot evaluation answers runs that
+            // query first, as an UPDATE or DELETE runs its WHERE's
+            // subqueries first: bound again each time.
+            (Plan::Insert(i), Statement::Insert(_)) => {
+                !matches!(i.source, aqueduct_plan::plan::InsertSource::Evaluated(_))
+            }
+            (Plan::Update(_), Statement::Update(_)) | (Plan::Delete(_), Statement::Delete(_)) => {
+                !super::run::filters_by_subquery(st)
+            }
+            _ => false,
+        };
+        if self.txn.is_some() || bound.session_dependent || !keeps(&bound.plan) {
             return None;
         }
         let hints: Vec<Option<DataType>> = bound.params.iter().cloned().map(Some).collect();
         let catalog = self.engine.database().read();
         let again = self.bind(&catalog, st, &hints).ok()?;
-        if again.session_dependent || again.params != bound.params || !again.plan.is_read_only() {
+        if again.session_dependent || again.params != bound.params || !keeps(&again.plan) {
             return None;
         }
         Some(std::sync::Arc::new(KeptPlan {

@@ -157,10 +157,11 @@ impl Session {
         self.run_authorized(st, hints, params)
     }
 
-    /// A prepared read on the plan it kept ([`KeptPlan`]), doing what
-    /// [`Session::run_statement`] does for a query outside a transaction
+    /// A prepared statement on the plan it kept ([`KeptPlan`]), doing
+    /// what [`Session::run_statement`] does for it outside a transaction
     /// block without binding it again. `None` when it must be bound again:
-    /// inside a block, or when the catalog changed since.
+    /// inside a block, on a group member that sends its writes to the
+    /// leader, or when the catalog changed since.
     ///
     /// [`KeptPlan`]: super::prepare::KeptPlan
     pub(crate) fn run_kept(
@@ -172,7 +173,12 @@ impl Session {
         if self.txn.is_some() || self.remote.is_some() {
             return Ok(None);
         }
-        if !self.chain_tickets.is_empty()
+        let reads = matches!(st, Statement::Query(_));
+        if !reads && self.forwarding().is_some() {
+            return Ok(None);
+        }
+        if reads
+            && !self.chain_tickets.is_empty()
             && self.consistency() == crate::consistency::Consistency::Session
         {
             self.wait_for_chains()?;
@@ -182,27 +188,8 @@ impl Session {
             // Outside a block nothing is recorded to move to the leader.
             self.movable = None;
         }
-        let db = self.engine.database();
-        let seen = db.applied_lsn();
-        let out = {
-            // Checked and read under one hold: no schema change between.
-            let catalog = db.read();
-            if catalog.schema_version() != kept.schema_version {
-                return Ok(None);
-            }
-            self.engine.metrics.count(&self.engine.metrics.select);
-            exec::execute(
-                db,
-                &catalog,
-                &mut Txn::default(),
-                &mut self.sequences,
-                &kept.plan,
-                kept.columns.clone(),
-                params,
-            )?
-        };
-        db.await_visible(seen)?;
-        Ok(Some(out))
+        self.count_statement(&kept.plan);
+        self.run_autocommit(&kept.plan, &kept.columns, params, Some(kept.schema_version))
     }
 
     /// [`Session::run`] of a statement whose privileges were checked
@@ -364,25 +351,7 @@ impl Session {
         st: &Statement,
         params: &[Value],
     ) -> Result<Option<Statement>, SqlError> {
-        let selection = match st {
-            Statement::Update(u) => u.selection.as_ref(),
-            Statement::Delete(d) => d.selection.as_ref(),
-            _ => None,
-        };
-        let Some(selection) = selection else {
-            return Ok(None);
-        };
-        let mut found = false;
-        let _ = sqlparser::ast::visit_expressions(selection, |e| {
-            found |= matches!(
-                e,
-                sqlparser::ast::Expr::Subquery(_)
-                    | sqlparser::ast::Expr::Exists { .. }
-                    | sqlparser::ast::Expr::InSubquery { .. }
-            );
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-        if !found {
+        if !filters_by_subquery(st) {
             return Ok(None);
         }
         let mut st = st.clone();
@@ -503,17 +472,7 @@ impl Session {
             Route::OneShot { .. } => return self.run_dataflow(st, None, params),
             Route::Direct(bound) => bound,
         };
-        let m = &self.engine.metrics;
-        match &bound.plan {
-            Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_) | Plan::JoinLocking(_) => {
-                m.count(&m.select)
-            }
-            Plan::Insert(_) => m.count(&m.insert),
-            Plan::Update(_) => m.count(&m.update),
-            Plan::Delete(_) => m.count(&m.delete),
-            Plan::Ddl(_) => m.count(&m.ddl),
-            _ => m.count(&m.other),
-        }
+        self.count_statement(&bound.plan);
         if self.failed
             && !matches!(
                 bound.plan,
@@ -612,6 +571,21 @@ impl Session {
         }
     }
 
+    /// Counts a statement about to run on `plan` in `/metrics`.
+    fn count_statement(&self, plan: &Plan) {
+        let m = &self.engine.metrics;
+        match plan {
+            Plan::Select(_) | Plan::Values(_) | Plan::Catalog(_) | Plan::JoinLocking(_) => {
+                m.count(&m.select)
+            }
+            Plan::Insert(_) => m.count(&m.insert),
+            Plan::Update(_) => m.count(&m.update),
+            Plan::Delete(_) => m.count(&m.delete),
+            Plan::Ddl(_) => m.count(&m.ddl),
+            _ => m.count(&m.other),
+        }
+    }
+
     /// A query on a dataflow route (`auto`: its automatic view's lifted
     /// query, on that route).
     pub(crate) fn run_dataflow(
@@ -670,34 +644,58 @@ impl Session {
             }
             return self.run_locking(plan, columns, params);
         }
+        let out = self.run_autocommit(&plan, &columns, params, None)?;
+        Ok(out.expect("run without a schema version to hold"))
+    }
+
+    /// A statement outside a transaction block on `plan`: a read directly,
+    /// a write atomically under the commit lock. With `schema`, only
+    /// against the catalog at that schema version, checked under the lock
+    /// the statement reads the catalog with (`None` when it moved on: the
+    /// plan is stale and nothing was read or written).
+    fn run_autocommit(
+        &mut self,
+        plan: &Plan,
+        columns: &[Column],
+        params: &[Value],
+        schema: Option<u64>,
+    ) -> Result<Option<Outcome>, SqlError> {
+        let db = self.engine.database();
+        let current = |catalog: &Catalog| schema.is_none_or(|v| v == catalog.schema_version());
         if plan.is_read_only() {
             let seen = db.applied_lsn();
             let out = {
                 let catalog = db.read();
+                if !current(&catalog) {
+                    return Ok(None);
+                }
                 let mut scratch = Txn::default();
                 exec::execute(
                     db,
                     &catalog,
                     &mut scratch,
                     &mut self.sequences,
-                    &plan,
-                    columns,
+                    plan,
+                    columns.to_vec(),
                     params,
                 )?
             };
             db.await_visible(seen)?;
-            return Ok(out);
+            return Ok(Some(out));
         }
         let owner = &self.principal.name;
         let origin = self.txn_origin();
         let sequences = &mut self.sequences;
         let (out, lsn) = db.run_exclusive(|catalog, txn| {
+            if !current(catalog) {
+                return Ok(None);
+            }
             txn.origin = origin.clone();
-            let out = exec::execute(db, catalog, txn, sequences, &plan, columns.clone(), params)?;
+            let out = exec::execute(db, catalog, txn, sequences, plan, columns.to_vec(), params)?;
             // The statement is the transaction: deferred checks end with it.
             exec::check_deferred(catalog, txn, exec::CheckDue::All)?;
             crate::roles::record_owners(txn, owner);
-            Ok::<_, SqlError>(out)
+            Ok::<_, SqlError>(Some(out))
         })?;
         if let Some(lsn) = lsn {
             self.set_last_lsn(lsn);
@@ -1107,4 +1105,28 @@ impl Session {
             .rposition(|(n, _)| n == name)
             .ok_or_else(|| SqlError::new("3B001", format!("savepoint \"{name}\" does not exist")))
     }
+}
+
+/// Whether `st` is an UPDATE or DELETE whose WHERE holds a subquery (run
+/// first, its value put in its place: `Session::inline_subqueries`).
+pub(crate) fn filters_by_subquery(st: &Statement) -> bool {
+    let selection = match st {
+        Statement::Update(u) => u.selection.as_ref(),
+        Statement::Delete(d) => d.selection.as_ref(),
+        _ => None,
+    };
+    let Some(selection) = selection else {
+        return false;
+    };
+    let mut found = false;
+    let _ = sqlparser::ast::visit_expressions(selection, |e| {
+        found |= matches!(
+            e,
+            sqlparser::ast::Expr::Subquery(_)
+                | sqlparser::ast::Expr::Exists { .. }
+                | sqlparser::ast::Expr::InSubquery { .. }
+        );
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    found
 }

@@ -100,3 +100,89 @@ fn a_plan_holding_the_time_or_a_setting_is_bound_at_each_execution() {
         vec![vec!["second", "10"]]
     );
 }
+
+#[test]
+fn kept_writes_follow_the_schema_and_the_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let start = 1_704_067_200_000_000;
+    let clock = Arc::new(HandClock(AtomicI64::new(start)));
+    e.set_clock(clock.clone());
+    let mut s = e.session();
+    ok(
+        &mut s,
+        "CREATE TABLE t (id bigint PRIMARY KEY, a text, b bigint)",
+    );
+    let insert = s
+        .prepare("INSERT INTO t (id, a, b) VALUES ($1, $2, $3)", &[])
+        .unwrap();
+    let update = s.prepare("UPDATE t SET b = $1 WHERE id = $2", &[]).unwrap();
+    let delete = s.prepare("DELETE FROM t WHERE id = $1", &[]).unwrap();
+    let exec = |s: &mut aqueduct_sql::Session, p: &aqueduct_sql::Prepared, v: Vec<Value>| {
+        s.execute_prepared(p, &v).map(|_| ())
+    };
+    exec(
+        &mut s,
+        &insert,
+        vec![Value::Int(1), Value::Text("one".into()), Value::Int(10)],
+    )
+    .unwrap();
+    exec(
+        &mut s,
+        &insert,
+        vec![Value::Int(2), Value::Text("two".into()), Value::Int(20)],
+    )
+    .unwrap();
+    // A kept plan still reports what the statement does wrong.
+    let dup = exec(
+        &mut s,
+        &insert,
+        vec![Value::Int(2), Value::Text("x".into()), Value::Int(0)],
+    )
+    .unwrap_err();
+    assert_eq!(dup.code, "23505", "{dup}");
+    exec(&mut s, &update, vec![Value::Int(11), Value::Int(1)]).unwrap();
+    // A new column with a default: an insert bound before would write a
+    // row one value short.
+    ok(&mut s, "ALTER TABLE t ADD COLUMN c bigint DEFAULT 7");
+    exec(
+        &mut s,
+        &insert,
+        vec![Value::Int(3), Value::Text("three".into()), Value::Int(30)],
+    )
+    .unwrap();
+    // `b` moves from the third column to the second.
+    ok(&mut s, "ALTER TABLE t DROP COLUMN a");
+    exec(&mut s, &update, vec![Value::Int(21), Value::Int(2)]).unwrap();
+    exec(&mut s, &delete, vec![Value::Int(3)]).unwrap();
+    assert_eq!(
+        common::rows(&mut s, "SELECT id, b, c FROM t ORDER BY id"),
+        vec![vec!["1", "11", "7"], vec!["2", "21", "7"]]
+    );
+    // The column the insert names is gone: it is refused as when prepared.
+    let gone = exec(
+        &mut s,
+        &insert,
+        vec![Value::Int(4), Value::Text("four".into()), Value::Int(40)],
+    )
+    .unwrap_err();
+    assert_eq!(gone.code, "42703", "{gone}");
+
+    ok(
+        &mut s,
+        "CREATE TABLE ev (id bigint PRIMARY KEY, at timestamptz)",
+    );
+    let at = s
+        .prepare("INSERT INTO ev VALUES ($1, statement_timestamp())", &[])
+        .unwrap();
+    exec(&mut s, &at, vec![Value::Int(1)]).unwrap();
+    clock.0.store(start + 3_600_000_000, Ordering::SeqCst);
+    exec(&mut s, &at, vec![Value::Int(2)]).unwrap();
+    assert_eq!(
+        common::rows(&mut s, "SELECT id, at FROM ev ORDER BY id"),
+        vec![
+            vec!["1", "2024-01-01 00:00:00+00"],
+            vec!["2", "2024-01-01 01:00:00+00"]
+        ]
+    );
+}
