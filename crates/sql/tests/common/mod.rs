@@ -72,3 +72,26 @@ pub fn prepared_rows(
         other => panic!("{}: expected rows, got {other:?}", p.sql),
     }
 }
+
+/// A clock a test moves by hand.
+pub struct HandClock(pub std::sync::atomic::AtomicI64);
+
+impl aqueduct_sql::Clock for HandClock {
+    fn now_micros(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// 2024-01-01 00:00:00 UTC.
+pub const CLOCK_START: i64 = 1_704_067_200_000_000;
+/// An hour of a [`HandClock`].
+pub const HOUR: i64 = 3_600_000_000;
+
+/// A session of an engine in `dir` whose clock stands at [`CLOCK_START`]
+/// until the test moves it.
+pub fn session_with_hand_clock(dir: &std::path::Path) -> (Session, Arc<HandClock>) {
+    let e = engine(dir);
+    let clock = Arc::new(HandClock(std::sync::atomic::AtomicI64::new(CLOCK_START)));
+    e.set_clock(clock.clone());
+    (e.session(), clock)
+}

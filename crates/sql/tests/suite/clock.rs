@@ -8,21 +8,7 @@ use crate::common;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use aqueduct_sql::Clock;
-use common::{engine, ok, rows, run};
-
-/// A clock the test moves by hand.
-struct HandClock(AtomicI64);
-
-impl Clock for HandClock {
-    fn now_micros(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// 2024-01-01 00:00:00 UTC.
-const START: i64 = 1_704_067_200_000_000;
-const HOUR: i64 = 3_600_000_000;
+use common::{engine, ok, rows, run, HandClock, CLOCK_START as START, HOUR};
 
 #[test]
 fn now_is_the_clock_read_once_per_statement_and_per_transaction() {

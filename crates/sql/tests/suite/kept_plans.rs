@@ -5,21 +5,10 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use aqueduct_sql::Clock;
 use aqueduct_values::Value;
-use common::{engine, ok, prepared_rows};
-
-/// A clock the test moves by hand.
-struct HandClock(AtomicI64);
-
-impl Clock for HandClock {
-    fn now_micros(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+use common::{engine, ok, prepared_rows, session_with_hand_clock, HOUR};
 
 #[test]
 fn a_kept_plan_is_bound_again_after_the_schema_changes() {
@@ -63,12 +52,7 @@ fn a_kept_plan_is_bound_again_after_the_schema_changes() {
 #[test]
 fn a_plan_holding_the_time_or_a_setting_is_bound_at_each_execution() {
     let dir = tempfile::tempdir().unwrap();
-    let e = engine(dir.path());
-    // 2024-01-01 00:00:00 UTC, then an hour later.
-    let start = 1_704_067_200_000_000;
-    let clock = Arc::new(HandClock(AtomicI64::new(start)));
-    e.set_clock(clock.clone());
-    let mut s = e.session();
+    let (mut s, clock) = session_with_hand_clock(dir.path());
     ok(&mut s, "CREATE TABLE t (id bigint PRIMARY KEY, b bigint)");
     ok(&mut s, "INSERT INTO t VALUES (1, 10)");
     let at = s
@@ -78,7 +62,7 @@ fn a_plan_holding_the_time_or_a_setting_is_bound_at_each_execution() {
         prepared_rows(&mut s, &at, &[Value::Int(1)]),
         vec![vec!["2024-01-01 00:00:00+00", "10"]]
     );
-    clock.0.store(start + 3_600_000_000, Ordering::SeqCst);
+    clock.0.fetch_add(HOUR, Ordering::SeqCst);
     assert_eq!(
         prepared_rows(&mut s, &at, &[Value::Int(1)]),
         vec![vec!["2024-01-01 01:00:00+00", "10"]]
@@ -104,11 +88,7 @@ fn a_plan_holding_the_time_or_a_setting_is_bound_at_each_execution() {
 #[test]
 fn kept_writes_follow_the_schema_and_the_clock() {
     let dir = tempfile::tempdir().unwrap();
-    let e = engine(dir.path());
-    let start = 1_704_067_200_000_000;
-    let clock = Arc::new(HandClock(AtomicI64::new(start)));
-    e.set_clock(clock.clone());
-    let mut s = e.session();
+    let (mut s, clock) = session_with_hand_clock(dir.path());
     ok(
         &mut s,
         "CREATE TABLE t (id bigint PRIMARY KEY, a text, b bigint)",
@@ -176,7 +156,7 @@ fn kept_writes_follow_the_schema_and_the_clock() {
         .prepare("INSERT INTO ev VALUES ($1, statement_timestamp())", &[])
         .unwrap();
     exec(&mut s, &at, vec![Value::Int(1)]).unwrap();
-    clock.0.store(start + 3_600_000_000, Ordering::SeqCst);
+    clock.0.fetch_add(HOUR, Ordering::SeqCst);
     exec(&mut s, &at, vec![Value::Int(2)]).unwrap();
     assert_eq!(
         common::rows(&mut s, "SELECT id, at FROM ev ORDER BY id"),
