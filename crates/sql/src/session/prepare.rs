@@ -40,19 +40,7 @@ pub struct Prepared {
     pub(crate) custom: Option<Custom>,
     /// A read or write of the tables whose plan depends on nothing but
     /// the catalog, bound once when it was prepared.
-    pub(crate) plan: Option<std::sync::Arc<KeptPlan>>,
-}
-
-/// A prepared statement's plan, bound when it was prepared with the parameter
-/// types its executions bind it with. It holds while the catalog keeps
-/// the schema version it was bound against; the binder read no clock,
-/// setting or session fact into it ([`aqueduct_plan::plan::Bound::session_dependent`]),
-/// so binding again would give the same plan.
-#[derive(Debug)]
-pub(crate) struct KeptPlan {
-    pub(crate) plan: Plan,
-    pub(crate) columns: Vec<Column>,
-    pub(crate) schema_version: u64,
+    pub(crate) plan: Option<std::sync::Arc<super::run::KeptPlan>>,
 }
 
 /// A fresh [`Prepared::id`].
@@ -221,7 +209,7 @@ impl Session {
         &self,
         st: &Statement,
         bound: &aqueduct_plan::plan::Bound,
-    ) -> Option<std::sync::Arc<KeptPlan>> {
+    ) -> Option<std::sync::Arc<super::run::KeptPlan>> {
         let keeps = |plan: &Plan| match (plan, st) {
             (Plan::Select(_), Statement::Query(_)) => true,
             // An INSERT whose query one-shot evaluation answers runs that
@@ -244,7 +232,7 @@ impl Session {
         if again.session_dependent || again.params != bound.params || !keeps(&again.plan) {
             return None;
         }
-        Some(std::sync::Arc::new(KeptPlan {
+        Some(std::sync::Arc::new(super::run::KeptPlan {
             plan: again.plan,
             columns: again.columns,
             schema_version: catalog.schema_version(),

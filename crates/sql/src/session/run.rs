@@ -14,6 +14,18 @@ use aqueduct_plan::plan::{Column, InsertSource, Outcome, Plan};
 use super::route::Route;
 use super::state::{command, Session};
 
+/// A prepared statement's plan, bound when it was prepared with the parameter
+/// types its executions bind it with. It holds while the catalog keeps
+/// the schema version it was bound against; the binder read no clock,
+/// setting or session fact into it ([`aqueduct_plan::plan::Bound::session_dependent`]),
+/// so binding again would give the same plan.
+#[derive(Debug)]
+pub(crate) struct KeptPlan {
+    pub(crate) plan: Plan,
+    pub(crate) columns: Vec<Column>,
+    pub(crate) schema_version: u64,
+}
+
 impl Session {
     /// Runs a simple-protocol query string: every statement in order,
     /// stopping at the first error (as PostgreSQL does).
@@ -163,10 +175,9 @@ impl Session {
     /// inside a block, on a group member that sends its writes to the
     /// leader, or when the catalog changed since.
     ///
-    /// [`KeptPlan`]: super::prepare::KeptPlan
     pub(crate) fn run_kept(
         &mut self,
-        kept: &super::prepare::KeptPlan,
+        kept: &KeptPlan,
         st: &Statement,
         params: &[Value],
     ) -> Result<Option<Outcome>, SqlError> {
