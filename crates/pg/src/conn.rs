@@ -1039,15 +1039,14 @@ impl Conn {
                 // A lookup takes microseconds: handing it to the blocking
                 // pool and back would cost more than running it. Asked and
                 // run under one hold of the session.
-                let ran = match statement.quick {
-                    true => match self.inline(|s| {
+                let ran = if statement.quick {
+                    let (outcome, snap) = self.inline(|s| {
                         s.runs_without_waiting(&statement)
                             .then(|| s.execute_prepared(&statement, &params))
-                    }) {
-                        (Some(outcome), snap) => Some((outcome, snap)),
-                        (None, _) => None,
-                    },
-                    false => None,
+                    });
+                    outcome.map(|outcome| (outcome, snap))
+                } else {
+                    None
                 };
                 let (outcome, snap) = match ran {
                     Some(ran) => ran,
