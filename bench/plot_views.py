@@ -7,6 +7,7 @@ Reads, from DIR (default docs/bench-results):
   ivm-write.json       -> ns per vote, one per step and 100 per step, per system (uniform votes)
   ivm-write-zipf.json  -> the same with Zipf votes (optional)
   view-read.json       -> keyed reads/s of the view, per id distribution and thread count
+  view-read-apis.json  -> the same per read API: the view reader, Session, Session in place (optional)
 and writes one PNG (default docs/img/views.png). Needs matplotlib.
 """
 
@@ -62,29 +63,38 @@ def write_panel(ax, data, title):
     ax.legend(fontsize=8)
 
 
-def read_panel(ax, data):
+def read_panel(ax, data, title):
     runs = data["results"]["runs"]
     dists = []
     for r in runs:
         if r["distribution"] not in dists:
             dists.append(r["distribution"])
-    threads = sorted({r["threads"] for r in runs})
-    w = 0.8 / len(threads)
-    for ti, t in enumerate(threads):
+    # One bar per read API (runs before the APIs were compared have none)
+    # and thread count.
+    series = []
+    for r in runs:
+        key = (r.get("api", "lookup"), r["threads"])
+        if key not in series:
+            series.append(key)
+    w = 0.8 / len(series)
+    for si, (api, t) in enumerate(series):
         xs, ys = [], []
         for di, d in enumerate(dists):
             for r in runs:
-                if r["distribution"] == d and r["threads"] == t:
-                    xs.append(di + (ti - (len(threads) - 1) / 2) * w)
+                if (r.get("api", "lookup"), r["threads"], r["distribution"]) == (api, t, d):
+                    xs.append(di + (si - (len(series) - 1) / 2) * w)
                     ys.append(r["reads_per_s"] / 1e6)
-        bars = ax.bar(xs, ys, w, label=f"{t} thread{'s' if t > 1 else ''}")
+        label = f"{t} thread{'s' if t > 1 else ''}"
+        if len({a for a, _ in series}) > 1:
+            label = f"{api}, {label}"
+        bars = ax.bar(xs, ys, w, label=label)
         for bar, v in zip(bars, ys):
             ax.annotate(
                 f"{v:.2f}",
                 (bar.get_x() + bar.get_width() / 2, v),
                 ha="center",
                 va="bottom",
-                fontsize=8,
+                fontsize=7,
             )
     ax.axhline(5.0, color="tab:red", linestyle="--", linewidth=1)
     ax.annotate(
@@ -94,8 +104,8 @@ def read_panel(ax, data):
     ax.set_xticklabels([f"ids {d}" for d in dists])
     ax.set_ylim(0, max(6.0, ax.get_ylim()[1]))
     ax.set_ylabel("million keyed reads/s (all threads)")
-    ax.set_title("Keyed reads of the vote view (ViewRegistry::lookup, in process)", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
 
 
 def main():
@@ -113,8 +123,19 @@ def main():
     if os.path.exists(zipf):
         s = load(zipf)["options"]["zipf_s"]
         panels.append(lambda ax: write_panel(ax, load(zipf), f"Writes, Zipf {s} votes"))
+    apis = os.path.join(args.results, "view-read-apis.json")
     if os.path.exists(read):
-        panels.append(lambda ax: read_panel(ax, load(read)))
+        panels.append(
+            lambda ax: read_panel(
+                ax, load(read), "Keyed reads of the vote view (ViewRegistry::lookup, in process)"
+            )
+        )
+    if os.path.exists(apis):
+        panels.append(
+            lambda ax: read_panel(
+                ax, load(apis), "The same reads through each API, one run (in process)"
+            )
+        )
     if not panels:
         raise SystemExit(f"no view benchmark results in {args.results}")
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5.5))

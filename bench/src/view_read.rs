@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use aqueduct_log::{Log, Options, SyncPolicy};
 use aqueduct_sql::views::ViewEntry;
-use aqueduct_sql::{Engine, Outcome};
+use aqueduct_sql::{Engine, Outcome, Prepared, Session};
 use aqueduct_values::Value;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
@@ -64,6 +64,31 @@ impl Distribution {
     }
 }
 
+/// Which read API a run calls.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// `ViewRegistry::lookup`: the view reader, rows copied out.
+    Lookup,
+    /// `Session::execute_prepared` of the keyed SELECT: the SQL API.
+    Session,
+    /// `Session::execute_prepared_each`: the SQL API, rows read in place.
+    SessionEach,
+}
+
+impl Api {
+    fn name(self) -> &'static str {
+        match self {
+            Api::Lookup => "lookup",
+            Api::Session => "session",
+            Api::SessionEach => "session-each",
+        }
+    }
+}
+
+/// The prepared read of the `session` APIs.
+const SESSION_READ: &str = "SELECT id, title, votes FROM ArticleWithVoteCount WHERE id = $1";
+
 #[derive(Args, Debug, Serialize)]
 pub struct ReadArgs {
     /// Articles loaded (ids 1..=N).
@@ -78,6 +103,13 @@ pub struct ReadArgs {
     /// Reader thread counts to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
+    /// Read APIs to measure, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "lookup,session,session-each"
+    )]
+    pub apis: Vec<Api>,
     /// Distributions of the ids read (and voted for), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "uniform,zipf")]
     pub distributions: Vec<Distribution>,
@@ -128,6 +160,7 @@ pub struct Load {
 
 #[derive(Serialize, Debug)]
 pub struct Run {
+    pub api: String,
     pub distribution: String,
     pub threads: usize,
     pub seconds: f64,
@@ -361,18 +394,21 @@ pub fn run(args: &ReadArgs) -> anyhow::Result<ReadResults> {
     let mut runs = Vec::new();
     for &d in &args.distributions {
         for &threads in &args.threads {
-            check_stop()?;
-            let r = measure(args, &engine, &entry, d, threads)?;
-            eprintln!(
-                "{} x{}: {} reads/s ({} per thread), p50 {} ns, p99 {} ns",
-                r.distribution,
-                r.threads,
-                thousands(r.reads_per_s as u64),
-                thousands((r.reads_per_s / threads as f64) as u64),
-                r.p50_ns,
-                r.p99_ns
-            );
-            runs.push(r);
+            for &api in &args.apis {
+                check_stop()?;
+                let r = measure(args, &engine, &entry, api, d, threads)?;
+                eprintln!(
+                    "{} {} x{}: {} reads/s ({} per thread), p50 {} ns, p99 {} ns",
+                    r.api,
+                    r.distribution,
+                    r.threads,
+                    thousands(r.reads_per_s as u64),
+                    thousands((r.reads_per_s / threads as f64) as u64),
+                    r.p50_ns,
+                    r.p99_ns
+                );
+                runs.push(r);
+            }
         }
     }
     drop(s);
@@ -385,6 +421,7 @@ fn measure(
     args: &ReadArgs,
     engine: &Arc<Engine>,
     entry: &ViewEntry,
+    api: Api,
     d: Distribution,
     threads: usize,
 ) -> anyhow::Result<Run> {
@@ -406,6 +443,7 @@ fn measure(
                 scope.spawn(move || -> anyhow::Result<(u64, f64, Histogram<u64>)> {
                     let keys: Vec<[Value; 1]> =
                         ids.iter().map(|&i| [Value::Int(i as i64)]).collect();
+                    let mut reader = Reader::new(engine, entry, api)?;
                     let mut hist = new_hist();
                     start.wait();
                     let began = Instant::now();
@@ -431,20 +469,13 @@ fn measure(
                         let key = &keys[i % keys.len()];
                         let timed = counting && (i as u64).is_multiple_of(TIME_ONE_IN);
                         let r0 = timed.then(Instant::now);
-                        let result = engine.views.lookup(entry, &[0], key);
+                        let result = reader.read(&key[0]);
                         if let Some(r0) = r0 {
                             hist.saturating_record(r0.elapsed().as_nanos() as u64);
                         }
-                        match result {
-                            Ok((rows, _)) if rows.len() == 1 && rows[0][0] == key[0] => {}
-                            Ok((rows, _)) => {
-                                failed.store(true, Ordering::Relaxed);
-                                bail!("lookup of {:?} returned {} rows", key[0], rows.len());
-                            }
-                            Err(e) => {
-                                failed.store(true, Ordering::Relaxed);
-                                bail!("lookup of {:?}: {e}", key[0]);
-                            }
+                        if let Err(e) = result {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e);
                         }
                         i += 1;
                         n += 1;
@@ -478,6 +509,7 @@ fn measure(
     }
     let reads_per_s: f64 = per_thread.iter().sum();
     Ok(Run {
+        api: api.name().to_string(),
         distribution: d.name(args.zipf_s),
         threads,
         seconds: window,
@@ -495,11 +527,66 @@ fn measure(
     })
 }
 
+/// One thread's way of reading the view by id.
+enum Reader<'a> {
+    Lookup(&'a Engine, &'a ViewEntry),
+    Session(Box<Session>, Box<Prepared>, bool),
+}
+
+impl<'a> Reader<'a> {
+    fn new(engine: &'a Arc<Engine>, entry: &'a ViewEntry, api: Api) -> anyhow::Result<Self> {
+        if api == Api::Lookup {
+            return Ok(Reader::Lookup(engine, entry));
+        }
+        let mut session = engine.session();
+        let read = session
+            .prepare(SESSION_READ, &[])
+            .map_err(|e| anyhow!("{SESSION_READ}: {e}"))?;
+        Ok(Reader::Session(
+            Box::new(session),
+            Box::new(read),
+            api == Api::SessionEach,
+        ))
+    }
+
+    /// Reads article `id`, which must give exactly one row with that id.
+    fn read(&mut self, id: &Value) -> anyhow::Result<()> {
+        let (n, first) = match self {
+            Reader::Lookup(engine, entry) => {
+                let (rows, _) = engine
+                    .views
+                    .lookup(entry, &[0], std::slice::from_ref(id))
+                    .map_err(|e| anyhow!("lookup of {id:?}: {e}"))?;
+                (rows.len(), rows.first().map(|r| r[0] == *id))
+            }
+            Reader::Session(s, p, false) => match s.execute_prepared(p, std::slice::from_ref(id)) {
+                Ok(Outcome::Rows { rows, .. }) => (rows.len(), rows.first().map(|r| r[0] == *id)),
+                Ok(other) => bail!("read of {id:?}: {other:?}"),
+                Err(e) => bail!("read of {id:?}: {e}"),
+            },
+            Reader::Session(s, p, true) => {
+                let mut first = None;
+                let n = s
+                    .execute_prepared_each(p, std::slice::from_ref(id), |r| {
+                        first.get_or_insert(r[0] == *id);
+                    })
+                    .map_err(|e| anyhow!("read of {id:?}: {e}"))?;
+                (n as usize, first)
+            }
+        };
+        if n != 1 || first != Some(true) {
+            bail!("the read of {id:?} returned {n} rows");
+        }
+        Ok(())
+    }
+}
+
 fn print_runs(runs: &[Run]) {
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
             vec![
+                r.api.clone(),
                 r.distribution.clone(),
                 r.threads.to_string(),
                 thousands(r.reads_per_s as u64),
@@ -515,6 +602,7 @@ fn print_runs(runs: &[Run]) {
         .collect();
     print_table(
         &[
+            "api",
             "ids",
             "threads",
             "reads/s",

@@ -1106,21 +1106,22 @@ struct EmbeddedClient {
 
 impl VoteClient for EmbeddedClient {
     fn read(&mut self, id: i64) -> anyhow::Result<Answer> {
-        match self.session.execute_prepared(&self.read, &[Value::Int(id)]) {
-            Ok(SqlOutcome::Rows { mut rows, .. }) if rows.len() == 1 => {
-                let mut row = rows.pop().expect("one row");
-                let votes = match row.pop() {
-                    Some(Value::Int(n)) => n,
-                    Some(Value::Null) => 0,
-                    other => bail!("article {id}: votes {other:?}"),
-                };
-                match row.pop() {
-                    Some(Value::Text(title)) => Ok((title, votes)),
-                    other => bail!("article {id}: title {other:?}"),
-                }
-            }
-            Ok(other) => bail!("article {id}: unexpected {other:?}"),
-            Err(e) => bail!("article {id}: {e}"),
+        // The rows are read in place (`execute_prepared_each`), as an
+        // application embedding the engine reads them.
+        let mut answer = None;
+        let n = self
+            .session
+            .execute_prepared_each(&self.read, &[Value::Int(id)], |row| {
+                answer = Some(match row {
+                    [_, Value::Text(title), Value::Int(n)] => Ok((title.clone(), *n)),
+                    [_, Value::Text(title), Value::Null] => Ok((title.clone(), 0)),
+                    other => Err(anyhow!("article {id}: row {other:?}")),
+                });
+            })
+            .map_err(|e| anyhow!("article {id}: {e}"))?;
+        match answer {
+            Some(answer) if n == 1 => answer,
+            _ => bail!("article {id}: {n} rows"),
         }
     }
 

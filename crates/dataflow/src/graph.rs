@@ -16,6 +16,7 @@ use crate::partial::Region;
 use crate::tap::Tap;
 pub use crate::view::ViewFailure;
 use crate::view::{new_view_with, Lsn, ViewKind, ViewReader, ViewWriter};
+use crate::FastMap;
 use crate::{consolidate, stored_bytes, Delta, Operator, Row};
 
 pub type NodeId = usize;
@@ -45,7 +46,7 @@ pub(crate) struct Node {
     /// Everything the node has emitted so far, to start new children with
     /// (empty for sources, whose children start from the table, and for
     /// nodes private to one view, which get no new children).
-    pub(crate) output: HashMap<Row, i64>,
+    pub(crate) output: FastMap<Row, i64>,
     pub(crate) output_bytes: i64,
     pub(crate) keep_output: bool,
     /// Made for one view only: never shared with another.
@@ -88,7 +89,7 @@ impl Graph {
             kind,
             parents,
             children: Vec::new(),
-            output: HashMap::new(),
+            output: FastMap::default(),
             output_bytes: 0,
             keep_output: !self.private,
             private: self.private,

@@ -25,6 +25,13 @@ use aqueduct_values::Value;
 
 pub type Row = Vec<Value>;
 
+/// The hasher of the state maps rows are looked up in at every change and
+/// read (operators' state, views): seeded per map, much faster than the
+/// standard library's on short keys.
+pub type FastHash = foldhash::fast::RandomState;
+/// A hash map with [`FastHash`].
+pub type FastMap<K, V> = std::collections::HashMap<K, V, FastHash>;
+
 /// Rows with signed multiplicities.
 pub type Delta = Vec<(Row, i64)>;
 

@@ -256,7 +256,7 @@ impl Graph {
         for &n in &plan.full {
             let node = &mut self.nodes[n];
             node.keep_output = false;
-            node.output = HashMap::new();
+            node.output = Default::default();
             node.output_bytes = 0;
         }
         if let Kind::View { writer, .. } = &mut self.nodes[view].kind {

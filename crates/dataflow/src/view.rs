@@ -12,7 +12,7 @@
 //! that every batch it covers is already published).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use left_right::{Absorb, ReadHandle, ReadHandleFactory, WriteHandle};
 
 use crate::stats::ReadStats;
 use crate::tap::Tap;
-use crate::{row_bytes, Delta, Row};
+use crate::{row_bytes, Delta, FastMap, Row};
 
 /// The LSN type of the log (kept as a plain integer here to stay below the log).
 pub type Lsn = u64;
@@ -60,7 +60,7 @@ fn touch(stamp: &AtomicU32) {
 
 #[derive(Clone, Debug, Default)]
 pub struct ViewState {
-    rows: HashMap<Vec<Value>, Bag>,
+    rows: FastMap<Vec<Value>, Bag>,
     /// Holds only the keys that were filled (by upqueries): a key it does
     /// not hold is unknown, not empty.
     partial: bool,
@@ -317,7 +317,7 @@ static NEXT_READER: AtomicU64 = AtomicU64::new(1);
 const CACHED_HANDLES: usize = 4096;
 
 thread_local! {
-    static HANDLES: RefCell<HashMap<u64, ReadHandle<ViewState>>> = RefCell::new(HashMap::new());
+    static HANDLES: RefCell<FastMap<u64, ReadHandle<ViewState>>> = RefCell::new(FastMap::default());
 }
 
 /// The readers' end: clone freely and read from any thread.
@@ -513,13 +513,13 @@ impl ViewReader {
         let processed = self.processed.load(Ordering::Acquire);
         HANDLES.with(|cell| {
             let mut handles = cell.borrow_mut();
-            if !handles.contains_key(&self.id) {
-                if handles.len() >= CACHED_HANDLES {
-                    handles.clear();
-                }
-                handles.insert(self.id, self.factory.handle());
+            if handles.len() >= CACHED_HANDLES && !handles.contains_key(&self.id) {
+                handles.clear();
             }
-            let guard = handles[&self.id].enter()?;
+            let handle = handles
+                .entry(self.id)
+                .or_insert_with(|| self.factory.handle());
+            let guard = handle.enter()?;
             let watermark = processed.max(guard.watermark());
             Some(f(&guard, watermark))
         })

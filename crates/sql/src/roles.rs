@@ -864,7 +864,7 @@ pub(crate) type ViewRelationsCache = HashMap<TableId, Vec<String>>;
 #[derive(Debug, Default)]
 pub(crate) struct AuthorizedPrepared {
     schema_version: u64,
-    ids: std::collections::HashSet<u64>,
+    ids: std::collections::HashSet<u64, aqueduct_dataflow::FastHash>,
 }
 
 impl AuthorizedPrepared {

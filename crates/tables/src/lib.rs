@@ -1079,6 +1079,10 @@ pub struct ReplayReport {
 pub struct Database {
     log: Log,
     catalog: RwLock<Catalog>,
+    /// The catalog's [`Catalog::schema_version`], stored whenever a batch
+    /// is applied: what a reader that keeps something by schema version
+    /// compares without taking the catalog's lock.
+    schema_version: AtomicU64,
     /// Serializes validation, log append and apply of commits.
     commit: Mutex<()>,
     /// LSN of the last write applied to the catalog.
@@ -1233,6 +1237,7 @@ impl Database {
             .max()
             .unwrap_or(1);
         let db = Database {
+            schema_version: AtomicU64::new(catalog.schema_version),
             applied: AtomicU64::new(report.last_lsn),
             told_visible: AtomicU64::new(report.last_lsn),
             applied_moved: Default::default(),
@@ -1323,6 +1328,13 @@ impl Database {
     }
 
     /// LSN of the last applied write.
+    /// The catalog's schema version now, without its lock (a change
+    /// being applied may not show yet: what is kept by version is checked
+    /// again under the lock where it matters).
+    pub fn schema_version_now(&self) -> u64 {
+        self.schema_version.load(Ordering::Acquire)
+    }
+
     pub fn applied_lsn(&self) -> Lsn {
         self.applied.load(Ordering::Acquire)
     }
@@ -1577,7 +1589,13 @@ impl Database {
     /// the tables, tells the consumers, and moves `applied_lsn`.
     fn apply(&self, batch: Batch) {
         let (last, rows) = (batch.last, batch.entries.len() as u64);
-        let applied = self.catalog.write().apply_owned_batch(batch);
+        let applied = {
+            let mut catalog = self.catalog.write();
+            let applied = catalog.apply_owned_batch(batch);
+            self.schema_version
+                .store(catalog.schema_version, Ordering::Release);
+            applied
+        };
         let consumers = self.consumers.read().clone();
         if !consumers.is_empty() {
             let catalog = self.catalog.read();

@@ -223,9 +223,43 @@ impl ViewRead {
             .collect()
     }
 
+    /// Calls `f` with [`ViewRead::key_values`], borrowing the parameters
+    /// themselves when they are the key in order (no copy).
+    pub fn with_key_values<T>(&self, params: &[Value], f: impl FnOnce(Option<&[Value]>) -> T) -> T {
+        let in_order = self.values.len() == params.len()
+            && self
+                .values
+                .iter()
+                .enumerate()
+                .all(|(i, v)| matches!(v, KeyValue::Param(n) if *n == i));
+        if in_order {
+            return f((!params.iter().any(Value::is_null)).then_some(params));
+        }
+        f(self.key_values(params).as_deref())
+    }
+
     /// A view row as a result row.
     pub fn project(&self, row: &[Value]) -> Vec<Value> {
         self.project.iter().map(|&c| row[c].clone()).collect()
+    }
+
+    /// Calls `f` on a view row as a result row: the row itself when the
+    /// result has the view's columns in order, else a copy made in
+    /// `scratch`.
+    pub fn with_projected<T>(
+        &self,
+        row: &[Value],
+        scratch: &mut Vec<Value>,
+        f: impl FnOnce(&[Value]) -> T,
+    ) -> T {
+        let in_order = self.project.len() == row.len()
+            && self.project.iter().enumerate().all(|(i, &c)| i == c);
+        if in_order {
+            return f(row);
+        }
+        scratch.clear();
+        scratch.extend(self.project.iter().map(|&c| row[c].clone()));
+        f(scratch)
     }
 }
 

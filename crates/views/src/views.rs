@@ -163,10 +163,10 @@ const LOCAL_KEYED_VIEWS: usize = 4096;
 const READS_OF_A_REMADE_VIEW: usize = 8;
 
 /// One thread's copies of the keyed readers it used, by view id.
-type LocalKeyed = HashMap<u64, Vec<(Vec<usize>, bool, ViewReader)>>;
+type LocalKeyed = aqueduct_dataflow::FastMap<u64, Vec<(Vec<usize>, bool, ViewReader)>>;
 
 thread_local! {
-    static LOCAL_KEYED: std::cell::RefCell<LocalKeyed> = std::cell::RefCell::new(HashMap::new());
+    static LOCAL_KEYED: std::cell::RefCell<LocalKeyed> = std::cell::RefCell::new(LocalKeyed::default());
 }
 
 /// A view's keyed readers: key columns, whether keys are ordered, the
@@ -1285,6 +1285,21 @@ impl ViewRegistry {
         ordered: bool,
         f: impl FnOnce(&ViewReader) -> T,
     ) -> Result<T, SqlError> {
+        self.with_keyed_from(entry, key, ordered, f, || {
+            self.keyed_reader(entry, key, ordered)
+        })
+    }
+
+    /// [`ViewRegistry::with_keyed`] with the reader, when this thread has
+    /// no copy of it, from `find` (which may make it, or fail).
+    fn with_keyed_from<T>(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        ordered: bool,
+        f: impl FnOnce(&ViewReader) -> T,
+        find: impl FnOnce() -> Result<Arc<ViewReader>, SqlError>,
+    ) -> Result<T, SqlError> {
         let id = entry.uid;
         let mut f = Some(f);
         let hit = LOCAL_KEYED.with(|cell| {
@@ -1299,7 +1314,7 @@ impl ViewRegistry {
         if let Some(out) = hit {
             return Ok(out);
         }
-        let reader = (*self.keyed_reader(entry, key, ordered)?).clone();
+        let reader = (*find()?).clone();
         let out = (f.take().expect("called once"))(&reader);
         LOCAL_KEYED.with(|cell| {
             let mut cache = cell.borrow_mut();
@@ -1332,6 +1347,39 @@ impl ViewRegistry {
                 self.read_key(&entry.name, r, values, timeout, &mut f)
             })?
         })
+    }
+
+    /// A keyed read that waits for nothing and makes nothing: calls `f` on
+    /// each row of view `entry` whose `key` columns equal `values` and
+    /// returns the watermark, when a keyed reader on `key` exists and
+    /// holds the key. `None` (with `f` called on no row) when it would
+    /// have to make the reader, fill the key by an upquery, or report a
+    /// failure: [`ViewRegistry::lookup_with`] does those.
+    pub fn lookup_held(
+        &self,
+        entry: &ViewEntry,
+        key: &[usize],
+        values: &[Value],
+        mut f: impl FnMut(&Row),
+    ) -> Option<Lsn> {
+        let found = || {
+            self.find_keyed(entry, key, false)
+                .ok_or_else(|| dropped(&entry.name))
+        };
+        let read = self.with_keyed_from(
+            entry,
+            key,
+            false,
+            |r| {
+                let watermark = r.read(|s, watermark| {
+                    (s.failure().is_none() && s.for_each(values, &mut f)).then_some(watermark)
+                })??;
+                r.stats().hits.add(1);
+                Some(watermark)
+            },
+            found,
+        );
+        read.ok().flatten()
     }
 
     /// The rows of view `entry` whose first `key` columns equal `prefix`

@@ -11,14 +11,14 @@
 //! call to `process`, so a graph primes a new global aggregate with an empty
 //! delta.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use aqueduct_expr::agg::{Accumulator, AggFunc};
 use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 
 use super::columns;
-use crate::{consolidate, stored_bytes, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, FastMap, Operator, Row};
 
 /// One aggregate: `func(column)`, or `COUNT(*)` with no column.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ struct Group {
 pub struct Aggregate {
     group_by: Vec<usize>,
     calls: Vec<AggCall>,
-    groups: HashMap<Row, Group>,
+    groups: FastMap<Row, Group>,
     /// A global aggregate's row has been emitted.
     primed: bool,
     bytes: i64,
@@ -86,7 +86,7 @@ impl Aggregate {
         let mut a = Aggregate {
             group_by,
             calls,
-            groups: HashMap::new(),
+            groups: FastMap::default(),
             primed: false,
             bytes: 0,
         };

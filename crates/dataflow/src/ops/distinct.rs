@@ -5,15 +5,13 @@
 //! zero to positive and retracted (-1) when it returns to zero, so the output
 //! always holds exactly the rows with a positive count, once each.
 
-use std::collections::HashMap;
-
 use aqueduct_expr::SqlError;
 
-use crate::{consolidate, stored_bytes, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, FastMap, Operator, Row};
 
 #[derive(Default)]
 pub struct Distinct {
-    counts: HashMap<Row, i64>,
+    counts: FastMap<Row, i64>,
     bytes: i64,
 }
 

@@ -15,13 +15,13 @@
 //! padded rows are retracted and the joined ones emitted, and when its last
 //! right row goes the padded rows come back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use aqueduct_expr::SqlError;
 use aqueduct_values::Value;
 
 use super::{columns, no_such_input};
-use crate::{consolidate, stored_bytes, Delta, Operator, Row};
+use crate::{consolidate, stored_bytes, Delta, FastMap, Operator, Row};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JoinKind {
@@ -38,7 +38,7 @@ struct Bag {
 
 /// One side: join key → its rows.
 /// Rows by join key: hashed, since lookups are by exact key.
-type Index = HashMap<Row, Bag>;
+type Index = FastMap<Row, Bag>;
 
 impl Bag {
     /// Adds `w` copies of `row`, dropping rows whose count reaches zero.
@@ -123,8 +123,8 @@ impl Join {
             right_key,
             right_width,
             left_width: None,
-            left: Index::new(),
-            right: Index::new(),
+            left: Index::default(),
+            right: Index::default(),
             bytes: 0,
         }
     }

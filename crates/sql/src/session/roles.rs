@@ -48,13 +48,23 @@ impl Session {
         // Read before the check: a change committed while it runs moves
         // the version past the one noted, so the next execution checks
         // again.
-        let version = self.engine.database().read().schema_version();
+        let version = self.engine.database().schema_version_now();
         if self.authorized.holds(id, version) {
             return Ok(());
         }
         self.authorize(st)?;
         self.authorized.note(id, version);
         Ok(())
+    }
+
+    /// Whether prepared statement `id` passed its check at the catalog's
+    /// schema version now, outside a transaction block: it may run
+    /// without being checked again.
+    pub(crate) fn authorized_already(&self, id: u64) -> bool {
+        self.txn.is_none()
+            && self
+                .authorized
+                .holds(id, self.engine.database().schema_version_now())
     }
 
     /// Refuses what the session's role may not do with `st` (SQLSTATE

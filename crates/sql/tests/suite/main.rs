@@ -21,6 +21,7 @@ mod limits;
 mod never_panics;
 mod partial;
 mod postgres_semantics;
+mod quick_reads;
 mod roles;
 mod routes;
 mod savepoints;
