@@ -415,6 +415,9 @@ impl Session {
         views.open_to(acknowledged);
         let target = match self.consistency() {
             Consistency::Eventual => views.reflected_now(),
+            // A token past this server's last write is an error the
+            // framed path reports.
+            Consistency::Session if self.session_lsn() > db.applied_lsn() => return None,
             Consistency::Session => self.session_lsn(),
             Consistency::Linearizable => acknowledged,
             Consistency::Release => return None,

@@ -37,6 +37,16 @@ pub fn ok(s: &mut Session, sql: &str) -> Outcome {
     run(s, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
+/// Creates `t (id bigint PRIMARY KEY, a text, b bigint)` holding
+/// `(1, 'one', 10)` and `(2, 'two', 20)`.
+pub fn create_t(s: &mut Session) {
+    ok(
+        s,
+        "CREATE TABLE t (id bigint PRIMARY KEY, a text, b bigint)",
+    );
+    ok(s, "INSERT INTO t VALUES (1, 'one', 10), (2, 'two', 20)");
+}
+
 /// The rows of `sql` as text, in the order they came.
 pub fn rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
     match ok(s, sql) {

@@ -8,21 +8,14 @@ use crate::common;
 use std::sync::atomic::Ordering;
 
 use aqueduct_values::Value;
-use common::{engine, ok, prepared_rows, session_with_hand_clock, HOUR};
+use common::{create_t, engine, ok, prepared_rows, session_with_hand_clock, HOUR};
 
 #[test]
 fn a_kept_plan_is_bound_again_after_the_schema_changes() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
     let mut s = e.session();
-    ok(
-        &mut s,
-        "CREATE TABLE t (id bigint PRIMARY KEY, a text, b bigint)",
-    );
-    ok(
-        &mut s,
-        "INSERT INTO t VALUES (1, 'one', 10), (2, 'two', 20)",
-    );
+    create_t(&mut s);
     let p = s.prepare("SELECT b FROM t WHERE id = $1", &[]).unwrap();
     let read = |s: &mut aqueduct_sql::Session, id| prepared_rows(s, &p, &[Value::Int(id)]);
     assert_eq!(read(&mut s, 2), vec![vec!["20"]]);
