@@ -294,14 +294,14 @@ impl Worker {
     /// worker thread and back); otherwise it asks the worker and waits.
     /// Readers missing the same key share one upquery: a key another read
     /// filled meanwhile costs nothing.
-    pub fn upquery(&self, reader: u64, keys: Vec<Row>, deadline: Instant) -> Result<(), SqlError> {
+    pub fn upquery(&self, reader: u64, keys: Vec<Row>, deadline: Instant) -> Result<(), WaitError> {
         if let Some(why) = &lock(&self.shared.queue).broken {
-            return Err(broken(why));
+            return Err(broken(why).into());
         }
         // The guard is dropped at once: this only asks whether it is free.
         let free = self.shared.graph.try_lock().is_ok();
         if free {
-            return self.upquery_here(reader, keys);
+            return Ok(self.upquery_here(reader, keys)?);
         }
         self.upquery_by_worker(reader, keys, deadline)
     }
@@ -352,7 +352,7 @@ impl Worker {
         reader: u64,
         keys: Vec<Row>,
         deadline: Instant,
-    ) -> Result<(), SqlError> {
+    ) -> Result<(), WaitError> {
         let mut q = lock(&self.shared.queue);
         q.issued += 1;
         let ticket = q.issued;
@@ -364,22 +364,24 @@ impl Worker {
         self.shared.work.notify_all();
         loop {
             if let Some(why) = &q.broken {
-                return Err(broken(why));
+                return Err(broken(why).into());
             }
             if q.answered >= ticket {
                 return match q.refused.remove(&ticket) {
-                    Some(why) => Err(SqlError::new("XX000", why)),
+                    Some(why) => Err(SqlError::new("XX000", why).into()),
                     None => Ok(()),
                 };
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(SqlError::new(
-                    "57014",
-                    "the upquery for a key the view does not hold did not finish in time",
-                )
-                .with_hint(
-                    "the dataflow is busy; raise aqueduct.upquery_timeout, or SET aqueduct.upquery_timeout_action = 'compute' to answer such reads from the tables",
+                return Err(WaitError::Late(
+                    SqlError::new(
+                        "57014",
+                        "the upquery for a key the view does not hold did not finish in time",
+                    )
+                    .with_hint(
+                        "the dataflow is busy; raise aqueduct.upquery_timeout, or SET aqueduct.upquery_timeout_action = 'compute' to answer such reads from the tables",
+                    ),
                 ));
             }
             q = self
@@ -478,7 +480,7 @@ impl Worker {
 
     /// Waits until every batch up to `lsn` is processed, for at most
     /// `timeout`. An error names how far behind the views are.
-    pub fn wait_processed(&self, lsn: Lsn, timeout: Duration) -> Result<(), SqlError> {
+    pub fn wait_processed(&self, lsn: Lsn, timeout: Duration) -> Result<(), WaitError> {
         if self.shared.processed.load(Ordering::Acquire) >= lsn {
             return Ok(());
         }
@@ -486,7 +488,7 @@ impl Worker {
         let mut q = lock(&self.shared.queue);
         loop {
             if let Some(why) = &q.broken {
-                return Err(broken(why));
+                return Err(broken(why).into());
             }
             // A write with nothing for the dataflow may never be submitted:
             // nothing queued up to `lsn` means it is reflected.
@@ -495,7 +497,7 @@ impl Worker {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(SqlError::new(
+                return Err(WaitError::Late(SqlError::new(
                     "57014",
                     format!(
                         "views are still at LSN {} after waiting {:?} for LSN {lsn} ({} batches queued); the dataflow is overloaded",
@@ -503,7 +505,7 @@ impl Worker {
                         timeout,
                         q.batches.len()
                     ),
-                ));
+                )));
             }
             q = self
                 .shared
@@ -565,6 +567,40 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "a dataflow operator panicked".into())
+}
+
+/// How a wait for the dataflow ended without what it waited for: a
+/// caller that may answer another way (from the tables) does so for
+/// [`WaitError::Late`] only.
+#[derive(Debug)]
+pub enum WaitError {
+    /// The deadline passed first (SQLSTATE 57014).
+    Late(SqlError),
+    /// The wait cannot succeed: the dataflow stopped, the view went, the
+    /// upquery was refused.
+    Failed(SqlError),
+}
+
+impl From<SqlError> for WaitError {
+    fn from(e: SqlError) -> Self {
+        WaitError::Failed(e)
+    }
+}
+
+impl std::fmt::Display for WaitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitError::Late(e) | WaitError::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<WaitError> for SqlError {
+    fn from(e: WaitError) -> Self {
+        match e {
+            WaitError::Late(e) | WaitError::Failed(e) => e,
+        }
+    }
 }
 
 fn broken(why: &str) -> SqlError {

@@ -63,6 +63,17 @@ pub fn render_metrics(engine: &Engine) -> String {
         "aqueduct_statements_running {}",
         m.running.load(Ordering::Relaxed)
     );
+    family(
+        &mut out,
+        "aqueduct_view_reads_computed_total",
+        "counter",
+        "Reads of views answered from the base tables after an upquery or the wait for the views timed out (timeout action 'compute').",
+    );
+    let _ = writeln!(
+        out,
+        "aqueduct_view_reads_computed_total {}",
+        m.computed_after_timeout.load(Ordering::Relaxed)
+    );
 
     let releases = &engine.releases;
     if let Some(schedule) = releases.schedule() {

@@ -45,6 +45,10 @@ pub struct EngineMetrics {
     pub errors: AtomicU64,
     /// Statements running now (a gauge).
     pub running: AtomicU64,
+    /// Reads of views answered from the base tables because an upquery
+    /// or the wait for the views ran out of time and the session's
+    /// `aqueduct.*_timeout_action` said `compute`.
+    pub computed_after_timeout: AtomicU64,
 }
 
 impl EngineMetrics {

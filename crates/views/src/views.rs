@@ -31,7 +31,7 @@ use aqueduct_dataflow::partial::PartialPlan;
 pub use aqueduct_dataflow::stats::{ReadStatsSnapshot, LATENCY_BUCKETS_US};
 use aqueduct_dataflow::tap::{Tap, TapRead};
 use aqueduct_dataflow::view::{Lsn, ViewFailure, ViewKind, ViewReader, ViewState};
-use aqueduct_dataflow::worker::{Ask, Upstream, WeightedRows, Worker, WorkerStats};
+use aqueduct_dataflow::worker::{Ask, Upstream, WaitError, WeightedRows, Worker, WorkerStats};
 use aqueduct_dataflow::{Delta, Row};
 use aqueduct_tables::{Catalog, RowChange, SchemaChange, TableId};
 use aqueduct_values::Value;
@@ -96,9 +96,6 @@ impl Default for ViewOptions {
         }
     }
 }
-
-/// The SQLSTATE of a read whose upquery did not finish in time.
-pub const UPQUERY_TIMEOUT_CODE: &str = "57014";
 
 /// Default wait of a read for the upquery that fills its key.
 pub const DEFAULT_UPQUERY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -602,12 +599,12 @@ impl ViewRegistry {
     /// Waits (up to [`VIEW_WAIT_TIMEOUT`]) until the views reflect every
     /// write up to `lsn`.
     pub fn await_lsn(&self, lsn: Lsn) -> Result<(), SqlError> {
-        self.worker.wait_processed(lsn, VIEW_WAIT_TIMEOUT)
+        Ok(self.worker.wait_processed(lsn, VIEW_WAIT_TIMEOUT)?)
     }
 
-    /// [`ViewRegistry::await_lsn`] with a deadline of the caller's: an
-    /// error with SQLSTATE 57014 when it passes.
-    pub fn await_lsn_within(&self, lsn: Lsn, timeout: Duration) -> Result<(), SqlError> {
+    /// [`ViewRegistry::await_lsn`] with a deadline of the caller's:
+    /// [`WaitError::Late`] (SQLSTATE 57014) when it passes.
+    pub fn await_lsn_within(&self, lsn: Lsn, timeout: Duration) -> Result<(), WaitError> {
         self.worker.wait_processed(lsn, timeout)
     }
 
@@ -1066,18 +1063,18 @@ impl ViewRegistry {
         key: &[usize],
         values: &[Value],
     ) -> Result<(Vec<Row>, Lsn), SqlError> {
-        self.lookup_timed(entry, key, values, DEFAULT_UPQUERY_TIMEOUT)
+        Ok(self.lookup_timed(entry, key, values, DEFAULT_UPQUERY_TIMEOUT)?)
     }
 
     /// [`ViewRegistry::lookup`], waiting at most `timeout` for an upquery
-    /// (then failing with [`UPQUERY_TIMEOUT_CODE`]).
+    /// (then failing with [`WaitError::Late`]).
     pub fn lookup_timed(
         &self,
         entry: &ViewEntry,
         key: &[usize],
         values: &[Value],
         timeout: Duration,
-    ) -> Result<(Vec<Row>, Lsn), SqlError> {
+    ) -> Result<(Vec<Row>, Lsn), WaitError> {
         self.once_more_if_remade(entry, |entry| {
             let mut rows = Vec::new();
             let lsn = self.with_keyed(entry, key, false, |r| {
@@ -1098,7 +1095,7 @@ impl ViewRegistry {
         key: &[usize],
         keys: &[Vec<Value>],
         timeout: Duration,
-    ) -> Result<(Vec<Vec<Row>>, Lsn), SqlError> {
+    ) -> Result<(Vec<Vec<Row>>, Lsn), WaitError> {
         self.once_more_if_remade(entry, |e| self.lookup_many_of(e, key, keys, timeout))
     }
 
@@ -1106,11 +1103,11 @@ impl ViewRegistry {
     /// again meanwhile (ALTER TABLE re-makes the views over the table),
     /// runs it again on the view there is now, up to
     /// [`READS_OF_A_REMADE_VIEW`] times in all.
-    fn once_more_if_remade<T>(
+    fn once_more_if_remade<T, E>(
         &self,
         entry: &ViewEntry,
-        mut read: impl FnMut(&ViewEntry) -> Result<T, SqlError>,
-    ) -> Result<T, SqlError> {
+        mut read: impl FnMut(&ViewEntry) -> Result<T, E>,
+    ) -> Result<T, E> {
         let mut outcome = read(entry);
         let mut current: Option<Arc<ViewEntry>> = None;
         for _ in 1..READS_OF_A_REMADE_VIEW {
@@ -1138,7 +1135,7 @@ impl ViewRegistry {
         key: &[usize],
         keys: &[Vec<Value>],
         timeout: Duration,
-    ) -> Result<(Vec<Vec<Row>>, Lsn), SqlError> {
+    ) -> Result<(Vec<Vec<Row>>, Lsn), WaitError> {
         self.with_keyed(entry, key, false, |reader| {
             let stats = reader.stats();
             let mut out: Vec<Option<Vec<Row>>> = vec![None; keys.len()];
@@ -1196,7 +1193,7 @@ impl ViewRegistry {
         values: &[Value],
         timeout: Duration,
         mut f: impl FnMut(&Row),
-    ) -> Result<Lsn, SqlError> {
+    ) -> Result<Lsn, WaitError> {
         let mut missed: Option<Instant> = None;
         loop {
             let read = reader
@@ -1340,7 +1337,7 @@ impl ViewRegistry {
         values: &[Value],
         timeout: Duration,
         mut f: impl FnMut(&Row),
-    ) -> Result<Lsn, SqlError> {
+    ) -> Result<Lsn, WaitError> {
         // A failed read calls `f` on no row, so it may read again.
         self.once_more_if_remade(entry, |entry| {
             self.with_keyed(entry, key, false, |r| {

@@ -2,6 +2,7 @@
 //! the views reach the LSN its level asks for, and reads answered as of
 //! the current release.
 
+use aqueduct_dataflow::worker::WaitError;
 use aqueduct_expr::SqlError;
 use aqueduct_log::Lsn;
 use aqueduct_releases::Snapshot;
@@ -107,13 +108,13 @@ impl Session {
         let timeout = self.reads.consistency_timeout;
         match self.engine.views.await_lsn_within(target, timeout) {
             Ok(()) => Ok(Ready::At(target)),
-            Err(e)
-                if e.code == "57014"
-                    && self.reads.compute_on_consistency_timeout =>
-            {
+            Err(WaitError::Late(_)) if self.reads.compute_on_consistency_timeout => {
+                self.engine
+                    .metrics
+                    .count(&self.engine.metrics.computed_after_timeout);
                 Ok(Ready::Compute)
             }
-            Err(e) => Err(e.with_hint(format!(
+            Err(e) => Err(SqlError::from(e).with_hint(format!(
                 "the read asked for consistency '{}'; SET aqueduct.consistency_timeout_action = 'compute' answers from the base tables instead, or 'eventual' reads what the views hold",
                 self.consistency().as_str()
             ))),

@@ -2,6 +2,7 @@
 //! (made on first use, keyed on the query's pinned columns), and one-shot
 //! evaluation through a temporary dataflow.
 
+use aqueduct_dataflow::worker::WaitError;
 use aqueduct_expr::SqlError;
 use aqueduct_tables::Txn;
 use aqueduct_values::Value;
@@ -67,15 +68,20 @@ impl Session {
     pub(crate) fn auto_read_failed(
         &self,
         auto: &AutoView,
-        e: SqlError,
+        e: WaitError,
     ) -> Result<Option<Outcome>, SqlError> {
         let gone = self.engine.views.get(&auto.view).is_none();
-        let compute = e.code == aqueduct_views::views::UPQUERY_TIMEOUT_CODE
+        let compute = matches!(e, WaitError::Late(_))
             && self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute;
+        if compute {
+            self.engine
+                .metrics
+                .count(&self.engine.metrics.computed_after_timeout);
+        }
         if gone || compute {
             Ok(None)
         } else {
-            Err(e)
+            Err(e.into())
         }
     }
 
@@ -142,7 +148,8 @@ impl Session {
                         .iter()
                         .map(|v| self.engine.release_lookup(snap, &entry, &columns, v))
                         .collect::<Result<Vec<_>, _>>()
-                        .map(|rows| (rows, 0)),
+                        .map(|rows| (rows, 0))
+                        .map_err(WaitError::from),
                     None => self.engine.views.lookup_many(
                         &entry,
                         &columns,
@@ -167,7 +174,8 @@ impl Session {
                     Some(snap) => self
                         .engine
                         .release_lookup(snap, &entry, &columns, &l.prefix)
-                        .map(|rows| (rows, 0)),
+                        .map(|rows| (rows, 0))
+                        .map_err(WaitError::from),
                     None => self.engine.views.lookup_timed(
                         &entry,
                         &columns,
@@ -175,13 +183,11 @@ impl Session {
                         self.upquery_timeout(),
                     ),
                 },
-                Some((low, high)) => self.engine.views.lookup_range(
-                    &entry,
-                    &columns,
-                    &l.prefix,
-                    low.as_ref(),
-                    high.as_ref(),
-                ),
+                Some((low, high)) => self
+                    .engine
+                    .views
+                    .lookup_range(&entry, &columns, &l.prefix, low.as_ref(), high.as_ref())
+                    .map_err(WaitError::from),
             };
             let found = match found {
                 Ok((rows, _)) => rows,

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use aqueduct_dataflow::worker::WaitError;
 use aqueduct_expr::SqlError;
 use aqueduct_log::Lsn;
 use aqueduct_tables::{Catalog, ColumnDef, SchemaChange, TableSchema};
@@ -314,10 +315,12 @@ impl Session {
         let views = &self.engine.views;
         // A read that fails has called `f` on no row.
         match views.lookup_with(v, cols, key, self.reads.upquery_timeout, &mut f) {
-            Err(e)
-                if e.code == aqueduct_views::views::UPQUERY_TIMEOUT_CODE
-                    && self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute =>
+            Err(WaitError::Late(_))
+                if self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute =>
             {
+                self.engine
+                    .metrics
+                    .count(&self.engine.metrics.computed_after_timeout);
                 let db = self.engine.database();
                 let catalog = db.read();
                 views
@@ -326,7 +329,7 @@ impl Session {
                     .for_each(f);
                 Ok(catalog.lsn())
             }
-            other => other,
+            other => Ok(other?),
         }
     }
 
@@ -341,10 +344,12 @@ impl Session {
     ) -> Result<(Vec<Vec<aqueduct_dataflow::Row>>, Lsn), SqlError> {
         let views = &self.engine.views;
         match views.lookup_many(v, cols, keys, self.upquery_timeout()) {
-            Err(e)
-                if e.code == aqueduct_views::views::UPQUERY_TIMEOUT_CODE
-                    && self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute =>
+            Err(WaitError::Late(_))
+                if self.on_upquery_timeout() == aqueduct_views::views::OnTimeout::Compute =>
             {
+                self.engine
+                    .metrics
+                    .count(&self.engine.metrics.computed_after_timeout);
                 let db = self.engine.database();
                 let catalog = db.read();
                 let lsn = catalog.lsn();
@@ -354,7 +359,7 @@ impl Session {
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok((rows, lsn))
             }
-            other => other,
+            other => Ok(other?),
         }
     }
 

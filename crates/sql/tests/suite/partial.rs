@@ -505,3 +505,98 @@ fn reads_racing_alter_table_answer_from_the_view_made_anew() {
         assert!(r.join().unwrap() > 0);
     }
 }
+
+/// With the dataflow kept busy by another table's writes, reads whose
+/// upquery or whose wait for the views runs out of time answer from the
+/// base tables when the session says `compute`: every answer equals the
+/// query over the tables, and some reads must have timed out for the test
+/// to count (else it says so and fails: it could not have caught the
+/// compute path missing).
+#[test]
+fn reads_that_run_out_of_time_compute_from_the_tables_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = common::engine(dir.path());
+    let mut s = engine.session();
+    ok(&mut s, "CREATE TABLE t (id bigint PRIMARY KEY, grp bigint)");
+    ok(&mut s, "CREATE INDEX t_grp ON t (grp)");
+    let values: Vec<String> = (0..4000).map(|i| format!("({i}, {})", i % 400)).collect();
+    ok(
+        &mut s,
+        &format!("INSERT INTO t VALUES {}", values.join(", ")),
+    );
+    ok(
+        &mut s,
+        "CREATE VIEW per_grp AS SELECT grp, count(*) AS n FROM t GROUP BY grp",
+    );
+    ok(
+        &mut s,
+        "CREATE TABLE noise (id bigint PRIMARY KEY, k bigint)",
+    );
+    ok(
+        &mut s,
+        "CREATE VIEW noise_counts AS SELECT k, count(*) AS n, sum(id) AS s FROM noise GROUP BY k",
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut w = engine.session();
+            let mut next = 0i64;
+            while !stop.load(Ordering::Relaxed) && next < 4_000_000 {
+                let rows: Vec<String> = (next..next + 4000)
+                    .map(|i| format!("({i}, {})", i % 9973))
+                    .collect();
+                ok(
+                    &mut w,
+                    &format!("INSERT INTO noise VALUES {}", rows.join(", ")),
+                );
+                next += 4000;
+            }
+        })
+    };
+    let mut r = engine.session();
+    ok(&mut r, "SET aqueduct.upquery_timeout = '1ms'");
+    ok(&mut r, "SET aqueduct.upquery_timeout_action = 'compute'");
+    ok(&mut r, "SET aqueduct.consistency = 'linearizable'");
+    ok(&mut r, "SET aqueduct.consistency_timeout = '1ms'");
+    ok(
+        &mut r,
+        "SET aqueduct.consistency_timeout_action = 'compute'",
+    );
+    let by_key = r
+        .prepare("SELECT n FROM per_grp WHERE grp = $1", &[])
+        .unwrap();
+    let mut oracle = engine.session();
+    let computed = || {
+        engine
+            .metrics
+            .computed_after_timeout
+            .load(Ordering::Relaxed)
+    };
+    let before = computed();
+    // Reads go on until some timed out (and at least 400 were checked),
+    // for at most a minute.
+    let started = std::time::Instant::now();
+    let mut reads = 0i64;
+    while (reads < 400 || computed() == before)
+        && started.elapsed() < std::time::Duration::from_secs(60)
+    {
+        let g = reads % 400;
+        let want = common::rows(
+            &mut oracle,
+            &format!("SELECT count(*) FROM t WHERE grp = {g}"),
+        );
+        assert_eq!(
+            common::prepared_rows(&mut r, &by_key, &[Value::Int(g)]),
+            want,
+            "group {g}"
+        );
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(
+        computed() > before,
+        "no read timed out: the test could not catch a compute path missing"
+    );
+}
