@@ -473,15 +473,17 @@ impl Session {
     }
 
     fn await_ticket(&self, ticket: &Arc<Ticket>) -> Result<(Lsn, Vec<Value>), SqlError> {
-        let timeout = self.reads.consistency_timeout;
-        match ticket.wait(timeout) {
-            Some(r) => r,
-            None => Err(SqlError::new(
-                "57014",
-                "a chain this session called did not complete within aqueduct.consistency_timeout",
-            )
-            .with_hint("its hops go on; WAIT FOR CHAINS waits again")),
-        }
+        self.await_ticket_within(ticket)
+            .unwrap_or_else(|| Err(chain_late()))
+    }
+
+    /// The chain's outcome, or `None` when it did not complete within
+    /// `aqueduct.consistency_timeout` (its hops go on).
+    fn await_ticket_within(
+        &self,
+        ticket: &Arc<Ticket>,
+    ) -> Option<Result<(Lsn, Vec<Value>), SqlError>> {
+        ticket.wait(self.reads.consistency_timeout)
     }
 
     /// Waits until every chain this session called has completed, and
@@ -490,17 +492,19 @@ impl Session {
         let tickets = std::mem::take(&mut self.chain_tickets);
         let mut result = Ok(());
         for (i, t) in tickets.iter().enumerate() {
-            match self.await_ticket(t) {
-                Ok((lsn, _)) => {
+            match self.await_ticket_within(t) {
+                Some(Ok((lsn, _))) => {
                     let last = self.last_lsn.max(lsn);
                     self.set_last_lsn(last);
                 }
-                Err(e) if e.code == "57014" => {
+                // Not yet complete: this and the later ones are waited
+                // for again.
+                None => {
                     self.chain_tickets = tickets[i..].to_vec();
-                    return Err(e);
+                    return Err(chain_late());
                 }
                 // A chain whose later hop failed: reported once.
-                Err(e) => {
+                Some(Err(e)) => {
                     if result.is_ok() {
                         result = Err(e);
                     }
@@ -509,4 +513,13 @@ impl Session {
         }
         result
     }
+}
+
+/// A chain this session called did not complete in time (SQLSTATE 57014).
+fn chain_late() -> SqlError {
+    SqlError::new(
+        "57014",
+        "a chain this session called did not complete within aqueduct.consistency_timeout",
+    )
+    .with_hint("its hops go on; WAIT FOR CHAINS waits again")
 }
