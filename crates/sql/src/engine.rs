@@ -258,13 +258,13 @@ impl Engine {
         *self.commit_source.write() = Some(source);
     }
 
-    /// The commit source of a follower's engine; `None` on a server that
-    /// takes its own writes.
     /// Whether this server follows others (it has a commit source).
     pub fn follows(&self) -> bool {
         self.commit_source.read().is_some()
     }
 
+    /// The commit source of a follower's engine; `None` on a server that
+    /// takes its own writes.
     pub fn commit_source(&self) -> Option<Arc<dyn crate::consistency::CommitSource>> {
         self.commit_source.read().clone()
     }

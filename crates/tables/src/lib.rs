@@ -1327,7 +1327,6 @@ impl Database {
         self.next_rowid.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// LSN of the last applied write.
     /// The catalog's schema version now, without its lock (a change
     /// being applied may not show yet: what is kept by version is checked
     /// again under the lock where it matters).
@@ -1335,6 +1334,7 @@ impl Database {
         self.schema_version.load(Ordering::Acquire)
     }
 
+    /// LSN of the last applied write.
     pub fn applied_lsn(&self) -> Lsn {
         self.applied.load(Ordering::Acquire)
     }

@@ -74,18 +74,42 @@ impl Session {
 
     /// Waits until the views satisfy this session's consistency level.
     pub(crate) fn views_ready(&self) -> Result<Ready, SqlError> {
+        let Some(target) = self.views_target()? else {
+            return Ok(Ready::At(self.engine.views.reflected_now()));
+        };
+        let timeout = self.reads.consistency_timeout;
+        match self.engine.views.await_lsn_within(target, timeout) {
+            Ok(()) => Ok(Ready::At(target)),
+            Err(WaitError::Late(_)) if self.reads.compute_on_consistency_timeout => {
+                self.engine
+                    .metrics
+                    .count(&self.engine.metrics.computed_after_timeout);
+                Ok(Ready::Compute)
+            }
+            Err(e) => Err(SqlError::from(e).with_hint(format!(
+                "the read asked for consistency '{}'; SET aqueduct.consistency_timeout_action = 'compute' answers from the base tables instead, or 'eventual' reads what the views hold",
+                self.consistency().as_str()
+            ))),
+        }
+    }
+
+    /// The LSN the views must reflect before a read at this session's
+    /// level answers, after telling them what is acknowledged; `None` for
+    /// `eventual`, which reads what they hold now. 22023 for a session
+    /// token past this server's last write.
+    pub(crate) fn views_target(&self) -> Result<Option<Lsn>, SqlError> {
         let db = self.engine.database();
         // The views apply a commit once it is acknowledged; whatever is
         // acknowledged now they may apply (the committer tells them too).
         let acknowledged = db.committed_lsn();
         self.engine.views.open_to(acknowledged);
-        let target = match self.consistency() {
-            Consistency::Eventual => return Ok(Ready::At(self.engine.views.progress().processed)),
+        Ok(Some(match self.consistency() {
+            Consistency::Eventual => return Ok(None),
             Consistency::Session => {
                 let target = self.session_lsn();
                 let last = db.applied_lsn();
                 // A follower waited for its tables first (`follower_ready`).
-                if target > last && self.engine.commit_source().is_none() {
+                if target > last && !self.engine.follows() {
                     return Err(SqlError::new(
                         "22023",
                         format!(
@@ -104,21 +128,7 @@ impl Session {
             // reach here in release mode; reads that do (EXPLAIN, SHOW)
             // see the newest acknowledged state.
             Consistency::Linearizable | Consistency::Release => acknowledged,
-        };
-        let timeout = self.reads.consistency_timeout;
-        match self.engine.views.await_lsn_within(target, timeout) {
-            Ok(()) => Ok(Ready::At(target)),
-            Err(WaitError::Late(_)) if self.reads.compute_on_consistency_timeout => {
-                self.engine
-                    .metrics
-                    .count(&self.engine.metrics.computed_after_timeout);
-                Ok(Ready::Compute)
-            }
-            Err(e) => Err(SqlError::from(e).with_hint(format!(
-                "the read asked for consistency '{}'; SET aqueduct.consistency_timeout_action = 'compute' answers from the base tables instead, or 'eventual' reads what the views hold",
-                self.consistency().as_str()
-            ))),
-        }
+        }))
     }
 
     /// `st` when this session reads it from the current release: a query,
@@ -232,7 +242,7 @@ impl Session {
                     Some(self.time),
                 )?;
                 Ok(Outcome::Rows {
-                    tag: format!("SELECT {}", rows.len()),
+                    tag: super::state::select_tag(rows.len()),
                     columns,
                     rows,
                 })

@@ -215,7 +215,7 @@ impl Session {
         }
         let rows = auto.finish(rows, keys.len());
         Ok(Some(Outcome::Rows {
-            tag: format!("SELECT {}", rows.len()),
+            tag: super::state::select_tag(rows.len()),
             columns: auto.columns.clone(),
             rows,
         }))
@@ -263,7 +263,7 @@ impl Session {
             }
         };
         Ok(Outcome::Rows {
-            tag: format!("SELECT {}", rows.len()),
+            tag: super::state::select_tag(rows.len()),
             columns,
             rows,
         })

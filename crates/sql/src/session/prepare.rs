@@ -14,7 +14,7 @@ use aqueduct_views::view_read::ViewRead;
 use super::custom::Custom;
 use super::dataflow::PreparedAuto;
 use super::route::Route;
-use super::state::Session;
+use super::state::{select_tag, Session};
 use crate::consistency::Consistency;
 
 /// A parsed statement with its parameter and result types.
@@ -352,7 +352,7 @@ impl Session {
         let mut rows = Vec::new();
         if let Some(read) = self.quick_view_read(p, params, &mut |r| rows.push(r.to_vec())) {
             return read.map(|n| Outcome::Rows {
-                tag: select_tag(n),
+                tag: select_tag(n as usize),
                 columns: p.columns.clone(),
                 rows,
             });
@@ -408,23 +408,18 @@ impl Session {
         {
             return None;
         }
-        let views = &self.engine.views;
-        let db = self.engine.database();
-        // What `views_ready` waits for, asked without waiting.
-        let acknowledged = db.committed_lsn();
-        views.open_to(acknowledged);
-        let target = match self.consistency() {
-            Consistency::Eventual => views.reflected_now(),
-            // A token past this server's last write is an error the
-            // framed path reports.
-            Consistency::Session if self.session_lsn() > db.applied_lsn() => return None,
-            Consistency::Session => self.session_lsn(),
-            Consistency::Linearizable => acknowledged,
-            Consistency::Release => return None,
-        };
-        if !views.reflects(target) {
+        if self.consistency() == Consistency::Release {
             return None;
         }
+        let views = &self.engine.views;
+        let db = self.engine.database();
+        // What `views_ready` waits for, asked without waiting; an error
+        // (a session token from nowhere) the framed path reports.
+        let target = match self.views_target().ok()? {
+            Some(target) if views.reflects(target) => target,
+            Some(_) => return None,
+            None => views.reflected_now(),
+        };
         let entry = views.get(read.view())?;
         if !read.planned_for(&entry) {
             return None;
@@ -586,14 +581,5 @@ impl Session {
             .map(|(v, ty)| v.clone().coerce(ty))
             .collect::<Result<Vec<_>, _>>()?;
         self.execute_prepared(&p, &coerced)
-    }
-}
-
-/// The command tag of a query that returned `n` rows.
-pub(crate) fn select_tag(n: u64) -> String {
-    match n {
-        0 => "SELECT 0".to_string(),
-        1 => "SELECT 1".to_string(),
-        n => format!("SELECT {n}"),
     }
 }

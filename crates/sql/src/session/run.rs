@@ -892,7 +892,7 @@ impl Session {
             )]);
         }
         Ok(Outcome::Rows {
-            tag: format!("SELECT {}", out.len()),
+            tag: super::state::select_tag(out.len()),
             columns: vec![Column::computed("set_config", DataType::Text)],
             rows: out,
         })
@@ -1013,7 +1013,7 @@ impl Session {
                 Some(self.time),
             )?;
             return Ok(Outcome::Rows {
-                tag: format!("SELECT {}", rows.len()),
+                tag: super::state::select_tag(rows.len()),
                 columns,
                 rows,
             });

@@ -782,6 +782,11 @@ pub(crate) fn command(tag: &str) -> Outcome {
     Outcome::Command { tag: tag.into() }
 }
 
+/// The command tag of a query that returned `n` rows.
+pub(crate) fn select_tag(n: usize) -> String {
+    format!("SELECT {n}")
+}
+
 pub use aqueduct_plan::limits::parse_duration;
 
 /// A boolean setting's value as PostgreSQL reads it.

@@ -287,7 +287,7 @@ impl Session {
             }
         };
         Ok(Some(Outcome::Rows {
-            tag: format!("SELECT {}", rows.len()),
+            tag: super::state::select_tag(rows.len()),
             columns: read.columns.clone(),
             rows,
         }))
