@@ -83,8 +83,9 @@ const FIRST_READS: &[&str] = &[
 ];
 /// Distinct values of `g`.
 const GROUPS: u64 = 1000;
-/// Rows per COPY statement (Aqueduct's limit of one COPY, `MAX_COPY_ROWS`;
-/// the same on both servers).
+/// Rows per COPY statement, the same on both servers (one COPY is one
+/// transaction; Aqueduct's is bounded by the log one commit may append,
+/// `MAX_BATCH_BYTES`, about 2.5 million of the narrow rows).
 const COPY_STATEMENT_ROWS: u64 = 1_000_000;
 /// Rows per CopyData message the client sends.
 const COPY_CHUNK_ROWS: u64 = 10_000;

@@ -271,6 +271,20 @@ impl Feed {
         self.unannounced.store(true, Ordering::Release);
     }
 
+    /// Moves past a transaction ending at `last` without holding it:
+    /// memory starts after it, and subscribers at or before it read the
+    /// log.
+    fn skip(&self, last: Lsn) {
+        let mut m = self.memory.lock();
+        m.head = last;
+        m.start = last + 1;
+        m.ring.clear();
+        m.bytes = 0;
+        drop(m);
+        self.metrics.published.fetch_add(1, Ordering::Relaxed);
+        self.unannounced.store(true, Ordering::Release);
+    }
+
     /// A consistent copy of `tables` (all when `None`) at one LSN, taken
     /// with commits paused (a clone of persistent trees: cheap); the copy
     /// and the feed from `lsn + 1` together miss nothing and repeat nothing.
@@ -431,6 +445,18 @@ impl CommitConsumer for Feed {
             // Dropped tables keep their info: a subscriber reading the log
             // may still meet their rows.
             let _ = catalog;
+        }
+        // A transaction larger than memory holds (a bulk load) is not
+        // copied into a message at all: subscribers read it from the log.
+        let bytes = ChangeMessage::bytes_of(batch.changes.len(), batch.schema.len())
+            + batch
+                .changes
+                .iter()
+                .map(|c| ChangeMessage::rows_bytes(&c.old, &c.new))
+                .sum::<usize>();
+        if bytes > self.options.memory_bytes {
+            self.skip(batch.last);
+            return;
         }
         let tables = self.tables.read();
         let mut changes = Vec::with_capacity(batch.changes.len() + batch.schema.len());

@@ -90,15 +90,31 @@ pub struct ChangeMessage {
 impl ChangeMessage {
     /// Approximate bytes held, for the feed's memory bound.
     pub fn approx_bytes(&self) -> usize {
-        let row = |r: &Option<Arc<Row>>| r.as_ref().map_or(0, |r| row_bytes(r));
-        64 + self
+        let mut schema = 0;
+        let rows: usize = self
             .changes
             .iter()
             .map(|c| match c {
-                Change::Row { old, new, .. } => 64 + row(old) + row(new),
-                Change::Schema { .. } => 256,
+                Change::Row { old, new, .. } => Self::rows_bytes(old, new),
+                Change::Schema { .. } => {
+                    schema += 1;
+                    0
+                }
             })
-            .sum::<usize>()
+            .sum();
+        Self::bytes_of(self.changes.len() - schema, schema) + rows
+    }
+
+    /// [`ChangeMessage::approx_bytes`] of a message of `rows` row changes
+    /// and `schema` schema changes, besides the rows themselves.
+    pub fn bytes_of(rows: usize, schema: usize) -> usize {
+        64 + rows * ROW_CHANGE_BYTES + schema * SCHEMA_CHANGE_BYTES
+    }
+
+    /// [`ChangeMessage::approx_bytes`] of one row change's rows.
+    pub fn rows_bytes(old: &Option<Arc<Row>>, new: &Option<Arc<Row>>) -> usize {
+        let row = |r: &Option<Arc<Row>>| r.as_ref().map_or(0, |r| row_bytes(r));
+        row(old) + row(new)
     }
 
     /// The message restricted to row changes of `tables` (schema changes
@@ -129,6 +145,11 @@ impl ChangeMessage {
         })
     }
 }
+
+/// A row change's bytes besides its rows, for the feed's memory bound.
+const ROW_CHANGE_BYTES: usize = 64;
+/// A schema change's bytes, for the feed's memory bound.
+const SCHEMA_CHANGE_BYTES: usize = 256;
 
 fn row_bytes(r: &Row) -> usize {
     r.iter()

@@ -174,9 +174,16 @@ fn run(seed: u64, steps: usize) {
             };
             let t = tables[rng.below(tables.len() as u64) as usize];
             txn.note_row_read(&db.read(), t, &vec![Value::Int(rng.below(30) as i64)]);
-            for _ in 0..=rng.below(4) {
+            // Now and then a transaction too large for the feed's memory,
+            // which subscribers then read from the log.
+            let (writes, keys) = if rng.below(40) == 0 {
+                (200, 300)
+            } else {
+                (rng.below(4) + 1, 30)
+            };
+            for _ in 0..writes {
                 let t = tables[rng.below(tables.len() as u64) as usize];
-                let key = vec![Value::Int(rng.below(30) as i64)];
+                let key = vec![Value::Int(rng.below(keys) as i64)];
                 if rng.below(4) == 0 {
                     txn.delete(t, key);
                 } else {

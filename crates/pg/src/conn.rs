@@ -1199,9 +1199,19 @@ impl Conn {
             };
             match msg {
                 PgWireFrontendMessage::CopyData(d) => {
-                    let (fed, snap) = self.inline(|s| s.copy_in_data(&d.data));
-                    if let Err(e) = fed {
-                        return Ok((Err(e), snap));
+                    // Parsing runs here; writing a chunk of rows, which
+                    // takes milliseconds, on the blocking pool.
+                    let (fed, snap) = self.inline(|s| s.copy_in_decode(&d.data));
+                    match fed {
+                        Err(e) => return Ok((Err(e), snap)),
+                        Ok(false) => {}
+                        Ok(true) => {
+                            let (written, snap) =
+                                self.blocking(socket, |s| s.copy_in_write()).await?;
+                            if let Err(e) = written {
+                                return Ok((Err(e), snap));
+                            }
+                        }
                     }
                 }
                 PgWireFrontendMessage::CopyDone(_) => {

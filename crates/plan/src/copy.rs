@@ -1,7 +1,7 @@
 //! `COPY`'s formats: its options checked as PostgreSQL 15 checks them
 //! ([`options`]), the text, CSV and binary data read as it streams in
-//! ([`CopyDecoder`]: rows parsed as each chunk arrives, within
-//! [`MAX_COPY_ROWS`] and [`MAX_COPY_BYTES`]) and written ([`CopyEncoder`]),
+//! ([`CopyDecoder`]: rows parsed as each message arrives and handed on in
+//! chunks of [`COPY_CHUNK_ROWS`]) and written ([`CopyEncoder`]),
 //! byte for byte as PostgreSQL writes them. The layouts are in
 //! `docs/copy.md`.
 //!
@@ -14,7 +14,7 @@ use aqueduct_values::{DataType, Value};
 use bytes::BytesMut;
 use sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption, Ident};
 
-use crate::limits::{MAX_COPY_BYTES, MAX_COPY_ROWS};
+use crate::limits::{COPY_CHUNK_ROWS, MAX_COPY_ROW_BYTES};
 use crate::plan::{Column, CopyFormat, CopyOptions, ForceQuote, InsertPlan};
 use crate::wire_values;
 
@@ -351,8 +351,6 @@ pub struct CopyDecoder {
     header_pending: bool,
     /// The end-of-data marker (`\.`, or the binary trailer) was read.
     ended: bool,
-    /// Bytes received, for [`MAX_COPY_BYTES`].
-    received: usize,
     /// The rows read, and the line each ended on.
     rows: Vec<Vec<Value>>,
     lines: Vec<u64>,
@@ -383,7 +381,6 @@ impl CopyDecoder {
             line: 0,
             header_pending,
             ended: false,
-            received: 0,
             rows: Vec::new(),
             lines: Vec::new(),
         })
@@ -394,38 +391,57 @@ impl CopyDecoder {
         self.rows.len()
     }
 
-    /// Takes one chunk of data (a CopyData message's): every complete line
-    /// or tuple in it becomes a row.
+    /// Takes one chunk of data (a CopyData message's): its complete lines
+    /// or tuples become rows, until [`CopyDecoder::full`] (then
+    /// [`CopyDecoder::take_rows`] and [`CopyDecoder::resume`] read on).
     pub fn feed(&mut self, data: &[u8]) -> Result<(), SqlError> {
-        self.received = self.received.saturating_add(data.len());
-        if self.received > MAX_COPY_BYTES {
-            return Err(too_much(format!(
-                "COPY of more than {MAX_COPY_BYTES} bytes exceeds the limit of one COPY (MAX_COPY_BYTES)"
-            )));
-        }
         if self.ended {
             // PostgreSQL reads and ignores what follows the end marker.
             return Ok(());
         }
         self.buf.extend_from_slice(data);
-        self.consume(false)
+        self.resume(false)
     }
 
-    /// The data ended (CopyDone): the last line without a newline is a
-    /// row too; binary data must not stop inside a tuple. Returns the rows
-    /// and the line each began on.
-    pub fn finish(mut self) -> Result<(Vec<Vec<Value>>, Vec<u64>), SqlError> {
-        if !self.ended {
-            self.consume(true)?;
+    /// Whether a chunk of rows ([`COPY_CHUNK_ROWS`]) waits to be taken
+    /// before more data is read.
+    pub fn full(&self) -> bool {
+        self.rows.len() >= COPY_CHUNK_ROWS
+    }
+
+    /// The rows read and not yet taken, and the line each ended on.
+    pub fn take_rows(&mut self) -> (Vec<Vec<Value>>, Vec<u64>) {
+        (
+            std::mem::take(&mut self.rows),
+            std::mem::take(&mut self.lines),
+        )
+    }
+
+    /// Reads on in the data held; `last`: the data ended (CopyDone), so
+    /// the last line without a newline is a row too, and binary data must
+    /// not stop inside a tuple. Stops once [`CopyDecoder::full`].
+    pub fn resume(&mut self, last: bool) -> Result<(), SqlError> {
+        if self.ended {
+            return Ok(());
         }
-        Ok((self.rows, self.lines))
+        self.consume(last)?;
+        if !self.full() && self.buf.len() > MAX_COPY_ROW_BYTES {
+            return Err(SqlError::new(
+                "54000",
+                format!(
+                    "COPY row of more than {MAX_COPY_ROW_BYTES} bytes exceeds the limit of one row (MAX_COPY_ROW_BYTES)"
+                ),
+            )
+            .with_context(format!("COPY {}, line {}", self.relation, self.line + 1)));
+        }
+        Ok(())
     }
 
     /// Consumes what `buf` holds; `last`: no more data follows.
     fn consume(&mut self, last: bool) -> Result<(), SqlError> {
         let mut at = 0;
         let result = loop {
-            if self.ended {
+            if self.ended || self.full() {
                 break Ok(());
             }
             let step = match self.options.format {
@@ -502,7 +518,6 @@ impl CopyDecoder {
         if std::mem::take(&mut self.header_pending) {
             return Ok(Some(next));
         }
-        self.check_room()?;
         let fields = if csv {
             self.csv_fields(&line)
         } else {
@@ -768,16 +783,6 @@ impl CopyDecoder {
         )
     }
 
-    /// 54000 once a COPY holds [`MAX_COPY_ROWS`] rows.
-    fn check_room(&self) -> Result<(), SqlError> {
-        if self.rows.len() >= MAX_COPY_ROWS {
-            return Err(too_much(format!(
-                "COPY of more than {MAX_COPY_ROWS} rows exceeds the limit of one COPY (MAX_COPY_ROWS)"
-            )));
-        }
-        Ok(())
-    }
-
     /// Reads the binary header or one tuple from `buf[at..]`: `Some(next)`
     /// past it, `None` when it is not all there yet.
     fn binary_step(&mut self, at: usize, last: bool) -> Result<Option<usize>, SqlError> {
@@ -868,7 +873,7 @@ impl CopyDecoder {
             }
             let len = len as usize;
             if b.len() < i + len {
-                if len > MAX_COPY_BYTES {
+                if len > MAX_COPY_ROW_BYTES {
                     return Err(bad_format("invalid field size").with_context(context(None)));
                 }
                 return if last {
@@ -880,7 +885,6 @@ impl CopyDecoder {
             spans.push(Some(i..i + len));
             i += len;
         }
-        self.check_room()?;
         let row = spans
             .into_iter()
             .enumerate()
@@ -895,12 +899,6 @@ impl CopyDecoder {
         self.lines.push(tuple);
         Ok(Some(at + i))
     }
-}
-
-/// 54000 for a COPY too large to hold before it commits.
-fn too_much(message: String) -> SqlError {
-    SqlError::new("54000", message)
-        .with_hint("split the load into several COPY commands, each its own transaction")
 }
 
 /// Writes `COPY ... TO STDOUT` data: rows in the chosen format, as

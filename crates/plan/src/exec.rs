@@ -31,6 +31,12 @@ use crate::rows::{
 };
 
 /// Runs a data or schema statement.
+/// `out`, once the transaction's writes still fit one commit.
+fn fits(fx: &mut Fx, out: Outcome) -> Result<Outcome, SqlError> {
+    fx.txn.get_mut().check_size()?;
+    Ok(out)
+}
+
 pub fn execute(
     db: &Database,
     catalog: &Catalog,
@@ -64,9 +70,9 @@ pub fn execute(
             let rows = catalog_queries::run(catalog, c, params);
             Ok(rows_outcome(columns, rows, "SELECT"))
         }
-        Plan::Insert(p) => insert(fx, p, columns, params),
-        Plan::Update(p) => update(fx, p, columns, params),
-        Plan::Delete(p) => delete(fx, p, columns, params),
+        Plan::Insert(p) => insert(fx, p, columns, params).and_then(|o| fits(fx, o)),
+        Plan::Update(p) => update(fx, p, columns, params).and_then(|o| fits(fx, o)),
+        Plan::Delete(p) => delete(fx, p, columns, params).and_then(|o| fits(fx, o)),
         Plan::Truncate(p) => truncate(fx, p),
         Plan::Ddl(Ddl::AlterTable(a)) => crate::alter::alter_table(fx, a),
         Plan::Ddl(Ddl::AlterSequence {

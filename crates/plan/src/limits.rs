@@ -382,14 +382,19 @@ pub const MAX_INSERT_ROWS: usize = 100_000;
 /// `CASCADE`, `SET NULL` and `SET DEFAULT` actions change in turn: the
 /// cascade is a loop over a work list, bounded by this.
 pub const MAX_CASCADED_ROWS: usize = 1_000_000;
-/// Rows one `COPY ... FROM STDIN` may hold before it commits: the rows one
-/// statement may change ([`MAX_CASCADED_ROWS`]), since a COPY is one
-/// statement's writes held in memory until its end.
-pub const MAX_COPY_ROWS: usize = MAX_CASCADED_ROWS;
-/// Bytes of data one `COPY ... FROM STDIN` may receive: the bound on one
-/// transaction's log batch (`MAX_BATCH_BYTES`), which the copied rows
-/// become at commit, so a load too large to commit is refused while it
-/// streams in rather than after it was all held. With [`MAX_COPY_ROWS`]
-/// it bounds the memory a load holds before it commits (its rows are
-/// parsed as the data arrives, never buffered whole).
-pub const MAX_COPY_BYTES: usize = aqueduct_tables::MAX_BATCH_BYTES;
+/// Rows `COPY ... FROM STDIN` decodes before it writes them into its
+/// transaction: the data streams through in chunks of this many rows, so
+/// what a COPY holds until its commit is its transaction's writes, which
+/// are bounded by the log one commit may append (`MAX_BATCH_BYTES`,
+/// checked as they grow: `Txn::check_size`).
+pub const COPY_CHUNK_ROWS: usize = 10_000;
+/// Largest row `COPY ... FROM STDIN` reads (a line of text or CSV, a
+/// tuple of binary data): what it buffers of a row still arriving. A
+/// binary field that says it is larger is invalid at once. One row of the
+/// log's largest body ([`aqueduct_tables::MAX_BODY_BYTES`]) fits.
+pub const MAX_COPY_ROW_BYTES: usize = 2 * aqueduct_tables::MAX_BODY_BYTES;
+
+const _: () = assert!(
+    MAX_COPY_ROW_BYTES < aqueduct_tables::MAX_BATCH_BYTES && COPY_CHUNK_ROWS <= MAX_INSERT_ROWS,
+    "a row COPY buffers fits one commit, and a chunk is no larger than an INSERT may be"
+);

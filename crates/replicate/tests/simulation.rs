@@ -456,7 +456,7 @@ impl Sim {
             }
             txn.put(OPS_TABLE, vec![Value::Int(id)], vec![Value::Int(id)]);
         }
-        match running.db.commit_unacknowledged(&txn, &|_| Ok(())) {
+        match running.db.commit_unacknowledged(&mut txn, &|_, _| Ok(())) {
             Ok(Some(lsn)) => {
                 self.next_op += 1;
                 self.ops.push(Op {

@@ -18,8 +18,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use aqueduct_log::record::RECORD_HEADER_LEN;
 use aqueduct_log::{Lsn, NewRecord, RecordKind, RecordView};
-use aqueduct_values::{decode_row, decode_value, encode_row, encode_value};
+use aqueduct_values::{
+    decode_row, decode_value, encode_row, encode_value, encoded_len, encoded_row_len,
+};
 
 use crate::overlay::FastHash;
 use crate::txn_deps::TxnDeps;
@@ -88,74 +91,103 @@ pub fn row_log_key(table: TableId, key: &Key) -> Vec<u8> {
     k
 }
 
+/// Bytes the log key of a row takes ([`row_log_key`]).
+fn row_log_key_len(key: &Key) -> usize {
+    1 + std::mem::size_of::<TableId>() + key.iter().map(encoded_len).sum::<usize>()
+}
+
+/// Bytes the log record of a write takes, as [`encode_batch`] writes it
+/// (for `jsonb` values, about: see [`encoded_len`]). A transaction keeps
+/// the sum, so one too large for a batch is refused as it grows.
+pub(crate) fn write_record_len(w: &Write) -> usize {
+    RECORD_HEADER_LEN
+        + match w {
+            Write::Put { key, row, .. } => {
+                row_log_key_len(key) + 1 + std::mem::size_of::<Lsn>() + encoded_row_len(row)
+            }
+            Write::Delete { key, .. } => row_log_key_len(key) + DELETE_WITH_PREV_LEN,
+            // Schema changes are few and small: counted by their key only.
+            Write::Schema(_) => 1 + std::mem::size_of::<TableId>(),
+        }
+}
+
 /// Encodes a transaction's writes as one log batch, stamped with
 /// `commit_micros`, and returns the records with the [`Batch`] they will be
-/// once the log gives them LSNs from `first` (a batch takes dense LSNs).
+/// once the log gives them LSNs from `first` (a batch takes dense LSNs);
+/// the writes move into the batch.
 /// Each row write names the row's previous version, from `catalog` (the
 /// state the batch applies to) or from an earlier write of the same batch.
 /// `deps`, when given, is the batch's first record.
 pub fn encode_batch(
     catalog: &Catalog,
-    writes: &[Write],
+    writes: Vec<Write>,
     deps: Option<TxnDeps>,
     first: Lsn,
     commit_micros: i64,
 ) -> (Vec<NewRecord>, Batch) {
-    let mut written: HashMap<(TableId, &Key), Option<Lsn>, FastHash> =
-        HashMap::with_capacity_and_hasher(writes.len(), FastHash::default());
     let mut records = Vec::with_capacity(writes.len() + 1);
-    let mut entries = Vec::with_capacity(writes.len());
+    let mut prevs = Vec::with_capacity(writes.len());
     if let Some(d) = &deps {
         let mut record = d.record();
         record.timestamp_micros = commit_micros;
         records.push(record);
     }
     let offset = records.len() as u64;
-    for (i, w) in writes.iter().enumerate() {
-        let lsn = first + offset + i as u64;
-        let (mut record, prev_lsn) = match w {
-            Write::Put { table, key, .. } | Write::Delete { table, key } => {
-                let prev = match written.get(&(*table, key)) {
-                    Some(p) => *p,
-                    None => catalog
-                        .table_by_id(*table)
-                        .and_then(|t| t.get(key))
-                        .map(|v| v.lsn),
-                };
-                let is_put = matches!(w, Write::Put { .. });
-                written.insert((*table, key), is_put.then_some(lsn));
-                let prev_bytes = prev.unwrap_or(0).to_le_bytes();
-                let record = match w {
-                    Write::Put { row, .. } => {
-                        let mut body = Vec::with_capacity(64);
-                        body.push(PUT_WITH_PREV);
-                        body.extend_from_slice(&prev_bytes);
-                        encode_row(row, &mut body);
-                        NewRecord::put(row_log_key(*table, key), body)
-                    }
-                    _ => NewRecord::new(
-                        RecordKind::Delete,
-                        row_log_key(*table, key),
-                        prev_bytes.to_vec(),
-                    ),
-                };
-                (record, prev)
-            }
-            Write::Schema(c) => {
-                let mut k = vec![SCHEMA_PREFIX];
-                k.extend_from_slice(&c.table().to_be_bytes());
-                (NewRecord::new(RecordKind::Schema, k, c.encode()), None)
-            }
-        };
-        record.timestamp_micros = commit_micros;
-        records.push(record);
-        entries.push(BatchEntry {
-            lsn,
-            write: w.clone(),
+    {
+        let mut written: HashMap<(TableId, &Key), Option<Lsn>, FastHash> =
+            HashMap::with_capacity_and_hasher(writes.len(), FastHash::default());
+        for (i, w) in writes.iter().enumerate() {
+            let lsn = first + offset + i as u64;
+            let (mut record, prev_lsn) = match w {
+                Write::Put { table, key, .. } | Write::Delete { table, key } => {
+                    let prev = match written.get(&(*table, key)) {
+                        Some(p) => *p,
+                        None => catalog
+                            .table_by_id(*table)
+                            .and_then(|t| t.get(key))
+                            .map(|v| v.lsn),
+                    };
+                    let is_put = matches!(w, Write::Put { .. });
+                    written.insert((*table, key), is_put.then_some(lsn));
+                    let prev_bytes = prev.unwrap_or(0).to_le_bytes();
+                    let record = match w {
+                        Write::Put { row, .. } => {
+                            let mut body = Vec::with_capacity(9 + encoded_row_len(row));
+                            body.push(PUT_WITH_PREV);
+                            body.extend_from_slice(&prev_bytes);
+                            encode_row(row, &mut body);
+                            NewRecord::put(row_log_key(*table, key), body)
+                        }
+                        _ => NewRecord::new(
+                            RecordKind::Delete,
+                            row_log_key(*table, key),
+                            prev_bytes.to_vec(),
+                        ),
+                    };
+                    (record, prev)
+                }
+                Write::Schema(c) => {
+                    let mut k = vec![SCHEMA_PREFIX];
+                    k.extend_from_slice(&c.table().to_be_bytes());
+                    (NewRecord::new(RecordKind::Schema, k, c.encode()), None)
+                }
+            };
+            record.timestamp_micros = commit_micros;
+            records.push(record);
+            prevs.push(prev_lsn);
+        }
+    }
+    let entries = writes
+        .into_iter()
+        .zip(prevs)
+        .enumerate()
+        .map(|(i, (write, prev_lsn))| BatchEntry {
+            lsn: first + offset + i as u64,
+            write,
             prev_lsn,
             prev_known: true,
-        });
-    }
+        })
+        .collect();
     let batch = Batch {
         first,
         last: first + records.len() as u64 - 1,

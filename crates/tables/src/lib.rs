@@ -32,7 +32,7 @@ use aqueduct_log::{Log, Lsn, NewRecord, Record};
 use aqueduct_values::{EnumType, Value};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-pub use aqueduct_log::MAX_BATCH_BYTES;
+pub use aqueduct_log::{MAX_BATCH_BYTES, MAX_BODY_BYTES};
 pub use batch::{
     decode_record, decode_row_key, encode_batch, row_log_key, AppliedBatch, Batch, BatchBuilder,
     BatchEntry,
@@ -614,6 +614,8 @@ enum Read {
 #[derive(Clone, Debug)]
 pub struct TxnSavepoint {
     writes: usize,
+    log_bytes: usize,
+    schema_changes: usize,
     deferred: usize,
     overlay: overlay::Overlay,
 }
@@ -728,6 +730,10 @@ pub struct Txn {
     lock_wanted: Vec<RowId>,
     reads: Vec<Read>,
     writes: Vec<Write>,
+    /// Bytes of log `writes` take ([`Txn::log_bytes`]).
+    log_bytes: usize,
+    /// How many of `writes` change the schema ([`Txn::changes_schema`]).
+    schema_changes: usize,
     /// The transaction's own view of keys it wrote (read-your-writes).
     overlay: overlay::Overlay,
     /// The furthest sequence reservation among `writes`, by sequence.
@@ -828,12 +834,7 @@ impl Txn {
     /// Whether the transaction changes the schema (`CREATE`, `DROP`, ...;
     /// sequence positions aside).
     pub fn changes_schema(&self) -> bool {
-        self.writes.iter().any(|w| {
-            matches!(w, Write::Schema(c) if !matches!(
-                c,
-                SchemaChange::ReserveSequence { .. } | SchemaChange::SetSequence { .. }
-            ))
-        })
+        self.schema_changes > 0
     }
 
     /// The catalog as this transaction sees it: `committed` with the
@@ -876,7 +877,7 @@ impl Txn {
     pub fn put(&mut self, table: TableId, key: Key, row: Row) {
         let row = Arc::new(row);
         self.overlay.insert(table, key.clone(), Some(row.clone()));
-        self.writes.push(Write::Put { table, key, row });
+        self.push_write(Write::Put { table, key, row });
     }
 
     /// Room for `more` rows written to `table` (a bulk insert about to
@@ -888,11 +889,45 @@ impl Txn {
 
     pub fn delete(&mut self, table: TableId, key: Key) {
         self.overlay.insert(table, key.clone(), None);
-        self.writes.push(Write::Delete { table, key });
+        self.push_write(Write::Delete { table, key });
     }
 
     pub fn schema(&mut self, change: SchemaChange) {
-        self.writes.push(Write::Schema(change));
+        self.push_write(Write::Schema(change));
+    }
+
+    fn push_write(&mut self, w: Write) {
+        self.log_bytes += batch::write_record_len(&w);
+        if matches!(&w, Write::Schema(c) if !matches!(
+            c,
+            SchemaChange::ReserveSequence { .. } | SchemaChange::SetSequence { .. }
+        )) {
+            self.schema_changes += 1;
+        }
+        self.writes.push(w);
+    }
+
+    /// Bytes of log the transaction's writes take so far (see
+    /// [`Txn::check_size`]).
+    pub fn log_bytes(&self) -> usize {
+        self.log_bytes
+    }
+
+    /// 54000 once the writes take more log than one commit may append
+    /// ([`MAX_BATCH_BYTES`]): a long load learns it as it grows, not at
+    /// its commit.
+    pub fn check_size(&self) -> Result<(), aqueduct_expr::SqlError> {
+        if self.log_bytes <= MAX_BATCH_BYTES {
+            return Ok(());
+        }
+        Err(aqueduct_expr::SqlError::new(
+            "54000",
+            format!(
+                "transaction too large: its writes take {} bytes of log, more than one commit may append ({MAX_BATCH_BYTES} bytes, MAX_BATCH_BYTES)",
+                self.log_bytes
+            ),
+        )
+        .with_hint("commit in smaller transactions: split a large COPY into several COPY statements"))
     }
 
     /// Asks for `row` to be locked with the statement's writes (READ
@@ -942,18 +977,19 @@ impl Txn {
             return;
         }
         self.reserved.insert(id, (upto, generation));
-        self.writes
-            .push(Write::Schema(SchemaChange::ReserveSequence {
-                id,
-                upto,
-                generation,
-            }));
+        self.push_write(Write::Schema(SchemaChange::ReserveSequence {
+            id,
+            upto,
+            generation,
+        }));
     }
 
     /// Marks the present state of the transaction's writes (`SAVEPOINT`).
     pub fn savepoint(&self) -> TxnSavepoint {
         TxnSavepoint {
             writes: self.writes.len(),
+            log_bytes: self.log_bytes,
+            schema_changes: self.schema_changes,
             deferred: self.deferred.len(),
             overlay: self.overlay.clone(),
         }
@@ -976,7 +1012,11 @@ impl Txn {
             .cloned()
             .collect();
         self.writes.truncate(at.writes);
-        self.writes.extend(kept);
+        self.log_bytes = at.log_bytes;
+        self.schema_changes = at.schema_changes;
+        for w in kept {
+            self.push_write(w);
+        }
         self.deferred.truncate(at.deferred);
         self.overlay = at.overlay.clone();
     }
@@ -1420,7 +1460,7 @@ impl Database {
         if let Some(r) = self.replicator() {
             r.await_writable();
         }
-        let (guard, txn, out) = loop {
+        let (guard, mut txn, out) = loop {
             let guard = self.commit.lock();
             let mut txn = Txn::default();
             let out = {
@@ -1441,7 +1481,7 @@ impl Database {
                 }
             }
         };
-        let lsn = self.append_and_apply(&txn)?;
+        let lsn = self.append_and_apply(&mut txn)?;
         drop(guard);
         self.after_release();
         if let Some(lsn) = lsn {
@@ -1453,17 +1493,20 @@ impl Database {
     /// Validates and commits an explicit transaction. Returns the LSN of its
     /// last record (`None` for a read-only transaction).
     pub fn commit(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
-        self.commit_checked(txn, &|_| Ok(()))
+        self.commit_checked(&mut txn.clone(), &|_, _| Ok(()))
     }
 
     /// [`Database::commit`], with `check` run on the committed catalog
     /// under the commit lock after the transaction is validated (for
     /// constraints the tables do not keep themselves): its error fails
     /// the commit.
+    /// The commit moves the writes out of `txn` into the log batch and the
+    /// tables (no copy of each write); what is left of `txn` is for
+    /// [`Database::end`].
     pub fn commit_checked(
         &self,
-        txn: &Txn,
-        check: &dyn Fn(&Catalog) -> Result<(), aqueduct_expr::SqlError>,
+        txn: &mut Txn,
+        check: &dyn Fn(&Catalog, &Txn) -> Result<(), aqueduct_expr::SqlError>,
     ) -> Result<Option<Lsn>, TableError> {
         let lsn = self.commit_unacknowledged(txn, check)?;
         if let Some(lsn) = lsn {
@@ -1479,8 +1522,8 @@ impl Database {
     /// simulation commits this way, as its one thread cannot wait.
     pub fn commit_unacknowledged(
         &self,
-        txn: &Txn,
-        check: &dyn Fn(&Catalog) -> Result<(), aqueduct_expr::SqlError>,
+        txn: &mut Txn,
+        check: &dyn Fn(&Catalog, &Txn) -> Result<(), aqueduct_expr::SqlError>,
     ) -> Result<Option<Lsn>, TableError> {
         if !txn.writes.is_empty() {
             if let Some(r) = self.replicator() {
@@ -1505,7 +1548,7 @@ impl Database {
                 .fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
-        check(&self.catalog.read()).map_err(TableError::Refused)?;
+        check(&self.catalog.read(), txn).map_err(TableError::Refused)?;
         let lsn = self.append_and_apply(txn)?;
         drop(guard);
         self.after_release();
@@ -1513,7 +1556,7 @@ impl Database {
     }
 
     /// With the commit lock held: appends the transaction and applies it.
-    fn append_and_apply(&self, txn: &Txn) -> Result<Option<Lsn>, TableError> {
+    fn append_and_apply(&self, txn: &mut Txn) -> Result<Option<Lsn>, TableError> {
         let Some(batch) = self.append(txn)? else {
             return Ok(None);
         };
@@ -1525,7 +1568,8 @@ impl Database {
     /// Step one of a commit, with the commit lock held: checks unique
     /// indexes and appends the writes to the log as one batch (without
     /// waiting for its sync). `None` for a transaction that wrote nothing.
-    fn append(&self, txn: &Txn) -> Result<Option<Batch>, TableError> {
+    /// The writes move out of `txn` into the batch.
+    fn append(&self, txn: &mut Txn) -> Result<Option<Batch>, TableError> {
         if txn.writes.is_empty() {
             return Ok(None);
         }
@@ -1549,7 +1593,7 @@ impl Database {
         let deps = (!catalog.publications.is_empty()).then(|| txn.deps());
         let (mut records, batch) = encode_batch(
             &catalog,
-            &txn.writes,
+            std::mem::take(&mut txn.writes),
             deps,
             first,
             aqueduct_log::now_micros(),

@@ -73,7 +73,7 @@ fn batches_appended_elsewhere_apply_like_local_commits() {
     // A batch encoded and appended outside the commit path, then applied.
     let writes = vec![put(1, 11), put(2, 20), put(1, 12)];
     let first = db.log().next_lsn();
-    let (records, batch) = encode_batch(&db.read(), &writes, None, first, 1_700_000_000_000_000);
+    let (records, batch) = encode_batch(&db.read(), writes, None, first, 1_700_000_000_000_000);
     db.log().append(&records).unwrap();
     db.apply_appended(batch);
     assert_eq!(db.applied_lsn(), first + 2);
@@ -101,7 +101,7 @@ fn batches_appended_elsewhere_apply_like_local_commits() {
 
     // A suffix appended but never applied is discarded; applied history
     // cannot be.
-    let (records, _) = encode_batch(&db.read(), &[put(3, 30)], None, db.log().next_lsn(), 0);
+    let (records, _) = encode_batch(&db.read(), vec![put(3, 30)], None, db.log().next_lsn(), 0);
     db.log().append(&records).unwrap();
     assert!(db.discard_after(db.applied_lsn() - 1).is_err());
     db.discard_after(db.applied_lsn()).unwrap();
@@ -214,4 +214,39 @@ fn indexes_built_after_a_replay_equal_those_kept_commit_by_commit() {
     );
     reopened.commit(&txn).unwrap();
     assert_eq!(lookups(&reopened).get(&79), Some(&vec![1000]));
+}
+
+/// What a transaction counts of its log as it writes is what its commit
+/// appends, so the bound on a transaction's size is checked before the
+/// commit finds it.
+#[test]
+fn a_transaction_counts_the_log_its_rows_take() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    let mut create = Txn::default();
+    create.schema(table());
+    db.commit(&create).unwrap();
+    let mut txn = Txn::default();
+    for k in 0..50 {
+        txn.put(1, vec![Value::Int(k)], vec![Value::Int(k), Value::Null]);
+    }
+    txn.delete(1, vec![Value::Int(7)]);
+    let wide = Value::Text("x".repeat(300));
+    txn.put(1, vec![Value::Int(-1)], vec![Value::Int(-1), wide]);
+    let savepoint = txn.savepoint();
+    let before = txn.log_bytes();
+    txn.put(1, vec![Value::Int(99)], vec![Value::Int(99), Value::Int(1)]);
+    assert!(txn.log_bytes() > before);
+    txn.rollback_to(&savepoint);
+    assert_eq!(txn.log_bytes(), before);
+    let (records, _) = encode_batch(
+        &db.read(),
+        txn.writes().to_vec(),
+        None,
+        db.log().next_lsn(),
+        0,
+    );
+    let appended: usize = records.iter().map(|r| r.encoded_len()).sum();
+    assert_eq!(txn.log_bytes(), appended);
+    assert!(txn.check_size().is_ok());
 }

@@ -90,10 +90,29 @@ fn decode(
     step: usize,
 ) -> Result<Vec<Vec<Value>>, SqlError> {
     let mut d = CopyDecoder::new(o.clone(), "t", cols)?;
+    let mut rows = Vec::new();
     for chunk in data.chunks(step.max(1)) {
         d.feed(chunk)?;
+        take_all(&mut d, &mut rows, false)?;
     }
-    Ok(d.finish()?.0)
+    take_all(&mut d, &mut rows, true)?;
+    Ok(rows)
+}
+
+/// Takes every chunk of rows `d` holds into `rows`, as a session writes
+/// them; `last`: the data ended.
+fn take_all(d: &mut CopyDecoder, rows: &mut Vec<Vec<Value>>, last: bool) -> Result<(), SqlError> {
+    loop {
+        if last {
+            d.resume(true)?;
+        }
+        let full = d.full();
+        rows.extend(d.take_rows().0);
+        if !full {
+            return Ok(());
+        }
+        d.resume(last)?;
+    }
 }
 
 #[test]
@@ -291,12 +310,35 @@ fn options_are_checked_as_postgresql_checks_them() {
 }
 
 #[test]
-fn a_copy_is_bounded() {
+fn rows_are_handed_on_in_chunks_and_a_row_is_bounded() {
     let o = opts("COPY t FROM STDIN").unwrap();
     let cols = [col("a", DataType::Int4)];
+    // One message of two and a half chunks: read a chunk at a time.
+    let n = COPY_CHUNK_ROWS * 5 / 2;
+    let data: String = (0..n).map(|i| format!("{i}\n")).collect();
+    let mut d = CopyDecoder::new(o.clone(), "t", &cols).unwrap();
+    d.feed(data.as_bytes()).unwrap();
+    assert!(d.full());
+    let (first, lines) = d.take_rows();
+    assert_eq!(
+        (first.len(), lines[0], lines[COPY_CHUNK_ROWS - 1]),
+        (COPY_CHUNK_ROWS, 1, COPY_CHUNK_ROWS as u64)
+    );
+    d.resume(false).unwrap();
+    let (second, lines) = d.take_rows();
+    assert_eq!(
+        (second[0][0].clone(), lines[0]),
+        (
+            Value::Int(COPY_CHUNK_ROWS as i64),
+            COPY_CHUNK_ROWS as u64 + 1
+        )
+    );
+    d.resume(true).unwrap();
+    assert!(!d.full());
+    assert_eq!(d.take_rows().0.len(), n - 2 * COPY_CHUNK_ROWS);
+    // A line still arriving past the bound on one row is refused.
     let mut d = CopyDecoder::new(o, "t", &cols).unwrap();
-    d.received = MAX_COPY_BYTES;
-    let e = d.feed(b"1\n").unwrap_err();
+    let e = d.feed(&vec![b'7'; MAX_COPY_ROW_BYTES + 1]).unwrap_err();
     assert_eq!(e.code, "54000");
-    assert!(e.message.contains("MAX_COPY_BYTES"), "{}", e.message);
+    assert!(e.message.contains("MAX_COPY_ROW_BYTES"), "{}", e.message);
 }

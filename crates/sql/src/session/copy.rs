@@ -1,17 +1,22 @@
-//! `COPY`: `FROM STDIN` as a load the front end feeds chunk by chunk
+//! `COPY`: `FROM STDIN` as a load the front end feeds message by message
 //! ([`Session::copy_in_data`]) and ends ([`Session::copy_in_done`], or
-//! [`Session::copy_in_fail`]), whose rows are written by the `INSERT` path
-//! when the data ends, in the transaction block or as a transaction of
-//! their own; `TO STDOUT` as its query, answered by that query's own
-//! route, then encoded (`aqueduct_plan::copy`).
+//! [`Session::copy_in_fail`]). Its rows are written by the `INSERT` path a
+//! chunk at a time as they arrive ([`COPY_CHUNK_ROWS`]), into the
+//! transaction block or into a transaction of the COPY's own that its end
+//! commits, so a COPY holds no more than its transaction's writes and
+//! writes all its rows or none. `TO STDOUT` runs as its query, answered by
+//! that query's own route, then encoded (`aqueduct_plan::copy`).
 
 use aqueduct_expr::SqlError;
+use aqueduct_tables::{Isolation, Txn};
 use aqueduct_values::Value;
 use sqlparser::ast::Statement;
 
 use aqueduct_plan::copy::{CopyDecoder, CopyEncoder, CopyLoad};
+use aqueduct_plan::exec;
+use aqueduct_plan::limits::COPY_CHUNK_ROWS;
 use aqueduct_plan::plan::{
-    CopiedRows, CopyDirection, CopyFormat, CopyPlan, InsertPlan, InsertSource, Outcome, Plan,
+    CopiedRows, CopyDirection, CopyFormat, CopyPlan, InsertSource, Outcome, Plan,
 };
 
 use super::state::Session;
@@ -28,7 +33,18 @@ impl Session {
         match plan.direction {
             CopyDirection::FromStdin { insert, columns } => {
                 let decoder = CopyDecoder::new(plan.options, &plan.relation, &columns)?;
-                self.copy_in = Some(CopyLoad { decoder, insert });
+                // Outside a block the COPY is a transaction of its own:
+                // optimistic, so the rows it checks are validated at its
+                // end and nothing waits on it while the data arrives.
+                let own = self
+                    .txn
+                    .is_none()
+                    .then(|| self.engine.database().begin(Isolation::Serializable));
+                self.copy_in = Some(CopyIn {
+                    load: CopyLoad { decoder, insert },
+                    own,
+                    written: 0,
+                });
                 Ok(Outcome::CopyIn {
                     binary,
                     columns: columns.len(),
@@ -62,50 +78,103 @@ impl Session {
         self.copy_in.is_some()
     }
 
-    /// One chunk of `COPY ... FROM STDIN` data (a CopyData message): its
-    /// complete rows are parsed now. An error ends the COPY with nothing
-    /// written (and fails a transaction block).
+    /// One message of `COPY ... FROM STDIN` data (CopyData): its complete
+    /// rows are parsed now and written a chunk at a time. An error ends
+    /// the COPY with nothing written (and fails a transaction block).
     pub fn copy_in_data(&mut self, data: &[u8]) -> Result<(), SqlError> {
-        let Some(copy) = self.copy_in.as_mut() else {
-            return Err(no_copy());
-        };
-        if let Err(e) = copy.decoder.feed(data) {
-            self.copy_in = None;
-            self.note_error();
-            return Err(e);
+        if self.copy_in_decode(data)? {
+            self.copy_in_write()?;
         }
         Ok(())
     }
 
-    /// The data ended (CopyDone): the rows are written as one `INSERT`,
-    /// all or none; `COPY n` names how many.
-    pub fn copy_in_done(&mut self) -> Result<Outcome, SqlError> {
-        let Some(CopyLoad { decoder, insert }) = self.copy_in.take() else {
+    /// The parsing half of [`Session::copy_in_data`], cheap enough for a
+    /// front end's own task: `true` when a chunk of rows waits for
+    /// [`Session::copy_in_write`].
+    pub fn copy_in_decode(&mut self, data: &[u8]) -> Result<bool, SqlError> {
+        let Some(copy) = self.copy_in.as_mut() else {
             return Err(no_copy());
         };
-        let result = self.statement(|s| s.write_copied(decoder, *insert));
-        if result.is_err() {
-            self.note_error();
+        match copy.load.decoder.feed(data) {
+            Ok(()) => Ok(copy.load.decoder.full()),
+            Err(e) => Err(self.copy_failed(e)),
         }
-        result
+    }
+
+    /// Writes the chunks of rows parsed so far.
+    pub fn copy_in_write(&mut self) -> Result<(), SqlError> {
+        let result = self.statement(|s| s.write_chunks(false));
+        result.map_err(|e| self.copy_failed(e))
+    }
+
+    /// The data ended (CopyDone): the rows still held are written, and a
+    /// COPY outside a block commits; `COPY n` names how many rows.
+    pub fn copy_in_done(&mut self) -> Result<Outcome, SqlError> {
+        if self.copy_in.is_none() {
+            return Err(no_copy());
+        }
+        let result = self.statement(|s| {
+            s.write_chunks(true)?;
+            let copy = s.copy_in.take().expect("a COPY under way");
+            if let Some(txn) = copy.own {
+                s.commit_txn(txn)?;
+            }
+            Ok(Outcome::Command {
+                tag: format!("COPY {}", copy.written),
+            })
+        });
+        result.map_err(|e| self.copy_failed(e))
     }
 
     /// The client gave up (CopyFail): nothing is written, and the error
     /// PostgreSQL reports is returned (57014).
     pub fn copy_in_fail(&mut self, message: &str) -> SqlError {
-        self.copy_in = None;
-        self.note_error();
-        SqlError::new("57014", format!("COPY from stdin failed: {message}"))
+        self.copy_failed(SqlError::new(
+            "57014",
+            format!("COPY from stdin failed: {message}"),
+        ))
     }
 
-    /// Writes the rows `decoder` read through `insert`.
-    fn write_copied(
-        &mut self,
-        decoder: CopyDecoder,
-        mut insert: InsertPlan,
-    ) -> Result<Outcome, SqlError> {
-        let (rows, lines) = decoder.finish()?;
-        let n = rows.len();
+    /// Ends the COPY under way, if any, on `e`: its own transaction ends
+    /// with nothing written, a block's fails.
+    fn copy_failed(&mut self, e: SqlError) -> SqlError {
+        if let Some(own) = self.copy_in.take().and_then(|c| c.own) {
+            self.engine.database().end(&own);
+        }
+        self.note_error();
+        e
+    }
+
+    /// Writes every chunk of rows the decoder holds; `last`: the data
+    /// ended, so the rest of it is read too.
+    fn write_chunks(&mut self, last: bool) -> Result<(), SqlError> {
+        loop {
+            let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
+            if last {
+                copy.load.decoder.resume(true)?;
+            }
+            let full = copy.load.decoder.full();
+            let (rows, lines) = copy.load.decoder.take_rows();
+            if !rows.is_empty() {
+                self.write_chunk(rows, lines)?;
+            }
+            if !full {
+                return Ok(());
+            }
+            if !last {
+                let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
+                copy.load.decoder.resume(false)?;
+            }
+        }
+    }
+
+    /// Writes one chunk of rows through the COPY's `INSERT`: into the
+    /// block's transaction, or into the COPY's own.
+    fn write_chunk(&mut self, rows: Vec<Vec<Value>>, lines: Vec<u64>) -> Result<(), SqlError> {
+        debug_assert!(rows.len() <= COPY_CHUNK_ROWS);
+        let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
+        let n = rows.len() as u64;
+        let mut insert = (*copy.load.insert).clone();
         let relation = match &insert.source {
             InsertSource::Copied(c) => c.relation.clone(),
             _ => String::new(),
@@ -115,11 +184,46 @@ impl Session {
             rows,
             lines,
         });
-        self.run_data(Plan::Insert(insert), Vec::new(), &[])?;
-        Ok(Outcome::Command {
-            tag: format!("COPY {n}"),
-        })
+        let plan = Plan::Insert(insert);
+        match copy.own.take() {
+            None => {
+                self.run_data(plan, Vec::new(), &[])?;
+            }
+            Some(mut txn) => {
+                let db = self.engine.database();
+                let written = {
+                    let catalog = db.read_in(Some(&txn));
+                    exec::execute(
+                        db,
+                        &catalog,
+                        &mut txn,
+                        &mut self.sequences,
+                        &plan,
+                        Vec::new(),
+                        &[],
+                    )
+                };
+                let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
+                copy.own = Some(txn);
+                written?;
+            }
+        }
+        let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
+        copy.written += n;
+        Ok(())
     }
+}
+
+/// A `COPY ... FROM STDIN` under way.
+pub(crate) struct CopyIn {
+    /// The rows read and not yet written, and the `INSERT` that writes
+    /// them.
+    load: CopyLoad,
+    /// The COPY's own transaction, when it began outside a transaction
+    /// block: each chunk is written into it, and CopyDone commits it.
+    own: Option<Txn>,
+    /// Rows written so far.
+    written: u64,
 }
 
 /// A CopyData, CopyDone or CopyFail with no `COPY ... FROM STDIN` under way.

@@ -830,8 +830,6 @@ impl Session {
         Ok(Plan::Insert(insert))
     }
 
-    /// `SELECT set_config(name, value, false) [FROM ...]`: `rows` (the
-    /// names and values) run as a query, then each set as `SET` does.
     /// `COMMIT`: the block's deferred checks, then its commit
     /// (`ROLLBACK` when the block had failed).
     fn commit_block(&mut self) -> Result<Outcome, SqlError> {
@@ -845,8 +843,15 @@ impl Session {
             db.end(&txn);
             return Ok(command("ROLLBACK"));
         }
-        let mut txn = txn;
-        // The foreign key checks put off to now.
+        self.commit_txn(txn)?;
+        Ok(command("COMMIT"))
+    }
+
+    /// Commits `txn`, the foreign key checks put off to its end first,
+    /// and ends it: a transaction block's `COMMIT`, and the end of a
+    /// `COPY` that is its own transaction.
+    pub(crate) fn commit_txn(&mut self, mut txn: Txn) -> Result<(), SqlError> {
+        let db = self.engine.database();
         let deferred = {
             let catalog = db.read_in(Some(&txn));
             exec::check_deferred(&catalog, &mut txn, exec::CheckDue::All)
@@ -856,14 +861,16 @@ impl Session {
             return Err(e);
         }
         txn.origin = self.txn_origin();
-        let committed = db.commit_checked(&txn, &|c| exec::check_at_commit(c, &txn));
+        let committed = db.commit_checked(&mut txn, &|c, t| exec::check_at_commit(c, t));
         db.end(&txn);
         if let Some(lsn) = committed? {
             self.set_last_lsn(lsn);
         }
-        Ok(command("COMMIT"))
+        Ok(())
     }
 
+    /// `SELECT set_config(name, value, false) [FROM ...]`: `rows` (the
+    /// names and values) run as a query, then each set as `SET` does.
     pub(crate) fn set_config(
         &mut self,
         rows: &sqlparser::ast::Query,

@@ -193,7 +193,7 @@ pub struct Session {
     /// The prepared statements whose privilege check passed (`roles.rs`).
     pub(crate) authorized: crate::roles::AuthorizedPrepared,
     /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
-    pub(crate) copy_in: Option<aqueduct_plan::copy::CopyLoad>,
+    pub(crate) copy_in: Option<super::copy::CopyIn>,
     /// Statements `PREPARE name AS ...` made, by name: their text and
     /// declared parameter types (prepared again by each `EXECUTE`, so
     /// they bind against the catalog then).

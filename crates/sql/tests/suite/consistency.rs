@@ -711,7 +711,7 @@ fn views_show_only_acknowledged_commits_so_reads_wait_for_no_other_fsync() {
         vec![Value::Int(2), Value::Int(7)],
     );
     let lsn = db
-        .commit_unacknowledged(&txn, &|_| Ok(()))
+        .commit_unacknowledged(&mut txn, &|_, _| Ok(()))
         .unwrap()
         .unwrap();
     assert!(!db.is_visible(lsn), "the commit is not durable yet");
