@@ -8,7 +8,7 @@
 //! that query's own route, then encoded (`aqueduct_plan::copy`).
 
 use aqueduct_expr::SqlError;
-use aqueduct_tables::{Isolation, Txn};
+use aqueduct_tables::Isolation;
 use aqueduct_values::Value;
 use sqlparser::ast::Statement;
 
@@ -19,7 +19,7 @@ use aqueduct_plan::plan::{
     CopiedRows, CopyDirection, CopyFormat, CopyPlan, InsertSource, Outcome, Plan,
 };
 
-use super::state::Session;
+use super::state::{CopyIn, Session};
 
 impl Session {
     /// Runs a bound `COPY`: `FROM STDIN` begins a load and returns
@@ -212,18 +212,6 @@ impl Session {
         copy.written += n;
         Ok(())
     }
-}
-
-/// A `COPY ... FROM STDIN` under way.
-pub(crate) struct CopyIn {
-    /// The rows read and not yet written, and the `INSERT` that writes
-    /// them.
-    load: CopyLoad,
-    /// The COPY's own transaction, when it began outside a transaction
-    /// block: each chunk is written into it, and CopyDone commits it.
-    own: Option<Txn>,
-    /// Rows written so far.
-    written: u64,
 }
 
 /// A CopyData, CopyDone or CopyFail with no `COPY ... FROM STDIN` under way.

@@ -193,7 +193,7 @@ pub struct Session {
     /// The prepared statements whose privilege check passed (`roles.rs`).
     pub(crate) authorized: crate::roles::AuthorizedPrepared,
     /// A `COPY ... FROM STDIN` waiting for its data (`copy.rs`).
-    pub(crate) copy_in: Option<super::copy::CopyIn>,
+    pub(crate) copy_in: Option<CopyIn>,
     /// Statements `PREPARE name AS ...` made, by name: their text and
     /// declared parameter types (prepared again by each `EXECUTE`, so
     /// they bind against the catalog then).
@@ -762,6 +762,18 @@ impl Session {
             .and_then(|v| aqueduct_tables::Isolation::parse(v))
             .unwrap_or_default()
     }
+}
+
+/// A `COPY ... FROM STDIN` under way (`copy.rs`).
+pub(crate) struct CopyIn {
+    /// The rows read and not yet written, and the `INSERT` that writes
+    /// them.
+    pub(crate) load: aqueduct_plan::copy::CopyLoad,
+    /// The COPY's own transaction, when it began outside a transaction
+    /// block: each chunk is written into it, and CopyDone commits it.
+    pub(crate) own: Option<aqueduct_tables::Txn>,
+    /// Rows written so far.
+    pub(crate) written: u64,
 }
 
 impl Drop for Session {
