@@ -150,9 +150,7 @@ impl Session {
     fn write_chunks(&mut self, last: bool) -> Result<(), SqlError> {
         loop {
             let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
-            if last {
-                copy.load.decoder.resume(true)?;
-            }
+            copy.load.decoder.resume(last)?;
             let full = copy.load.decoder.full();
             let (rows, lines) = copy.load.decoder.take_rows();
             if !rows.is_empty() {
@@ -160,10 +158,6 @@ impl Session {
             }
             if !full {
                 return Ok(());
-            }
-            if !last {
-                let copy = self.copy_in.as_mut().ok_or_else(no_copy)?;
-                copy.load.decoder.resume(false)?;
             }
         }
     }
